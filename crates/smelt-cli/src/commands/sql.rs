@@ -1,0 +1,69 @@
+//! `smelt sql`: run SQL over the lake.
+
+use arrow::util::pretty::pretty_format_batches;
+use smelt_delta::sql::{SqlOutput, execute};
+
+use super::{lake_root, open_lake};
+use crate::args::{GlobalArgs, SqlArgs};
+use crate::failure::Failure;
+
+/// Runs the statements and prints each one's output.
+pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
+    let text = match (&args.sql, &args.file) {
+        (Some(sql), _) => sql.clone(),
+        (None, Some(file)) => std::fs::read_to_string(file).map_err(|e| {
+            Failure::usage(format!("cannot read `{}`: {e}", file.display()), Some("pass an existing .sql file with `-f`".into()))
+        })?,
+        (None, None) => unreachable!("clap requires SQL or --file"),
+    };
+    let lake = open_lake(&lake_root(global)?)?;
+    let (outputs, failure) = match execute(&lake, &text).await {
+        Ok(outputs) => (outputs, None),
+        Err((outputs, n, e)) => (outputs, Some((n, e))),
+    };
+    for out in &outputs {
+        print_output(out, global.json)?;
+    }
+    if let Some((n, e)) = failure {
+        let mut failure = Failure::from(e);
+        if n > 0 {
+            failure.messages[0] = format!("statement {n}: {}", failure.messages[0]);
+            if n > 1 {
+                failure.causes.push(format!("statements 1..{} ran and stay committed", n - 1));
+            }
+        } else {
+            failure.code = 2;
+        }
+        return Err(failure);
+    }
+    Ok(0)
+}
+
+fn print_output(out: &SqlOutput, json: bool) -> Result<(), Failure> {
+    match out {
+        SqlOutput::Message(m) => {
+            if json {
+                println!("{}", serde_json::json!({ "message": m }));
+            } else {
+                println!("{m}");
+            }
+        }
+        SqlOutput::Rows { batches, .. } => {
+            if json {
+                let mut writer = arrow::json::ArrayWriter::new(Vec::new());
+                for b in batches {
+                    writer.write(b).map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
+                }
+                writer.finish().map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
+                let text = String::from_utf8(writer.into_inner()).unwrap_or_default();
+                println!("{}", if text.is_empty() { "[]" } else { &text });
+            } else {
+                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                let table = pretty_format_batches(batches).map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
+                println!("{table}");
+                println!("({rows} row{})", if rows == 1 { "" } else { "s" });
+            }
+        }
+    }
+    Ok(())
+}

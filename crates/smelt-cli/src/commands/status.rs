@@ -1,0 +1,95 @@
+//! `smelt status`: watermark, bronze version and lag per flow.
+
+use serde::Serialize;
+use smelt_delta::silver::DeltaSilver;
+use smelt_delta::source::DeltaSource;
+use smelt_engine::apply::app_id;
+use smelt_engine::ports::{ChangeSource, SilverTable};
+use smelt_spec::FlowKind;
+
+use super::{load_pipeline, open_lake, select};
+use crate::args::{GlobalArgs, StatusArgs};
+use crate::failure::Failure;
+
+#[derive(Debug, Serialize)]
+struct FlowStatus {
+    flow: String,
+    from: String,
+    into: String,
+    watermark: Option<i64>,
+    bronze_version: Option<i64>,
+    versions_behind: Option<i64>,
+    silver_version: Option<i64>,
+    last_run_at: Option<String>,
+    last_run_id: Option<String>,
+    problem: Option<String>,
+}
+
+/// Prints the status of the selected flows.
+pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failure> {
+    let pipeline = load_pipeline(global)?;
+    let flows = select(&pipeline, &args.flows)?;
+    let lake = open_lake(&pipeline.lake)?;
+    let mut rows = Vec::new();
+    for flow in flows {
+        let FlowKind::Apply(apply) = &flow.kind;
+        let mut row = FlowStatus {
+            flow: flow.name.clone(),
+            from: apply.from.to_string(),
+            into: apply.into.to_string(),
+            watermark: None,
+            bronze_version: None,
+            versions_behind: None,
+            silver_version: None,
+            last_run_at: None,
+            last_run_id: None,
+            problem: None,
+        };
+        match DeltaSource::open(&lake, &apply.from).await {
+            Ok(source) => row.bronze_version = Some(source.version()),
+            Err(e) => row.problem = Some(e.to_string()),
+        }
+        let silver = DeltaSilver::open(&lake, &apply.into).await?;
+        if silver.schema().is_some() {
+            row.silver_version = silver.version();
+            row.watermark = silver.watermark(&app_id(&flow.name)).await.map_err(Failure::from)?;
+            if let Some((ms, run)) = silver.last_commit().await? {
+                row.last_run_at = chrono_like(ms);
+                row.last_run_id = run;
+            }
+        } else if row.problem.is_none() {
+            row.problem = Some("silver not created yet: run `smelt run`".into());
+        }
+        row.versions_behind = match (row.bronze_version, row.watermark) {
+            (Some(b), Some(w)) => Some(b - w),
+            (Some(b), None) => Some(b + 1),
+            _ => None,
+        };
+        rows.push(row);
+    }
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&rows).expect("serialisable"));
+        return Ok(0);
+    }
+    let opt = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    println!("{:<16} {:>9} {:>7} {:>6} {:>7}  {:<24} {}", "FLOW", "WATERMARK", "BRONZE", "BEHIND", "SILVER", "LAST RUN (UTC)", "NOTE");
+    for r in &rows {
+        println!(
+            "{:<16} {:>9} {:>7} {:>6} {:>7}  {:<24} {}",
+            r.flow,
+            opt(r.watermark),
+            opt(r.bronze_version),
+            opt(r.versions_behind),
+            opt(r.silver_version),
+            r.last_run_at.clone().unwrap_or_else(|| "-".into()),
+            r.problem.clone().unwrap_or_default()
+        );
+    }
+    Ok(0)
+}
+
+fn chrono_like(ms: i64) -> Option<String> {
+    let secs = ms.div_euclid(1000);
+    let nanos = (ms.rem_euclid(1000) * 1_000_000) as u32;
+    chrono::DateTime::from_timestamp(secs, nanos).map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+}

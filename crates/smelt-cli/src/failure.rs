@@ -1,0 +1,83 @@
+//! Error rendering: `error: …`, `Caused by:` lines, `hint: …`, and the exit code.
+
+use std::error::Error as _;
+
+use smelt_engine::EngineError;
+use smelt_spec::SpecErrors;
+
+/// A failed command, ready to print.
+#[derive(Debug)]
+pub struct Failure {
+    /// Exit code: 1 run failed, 2 usage or spec error.
+    pub code: u8,
+    /// The headline(s).
+    pub messages: Vec<String>,
+    /// The chain of causes.
+    pub causes: Vec<String>,
+    /// The next step.
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    /// A usage or spec error (exit 2).
+    pub fn usage(message: impl Into<String>, hint: Option<String>) -> Self {
+        Self { code: 2, messages: vec![message.into()], causes: Vec::new(), hint }
+    }
+
+    /// Prints the failure on stderr.
+    pub fn render(&self) {
+        use std::io::Write;
+        let mut err = std::io::stderr().lock();
+        for m in &self.messages {
+            let _ = writeln!(err, "error: {m}");
+        }
+        for c in &self.causes {
+            let _ = writeln!(err, "  Caused by: {c}");
+        }
+        if let Some(h) = &self.hint {
+            let _ = writeln!(err, "hint: {h}");
+        }
+    }
+}
+
+impl From<SpecErrors> for Failure {
+    fn from(errors: SpecErrors) -> Self {
+        let mut messages = Vec::new();
+        let mut hints = Vec::new();
+        for e in &errors.0 {
+            messages.push(e.to_string());
+            if let Some(h) = &e.hint {
+                hints.push(if errors.0.len() > 1 { format!("{}: {h}", e.field) } else { h.clone() });
+            }
+        }
+        Self { code: 2, messages, causes: Vec::new(), hint: (!hints.is_empty()).then(|| hints.join("\n      ")) }
+    }
+}
+
+fn chain(mut source: Option<&(dyn std::error::Error + 'static)>) -> Vec<String> {
+    let mut causes: Vec<String> = Vec::new();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !causes.iter().any(|c| c.contains(&text)) {
+            causes.push(text);
+        }
+        source = e.source();
+    }
+    causes
+}
+
+impl From<EngineError> for Failure {
+    fn from(e: EngineError) -> Self {
+        let hint = e.hint().map(str::to_string);
+        let causes = chain(e.source());
+        Self { code: 1, messages: vec![e.to_string()], causes, hint }
+    }
+}
+
+impl From<smelt_delta::Error> for Failure {
+    fn from(e: smelt_delta::Error) -> Self {
+        let hint = e.hint().map(str::to_string);
+        let causes = chain(e.source());
+        Self { code: 1, messages: vec![e.to_string()], causes, hint }
+    }
+}

@@ -1,0 +1,103 @@
+//! Human output: run reports, status tables, query results, and progress on a TTY.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use smelt_engine::ports::Reporter;
+use smelt_engine::report::FlowReport;
+
+/// A spinner on stderr while a flow works; nothing when stderr is not a terminal.
+pub struct Progress {
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    /// Shows progress if stderr is a TTY and the user did not ask for quiet or JSON.
+    pub fn new(enabled: bool) -> Self {
+        let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"));
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        Self { bar }
+    }
+
+    /// Removes the spinner.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Reporter for Progress {
+    fn phase(&self, flow: &str, phase: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!("{flow}: {phase}"));
+        }
+    }
+}
+
+/// Bytes as B / KiB / MiB / GiB.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+/// The human run report of one flow.
+pub fn flow_report(r: &FlowReport) -> String {
+    let range = match r.from_version {
+        Some(w) => format!("bronze versions ({w}, {}]", r.to_version),
+        None => format!("bronze snapshot at version {}", r.to_version),
+    };
+    if r.status == "up_to_date" {
+        return format!(
+            "flow {}: {} -> {}\n  up to date: bronze version {} is applied; nothing to do\n",
+            r.flow, r.from, r.into, r.to_version
+        );
+    }
+    let mut out = format!("flow {}: {} -> {}\n  {} ({}, {})\n", r.flow, r.from, r.into, r.status, r.mode, range);
+    let rows: [(&str, usize); 11] = [
+        ("changes read", r.changes_read),
+        ("ignored", r.ignored),
+        ("duplicates collapsed", r.duplicates_collapsed),
+        ("stale (guard)", r.stale),
+        ("rejected", r.rejected),
+        ("inserted", r.inserted),
+        ("updated", r.updated),
+        ("unchanged", r.unchanged),
+        ("deleted", r.deleted),
+        ("cast failures", r.cast_failures_total()),
+        ("files read", r.files_read),
+    ];
+    for (label, value) in rows {
+        out.push_str(&format!("  {label:<22}{value:>10}\n"));
+    }
+    for (column, count) in &r.cast_failures {
+        out.push_str(&format!("    {column:<20}{count:>10}  (stored as NULL)\n"));
+    }
+    out.push_str(&format!("  {:<22}{:>10}\n", "bytes read", bytes(r.bytes_read)));
+    out.push_str(&format!(
+        "  {:<22}{:>10}\n  {:<22}{:>10}\n  {:<22}{:>10}\n",
+        "files written",
+        r.files_written,
+        "files rewritten",
+        r.files_removed,
+        "bytes written",
+        bytes(r.bytes_written)
+    ));
+    if let Some(v) = r.silver_version {
+        out.push_str(&format!("  {:<22}{:>10}\n", "silver version", v));
+    }
+    let phases: Vec<String> = r.phases_ms.iter().map(|(p, ms)| format!("{p} {ms} ms")).collect();
+    out.push_str(&format!("  time: {}\n", phases.join(", ")));
+    out
+}

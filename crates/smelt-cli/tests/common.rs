@@ -1,0 +1,101 @@
+//! Helpers shared by the CLI tests: a temp project with the product2 example files.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// A temp folder holding a copy of `examples/product2` (without its lake).
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+impl Project {
+    pub fn product2() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/product2");
+        for f in ["smelt.yaml", "bronze.sql", "insert_1.sql", "insert_2.sql", "silver.sql"] {
+            std::fs::copy(example.join(f), dir.path().join(f)).unwrap();
+        }
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.file(name), text).unwrap();
+    }
+
+    /// `smelt` in the project folder, with no failpoint set.
+    pub fn smelt(&self) -> Command {
+        let mut c = Command::cargo_bin("smelt").unwrap();
+        c.current_dir(self.path()).env_remove("SMELT_FAILPOINT").env_remove("SMELT_LAKE").env_remove("SMELT_PIPELINE");
+        c
+    }
+
+    /// Runs `smelt <args>` and requires success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.smelt().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "smelt {args:?} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs `smelt <args>`, requires exit code `code`; returns (stdout, stderr).
+    pub fn fails(&self, args: &[&str], code: i32) -> (String, String) {
+        let out = self.smelt().args(args).output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
+        assert_eq!(out.status.code(), Some(code), "smelt {args:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"), "panic: {stderr}");
+        (stdout, stderr)
+    }
+
+    /// Rows of a query as JSON objects.
+    pub fn query(&self, sql: &str) -> Vec<Value> {
+        let out = self.ok(&["--json", "sql", sql]);
+        let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        v.as_array().unwrap().clone()
+    }
+
+    /// `smelt status --json` of the first flow.
+    pub fn status(&self) -> Value {
+        let out = self.ok(&["--json", "status"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v[0].clone()
+    }
+
+    /// The silver table ordered by Id, as text of every column.
+    pub fn silver(&self) -> Vec<Value> {
+        self.query("SELECT * FROM medallion_demo.product2__silver ORDER BY Id")
+    }
+
+    /// Step 1 of the seed: bronze DDL and the first three rows.
+    pub fn bronze_step1(&self) {
+        self.ok(&["sql", "-f", "bronze.sql"]);
+        self.ok(&["sql", "-f", "insert_1.sql"]);
+    }
+}
+
+/// Drops `_update_timestamp` (run time) from rows, for comparing runs.
+pub fn without_run_time(rows: &[Value]) -> Vec<Value> {
+    rows.iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.as_object_mut().unwrap().remove("_update_timestamp");
+            r
+        })
+        .collect()
+}

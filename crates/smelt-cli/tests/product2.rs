@@ -1,0 +1,147 @@
+//! The product2 example (seed 000) through the real binary.
+
+mod common;
+
+use common::{Project, without_run_time};
+use serde_json::Value;
+
+fn row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
+    rows.iter().find(|r| r["Id"] == id).unwrap_or_else(|| panic!("no row {id} in {rows:?}"))
+}
+
+#[test]
+fn seed_000_two_steps_then_replay() {
+    let p = Project::product2();
+    p.bronze_step1();
+
+    // Step 1: three typed rows.
+    let report = p.ok(&["run"]);
+    assert!(report.contains("inserted"), "{report}");
+    let step1 = p.silver();
+    assert_eq!(step1.len(), 3);
+    let r3 = row(&step1, "01t000000000003AAA");
+    assert_eq!(r3["IsArchived"], true);
+    assert_eq!(r3["IsActive"], false);
+    assert!(r3.get("LastViewedDate").is_none() || r3["LastViewedDate"].is_null(), "NULL stays NULL: {r3}");
+    let r1 = row(&step1, "01t000000000001AAA");
+    assert_eq!(r1["CreatedDate"], "2026-07-01T09:00:00Z");
+    assert_eq!(r1["LastViewedDate"], "2026-07-29T01:00:00Z");
+    assert_eq!(r1["Name"], "ノートパソコン Standard");
+    assert_eq!(r1["IsDeleted"], false);
+    assert!(r1["_ingest_timestamp"].is_string() && r1["_update_timestamp"].is_string(), "{r1}");
+    let v1 = p.status()["silver_version"].as_i64().unwrap();
+
+    // Step 2: ...001 re-sent with new view dates, ...004 new.
+    p.ok(&["sql", "-f", "insert_2.sql"]);
+    let json: Value = serde_json::from_str(&p.ok(&["--json", "run"])).unwrap();
+    let f = &json["flows"][0];
+    assert_eq!((f["inserted"].as_i64(), f["updated"].as_i64(), f["stale"].as_i64()), (Some(1), Some(1), Some(0)));
+    assert_eq!(f["mode"], "incremental");
+    let step2 = p.silver();
+    assert_eq!(step2.len(), 4);
+    let r1b = row(&step2, "01t000000000001AAA");
+    assert_eq!(r1b["LastViewedDate"], "2026-07-30T01:00:00Z");
+    assert_eq!(r1b["LastReferencedDate"], "2026-07-30T01:05:00Z");
+    assert_ne!(r1b["_update_timestamp"], r1["_update_timestamp"], "changed row gets the new run time");
+    assert!(r1b["_ingest_timestamp"].as_str() > r1["_ingest_timestamp"].as_str());
+    let r2a = row(&step1, "01t000000000002AAA");
+    let r2b = row(&step2, "01t000000000002AAA");
+    assert_eq!(r2a, r2b, "untouched row keeps its audit columns");
+    let r4 = row(&step2, "01t000000000004AAA");
+    assert_eq!(r4["Family"], "Service");
+    assert_eq!(r4["IsActive"], true);
+    let v2 = p.status()["silver_version"].as_i64().unwrap();
+    assert!(v2 > v1);
+
+    // Step 3: nothing new -> no new silver version.
+    let report = p.ok(&["run"]);
+    assert!(report.contains("up to date"), "{report}");
+    let status = p.status();
+    assert_eq!(status["silver_version"].as_i64(), Some(v2));
+    assert_eq!(status["versions_behind"].as_i64(), Some(0));
+    assert_eq!(p.silver(), step2);
+
+    // Replaying everything from the snapshot is a no-op on the data (the guard).
+    let json: Value = serde_json::from_str(&p.ok(&["--json", "run", "--full-refresh"])).unwrap();
+    let f = &json["flows"][0];
+    assert_eq!((f["inserted"].as_i64(), f["updated"].as_i64()), (Some(0), Some(0)), "{f}");
+    assert_eq!(p.silver(), step2);
+}
+
+#[test]
+fn plan_reports_without_writing() {
+    let p = Project::product2();
+    p.bronze_step1();
+    let json: Value = serde_json::from_str(&p.ok(&["--json", "plan"])).unwrap();
+    assert_eq!(json["flows"][0]["inserted"].as_i64(), Some(3));
+    assert_eq!(json["flows"][0]["status"], "planned");
+    assert!(!p.file("lake/medallion_demo/product2__silver").exists(), "plan created silver");
+    p.ok(&["run"]);
+    p.ok(&["sql", "-f", "insert_2.sql"]);
+    let before = p.status();
+    let json: Value = serde_json::from_str(&p.ok(&["--json", "plan"])).unwrap();
+    assert_eq!((json["flows"][0]["inserted"].as_i64(), json["flows"][0]["updated"].as_i64()), (Some(1), Some(1)));
+    assert_eq!(p.status()["silver_version"], before["silver_version"]);
+}
+
+#[test]
+fn crash_before_the_silver_commit_leaves_everything_untouched() {
+    // Uninterrupted reference.
+    let reference = Project::product2();
+    reference.bronze_step1();
+    reference.ok(&["run"]);
+    reference.ok(&["sql", "-f", "insert_2.sql"]);
+    reference.ok(&["run"]);
+
+    let p = Project::product2();
+    p.bronze_step1();
+    p.ok(&["run"]);
+    p.ok(&["sql", "-f", "insert_2.sql"]);
+    let before_rows = p.silver();
+    let before = p.status();
+    let out = p.smelt().args(["run"]).env("SMELT_FAILPOINT", "before_silver_commit").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("injected failure"), "{stderr}");
+    let after = p.status();
+    assert_eq!(after["silver_version"], before["silver_version"]);
+    assert_eq!(after["watermark"], before["watermark"]);
+    assert_eq!(p.silver(), before_rows);
+
+    p.ok(&["run"]);
+    assert_eq!(without_run_time(&p.silver()), without_run_time(&reference.silver()));
+    assert_eq!(p.status()["watermark"], reference.status()["watermark"]);
+}
+
+#[test]
+fn crash_on_the_first_run_after_creating_silver_recovers() {
+    let p = Project::product2();
+    p.bronze_step1();
+    let out = p.smelt().args(["run"]).env("SMELT_FAILPOINT", "before_silver_commit").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(p.silver().len(), 0, "silver exists but holds nothing");
+    assert!(p.status()["watermark"].is_null());
+    p.ok(&["run"]);
+    assert_eq!(p.silver().len(), 3);
+}
+
+#[test]
+fn run_report_is_stable() {
+    let p = Project::product2();
+    p.bronze_step1();
+    let human = p.ok(&["run"]);
+    insta::with_settings!({filters => vec![
+        (r"\d+ ms", "[ms]"),
+        (r" +\d+(\.\d+)? (B|KiB|MiB)", " [size]"),
+    ]}, {
+        insta::assert_snapshot!("product2_step1_report", human);
+    });
+    p.ok(&["sql", "-f", "insert_2.sql"]);
+    let human = p.ok(&["run"]);
+    insta::with_settings!({filters => vec![
+        (r"\d+ ms", "[ms]"),
+        (r" +\d+(\.\d+)? (B|KiB|MiB)", " [size]"),
+    ]}, {
+        insta::assert_snapshot!("product2_step2_report", human);
+    });
+}

@@ -1,0 +1,111 @@
+//! The latest change per key (DESIGN §3.4).
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::compute::SortOptions;
+use arrow::row::{RowConverter, Rows, SortField};
+
+use crate::{CoreError, Result};
+
+/// Row-encodes columns so that byte order is value order, NULLs first (lowest).
+pub(crate) fn encode(columns: &[ArrayRef]) -> Result<Option<Rows>> {
+    if columns.is_empty() {
+        return Ok(None);
+    }
+    let converter = RowConverter::new(
+        columns
+            .iter()
+            .map(|c| {
+                SortField::new_with_options(
+                    c.data_type().clone(),
+                    SortOptions {
+                        descending: false,
+                        nulls_first: true,
+                    },
+                )
+            })
+            .collect(),
+    )?;
+    Ok(Some(converter.convert_columns(columns)?))
+}
+
+/// Picks, for every distinct key, the row of its latest change.
+///
+/// * `keys`: the key columns; keys compare NULL-safely (NULL equals NULL), column by column.
+/// * `sequence`: the columns that order changes of one key, compared in order; a NULL
+///   sequence is older than any value.
+///
+/// Ties on the whole sequence go to the later row, so callers pass rows in input order
+/// (commit version, file, row). Returns the winning row numbers, ascending.
+pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32Array> {
+    let Some(first) = keys.first() else {
+        return Err(CoreError::Internal("latest_per_key needs at least one key column".into()));
+    };
+    let n = first.len();
+    if keys.iter().chain(sequence).any(|c| c.len() != n) {
+        return Err(CoreError::Internal("key and sequence columns differ in length".into()));
+    }
+    let key_rows = encode(keys)?.expect("keys is not empty");
+    let seq_rows = encode(sequence)?;
+    let mut best: HashMap<arrow::row::Row<'_>, u32> = HashMap::with_capacity(n.min(1 << 20));
+    for i in 0..n {
+        match best.entry(key_rows.row(i)) {
+            Entry::Vacant(e) => {
+                e.insert(i as u32);
+            }
+            Entry::Occupied(mut e) => {
+                let later_wins = match &seq_rows {
+                    Some(seq) => seq.row(i) >= seq.row(*e.get() as usize),
+                    None => true,
+                };
+                if later_wins {
+                    e.insert(i as u32);
+                }
+            }
+        }
+    }
+    let mut winners: Vec<u32> = best.into_values().collect();
+    winners.sort_unstable();
+    Ok(UInt32Array::from(winners))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+
+    use super::*;
+
+    fn s(v: Vec<Option<&str>>) -> ArrayRef {
+        Arc::new(StringArray::from(v))
+    }
+    fn i(v: Vec<Option<i64>>) -> ArrayRef {
+        Arc::new(Int64Array::from(v))
+    }
+
+    #[test]
+    fn highest_sequence_wins_and_ties_go_to_the_later_row() {
+        let keys = s(vec![Some("a"), Some("a"), Some("b"), Some("a"), Some("b")]);
+        let seq = i(vec![Some(5), Some(9), Some(1), Some(9), Some(0)]);
+        let w = latest_per_key(&[keys], &[seq]).unwrap();
+        assert_eq!(w.values(), &[2, 3]);
+    }
+
+    #[test]
+    fn null_keys_are_one_key_and_null_sequences_lose() {
+        let k1 = s(vec![None, None, Some("x"), Some("x")]);
+        let k2 = i(vec![Some(1), Some(1), None, None]);
+        let seq = i(vec![Some(3), None, None, Some(0)]);
+        let w = latest_per_key(&[k1, k2], &[seq]).unwrap();
+        assert_eq!(w.values(), &[0, 3]);
+    }
+
+    #[test]
+    fn no_sequence_means_last_row_wins() {
+        let keys = s(vec![Some("a"), Some("a")]);
+        assert_eq!(latest_per_key(&[keys], &[]).unwrap().values(), &[1]);
+    }
+}

@@ -1,0 +1,31 @@
+//! Storage-free semantics of smelt, on Arrow.
+//!
+//! Everything here takes Arrow arrays and batches and returns Arrow arrays, batches or
+//! plans; nothing knows about Delta Lake, files or async runtimes. The engine feeds it
+//! changes read by a table-format adapter and hands its plans back to that adapter.
+//!
+//! * [`change`]: the change model (bronze row + `_change_type`, `_commit_version`,
+//!   `_commit_timestamp`).
+//! * [`cast`]: string → typed casts with SAFE_CAST semantics and per-column failure counts.
+//! * [`dedupe`]: the latest change per key, with deterministic tie-breaks.
+//! * [`apply`]: the newer-than guard and the SCD1 apply plan (insert / update / unchanged / stale).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow::array::{ArrayRef, Int64Array, StringArray};
+//! use smelt_core::dedupe::latest_per_key;
+//!
+//! let keys: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "a"]));
+//! let seq: ArrayRef = Arc::new(Int64Array::from(vec![1, 1, 2]));
+//! let winners = latest_per_key(&[keys], &[seq]).unwrap();
+//! assert_eq!(winners.values(), &[1, 2]);
+//! ```
+#![deny(missing_docs)]
+
+pub mod apply;
+pub mod cast;
+pub mod change;
+pub mod dedupe;
+mod error;
+
+pub use error::{CoreError, Result};

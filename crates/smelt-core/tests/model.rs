@@ -1,0 +1,182 @@
+//! Property tests: dedupe + guard + SCD1 plan against a tiny reference model.
+//!
+//! Streams have composite keys with NULLs, duplicate keys, equal and out-of-order
+//! sequences, NULL sequences, and are applied over several runs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray, UInt32Array};
+use arrow::compute::take;
+use proptest::prelude::*;
+use smelt_core::apply::{ApplyCounts, Scd1Input, plan_scd1};
+use smelt_core::dedupe::latest_per_key;
+
+type Key = (Option<String>, Option<i64>);
+
+#[derive(Debug, Clone)]
+struct Change {
+    key: Key,
+    seq: Option<i64>,
+    value: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Stored {
+    seq: Option<i64>,
+    value: Option<String>,
+}
+
+/// The obviously-correct model: per run, the last of the changes with the greatest
+/// sequence wins per key (NULL sequence lowest); it is applied if the key is new or its
+/// sequence is strictly greater than the stored one.
+fn model_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts {
+    let mut winners: Vec<(Key, usize)> = Vec::new();
+    for (i, c) in run.iter().enumerate() {
+        match winners.iter_mut().find(|(k, _)| *k == c.key) {
+            None => winners.push((c.key.clone(), i)),
+            Some((_, best)) => {
+                if c.seq >= run[*best].seq {
+                    *best = i;
+                }
+            }
+        }
+    }
+    let mut counts = ApplyCounts::default();
+    for (key, i) in winners {
+        let c = &run[i];
+        match silver.get(&key) {
+            None => {
+                counts.inserted += 1;
+                silver.insert(key, Stored { seq: c.seq, value: c.value.clone() });
+            }
+            Some(old) if c.seq > old.seq => {
+                if old.value == c.value {
+                    counts.unchanged += 1;
+                } else {
+                    counts.updated += 1;
+                }
+                silver.insert(key, Stored { seq: c.seq, value: c.value.clone() });
+            }
+            Some(_) => counts.stale += 1,
+        }
+    }
+    counts
+}
+
+/// The engine's path: Arrow batches through the core functions.
+fn engine_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts {
+    let k1: ArrayRef = Arc::new(StringArray::from_iter(run.iter().map(|c| c.key.0.clone())));
+    let k2: ArrayRef = Arc::new(Int64Array::from_iter(run.iter().map(|c| c.key.1)));
+    let seq: ArrayRef = Arc::new(Int64Array::from_iter(run.iter().map(|c| c.seq)));
+    let val: ArrayRef = Arc::new(StringArray::from_iter(run.iter().map(|c| c.value.clone())));
+    let winners: UInt32Array = latest_per_key(&[k1, k2], &[seq.clone()]).unwrap();
+    let pick = |a: &ArrayRef| take(a.as_ref(), &winners, None).unwrap();
+    let (new_seq, new_val) = (pick(&seq), pick(&val));
+    let wins: Vec<&Change> = winners.values().iter().map(|&i| &run[i as usize]).collect();
+    let stored: Vec<Option<&Stored>> = wins.iter().map(|c| silver.get(&c.key)).collect();
+    let matched = BooleanArray::from_iter(stored.iter().map(|s| Some(s.is_some())));
+    let old_seq: ArrayRef = Arc::new(Int64Array::from_iter(stored.iter().map(|s| s.and_then(|s| s.seq))));
+    let old_val: ArrayRef =
+        Arc::new(StringArray::from_iter(stored.iter().map(|s| s.and_then(|s| s.value.clone()))));
+    let plan = plan_scd1(&Scd1Input {
+        matched: &matched,
+        new_sequence: &[new_seq],
+        stored_sequence: &[old_seq],
+        new_data: &[new_val],
+        stored_data: &[old_val],
+    })
+    .unwrap();
+    for (row, c) in wins.iter().enumerate() {
+        if plan.write.value(row) {
+            silver.insert(c.key.clone(), Stored { seq: c.seq, value: c.value.clone() });
+        }
+    }
+    assert_eq!(plan.write.len(), wins.len());
+    assert!(plan.changed.iter().zip(plan.write.iter()).all(|(c, w)| !c.unwrap() || w.unwrap()));
+    plan.counts
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    (
+        proptest::option::weighted(0.9, prop::sample::select(vec!["a", "b", "c"])),
+        proptest::option::weighted(0.8, 0i64..3),
+        proptest::option::weighted(0.9, 0i64..6),
+        proptest::option::weighted(0.8, prop::sample::select(vec!["x", "y"])),
+    )
+        .prop_map(|(k1, k2, seq, v)| Change {
+            key: (k1.map(str::to_string), k2),
+            seq,
+            value: v.map(str::to_string),
+        })
+}
+
+fn runs() -> impl Strategy<Value = Vec<Vec<Change>>> {
+    prop::collection::vec(prop::collection::vec(change(), 0..30), 1..5)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn engine_equals_model_over_several_runs(runs in runs()) {
+        let (mut model, mut engine) = (HashMap::new(), HashMap::new());
+        for run in &runs {
+            let want = model_run(&mut model, run);
+            let got = engine_run(&mut engine, run);
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(&engine, &model);
+        }
+    }
+
+    #[test]
+    fn replaying_any_run_is_a_no_op(runs in runs(), replay in 0usize..5) {
+        let mut silver = HashMap::new();
+        for run in &runs {
+            engine_run(&mut silver, run);
+        }
+        let before = silver.clone();
+        let run = &runs[replay % runs.len()];
+        let counts = engine_run(&mut silver, run);
+        prop_assert_eq!(counts.inserted + counts.updated + counts.unchanged, 0);
+        prop_assert_eq!(silver, before);
+    }
+
+    #[test]
+    fn distinct_sequences_give_the_same_silver_however_runs_are_split(
+        changes in prop::collection::vec(change(), 0..40),
+        cut in prop::collection::vec(0usize..40, 0..4),
+    ) {
+        // Make every (key, sequence) unique and non-NULL so "latest" is well defined.
+        let changes: Vec<Change> = changes
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| { c.seq = Some(c.seq.unwrap_or(0) * 100 + i as i64); c })
+            .collect();
+        let mut whole = HashMap::new();
+        engine_run(&mut whole, &changes);
+        let mut cuts: Vec<usize> = cut.into_iter().map(|c| c.min(changes.len())).collect();
+        cuts.sort_unstable();
+        let mut split = HashMap::new();
+        let mut start = 0;
+        for c in cuts.into_iter().chain([changes.len()]) {
+            engine_run(&mut split, &changes[start..c]);
+            start = c;
+        }
+        prop_assert_eq!(split, whole);
+    }
+}
+
+#[test]
+fn null_key_parts_are_compared_null_safely() {
+    let run = vec![
+        Change { key: (None, Some(1)), seq: Some(1), value: Some("a".into()) },
+        Change { key: (None, Some(1)), seq: Some(2), value: Some("b".into()) },
+        Change { key: (None, None), seq: Some(1), value: Some("c".into()) },
+    ];
+    let mut silver = HashMap::new();
+    let counts = engine_run(&mut silver, &run);
+    assert_eq!(counts.inserted, 2);
+    assert_eq!(silver[&(None, Some(1))].value.as_deref(), Some("b"));
+    assert!(silver.values().all(|s| s.value.as_deref() != Some("a")));
+}

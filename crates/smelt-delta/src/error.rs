@@ -1,0 +1,113 @@
+use deltalake::DeltaTableError;
+use deltalake::datafusion::error::DataFusionError;
+use smelt_engine::EngineError;
+
+/// Errors of the Delta adapter.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Something the user can fix: names what and where.
+    #[error("{message}")]
+    User {
+        /// What is wrong.
+        message: String,
+        /// The next step.
+        hint: Option<String>,
+    },
+    /// delta-rs failed.
+    #[error("{context}")]
+    Delta {
+        /// What smelt was doing.
+        context: String,
+        /// The delta-rs error.
+        #[source]
+        source: DeltaTableError,
+    },
+    /// DataFusion failed.
+    #[error("{context}")]
+    DataFusion {
+        /// What smelt was doing.
+        context: String,
+        /// The DataFusion error.
+        #[source]
+        source: Box<DataFusionError>,
+    },
+    /// Arrow failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// Reading a Parquet file failed.
+    #[error("reading `{path}`")]
+    Parquet {
+        /// The file.
+        path: String,
+        /// The Parquet error.
+        #[source]
+        source: deltalake::parquet::errors::ParquetError,
+    },
+    /// A file-system error.
+    #[error("{context}")]
+    Io {
+        /// What smelt was doing.
+        context: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// A user error with a hint.
+    pub fn user(message: impl Into<String>, hint: impl Into<String>) -> Self {
+        Error::User { message: message.into(), hint: Some(hint.into()) }
+    }
+
+    /// The hint, if any.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            Error::User { hint, .. } => hint.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Adds context to delta-rs and DataFusion results.
+pub(crate) trait Context<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> Context<T> for std::result::Result<T, DeltaTableError> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::Delta { context: what(), source })
+    }
+}
+
+impl<T> Context<T> for std::result::Result<T, DataFusionError> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::DataFusion { context: what(), source: Box::new(source) })
+    }
+}
+
+impl From<Error> for EngineError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::User { message, hint } => EngineError::User { message, hint },
+            other => {
+                let context = match &other {
+                    Error::Delta { context, .. } | Error::DataFusion { context, .. } | Error::Io { context, .. } => context.clone(),
+                    Error::Parquet { path, .. } => format!("reading `{path}`"),
+                    _ => "storage".to_string(),
+                };
+                let source: Box<dyn std::error::Error + Send + Sync> = match other {
+                    Error::Delta { source, .. } => Box::new(source),
+                    Error::DataFusion { source, .. } => source,
+                    Error::Io { source, .. } => Box::new(source),
+                    Error::Parquet { source, .. } => Box::new(source),
+                    e => Box::new(e),
+                };
+                EngineError::Storage { context, source }
+            }
+        }
+    }
+}
+
+/// Result alias of the Delta adapter.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

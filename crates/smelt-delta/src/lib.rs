@@ -1,0 +1,19 @@
+//! Delta Lake adapter for smelt (delta-rs).
+//!
+//! * [`Lake`]: a folder of Delta tables, `schema/table` each; opens tables and builds a
+//!   DataFusion session over all of them.
+//! * [`source::DeltaSource`]: bronze changes — added files of append commits, change data
+//!   files of rewriting commits, or the snapshot — in commit, file and row order.
+//! * [`silver::DeltaSilver`]: silver lookups and the upsert that commits data and
+//!   watermark (`txn` action) together.
+//! * [`sql`]: `smelt sql` — DataFusion queries plus the DDL/DML the seeds use.
+#![deny(missing_docs)]
+
+mod error;
+mod lake;
+pub mod silver;
+pub mod source;
+pub mod sql;
+
+pub use error::{Error, Result};
+pub use lake::Lake;

@@ -1,0 +1,271 @@
+//! Bronze changes from a Delta table's log (DESIGN §3.1).
+//!
+//! Rows come out in input order — commit version, then the order of files in the commit,
+//! then row order inside a file — because the apply contract breaks sequence ties by it
+//! (delta-rs' change-feed reader does not keep row order, DESIGN §9).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, new_null_array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use deltalake::DeltaTable;
+use deltalake::kernel::Action;
+use deltalake::logstore::get_actions;
+use deltalake::logstore::parquet_reader::ParquetObjectReader;
+use deltalake::parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use futures::TryStreamExt;
+use smelt_core::change::{CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, metadata_fields};
+use smelt_engine::ports::{ChangeSet, ChangeSource};
+use smelt_spec::TableName;
+
+use crate::error::{Context, Error, Result};
+
+/// One data file to read, with the change metadata its rows get.
+#[derive(Debug, Clone)]
+struct FileToRead {
+    path: String,
+    size: i64,
+    partition_values: HashMap<String, Option<String>>,
+    /// `Some(kind)` for data files (every row is that kind); `None` for change data files,
+    /// which carry their own `_change_type` column.
+    kind: Option<&'static str>,
+    version: i64,
+    timestamp_us: i64,
+}
+
+/// Summary of one commit of the bronze log.
+#[derive(Debug, Default)]
+struct Commit {
+    timestamp_us: i64,
+    operation: String,
+    adds: Vec<deltalake::kernel::Add>,
+    removes: Vec<deltalake::kernel::Remove>,
+    cdc: Vec<deltalake::kernel::AddCDCFile>,
+}
+
+/// Bronze changes of one Delta table, pinned to the version seen at open.
+pub struct DeltaSource {
+    name: TableName,
+    table: DeltaTable,
+    version: i64,
+    schema: SchemaRef,
+    version_timestamp: Option<i64>,
+}
+
+impl DeltaSource {
+    /// Opens the bronze table at its latest version.
+    pub async fn open(lake: &crate::Lake, name: &TableName) -> Result<Self> {
+        let table = lake
+            .open_existing(name, "create it first, e.g. `smelt sql -f bronze.sql`, or fix `from:` in the pipeline")
+            .await?;
+        let version = table.version().map(|v| v as i64).unwrap_or(0);
+        let snapshot = table.snapshot().context(|| format!("reading `{name}`"))?;
+        let schema = normalize_schema(&snapshot.snapshot().arrow_schema());
+        let mut source = Self { name: name.clone(), table, version, schema, version_timestamp: None };
+        source.version_timestamp = source.commit(version).await.ok().map(|c| c.timestamp_us);
+        Ok(source)
+    }
+
+    async fn commit(&self, version: i64) -> Result<Commit> {
+        let log_store = self.table.log_store();
+        let bytes = log_store
+            .read_commit_entry(version as u64)
+            .await
+            .context(|| format!("reading the log of `{}` at version {version}", self.name))?
+            .ok_or_else(|| {
+                Error::user(
+                    format!("the log entry of `{}` version {version} is gone (log retention cleaned it up)", self.name),
+                    "the changes of that version can no longer be read; rebuild silver with `smelt run --full-refresh`",
+                )
+            })?;
+        let actions = get_actions(version as u64, &bytes).context(|| format!("parsing the log of `{}` version {version}", self.name))?;
+        let mut c = Commit::default();
+        let mut ts = None;
+        for a in actions {
+            match a {
+                Action::CommitInfo(info) => {
+                    ts = info.in_commit_timestamp.or(info.timestamp);
+                    c.operation = info.operation.unwrap_or_default();
+                }
+                Action::Add(add) => c.adds.push(add),
+                Action::Remove(r) => c.removes.push(r),
+                Action::Cdc(cdc) => c.cdc.push(cdc),
+                _ => {}
+            }
+        }
+        c.timestamp_us = ts.ok_or_else(|| Error::user(format!("version {version} of `{}` has no commit timestamp", self.name), "the table was written by a tool that omits commitInfo; smelt cannot order its changes"))? * 1000;
+        Ok(c)
+    }
+
+    /// Files that make up the changes in `(after, version]`.
+    async fn plan_files(&self, after: Option<i64>) -> Result<(Vec<FileToRead>, usize)> {
+        let mut skipped_delete_files = 0;
+        let Some(after) = after else {
+            // Snapshot: the active files at `version`, in the order they were added, each with
+            // the version and time of the commit that added it.
+            let mut active: Vec<FileToRead> = Vec::new();
+            for v in 0..=self.version {
+                let c = self.commit(v).await?;
+                let removed: std::collections::HashSet<&str> = c.removes.iter().map(|r| r.path.as_str()).collect();
+                if !removed.is_empty() {
+                    active.retain(|f| !removed.contains(f.path.as_str()));
+                }
+                for add in c.adds {
+                    active.push(FileToRead {
+                        path: add.path,
+                        size: add.size,
+                        partition_values: add.partition_values,
+                        kind: Some(INSERT),
+                        version: v,
+                        timestamp_us: c.timestamp_us,
+                    });
+                }
+            }
+            return Ok((active, 0));
+        };
+        let mut files = Vec::new();
+        for v in (after + 1)..=self.version {
+            let c = self.commit(v).await?;
+            let adds: Vec<_> = c.adds.into_iter().filter(|a| a.data_change).collect();
+            let removes = c.removes.iter().filter(|r| r.data_change).count();
+            if !c.cdc.is_empty() {
+                for cdc in c.cdc {
+                    files.push(FileToRead {
+                        path: cdc.path,
+                        size: cdc.size,
+                        partition_values: cdc.partition_values,
+                        kind: None,
+                        version: v,
+                        timestamp_us: c.timestamp_us,
+                    });
+                }
+                continue;
+            }
+            let overwrite = c.operation == "WRITE" || c.operation.starts_with("CREATE");
+            if removes > 0 && !adds.is_empty() && !overwrite {
+                return Err(Error::user(
+                    format!(
+                        "bronze `{}` version {v} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
+                        self.name,
+                        if c.operation.is_empty() { "unknown operation" } else { &c.operation }
+                    ),
+                    format!(
+                        "turn on the change feed (`ALTER TABLE {} SET OPTIONS (enable_change_history = TRUE)`) before rewriting bronze, and rebuild silver once with `smelt run --full-refresh`",
+                        self.name
+                    ),
+                ));
+            }
+            // Whole-file removes without change data are deletes: ignored by apply flows
+            // (bronze retention must never delete silver), so they are not read.
+            skipped_delete_files += removes;
+            for add in adds {
+                files.push(FileToRead {
+                    path: add.path,
+                    size: add.size,
+                    partition_values: add.partition_values,
+                    kind: Some(INSERT),
+                    version: v,
+                    timestamp_us: c.timestamp_us,
+                });
+            }
+        }
+        Ok((files, skipped_delete_files))
+    }
+
+    async fn read_file(&self, file: &FileToRead, out: &SchemaRef) -> Result<Vec<RecordBatch>> {
+        let store = self.table.object_store();
+        let path = deltalake::Path::from_url_path(&file.path).map_err(|e| Error::user(format!("bad file path `{}` in `{}`: {e}", file.path, self.name), "the table log is damaged"))?;
+        let reader = ParquetObjectReader::new(store, path).with_file_size(file.size as u64);
+        let full_path = || format!("{}/{}", self.name, file.path);
+        let stream = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(|source| Error::Parquet { path: full_path(), source })?
+            .build()
+            .map_err(|source| Error::Parquet { path: full_path(), source })?;
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|source| Error::Parquet { path: full_path(), source })?;
+        batches.iter().map(|b| self.to_change_batch(b, file, out)).collect()
+    }
+
+    /// Lines a file's batch up with the bronze schema and adds the change metadata.
+    fn to_change_batch(&self, batch: &RecordBatch, file: &FileToRead, out: &SchemaRef) -> Result<RecordBatch> {
+        let n = batch.num_rows();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(out.fields().len());
+        for field in self.schema.fields() {
+            let array = match batch.column_by_name(field.name()) {
+                Some(c) if c.data_type() == field.data_type() => Arc::clone(c),
+                Some(c) => arrow::compute::cast(c, field.data_type())?,
+                None => match file.partition_values.get(field.name()) {
+                    Some(value) => {
+                        let strings: ArrayRef = Arc::new(StringArray::from(vec![value.clone(); n]));
+                        arrow::compute::cast(&strings, field.data_type())?
+                    }
+                    None => new_null_array(field.data_type(), n),
+                },
+            };
+            columns.push(array);
+        }
+        let kind: ArrayRef = match (file.kind, batch.column_by_name(CHANGE_TYPE)) {
+            (Some(kind), _) => Arc::new(StringArray::from(vec![kind; n])),
+            (None, Some(c)) => arrow::compute::cast(c, &DataType::Utf8)?,
+            (None, None) => return Err(Error::user(format!("change data file `{}` of `{}` has no `_change_type` column", file.path, self.name), "the table log is damaged")),
+        };
+        columns.push(kind);
+        columns.push(Arc::new(Int64Array::from(vec![file.version; n])));
+        columns.push(Arc::new(TimestampMicrosecondArray::from(vec![file.timestamp_us; n]).with_timezone("UTC")));
+        Ok(RecordBatch::try_new(Arc::clone(out), columns)?)
+    }
+}
+
+/// Bronze columns as smelt handles them: view and large string types become `Utf8`.
+fn normalize_schema(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let dt = match f.data_type() {
+                DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+                DataType::BinaryView | DataType::LargeBinary => DataType::Binary,
+                other => other.clone(),
+            };
+            Field::new(f.name(), dt, true)
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+#[async_trait]
+impl ChangeSource for DeltaSource {
+    fn table(&self) -> &TableName {
+        &self.name
+    }
+
+    fn version(&self) -> i64 {
+        self.version
+    }
+
+    fn version_timestamp(&self) -> Option<i64> {
+        self.version_timestamp
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    async fn read_changes(&self, after: Option<i64>) -> smelt_engine::Result<ChangeSet> {
+        let mut fields: Vec<Field> = self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(metadata_fields());
+        let out: SchemaRef = Arc::new(Schema::new(fields));
+        let (files, skipped_delete_files) = self.plan_files(after).await?;
+        let mut batches = Vec::new();
+        let mut bytes_read = 0u64;
+        for file in &files {
+            batches.extend(self.read_file(file, &out).await?);
+            bytes_read += file.size.max(0) as u64;
+        }
+        debug_assert!(batches.iter().all(|b| b.column_by_name(COMMIT_VERSION).is_some() && b.column_by_name(COMMIT_TIMESTAMP).is_some()));
+        Ok(ChangeSet { schema: out, batches, files_read: files.len(), bytes_read, skipped_delete_files })
+    }
+}
+

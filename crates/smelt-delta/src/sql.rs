@@ -1,0 +1,285 @@
+//! `smelt sql`: DataFusion over every lake table as `schema.table`, plus the DDL and DML
+//! of the seed scripts — `CREATE [OR REPLACE] TABLE` (BigQuery `OPTIONS`, Spark
+//! `TBLPROPERTIES`), `ALTER TABLE … SET OPTIONS/TBLPROPERTIES`, `INSERT INTO … VALUES |
+//! SELECT`, `TRUNCATE TABLE`.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use arrow::compute::{CastOptions, cast_with_options};
+use arrow::datatypes::{Schema, SchemaRef};
+use deltalake::datafusion::execution::context::SQLOptions;
+use deltalake::datafusion::sql::parser::Statement as DFStatement;
+use deltalake::datafusion::sql::sqlparser::ast::{
+    AlterTableOperation, Ident, ObjectName, ObjectNamePart, Statement, TableObject, visit_relations_mut,
+};
+use deltalake::kernel::StructType;
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake::operations::create::CreateBuilder;
+use deltalake::protocol::SaveMode;
+use deltalake::{DeltaTable, TableProperty};
+use smelt_engine::schema::arrow_schema;
+use smelt_spec::TableName;
+use smelt_spec::ddl::{options_turn_on_change_feed, parse_script, table_def};
+
+use crate::Lake;
+use crate::error::{Context, Error, Result};
+
+/// What one statement produced.
+#[derive(Debug)]
+pub enum SqlOutput {
+    /// A statement that changed the lake: what it did.
+    Message(String),
+    /// A query result.
+    Rows {
+        /// The result schema.
+        schema: SchemaRef,
+        /// The rows.
+        batches: Vec<RecordBatch>,
+    },
+}
+
+/// Runs a script of `;`-separated statements in order, stopping at the first failure.
+/// Outputs of the statements that ran are returned with the error's statement number.
+pub async fn execute(lake: &Lake, sql: &str) -> std::result::Result<Vec<SqlOutput>, (Vec<SqlOutput>, usize, Error)> {
+    let statements = parse_script(sql).map_err(|e| {
+        (
+            Vec::new(),
+            0,
+            Error::user(format!("cannot parse the SQL: {e}"), "smelt sql takes BigQuery, Spark or ANSI syntax; check the statement near the position shown"),
+        )
+    })?;
+    let mut outputs = Vec::new();
+    for (i, mut statement) in statements.into_iter().enumerate() {
+        split_dotted_names(&mut statement);
+        match execute_one(lake, statement).await {
+            Ok(out) => outputs.push(out),
+            Err(e) => return Err((outputs, i + 1, e)),
+        }
+    }
+    Ok(outputs)
+}
+
+/// BigQuery writes `` `dataset.table` `` as one quoted identifier; smelt reads it as
+/// schema `dataset`, table `table`.
+fn split_dotted_names(statement: &mut Statement) {
+    let _ = visit_relations_mut(statement, |name: &mut ObjectName| {
+        if name.0.len() == 1 {
+            if let Some(ident) = name.0[0].as_ident() {
+                if ident.value.contains('.') {
+                    let quote = ident.quote_style;
+                    let span = ident.span;
+                    name.0 = ident
+                        .value
+                        .split('.')
+                        .map(|p| ObjectNamePart::Identifier(Ident { value: p.to_string(), quote_style: quote, span }))
+                        .collect();
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
+fn table_name(name: &ObjectName) -> Result<TableName> {
+    TableName::from_object_name(name).ok_or_else(|| {
+        Error::user(format!("`{name}` is not a `schema.table` name"), "name lake tables `schema.table`, e.g. `bronze.product2`")
+    })
+}
+
+async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
+    match statement {
+        Statement::CreateTable(create) => {
+            if create.query.is_some() {
+                return Err(Error::user("CREATE TABLE … AS SELECT is not supported yet", "create the table, then `INSERT INTO … SELECT …`"));
+            }
+            let def = table_def(&create, Path::new("<sql>")).map_err(|e| {
+                let first = &e.0[0];
+                Error::user(first.message.clone(), first.hint.clone().unwrap_or_default())
+            })?;
+            create_table(lake, &def).await
+        }
+        Statement::AlterTable(alter) => {
+            let name = table_name(&alter.name)?;
+            let table = lake.open_existing(&name, "create it first with CREATE TABLE").await?;
+            let mut properties = HashMap::new();
+            for op in &alter.operations {
+                match op {
+                    AlterTableOperation::SetTblProperties { table_properties } => {
+                        if options_turn_on_change_feed(table_properties) {
+                            properties.insert("delta.enableChangeDataFeed".to_string(), "true".to_string());
+                        } else {
+                            return Err(Error::user(
+                                format!("unsupported table option in `{}`", alter.name),
+                                "smelt understands `enable_change_history = TRUE` and `delta.enableChangeDataFeed = true`",
+                            ));
+                        }
+                    }
+                    other => {
+                        return Err(Error::user(format!("ALTER TABLE … {other} is not supported"), "only SET OPTIONS / SET TBLPROPERTIES (change feed) is"));
+                    }
+                }
+            }
+            table
+                .set_tbl_properties()
+                .with_properties(properties)
+                .await
+                .context(|| format!("altering `{name}`"))?;
+            Ok(SqlOutput::Message(format!("altered table {name}: change feed on")))
+        }
+        Statement::Truncate(truncate) => {
+            let mut done = Vec::new();
+            for target in &truncate.table_names {
+                let name = table_name(&target.name)?;
+                let table = lake.open_existing(&name, "check the table name").await?;
+                let (_, metrics) = table.delete().await.context(|| format!("truncating `{name}`"))?;
+                done.push(format!("truncated {name} ({} rows)", metrics.num_deleted_rows.unwrap_or(0)));
+            }
+            Ok(SqlOutput::Message(done.join("\n")))
+        }
+        Statement::Insert(insert) => {
+            let TableObject::TableName(target) = &insert.table else {
+                return Err(Error::user("INSERT INTO a table function is not supported", "insert into `schema.table`"));
+            };
+            let name = table_name(target)?;
+            let table = lake.open_existing(&name, "create it first with CREATE TABLE").await?;
+            let Some(source) = insert.source.clone() else {
+                return Err(Error::user("INSERT without VALUES or SELECT", "add `VALUES (…)` or a SELECT"));
+            };
+            let columns: Vec<String> = insert
+                .columns
+                .iter()
+                .map(|c| c.0.last().and_then(|p| p.as_ident()).map(|i| i.value.clone()).unwrap_or_else(|| c.to_string()))
+                .collect();
+            let (_, batches) = query(lake, Statement::Query(source)).await?;
+            insert_rows(&name, table, &columns, batches).await
+        }
+        Statement::CreateSchema { schema_name, .. } => {
+            let name = schema_name.to_string().trim_matches('`').to_string();
+            let path = lake.root().join(&name);
+            std::fs::create_dir_all(&path).map_err(|source| Error::Io { context: format!("creating `{}`", path.display()), source })?;
+            Ok(SqlOutput::Message(format!("created schema {name}")))
+        }
+        statement @ Statement::Query(_) => {
+            let (schema, batches) = query(lake, statement).await?;
+            Ok(SqlOutput::Rows { schema, batches })
+        }
+        other => {
+            let text = other.to_string();
+            let head: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            Err(Error::user(
+                format!("`{head} …` statements are not supported by smelt sql"),
+                "supported: SELECT, CREATE TABLE, ALTER TABLE … SET OPTIONS, INSERT INTO, TRUNCATE TABLE, CREATE SCHEMA",
+            ))
+        }
+    }
+}
+
+async fn query(lake: &Lake, statement: Statement) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let ctx = lake.session().await?;
+    let state = ctx.state();
+    let plan = state
+        .statement_to_plan(DFStatement::Statement(Box::new(statement)))
+        .await
+        .context(|| "planning the query".to_string())?;
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .verify_plan(&plan)
+        .context(|| "checking the query".to_string())?;
+    let df = ctx.execute_logical_plan(plan).await.context(|| "running the query".to_string())?;
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let batches = df.collect().await.context(|| "running the query".to_string())?;
+    Ok((schema, batches))
+}
+
+async fn create_table(lake: &Lake, def: &smelt_spec::TableDef) -> Result<SqlOutput> {
+    let exists = lake.exists(&def.name);
+    if exists && def.if_not_exists {
+        return Ok(SqlOutput::Message(format!("table {} exists; left as is", def.name)));
+    }
+    if exists && !def.or_replace {
+        return Err(Error::user(
+            format!("table `{}` already exists", def.name),
+            "use CREATE OR REPLACE TABLE to replace it, or CREATE TABLE IF NOT EXISTS",
+        ));
+    }
+    let schema = arrow_schema(def);
+    let delta_schema: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
+    let path = lake.table_path(&def.name);
+    std::fs::create_dir_all(&path).map_err(|source| Error::Io { context: format!("creating `{}`", path.display()), source })?;
+    let mut builder = CreateBuilder::new()
+        .with_location(path.to_string_lossy().to_string())
+        .with_table_name(def.name.table.clone())
+        .with_columns(delta_schema.fields().cloned())
+        .with_save_mode(if exists { SaveMode::Overwrite } else { SaveMode::ErrorIfExists });
+    if def.change_feed {
+        builder = builder.with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"));
+    }
+    builder.await.context(|| format!("creating `{}`", def.name))?;
+    Ok(SqlOutput::Message(format!(
+        "{} table {} ({} columns{})",
+        if exists { "replaced" } else { "created" },
+        def.name,
+        def.columns.len(),
+        if def.change_feed { ", change feed on" } else { "" }
+    )))
+}
+
+/// Appends query rows to a table: by position into `columns` (or every column), NULL for
+/// the rest, each value cast to the column's type (a value that does not fit fails).
+async fn insert_rows(name: &TableName, table: DeltaTable, columns: &[String], batches: Vec<RecordBatch>) -> Result<SqlOutput> {
+    let snapshot = table.snapshot().context(|| format!("reading `{name}`"))?;
+    let target = snapshot.snapshot().arrow_schema();
+    let target: SchemaRef = Arc::new(Schema::new(
+        target.fields().iter().map(|f| f.as_ref().clone()).collect::<Vec<_>>(),
+    ));
+    let columns: Vec<String> = if columns.is_empty() {
+        target.fields().iter().map(|f| f.name().clone()).collect()
+    } else {
+        columns.to_vec()
+    };
+    for c in &columns {
+        if target.field_with_name(c).is_err() {
+            let names: Vec<&str> = target.fields().iter().map(|f| f.name().as_str()).collect();
+            let hint = match smelt_spec::did_you_mean(c, names.iter().copied()) {
+                Some(near) => format!("did you mean `{near}`?"),
+                None => format!("columns are: {}", names.join(", ")),
+            };
+            return Err(Error::user(format!("table `{name}` has no column `{c}`"), hint));
+        }
+    }
+    let strict = CastOptions { safe: false, ..CastOptions::default() };
+    let mut out = Vec::new();
+    let mut rows = 0;
+    for batch in batches {
+        if batch.num_columns() != columns.len() {
+            return Err(Error::user(
+                format!("INSERT INTO `{name}` gives {} values per row for {} columns", batch.num_columns(), columns.len()),
+                "list as many values as columns",
+            ));
+        }
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(target.fields().len());
+        for field in target.fields() {
+            let array = match columns.iter().position(|c| c == field.name()) {
+                Some(i) => cast_with_options(batch.column(i), field.data_type(), &strict).map_err(|e| {
+                    Error::user(format!("INSERT INTO `{name}`: column `{}`: {e}", field.name()), "give a value of the column's type")
+                })?,
+                None => new_null_array(field.data_type(), batch.num_rows()),
+            };
+            arrays.push(array);
+        }
+        rows += batch.num_rows();
+        out.push(RecordBatch::try_new(Arc::clone(&target), arrays).map_err(|e| {
+            Error::user(format!("INSERT INTO `{name}`: {e}"), "a NOT NULL column got a NULL value")
+        })?);
+    }
+    if rows == 0 {
+        return Ok(SqlOutput::Message(format!("inserted 0 rows into {name}")));
+    }
+    table.write(out).with_save_mode(SaveMode::Append).await.context(|| format!("inserting into `{name}`"))?;
+    Ok(SqlOutput::Message(format!("inserted {rows} rows into {name}")))
+}

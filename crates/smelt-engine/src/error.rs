@@ -1,0 +1,104 @@
+use smelt_core::CoreError;
+
+/// Errors of the engine and of the adapters behind its ports.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A table the flow needs does not exist.
+    #[error("table `{table}` does not exist (looked in {location})")]
+    TableNotFound {
+        /// `schema.table`.
+        table: String,
+        /// Where it was looked for.
+        location: String,
+        /// The next step.
+        hint: String,
+    },
+    /// The data or the lake does not fit the pipeline: the user can fix it.
+    #[error("{message}")]
+    User {
+        /// What is wrong, naming table, version, column and row where known.
+        message: String,
+        /// The next step.
+        hint: Option<String>,
+    },
+    /// A cast failed under `on_cast_error: fail`.
+    #[error("flow `{flow}`: {source}")]
+    Cast {
+        /// Flow name.
+        flow: String,
+        /// The failure.
+        #[source]
+        source: CoreError,
+    },
+    /// An injected failure (tests and crash drills: `SMELT_FAILPOINT`).
+    #[error("injected failure at `{0}` (SMELT_FAILPOINT)")]
+    Failpoint(String),
+    /// The storage layer failed.
+    #[error("{context}")]
+    Storage {
+        /// What smelt was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A bug in smelt.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    /// A user error with a hint.
+    pub fn user(message: impl Into<String>, hint: impl Into<String>) -> Self {
+        EngineError::User {
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+
+    /// Wraps a storage error with what smelt was doing.
+    pub fn storage(context: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        EngineError::Storage {
+            context: context.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The hint for the user, if the error has one.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            EngineError::TableNotFound { hint, .. } => Some(hint),
+            EngineError::User { hint, .. } => hint.as_deref(),
+            EngineError::Cast { .. } => Some(
+                "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure",
+            ),
+            EngineError::Internal(_) => Some("this is a bug in smelt; please report it with the command you ran"),
+            _ => None,
+        }
+    }
+}
+
+impl From<CoreError> for EngineError {
+    fn from(e: CoreError) -> Self {
+        EngineError::Internal(e.to_string())
+    }
+}
+
+impl From<arrow::error::ArrowError> for EngineError {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        EngineError::Internal(format!("arrow: {e}"))
+    }
+}
+
+/// Result alias of the engine.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Fails with [`EngineError::Failpoint`] when `SMELT_FAILPOINT` names `point`.
+///
+/// Crash drills set it to stop a run at a write step and check that a rerun recovers.
+pub fn failpoint(point: &str) -> Result<()> {
+    match std::env::var("SMELT_FAILPOINT") {
+        Ok(v) if v.split(',').any(|p| p.trim() == point) => Err(EngineError::Failpoint(point.to_string())),
+        _ => Ok(()),
+    }
+}

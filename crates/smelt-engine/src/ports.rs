@@ -1,0 +1,105 @@
+//! The ports a table format implements (DESIGN §7). Small on purpose: required methods
+//! are the minimum the run contract needs.
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use smelt_spec::TableName;
+
+use crate::Result;
+
+/// Bronze changes read for one run.
+#[derive(Debug, Clone)]
+pub struct ChangeSet {
+    /// Bronze columns followed by the change metadata columns
+    /// (`smelt_core::change::metadata_fields`), in input order.
+    pub schema: SchemaRef,
+    /// The rows, in input order (commit version, file order, row order).
+    pub batches: Vec<RecordBatch>,
+    /// Data files read.
+    pub files_read: usize,
+    /// Bytes of the data files read.
+    pub bytes_read: u64,
+    /// Rows of bronze deletes that were not read because they cannot affect silver
+    /// (whole-file removes without a change feed).
+    pub skipped_delete_files: usize,
+}
+
+/// Reads bronze changes. Pinned to the bronze version seen when it was opened, so one
+/// run reads one consistent range.
+#[async_trait]
+pub trait ChangeSource: Send + Sync {
+    /// The bronze table.
+    fn table(&self) -> &TableName;
+    /// The bronze version this source is pinned to (the run's `v`).
+    fn version(&self) -> i64;
+    /// Commit time of the pinned version, microseconds since the epoch (UTC).
+    fn version_timestamp(&self) -> Option<i64>;
+    /// Bronze columns (without change metadata).
+    fn schema(&self) -> SchemaRef;
+    /// Changes in `(after, version]`; `after = None` reads the snapshot at `version`,
+    /// each row stamped with the version and time of the commit that added its file.
+    async fn read_changes(&self, after: Option<i64>) -> Result<ChangeSet>;
+}
+
+/// What a silver write did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WriteStats {
+    /// The new silver version.
+    pub version: i64,
+    /// Files added.
+    pub files_added: usize,
+    /// Files removed (rewritten).
+    pub files_removed: usize,
+    /// Bytes of the files added.
+    pub bytes_written: u64,
+}
+
+/// The watermark to commit with the data: bronze version `version` is applied by `app_id`.
+#[derive(Debug, Clone)]
+pub struct Watermark {
+    /// One per flow, e.g. `smelt/product2`.
+    pub app_id: String,
+    /// The bronze version applied.
+    pub version: i64,
+    /// Run id, recorded in the commit for lineage.
+    pub run_id: String,
+}
+
+/// The silver table of an apply flow.
+#[async_trait]
+pub trait SilverTable: Send + Sync {
+    /// The silver table.
+    fn table(&self) -> &TableName;
+    /// Its schema, `None` when it does not exist yet.
+    fn schema(&self) -> Option<SchemaRef>;
+    /// Its version, `None` when it does not exist yet.
+    fn version(&self) -> Option<i64>;
+    /// The bronze version last applied by `app_id` (committed with the data).
+    async fn watermark(&self, app_id: &str) -> Result<Option<i64>>;
+    /// Creates the table (change feed on).
+    async fn create(&mut self, schema: SchemaRef) -> Result<()>;
+    /// Stored rows whose key equals a row of `keys` (NULL-safe), with the silver columns
+    /// `columns`. Row order is unspecified.
+    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch>;
+    /// Upserts `rows` (silver schema) by `keys` and commits `watermark` in the same
+    /// commit. With no rows, commits the watermark alone.
+    async fn upsert(&mut self, rows: RecordBatch, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
+}
+
+/// Progress of long phases. The CLI draws it; libraries never print.
+pub trait Reporter: Send + Sync {
+    /// A flow entered a phase (e.g. "read changes", "merge").
+    fn phase(&self, flow: &str, phase: &str);
+    /// The flow finished (successfully or not).
+    fn done(&self, flow: &str) {
+        let _ = flow;
+    }
+}
+
+/// A reporter that shows nothing.
+pub struct Silent;
+
+impl Reporter for Silent {
+    fn phase(&self, _: &str, _: &str) {}
+}

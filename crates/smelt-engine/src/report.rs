@@ -1,0 +1,67 @@
+//! The run report (DESIGN §3.9): one record per flow run.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// What one flow run did (or, for `smelt plan`, would do).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FlowReport {
+    /// Flow name.
+    pub flow: String,
+    /// Bronze table.
+    pub from: String,
+    /// Silver table.
+    pub into: String,
+    /// Run id (same for every flow of one run).
+    pub run_id: String,
+    /// `applied`, `up_to_date` or `planned` (dry run).
+    pub status: String,
+    /// `snapshot` (first run or full refresh) or `incremental`.
+    pub mode: String,
+    /// Watermark before the run: bronze versions after it were read (`None` = none applied yet).
+    pub from_version: Option<i64>,
+    /// Bronze version read up to (inclusive).
+    pub to_version: i64,
+    /// Change rows read.
+    pub changes_read: usize,
+    /// Changes ignored by kind (update pre-images, bronze deletes).
+    pub ignored: usize,
+    /// Changes dropped because a later change of the same key won.
+    pub duplicates_collapsed: usize,
+    /// Changes not newer than silver (guard).
+    pub stale: usize,
+    /// Keys inserted.
+    pub inserted: usize,
+    /// Keys updated with different data.
+    pub updated: usize,
+    /// Keys with a newer change but identical data (sequence refreshed only).
+    pub unchanged: usize,
+    /// Keys deleted.
+    pub deleted: usize,
+    /// Changes rejected (e.g. NULL in a NOT NULL key column).
+    pub rejected: usize,
+    /// Values that could not be cast, per silver column (always counted).
+    pub cast_failures: BTreeMap<String, usize>,
+    /// Bronze data files read.
+    pub files_read: usize,
+    /// Bronze bytes read.
+    pub bytes_read: u64,
+    /// Silver files written.
+    pub files_written: usize,
+    /// Silver files rewritten (removed).
+    pub files_removed: usize,
+    /// Silver bytes written.
+    pub bytes_written: u64,
+    /// Silver version after the run (`None` if nothing exists yet).
+    pub silver_version: Option<i64>,
+    /// Milliseconds per phase, in order.
+    pub phases_ms: Vec<(String, u64)>,
+}
+
+impl FlowReport {
+    /// Total cast failures.
+    pub fn cast_failures_total(&self) -> usize {
+        self.cast_failures.values().sum()
+    }
+}

@@ -1,0 +1,479 @@
+//! SQL table definitions: `CREATE TABLE` (BigQuery and Spark/Databricks spellings) into a
+//! typed [`TableDef`], plus the shared SQL script parser.
+
+use std::fmt;
+use std::path::Path;
+
+use sqlparser::ast::Spanned;
+use sqlparser::ast::{
+    ColumnOption, CreateTable, CreateTableOptions, ObjectName, SqlOption, Statement, TableConstraint,
+};
+use sqlparser::dialect::{BigQueryDialect, DatabricksDialect, Dialect, GenericDialect};
+use sqlparser::keywords::Keyword;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
+
+use crate::error::{Result, SpecError, SpecErrors};
+
+/// A `schema.table` name. Table `s.t` lives at `<lake>/s/t`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableName {
+    /// Schema (folder under the lake).
+    pub schema: String,
+    /// Table (folder under the schema).
+    pub table: String,
+}
+
+impl TableName {
+    /// Parses `schema.table` (surrounding backticks or quotes allowed).
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim().trim_matches(|c| c == '`' || c == '"');
+        let (schema, table) = s.split_once('.')?;
+        let ok = |p: &str| !p.is_empty() && !p.contains(['/', '\\', '.']) && p != "..";
+        (ok(schema) && ok(table)).then(|| TableName {
+            schema: schema.to_string(),
+            table: table.to_string(),
+        })
+    }
+
+    /// From a SQL object name: `a.b`, `` `a.b` `` (BigQuery) or `` `a`.`b` ``; a
+    /// three-part `project.a.b` keeps the last two parts.
+    pub fn from_object_name(name: &ObjectName) -> Option<Self> {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|p| p.as_ident())
+            .flat_map(|i| i.value.split('.').map(str::to_string).collect::<Vec<_>>())
+            .collect();
+        match parts.as_slice() {
+            [.., schema, table] => Self::parse(&format!("{schema}.{table}")),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.table)
+    }
+}
+
+/// Silver column types, in the spellings BigQuery and Spark accept (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    /// STRING, VARCHAR, TEXT, CHAR.
+    String,
+    /// BOOL, BOOLEAN.
+    Bool,
+    /// INT64, BIGINT, LONG.
+    Int64,
+    /// INT, INTEGER.
+    Int32,
+    /// SMALLINT.
+    Int16,
+    /// TINYINT, BYTE.
+    Int8,
+    /// FLOAT64, DOUBLE.
+    Float64,
+    /// FLOAT, REAL, FLOAT32.
+    Float32,
+    /// DECIMAL(p,s); NUMERIC = DECIMAL(38,9).
+    Decimal(u8, i8),
+    /// DATE.
+    Date,
+    /// TIMESTAMP: UTC, microseconds.
+    Timestamp,
+    /// DATETIME, TIMESTAMP_NTZ: no zone, microseconds.
+    TimestampNtz,
+    /// BYTES, BINARY.
+    Binary,
+}
+
+impl ColumnType {
+    /// Parses a type name as written in DDL or YAML (case-insensitive).
+    pub fn parse(s: &str) -> Option<Self> {
+        let t = s.trim().to_ascii_uppercase();
+        let t = t.replace(' ', "");
+        let base = t.split('(').next().unwrap_or("");
+        let args: Vec<i64> = t
+            .split_once('(')
+            .map(|(_, a)| a.trim_end_matches(')').split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_default();
+        Some(match base {
+            "STRING" | "VARCHAR" | "TEXT" | "CHAR" | "CHARACTERVARYING" | "NVARCHAR" => Self::String,
+            "BOOL" | "BOOLEAN" => Self::Bool,
+            "INT64" | "BIGINT" | "LONG" => Self::Int64,
+            "INT" | "INTEGER" | "INT32" => Self::Int32,
+            "SMALLINT" | "SHORT" | "INT16" => Self::Int16,
+            "TINYINT" | "BYTE" | "INT8" => Self::Int8,
+            "FLOAT64" | "DOUBLE" | "DOUBLEPRECISION" => Self::Float64,
+            "FLOAT" | "REAL" | "FLOAT32" => Self::Float32,
+            "NUMERIC" | "DECIMAL" | "DEC" => match args.as_slice() {
+                [] => Self::Decimal(38, 9),
+                [p] if (1..=38).contains(p) => Self::Decimal(*p as u8, 0),
+                [p, s] if (1..=38).contains(p) && (0..=*p).contains(s) => Self::Decimal(*p as u8, *s as i8),
+                _ => return None,
+            },
+            "DATE" => Self::Date,
+            "TIMESTAMP" | "TIMESTAMP_LTZ" | "TIMESTAMPTZ" => Self::Timestamp,
+            "DATETIME" | "TIMESTAMP_NTZ" => Self::TimestampNtz,
+            "BYTES" | "BINARY" | "VARBINARY" | "BLOB" => Self::Binary,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for ColumnType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::String => f.write_str("STRING"),
+            Self::Bool => f.write_str("BOOL"),
+            Self::Int64 => f.write_str("INT64"),
+            Self::Int32 => f.write_str("INT"),
+            Self::Int16 => f.write_str("SMALLINT"),
+            Self::Int8 => f.write_str("TINYINT"),
+            Self::Float64 => f.write_str("FLOAT64"),
+            Self::Float32 => f.write_str("FLOAT"),
+            Self::Decimal(p, s) => write!(f, "DECIMAL({p},{s})"),
+            Self::Date => f.write_str("DATE"),
+            Self::Timestamp => f.write_str("TIMESTAMP"),
+            Self::TimestampNtz => f.write_str("TIMESTAMP_NTZ"),
+            Self::Binary => f.write_str("BYTES"),
+        }
+    }
+}
+
+/// One column of a table definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnDef {
+    /// Name, case preserved.
+    pub name: String,
+    /// Type.
+    pub ty: ColumnType,
+    /// False with `NOT NULL` (or when the column is part of the primary key).
+    pub nullable: bool,
+}
+
+/// A table definition from a `CREATE TABLE` statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDef {
+    /// The table's name.
+    pub name: TableName,
+    /// Columns in order.
+    pub columns: Vec<ColumnDef>,
+    /// `PRIMARY KEY (...)` columns (constraint or column option), empty if none.
+    pub primary_key: Vec<String>,
+    /// `OPTIONS (enable_change_history = TRUE)` or `TBLPROPERTIES (delta.enableChangeDataFeed = true)`.
+    pub change_feed: bool,
+    /// `CREATE OR REPLACE`.
+    pub or_replace: bool,
+    /// `IF NOT EXISTS`.
+    pub if_not_exists: bool,
+}
+
+impl TableDef {
+    /// The column called `name`.
+    pub fn column(&self, name: &str) -> Option<&ColumnDef> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+}
+
+/// Parses a SQL script (BigQuery, Databricks/Spark or generic syntax) into statements.
+///
+/// Two spellings sqlparser does not take are rewritten first: BigQuery's
+/// `ALTER TABLE t SET OPTIONS (...)` (read as `SET TBLPROPERTIES`) and dotted option keys
+/// such as `delta.enableChangeDataFeed = true` (read as one quoted key).
+/// The error is the text of the first dialect's error, with its line.
+pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
+    let dialects: [&dyn Dialect; 3] = [&BigQueryDialect {}, &GenericDialect {}, &DatabricksDialect {}];
+    let mut first_err = None;
+    for d in dialects {
+        let parsed = Tokenizer::new(d, sql)
+            .tokenize_with_location()
+            .map_err(|e| e.to_string())
+            .and_then(|tokens| {
+                Parser::new(d)
+                    .with_tokens_with_locations(rewrite_options(tokens))
+                    .parse_statements()
+                    .map_err(|e| e.to_string())
+            });
+        match parsed {
+            Ok(stmts) => return Ok(stmts),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_err.unwrap_or_default())
+}
+
+fn rewrite_options(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let significant = |t: &TokenWithSpan| !matches!(t.token, Token::Whitespace(_));
+    let toks: Vec<TokenWithSpan> = tokens.into_iter().filter(significant).collect();
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(toks.len());
+    let (mut in_props, mut depth, mut i) = (false, 0usize, 0usize);
+    let mut statement_start = 0usize;
+    while i < toks.len() {
+        let t = &toks[i];
+        if matches!(t.token, Token::SemiColon) {
+            statement_start = out.len() + 1;
+        }
+        if let Token::Word(w) = &t.token {
+            let after_set = matches!(out.last().map(|t| &t.token), Some(Token::Word(p)) if p.keyword == Keyword::SET);
+            let alter_table = matches!(out.get(statement_start).map(|t| &t.token), Some(Token::Word(a)) if a.keyword == Keyword::ALTER)
+                && matches!(out.get(statement_start + 1).map(|t| &t.token), Some(Token::Word(b)) if b.keyword == Keyword::TABLE);
+            if w.keyword == Keyword::OPTIONS && after_set && alter_table {
+                out.push(TokenWithSpan::new(Token::make_keyword("TBLPROPERTIES"), t.span));
+                in_props = true;
+                depth = 0;
+                i += 1;
+                continue;
+            }
+            if w.keyword == Keyword::TBLPROPERTIES || w.keyword == Keyword::OPTIONS {
+                in_props = true;
+                depth = 0;
+            }
+        }
+        if in_props {
+            match &t.token {
+                Token::LParen => depth += 1,
+                Token::RParen => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        in_props = false;
+                    }
+                }
+                Token::Word(w) if depth == 1 && matches!(out.last().map(|t| &t.token), Some(Token::LParen | Token::Comma)) => {
+                    let (mut key, mut j) = (w.value.clone(), i + 1);
+                    while j + 1 < toks.len() && matches!(toks[j].token, Token::Period) {
+                        if let Token::Word(n) = &toks[j + 1].token {
+                            key.push('.');
+                            key.push_str(&n.value);
+                            j += 2;
+                        } else {
+                            break;
+                        }
+                    }
+                    if j > i + 1 {
+                        out.push(TokenWithSpan::new(Token::make_word(&key, Some('`')), t.span));
+                        i = j;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push(t.clone());
+        i += 1;
+    }
+    out
+}
+
+/// Reads the single `CREATE TABLE` statement of a DDL file.
+pub fn parse_table(sql: &str, file: &Path) -> Result<TableDef> {
+    let stmts = parse_script(sql).map_err(|e| {
+        SpecError::new(file, "", format!("cannot parse the table definition: {e}"))
+            .at(line_in_parser_error(&e))
+            .hint("the file must hold one CREATE TABLE statement")
+    })?;
+    let creates: Vec<&CreateTable> = stmts
+        .iter()
+        .filter_map(|s| match s {
+            Statement::CreateTable(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    match creates.as_slice() {
+        [one] => table_def(one, file),
+        _ => Err(SpecError::new(file, "", format!("expected one CREATE TABLE statement, found {}", creates.len()))
+            .at(Some(1))
+            .hint("put one `CREATE TABLE schema.table (...)` in the file")
+            .into()),
+    }
+}
+
+fn line_in_parser_error(e: &str) -> Option<usize> {
+    let rest = e.split("Line: ").nth(1)?;
+    rest.split(',').next()?.trim().parse().ok()
+}
+
+/// Converts a parsed `CREATE TABLE` into a [`TableDef`], collecting every problem.
+pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
+    let mut errors = Vec::new();
+    let name = TableName::from_object_name(&c.name);
+    if name.is_none() {
+        errors.push(
+            SpecError::new(file, "", format!("table name `{}` has no schema", c.name))
+                .at(Some(c.name.0.first().map(|p| span_line(p.span().start.line)).unwrap_or(1)))
+                .hint("name tables `schema.table`, e.g. `silver.product2`"),
+        );
+    }
+    let mut columns = Vec::new();
+    let mut primary_key = Vec::new();
+    for col in &c.columns {
+        let type_text = col.data_type.to_string();
+        let Some(ty) = ColumnType::parse(&type_text) else {
+            errors.push(
+                SpecError::new(file, col.name.value.clone(), format!("unknown type `{type_text}` for column `{}`", col.name.value))
+                    .at(Some(span_line(col.name.span.start.line)))
+                    .hint("use STRING, BOOL, INT64, INT, SMALLINT, FLOAT64, FLOAT, NUMERIC, DECIMAL(p,s), DATE, TIMESTAMP, DATETIME or BYTES"),
+            );
+            continue;
+        };
+        let mut nullable = true;
+        for opt in &col.options {
+            match &opt.option {
+                ColumnOption::NotNull => nullable = false,
+                ColumnOption::PrimaryKey(_) => {
+                    nullable = false;
+                    primary_key.push(col.name.value.clone());
+                }
+                _ => {}
+            }
+        }
+        columns.push(ColumnDef {
+            name: col.name.value.clone(),
+            ty,
+            nullable,
+        });
+    }
+    for constraint in &c.constraints {
+        if let TableConstraint::PrimaryKey(pk) = constraint {
+            for ic in &pk.columns {
+                let col = ic.column.expr.to_string();
+                let col = col.trim_matches(|c| c == '`' || c == '"').to_string();
+                if !c.columns.iter().any(|d| d.name.value == col) {
+                    errors.push(
+                        SpecError::new(file, "PRIMARY KEY", format!("primary key column `{col}` is not a column of the table"))
+                            .hint("list columns declared above in PRIMARY KEY (...)"),
+                    );
+                }
+                primary_key.push(col);
+            }
+        }
+    }
+    for k in &primary_key {
+        if let Some(c) = columns.iter_mut().find(|c| &c.name == k) {
+            c.nullable = false;
+        }
+    }
+    let change_feed = change_feed_in(&c.table_options);
+    if !errors.is_empty() {
+        return Err(SpecErrors(errors));
+    }
+    Ok(TableDef {
+        name: name.expect("checked above"),
+        columns,
+        primary_key,
+        change_feed,
+        or_replace: c.or_replace,
+        if_not_exists: c.if_not_exists,
+    })
+}
+
+fn span_line(line: u64) -> usize {
+    (line as usize).max(1)
+}
+
+/// True when table options turn the change feed on: BigQuery
+/// `enable_change_history = TRUE` or Delta `delta.enableChangeDataFeed = true`.
+pub fn change_feed_in(options: &CreateTableOptions) -> bool {
+    let list: &[SqlOption] = match options {
+        CreateTableOptions::None => &[],
+        CreateTableOptions::With(o)
+        | CreateTableOptions::Options(o)
+        | CreateTableOptions::Plain(o)
+        | CreateTableOptions::TableProperties(o) => o,
+    };
+    options_turn_on_change_feed(list)
+}
+
+/// True when `key = value` options turn the change feed on (see [`change_feed_in`]).
+pub fn options_turn_on_change_feed(options: &[SqlOption]) -> bool {
+    options.iter().any(|o| {
+        let text = o.to_string();
+        let Some((k, v)) = text.split_once('=') else { return false };
+        let unquote = |s: &str| s.trim().trim_matches(|c| c == '\'' || c == '"' || c == '`').to_ascii_lowercase();
+        let (k, v) = (unquote(k), unquote(v));
+        matches!(k.as_str(), "enable_change_history" | "delta.enablechangedatafeed") && v == "true"
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED_SILVER: &str = "CREATE OR REPLACE TABLE `medallion_demo.product2__silver` (
+`Id` STRING NOT NULL,
+`Name` STRING,
+`IsActive` BOOL,
+`CreatedDate` TIMESTAMP,
+`Price` NUMERIC,
+`Amount` DECIMAL(12, 2),
+`_ingest_timestamp` TIMESTAMP,
+PRIMARY KEY (`Id`) NOT ENFORCED
+)
+;";
+
+    #[test]
+    fn seed_silver_ddl_is_accepted_as_is() {
+        let t = parse_table(SEED_SILVER, Path::new("s.sql")).unwrap();
+        assert_eq!(t.name, TableName::parse("medallion_demo.product2__silver").unwrap());
+        assert_eq!(t.primary_key, vec!["Id"]);
+        assert_eq!(t.columns[0], ColumnDef { name: "Id".into(), ty: ColumnType::String, nullable: false });
+        assert_eq!(t.column("IsActive").unwrap().ty, ColumnType::Bool);
+        assert_eq!(t.column("Price").unwrap().ty, ColumnType::Decimal(38, 9));
+        assert_eq!(t.column("Amount").unwrap().ty, ColumnType::Decimal(12, 2));
+        assert!(t.or_replace);
+        assert!(!t.change_feed);
+    }
+
+    #[test]
+    fn change_feed_options_in_both_spellings() {
+        let bq = parse_table("CREATE TABLE a.b (x STRING) OPTIONS (enable_change_history = TRUE)", Path::new("x")).unwrap();
+        assert!(bq.change_feed);
+        let dbx = parse_table("CREATE TABLE a.b (x STRING) TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')", Path::new("x")).unwrap();
+        assert!(dbx.change_feed);
+        let dotted = parse_table("CREATE TABLE a.b (x STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true)", Path::new("x")).unwrap();
+        assert!(dotted.change_feed);
+    }
+
+    #[test]
+    fn bigquery_alter_set_options_parses() {
+        let stmts = parse_script("ALTER TABLE `medallion_demo.product2__bronze`\nSET OPTIONS (\nenable_change_history = TRUE\n);\nTRUNCATE TABLE `medallion_demo.product2__bronze`;").unwrap();
+        assert_eq!(stmts.len(), 2);
+        let text = stmts[0].to_string();
+        assert!(text.contains("TBLPROPERTIES"), "{text}");
+    }
+
+    #[test]
+    fn type_spellings() {
+        for (s, t) in [
+            ("INT64", ColumnType::Int64), ("bigint", ColumnType::Int64), ("LONG", ColumnType::Int64),
+            ("INTEGER", ColumnType::Int32), ("SMALLINT", ColumnType::Int16), ("FLOAT64", ColumnType::Float64),
+            ("DOUBLE", ColumnType::Float64), ("FLOAT", ColumnType::Float32), ("BOOLEAN", ColumnType::Bool),
+            ("DATETIME", ColumnType::TimestampNtz), ("TIMESTAMP_NTZ", ColumnType::TimestampNtz),
+            ("BYTES", ColumnType::Binary), ("BINARY", ColumnType::Binary), ("DATE", ColumnType::Date),
+            ("DECIMAL(18, 2)", ColumnType::Decimal(18, 2)), ("NUMERIC(10)", ColumnType::Decimal(10, 0)),
+        ] {
+            assert_eq!(ColumnType::parse(s), Some(t), "{s}");
+        }
+        assert_eq!(ColumnType::parse("DECIMAL(40,2)"), None);
+        assert_eq!(ColumnType::parse("GEOGRAPHY"), None);
+    }
+
+    #[test]
+    fn unknown_type_names_column_and_line() {
+        let err = parse_table("CREATE TABLE a.b (\n  id STRING,\n  geo GEOGRAPHY\n)", Path::new("t.sql")).unwrap_err();
+        let e = &err.0[0];
+        assert_eq!((e.field.as_str(), e.line), ("geo", Some(3)));
+        assert!(e.message.contains("unknown type `GEOGRAPHY`"), "{}", e.message);
+    }
+
+    #[test]
+    fn table_names() {
+        assert_eq!(TableName::parse("`medallion_demo.x`").unwrap().schema, "medallion_demo");
+        assert!(TableName::parse("nodot").is_none());
+        assert!(TableName::parse("a/b.c").is_none());
+    }
+}

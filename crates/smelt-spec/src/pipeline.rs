@@ -1,0 +1,512 @@
+//! The pipeline file: `lake` plus named flows.
+//!
+//! ```yaml
+//! lake: ./lake
+//! flows:
+//!   product2:
+//!     apply:
+//!       from: medallion_demo.product2__bronze
+//!       into: medallion_demo.product2__silver
+//!       schema: product2_silver.sql
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use crate::ddl::{self, ColumnType, TableDef, TableName};
+use crate::error::{Result, SpecError, SpecErrors, did_you_mean};
+use crate::locate::line_of;
+
+/// The change-metadata column that the default sequence uses.
+pub const COMMIT_TIMESTAMP: &str = "_commit_timestamp";
+
+/// A validated pipeline file.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// The lake root: a local folder, resolved against the file's folder.
+    pub lake: PathBuf,
+    /// Flows in file order.
+    pub flows: Vec<Flow>,
+}
+
+/// One named flow.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    /// Name (the key under `flows:`).
+    pub name: String,
+    /// What the flow does.
+    pub kind: FlowKind,
+}
+
+/// The kinds of flow. Only `apply` exists so far; `ingest`, `append`, `replace_where`
+/// and `export` follow (DESIGN §4).
+#[derive(Debug, Clone)]
+pub enum FlowKind {
+    /// Bronze → silver by key.
+    Apply(ApplyFlow),
+}
+
+/// What to do with a value that cannot be cast to its silver type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCastError {
+    /// Store NULL (BigQuery SAFE_CAST); the failure is counted in the report.
+    #[default]
+    Null,
+    /// Abort the run before anything is written, naming the column, value and row.
+    Fail,
+}
+
+/// Names of the audit columns smelt maintains in silver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditColumns {
+    /// Commit timestamp of the winning bronze change (`None` = not kept).
+    pub ingest_timestamp: Option<String>,
+    /// Time of the run that last inserted or changed the row (`None` = not kept).
+    pub update_timestamp: Option<String>,
+}
+
+impl Default for AuditColumns {
+    fn default() -> Self {
+        Self {
+            ingest_timestamp: Some("_ingest_timestamp".into()),
+            update_timestamp: Some("_update_timestamp".into()),
+        }
+    }
+}
+
+/// An `apply` flow: bronze changes → one silver row per key (SCD type 1).
+#[derive(Debug, Clone)]
+pub struct ApplyFlow {
+    /// Bronze table.
+    pub from: TableName,
+    /// Silver table.
+    pub into: TableName,
+    /// Silver schema from the DDL file (audit columns included), if `schema:` is given;
+    /// otherwise silver must already exist.
+    pub silver: Option<TableDef>,
+    /// The DDL file, if any.
+    pub schema_file: Option<PathBuf>,
+    /// Key columns (from `keys:` or the DDL's primary key).
+    pub keys: Vec<String>,
+    /// Columns ordering changes of one key; `_commit_timestamp` means the bronze commit time.
+    pub sequence_by: Vec<String>,
+    /// Audit columns.
+    pub audit: AuditColumns,
+    /// Cast failure policy.
+    pub on_cast_error: OnCastError,
+    /// Zone for timestamps written without an offset (IANA name or `+HH:MM`); UTC by default.
+    pub tz: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPipeline {
+    lake: Option<String>,
+    #[serde(default)]
+    flows: OrderedFlows,
+}
+
+/// `flows:` in file order (a map whose order matters).
+#[derive(Debug, Default)]
+struct OrderedFlows(IndexMap<String, RawFlow>);
+
+impl<'de> Deserialize<'de> for OrderedFlows {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = OrderedFlows;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of flow names to flows")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+                let mut out = IndexMap::new();
+                while let Some((k, v)) = map.next_entry::<String, RawFlow>()? {
+                    if out.contains_key(&k) {
+                        return Err(serde::de::Error::custom(format!("flow `{k}` is defined twice")));
+                    }
+                    out.insert(k, v);
+                }
+                Ok(OrderedFlows(out))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+                Ok(OrderedFlows::default())
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFlow {
+    #[allow(dead_code)]
+    description: Option<String>,
+    apply: Option<RawApply>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApply {
+    from: String,
+    into: String,
+    schema: Option<PathBuf>,
+    keys: Option<Vec<String>>,
+    sequence_by: Option<Vec<String>>,
+    scd: Option<u8>,
+    audit: Option<RawAudit>,
+    on_cast_error: Option<OnCastError>,
+    tz: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    #[serde(default = "some_ingest")]
+    ingest_timestamp: Option<String>,
+    #[serde(default = "some_update")]
+    update_timestamp: Option<String>,
+}
+
+fn some_ingest() -> Option<String> {
+    AuditColumns::default().ingest_timestamp
+}
+fn some_update() -> Option<String> {
+    AuditColumns::default().update_timestamp
+}
+
+impl Pipeline {
+    /// Reads and validates a pipeline file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            SpecError::new(path, "", format!("cannot read the pipeline file: {e}"))
+                .hint("pass the file with `--file <path>` or run `smelt` where `smelt.yaml` is")
+        })?;
+        Self::from_str(&text, path)
+    }
+
+    /// Parses and validates pipeline text; `path` names it in errors and anchors relative paths.
+    #[allow(clippy::should_implement_trait)]
+    pub fn from_str(text: &str, path: &Path) -> Result<Self> {
+        let raw: RawPipeline = serde_norway::from_str(text).map_err(|e| yaml_error(path, text, &e))?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut errors = Vec::new();
+        let at = |p: &[&str]| line_of(text, p);
+
+        let lake = match raw.lake {
+            Some(l) => dir.join(l),
+            None => {
+                errors.push(
+                    SpecError::new(path, "lake", "missing `lake`: the folder that holds the tables")
+                        .at(Some(1))
+                        .hint("add `lake: ./lake` at the top of the file"),
+                );
+                PathBuf::new()
+            }
+        };
+        let mut flows = Vec::new();
+        for (name, flow) in raw.flows.0 {
+            let field = format!("flows.{name}");
+            match flow.apply {
+                Some(apply) => {
+                    if let Some(f) = apply_flow(path, &dir, text, &name, apply, &mut errors) {
+                        flows.push(Flow {
+                            name,
+                            kind: FlowKind::Apply(f),
+                        });
+                    }
+                }
+                None => errors.push(
+                    SpecError::new(path, field, "the flow has no kind")
+                        .at(at(&["flows", &name]))
+                        .hint("give it an `apply:` block (from, into, schema)"),
+                ),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Pipeline {
+                file: path.to_path_buf(),
+                lake,
+                flows,
+            })
+        } else {
+            Err(SpecErrors(errors))
+        }
+    }
+
+    /// The flow called `name`.
+    pub fn flow(&self, name: &str) -> Option<&Flow> {
+        self.flows.iter().find(|f| f.name == name)
+    }
+}
+
+fn yaml_error(path: &Path, text: &str, e: &serde_norway::Error) -> SpecErrors {
+    let line = e.location().map(|l| l.line());
+    let msg = e.to_string();
+    // serde_norway appends " at line X column Y"; the line is shown separately.
+    let msg = match msg.find(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg,
+    };
+    let mut err = SpecError::new(path, "", msg.clone()).at(line);
+    if let Some(rest) = msg.strip_prefix("unknown field `") {
+        let field = rest.split('`').next().unwrap_or("");
+        let expected: Vec<&str> = rest.split("expected ").nth(1).unwrap_or("").split('`').skip(1).step_by(2).collect();
+        if let Some(near) = did_you_mean(field, expected.iter().copied()) {
+            err = err.hint(format!("did you mean `{near}`?"));
+        }
+        if let Some(l) = line {
+            if let Some(key_path) = text.lines().nth(l - 1) {
+                err.field = key_path.trim().split(':').next().unwrap_or("").to_string();
+            }
+        }
+    } else if msg.contains("did not find expected") || msg.contains("mapping values") {
+        err = err.hint("check the indentation and that every `key: value` has a space after the colon");
+    }
+    err.into()
+}
+
+fn apply_flow(
+    path: &Path,
+    dir: &Path,
+    text: &str,
+    name: &str,
+    raw: RawApply,
+    errors: &mut Vec<SpecError>,
+) -> Option<ApplyFlow> {
+    let at = |leaf: &str| line_of(text, &["flows", name, "apply", leaf]);
+    let field = |leaf: &str| format!("flows.{name}.apply.{leaf}");
+    let before = errors.len();
+
+    let mut table = |leaf: &str, value: &str| match TableName::parse(value) {
+        Some(t) => Some(t),
+        None => {
+            errors.push(
+                SpecError::new(path, field(leaf), format!("`{value}` is not a table name"))
+                    .at(at(leaf))
+                    .hint("write tables as `schema.table`, e.g. `bronze.product2`"),
+            );
+            None
+        }
+    };
+    let from = table("from", &raw.from);
+    let into = table("into", &raw.into);
+
+    if let Some(scd) = raw.scd {
+        if scd != 1 {
+            errors.push(
+                SpecError::new(path, field("scd"), format!("scd: {scd} is not supported yet"))
+                    .at(at("scd"))
+                    .hint("use `scd: 1` (type 2 history is planned)"),
+            );
+        }
+    }
+
+    let audit = match raw.audit {
+        Some(a) => AuditColumns {
+            ingest_timestamp: a.ingest_timestamp,
+            update_timestamp: a.update_timestamp,
+        },
+        None => AuditColumns::default(),
+    };
+
+    let schema_file = raw.schema.as_ref().map(|s| dir.join(s));
+    let mut silver = None;
+    if let Some(file) = &schema_file {
+        match std::fs::read_to_string(file) {
+            Ok(sql) => match ddl::parse_table(&sql, file) {
+                Ok(def) => silver = Some(with_audit_columns(def, &audit, path, &field("audit"), at("audit"), errors)),
+                Err(es) => errors.extend(es.0),
+            },
+            Err(e) => errors.push(
+                SpecError::new(path, field("schema"), format!("cannot read `{}`: {e}", file.display()))
+                    .at(at("schema"))
+                    .hint("`schema:` is a path to a CREATE TABLE file, relative to the pipeline file"),
+            ),
+        }
+    }
+
+    let keys = match (raw.keys, &silver) {
+        (Some(k), _) if k.is_empty() => {
+            errors.push(
+                SpecError::new(path, field("keys"), "`keys` is empty")
+                    .at(at("keys"))
+                    .hint("list the primary key columns, e.g. `keys: [Id]`"),
+            );
+            k
+        }
+        (Some(k), _) => k,
+        (None, Some(def)) if !def.primary_key.is_empty() => def.primary_key.clone(),
+        (None, _) => {
+            errors.push(
+                SpecError::new(path, field("keys"), "no key: `keys` is not set and the table definition has no PRIMARY KEY")
+                    .at(at("apply"))
+                    .hint("add `keys: [Id]` or `PRIMARY KEY (Id) NOT ENFORCED` to the CREATE TABLE"),
+            );
+            Vec::new()
+        }
+    };
+
+    let sequence_by = raw.sequence_by.unwrap_or_else(|| vec![COMMIT_TIMESTAMP.to_string()]);
+    if sequence_by.iter().any(|s| s == COMMIT_TIMESTAMP) && audit.ingest_timestamp.is_none() {
+        errors.push(
+            SpecError::new(path, field("sequence_by"), "`_commit_timestamp` orders the changes but `audit.ingest_timestamp` is off, so silver could not store it for the guard")
+                .at(at("sequence_by"))
+                .hint("keep `audit.ingest_timestamp`, or sequence by a silver column such as `LastModifiedDate`"),
+        );
+    }
+
+    if let Some(def) = &silver {
+        let names: Vec<&str> = def.columns.iter().map(|c| c.name.as_str()).collect();
+        let mut check = |leaf: &str, col: &str, what: &str| {
+            if !names.iter().any(|n| *n == col) {
+                let mut e = SpecError::new(
+                    path,
+                    field(leaf),
+                    format!("unknown {what} column `{col}`: table `{}` has no such column", def.name),
+                )
+                .at(at(leaf));
+                e = match did_you_mean(col, names.iter().copied()) {
+                    Some(near) => e.hint(format!("did you mean `{near}`?")),
+                    None => e.hint(format!("columns are: {}", names.join(", "))),
+                };
+                errors.push(e);
+            }
+        };
+        for k in &keys {
+            check("keys", k, "key");
+        }
+        for s in &sequence_by {
+            if s != COMMIT_TIMESTAMP {
+                check("sequence_by", s, "sequence");
+            }
+        }
+    }
+
+    let tz = raw.tz;
+    if let Some(zone) = &tz {
+        if !valid_zone(zone) {
+            errors.push(
+                SpecError::new(path, field("tz"), format!("unknown time zone `{zone}`"))
+                    .at(at("tz"))
+                    .hint("use an IANA name such as `Asia/Tokyo` or an offset such as `+09:00`"),
+            );
+        }
+    }
+
+    if errors.len() > before {
+        return None;
+    }
+    Some(ApplyFlow {
+        from: from?,
+        into: into?,
+        silver,
+        schema_file,
+        keys,
+        sequence_by,
+        audit,
+        on_cast_error: raw.on_cast_error.unwrap_or_default(),
+        tz,
+    })
+}
+
+/// Adds the audit columns to a silver definition when the DDL does not declare them, and
+/// checks their type when it does.
+fn with_audit_columns(
+    mut def: TableDef,
+    audit: &AuditColumns,
+    path: &Path,
+    field: &str,
+    line: Option<usize>,
+    errors: &mut Vec<SpecError>,
+) -> TableDef {
+    for name in [&audit.ingest_timestamp, &audit.update_timestamp].into_iter().flatten() {
+        match def.columns.iter().find(|c| &c.name == name) {
+            Some(c) if c.ty != ColumnType::Timestamp => errors.push(
+                SpecError::new(path, field, format!("audit column `{name}` is {} in the table definition", c.ty))
+                    .at(line)
+                    .hint("declare it as TIMESTAMP, or name another audit column"),
+            ),
+            Some(_) => {}
+            None => def.columns.push(ddl::ColumnDef {
+                name: name.clone(),
+                ty: ColumnType::Timestamp,
+                nullable: true,
+            }),
+        }
+    }
+    def
+}
+
+fn valid_zone(zone: &str) -> bool {
+    if zone.parse::<chrono_tz::Tz>().is_ok() {
+        return true;
+    }
+    let b = zone.as_bytes();
+    matches!(b.first(), Some(b'+' | b'-'))
+        && zone[1..].chars().all(|c| c.is_ascii_digit() || c == ':')
+        && matches!(zone.len(), 3 | 5 | 6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Pipeline> {
+        Pipeline::from_str(text, Path::new("smelt.yaml"))
+    }
+
+    #[test]
+    fn minimal_apply_flow_gets_defaults() {
+        let p = load("lake: ./lake\nflows:\n  p:\n    apply:\n      from: bronze.p\n      into: silver.p\n      keys: [Id]\n").unwrap();
+        let FlowKind::Apply(a) = &p.flows[0].kind;
+        assert_eq!(a.sequence_by, vec!["_commit_timestamp"]);
+        assert_eq!(a.on_cast_error, OnCastError::Null);
+        assert_eq!(a.audit, AuditColumns::default());
+        assert_eq!(p.lake, PathBuf::from("./lake"));
+    }
+
+    #[test]
+    fn yaml_null_means_the_null_policy() {
+        let p = load("lake: l\nflows:\n  p:\n    apply:\n      from: a.b\n      into: c.d\n      keys: [k]\n      on_cast_error: null\n").unwrap();
+        let FlowKind::Apply(a) = &p.flows[0].kind;
+        assert_eq!(a.on_cast_error, OnCastError::Null);
+        let p = load("lake: l\nflows:\n  p:\n    apply:\n      from: a.b\n      into: c.d\n      keys: [k]\n      on_cast_error: fail\n").unwrap();
+        let FlowKind::Apply(a) = &p.flows[0].kind;
+        assert_eq!(a.on_cast_error, OnCastError::Fail);
+    }
+
+    #[test]
+    fn unknown_field_names_line_and_near_miss() {
+        let err = load("lake: l\nflows:\n  p:\n    apply:\n      from: a.b\n      into: c.d\n      sequnce_by: [x]\n").unwrap_err();
+        let e = &err.0[0];
+        assert_eq!(e.line, Some(7));
+        assert_eq!(e.hint.as_deref(), Some("did you mean `sequence_by`?"));
+        assert!(e.message.contains("unknown field `sequnce_by`"), "{}", e.message);
+    }
+
+    #[test]
+    fn collects_every_problem() {
+        let err = load("flows:\n  p:\n    apply:\n      from: nodot\n      into: c.d\n      tz: Mars/Olympus\n      scd: 3\n").unwrap_err();
+        let fields: Vec<&str> = err.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec!["lake", "flows.p.apply.from", "flows.p.apply.scd", "flows.p.apply.keys", "flows.p.apply.tz"]
+        );
+        assert_eq!(err.0[1].line, Some(4));
+    }
+
+    #[test]
+    fn zones() {
+        for z in ["UTC", "Asia/Tokyo", "+09:00", "-0500", "+09"] {
+            assert!(valid_zone(z), "{z}");
+        }
+        for z in ["Mars/Olympus", "+9:00:00x", "JST9"] {
+            assert!(!valid_zone(z), "{z}");
+        }
+    }
+}
