@@ -16,7 +16,13 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// The pipeline file.
-    #[arg(short = 'p', long, global = true, env = "SMELT_PIPELINE", default_value = "smelt.yaml")]
+    #[arg(
+        short = 'p',
+        long,
+        global = true,
+        env = "SMELT_PIPELINE",
+        default_value = "smelt.yaml"
+    )]
     pub pipeline: PathBuf,
     /// The lake folder; overrides `lake:` of the pipeline file.
     #[arg(long, global = true, env = "SMELT_LAKE")]

@@ -21,7 +21,12 @@ pub struct Failure {
 impl Failure {
     /// A usage or spec error (exit 2).
     pub fn usage(message: impl Into<String>, hint: Option<String>) -> Self {
-        Self { code: 2, messages: vec![message.into()], causes: Vec::new(), hint }
+        Self {
+            code: 2,
+            messages: vec![message.into()],
+            causes: Vec::new(),
+            hint,
+        }
     }
 
     /// Prints the failure on stderr.
@@ -47,10 +52,19 @@ impl From<SpecErrors> for Failure {
         for e in &errors.0 {
             messages.push(e.to_string());
             if let Some(h) = &e.hint {
-                hints.push(if errors.0.len() > 1 { format!("{}: {h}", e.field) } else { h.clone() });
+                hints.push(if errors.0.len() > 1 {
+                    format!("{}: {h}", e.field)
+                } else {
+                    h.clone()
+                });
             }
         }
-        Self { code: 2, messages, causes: Vec::new(), hint: (!hints.is_empty()).then(|| hints.join("\n      ")) }
+        Self {
+            code: 2,
+            messages,
+            causes: Vec::new(),
+            hint: (!hints.is_empty()).then(|| hints.join("\n      ")),
+        }
     }
 }
 
@@ -70,7 +84,12 @@ impl From<EngineError> for Failure {
     fn from(e: EngineError) -> Self {
         let hint = e.hint().map(str::to_string);
         let causes = chain(e.source());
-        Self { code: 1, messages: vec![e.to_string()], causes, hint }
+        Self {
+            code: 1,
+            messages: vec![e.to_string()],
+            causes,
+            hint,
+        }
     }
 }
 
@@ -78,6 +97,11 @@ impl From<smelt_delta::Error> for Failure {
     fn from(e: smelt_delta::Error) -> Self {
         let hint = e.hint().map(str::to_string);
         let causes = chain(e.source());
-        Self { code: 1, messages: vec![e.to_string()], causes, hint }
+        Self {
+            code: 1,
+            messages: vec![e.to_string()],
+            causes,
+            hint,
+        }
     }
 }

@@ -17,7 +17,10 @@ impl Progress {
     pub fn new(enabled: bool) -> Self {
         let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::new_spinner();
-            bar.set_style(ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"));
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+                    .expect("valid template"),
+            );
             bar.enable_steady_tick(Duration::from_millis(120));
             bar
         });
@@ -49,7 +52,11 @@ pub fn bytes(n: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{n} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 /// The human run report of one flow.
@@ -64,7 +71,10 @@ pub fn flow_report(r: &FlowReport) -> String {
             r.flow, r.from, r.into, r.to_version
         );
     }
-    let mut out = format!("flow {}: {} -> {}\n  {} ({}, {})\n", r.flow, r.from, r.into, r.status, r.mode, range);
+    let mut out = format!(
+        "flow {}: {} -> {}\n  {} ({}, {})\n",
+        r.flow, r.from, r.into, r.status, r.mode, range
+    );
     let rows: [(&str, usize); 11] = [
         ("changes read", r.changes_read),
         ("ignored", r.ignored),
@@ -84,7 +94,11 @@ pub fn flow_report(r: &FlowReport) -> String {
     for (column, count) in &r.cast_failures {
         out.push_str(&format!("    {column:<20}{count:>10}  (stored as NULL)\n"));
     }
-    out.push_str(&format!("  {:<22}{:>10}\n", "bytes read", bytes(r.bytes_read)));
+    out.push_str(&format!(
+        "  {:<22}{:>10}\n",
+        "bytes read",
+        bytes(r.bytes_read)
+    ));
     out.push_str(&format!(
         "  {:<22}{:>10}\n  {:<22}{:>10}\n  {:<22}{:>10}\n",
         "files written",
@@ -97,7 +111,11 @@ pub fn flow_report(r: &FlowReport) -> String {
     if let Some(v) = r.silver_version {
         out.push_str(&format!("  {:<22}{:>10}\n", "silver version", v));
     }
-    let phases: Vec<String> = r.phases_ms.iter().map(|(p, ms)| format!("{p} {ms} ms")).collect();
+    let phases: Vec<String> = r
+        .phases_ms
+        .iter()
+        .map(|(p, ms)| format!("{p} {ms} ms"))
+        .collect();
     out.push_str(&format!("  time: {}\n", phases.join(", ")));
     out
 }

@@ -6,12 +6,20 @@ use common::Project;
 use deltalake::datafusion::prelude::{col, lit};
 
 async fn open(p: &Project) -> deltalake::DeltaTable {
-    let path = p.file("lake/medallion_demo/product2__bronze").canonicalize().unwrap();
-    deltalake::open_table(url::Url::from_directory_path(path).unwrap()).await.unwrap()
+    let path = p
+        .file("lake/medallion_demo/product2__bronze")
+        .canonicalize()
+        .unwrap();
+    deltalake::open_table(url::Url::from_directory_path(path).unwrap())
+        .await
+        .unwrap()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -25,14 +33,20 @@ fn rewrite_without_change_feed_is_a_clear_error() {
     runtime().block_on(async {
         let t = open(&p).await;
         t.update()
-            .with_predicate(col("Id").eq(lit("01t000000000001AAA")))
-            .with_update("Name", lit("renamed"))
+            .with_predicate(col("\"Id\"").eq(lit("01t000000000001AAA")))
+            .with_update(
+                deltalake::datafusion::common::Column::from_name("Name"),
+                lit("renamed"),
+            )
             .await
             .unwrap();
     });
     let before = p.status();
     let (_, err) = p.fails(&["run"], 1);
-    assert!(err.contains("version 2 rewrites rows (UPDATE) but has no change data"), "{err}");
+    assert!(
+        err.contains("version 2 rewrites rows (UPDATE) but has no change data"),
+        "{err}"
+    );
     assert!(err.contains("hint: turn on the change feed"), "{err}");
     assert_eq!(p.status()["silver_version"], before["silver_version"]);
 }
@@ -46,17 +60,30 @@ fn rewrites_with_change_feed_apply_post_images_and_ignore_deletes() {
         let t = open(&p).await;
         let (t, _) = t
             .update()
-            .with_predicate(col("Id").eq(lit("01t000000000001AAA")))
-            .with_update("Name", lit("renamed"))
+            .with_predicate(col("\"Id\"").eq(lit("01t000000000001AAA")))
+            .with_update(
+                deltalake::datafusion::common::Column::from_name("Name"),
+                lit("renamed"),
+            )
             .await
             .unwrap();
-        t.delete().with_predicate(col("Id").eq(lit("01t000000000002AAA"))).await.unwrap();
+        t.delete()
+            .with_predicate(col("\"Id\"").eq(lit("01t000000000002AAA")))
+            .await
+            .unwrap();
     });
     let json: serde_json::Value = serde_json::from_str(&p.ok(&["--json", "run"])).unwrap();
     let f = &json["flows"][0];
     assert_eq!(f["updated"].as_i64(), Some(1), "{f}");
-    assert!(f["ignored"].as_i64().unwrap() >= 2, "pre-image and delete are ignored: {f}");
+    assert!(
+        f["ignored"].as_i64().unwrap() >= 2,
+        "pre-image and delete are ignored: {f}"
+    );
     let rows = p.silver();
-    assert_eq!(rows.len(), 3, "a bronze delete never deletes silver by default");
+    assert_eq!(
+        rows.len(),
+        3,
+        "a bronze delete never deletes silver by default"
+    );
     assert_eq!(rows[0]["Name"], "renamed");
 }

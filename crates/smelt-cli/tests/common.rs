@@ -16,7 +16,13 @@ impl Project {
     pub fn product2() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/product2");
-        for f in ["smelt.yaml", "bronze.sql", "insert_1.sql", "insert_2.sql", "silver.sql"] {
+        for f in [
+            "smelt.yaml",
+            "bronze.sql",
+            "insert_1.sql",
+            "insert_2.sql",
+            "silver.sql",
+        ] {
             std::fs::copy(example.join(f), dir.path().join(f)).unwrap();
         }
         Self { dir }
@@ -37,7 +43,10 @@ impl Project {
     /// `smelt` in the project folder, with no failpoint set.
     pub fn smelt(&self) -> Command {
         let mut c = Command::cargo_bin("smelt").unwrap();
-        c.current_dir(self.path()).env_remove("SMELT_FAILPOINT").env_remove("SMELT_LAKE").env_remove("SMELT_PIPELINE");
+        c.current_dir(self.path())
+            .env_remove("SMELT_FAILPOINT")
+            .env_remove("SMELT_LAKE")
+            .env_remove("SMELT_PIPELINE");
         c
     }
 
@@ -57,9 +66,19 @@ impl Project {
     /// Runs `smelt <args>`, requires exit code `code`; returns (stdout, stderr).
     pub fn fails(&self, args: &[&str], code: i32) -> (String, String) {
         let out = self.smelt().args(args).output().unwrap();
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
-        assert_eq!(out.status.code(), Some(code), "smelt {args:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-        assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"), "panic: {stderr}");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "smelt {args:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+            "panic: {stderr}"
+        );
         (stdout, stderr)
     }
 
@@ -89,12 +108,14 @@ impl Project {
     }
 }
 
-/// Drops `_update_timestamp` (run time) from rows, for comparing runs.
-pub fn without_run_time(rows: &[Value]) -> Vec<Value> {
+/// Drops the audit columns (run time, bronze commit time) from rows, for comparing runs
+/// over different lakes.
+pub fn without_audit(rows: &[Value]) -> Vec<Value> {
     rows.iter()
         .map(|r| {
             let mut r = r.clone();
             r.as_object_mut().unwrap().remove("_update_timestamp");
+            r.as_object_mut().unwrap().remove("_ingest_timestamp");
             r
         })
         .collect()

@@ -58,7 +58,9 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
     if input.new_sequence.len() != input.stored_sequence.len()
         || input.new_data.len() != input.stored_data.len()
     {
-        return Err(CoreError::Internal("apply plan inputs differ in width".into()));
+        return Err(CoreError::Internal(
+            "apply plan inputs differ in width".into(),
+        ));
     }
     for (a, b) in input
         .new_sequence
@@ -133,9 +135,27 @@ mod tests {
     fn classifies_insert_update_unchanged_stale() {
         let matched = BooleanArray::from(vec![false, true, true, true, true]);
         let new_seq: ArrayRef = Arc::new(Int64Array::from(vec![1, 5, 5, 3, 4]));
-        let old_seq: ArrayRef = Arc::new(Int64Array::from(vec![None, Some(4), Some(4), Some(3), None]));
-        let new_val: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), Some("b"), Some("c"), Some("d"), None]));
-        let old_val: ArrayRef = Arc::new(StringArray::from(vec![None, Some("x"), Some("c"), Some("z"), None]));
+        let old_seq: ArrayRef = Arc::new(Int64Array::from(vec![
+            None,
+            Some(4),
+            Some(4),
+            Some(3),
+            None,
+        ]));
+        let new_val: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("a"),
+            Some("b"),
+            Some("c"),
+            Some("d"),
+            None,
+        ]));
+        let old_val: ArrayRef = Arc::new(StringArray::from(vec![
+            None,
+            Some("x"),
+            Some("c"),
+            Some("z"),
+            None,
+        ]));
         let plan = plan_scd1(&Scd1Input {
             matched: &matched,
             new_sequence: &[new_seq],
@@ -146,9 +166,20 @@ mod tests {
         .unwrap();
         assert_eq!(
             plan.counts,
-            ApplyCounts { inserted: 1, updated: 1, unchanged: 2, stale: 1 }
+            ApplyCounts {
+                inserted: 1,
+                updated: 1,
+                unchanged: 2,
+                stale: 1
+            }
         );
-        assert_eq!(plan.write, BooleanArray::from(vec![true, true, true, false, true]));
-        assert_eq!(plan.changed, BooleanArray::from(vec![true, true, false, false, false]));
+        assert_eq!(
+            plan.write,
+            BooleanArray::from(vec![true, true, true, false, true])
+        );
+        assert_eq!(
+            plan.changed,
+            BooleanArray::from(vec![true, true, false, false, false])
+        );
     }
 }

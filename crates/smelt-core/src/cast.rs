@@ -45,8 +45,11 @@ pub fn cast_column(input: &ArrayRef, target: &DataType, tz: Option<&str>) -> Res
         input.data_type(),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
     );
-    let present: ArrayRef = if is_string && !matches!(target, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
-    {
+    let present: ArrayRef = if is_string
+        && !matches!(
+            target,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ) {
         normalize_strings(input)?
     } else {
         Arc::clone(input)
@@ -172,17 +175,31 @@ mod tests {
             ("2026-07-01T04:00:00-05:00", "2026-07-01 09:00:00"),
             ("2026-07-01T09:00:00.1Z", "2026-07-01 09:00:00.1"),
             ("2026-07-01T09:00:00.123456Z", "2026-07-01 09:00:00.123456"),
-            ("2026-07-01T09:00:00.123456789Z", "2026-07-01 09:00:00.123456"),
+            (
+                "2026-07-01T09:00:00.123456789Z",
+                "2026-07-01 09:00:00.123456",
+            ),
             ("  2026-07-01T09:00:00Z  ", "2026-07-01 09:00:00"),
             ("2026-07-01", "2026-07-01 00:00:00"),
         ];
         let input = strings(&cases.iter().map(|c| Some(c.0)).collect::<Vec<_>>());
         let out = cast_column(&input, &utc(), None).unwrap();
         assert!(out.failed_rows.is_empty(), "failed: {:?}", out.failed_rows);
-        let ts = out.array.as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
+        let ts = out
+            .array
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
         assert_eq!(out.array.data_type(), &utc());
         for (i, (raw, want)) in cases.iter().enumerate() {
-            assert_eq!(ts.value(i), micros(&format!("{want}{}", if want.contains('.') { "" } else { ".0" })), "{raw}");
+            assert_eq!(
+                ts.value(i),
+                micros(&format!(
+                    "{want}{}",
+                    if want.contains('.') { "" } else { ".0" }
+                )),
+                "{raw}"
+            );
         }
     }
 
@@ -190,11 +207,27 @@ mod tests {
     fn timestamps_without_offset_use_the_flow_zone() {
         let input = strings(&[Some("2026-07-01 18:00:00"), Some("2026-07-01T09:00:00Z")]);
         let out = cast_column(&input, &utc(), Some("Asia/Tokyo")).unwrap();
-        let ts = out.array.as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
+        let ts = out
+            .array
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
         assert_eq!(ts.value(0), micros("2026-07-01 09:00:00.0"));
-        assert_eq!(ts.value(1), micros("2026-07-01 09:00:00.0"), "explicit offset wins");
+        assert_eq!(
+            ts.value(1),
+            micros("2026-07-01 09:00:00.0"),
+            "explicit offset wins"
+        );
         let fixed = cast_column(&input, &utc(), Some("+09:00")).unwrap();
-        assert_eq!(fixed.array.as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap().value(0), micros("2026-07-01 09:00:00.0"));
+        assert_eq!(
+            fixed
+                .array
+                .as_any()
+                .downcast_ref::<TimestampMicrosecondArray>()
+                .unwrap()
+                .value(0),
+            micros("2026-07-01 09:00:00.0")
+        );
     }
 
     #[test]
@@ -216,13 +249,23 @@ mod tests {
 
     #[test]
     fn booleans() {
-        let trues = ["true", "TRUE", "True", "t", "T", "1", "yes", "YES", "y", "Y", " true "];
-        let falses = ["of", "false", "FALSE", "f", "F", "0", "no", "NO", "n", "N", "'false'"];
-        let input = strings(&trues.iter().chain(falses.iter()).map(|s| Some(*s)).collect::<Vec<_>>());
+        let trues = [
+            "true", "TRUE", "True", "t", "T", "1", "yes", "YES", "y", "Y", " true ",
+        ];
+        let falses = [
+            "of", "false", "FALSE", "f", "F", "0", "no", "NO", "n", "N", "'false'",
+        ];
+        let input = strings(
+            &trues
+                .iter()
+                .chain(falses.iter())
+                .map(|s| Some(*s))
+                .collect::<Vec<_>>(),
+        );
         let out = cast_column(&input, &DataType::Boolean, None).unwrap();
         let b = out.array.as_any().downcast_ref::<BooleanArray>().unwrap();
-        for i in 0..trues.len() {
-            assert!(b.value(i), "{}", trues[i]);
+        for (i, raw) in trues.iter().enumerate() {
+            assert!(b.value(i), "{raw}");
         }
         assert_eq!(out.failed_rows.len(), 2);
         for (j, raw) in falses.iter().enumerate() {
@@ -239,17 +282,48 @@ mod tests {
 
     #[test]
     fn integers() {
-        let input = strings(&[Some("42"), Some(" -7 "), Some("1.5"), Some("abc"), Some("99999999999"), None]);
+        let input = strings(&[
+            Some("42"),
+            Some(" -7 "),
+            Some("1.5"),
+            Some("abc"),
+            Some("99999999999"),
+            None,
+        ]);
         let out64 = cast_column(&input, &DataType::Int64, None).unwrap();
         let a = out64.array.as_any().downcast_ref::<Int64Array>().unwrap();
-        assert_eq!((a.value(0), a.value(1), a.value(4)), (42, -7, 99_999_999_999));
+        assert_eq!(
+            (a.value(0), a.value(1), a.value(4)),
+            (42, -7, 99_999_999_999)
+        );
         assert_eq!(out64.failed_rows, vec![2, 3]);
         let out32 = cast_column(&input, &DataType::Int32, None).unwrap();
         assert_eq!(out32.failed_rows, vec![2, 3, 4], "overflow is a failure");
-        assert_eq!(out32.array.as_any().downcast_ref::<Int32Array>().unwrap().value(1), -7);
-        let out16 = cast_column(&strings(&[Some("40000"), Some("123")]), &DataType::Int16, None).unwrap();
+        assert_eq!(
+            out32
+                .array
+                .as_any()
+                .downcast_ref::<Int32Array>()
+                .unwrap()
+                .value(1),
+            -7
+        );
+        let out16 = cast_column(
+            &strings(&[Some("40000"), Some("123")]),
+            &DataType::Int16,
+            None,
+        )
+        .unwrap();
         assert_eq!(out16.failed_rows, vec![0]);
-        assert_eq!(out16.array.as_any().downcast_ref::<Int16Array>().unwrap().value(1), 123);
+        assert_eq!(
+            out16
+                .array
+                .as_any()
+                .downcast_ref::<Int16Array>()
+                .unwrap()
+                .value(1),
+            123
+        );
     }
 
     #[test]
@@ -274,7 +348,11 @@ mod tests {
             Some("abc"),
         ]);
         let out = cast_column(&input, &DataType::Decimal128(12, 2), None).unwrap();
-        let d = out.array.as_any().downcast_ref::<Decimal128Array>().unwrap();
+        let d = out
+            .array
+            .as_any()
+            .downcast_ref::<Decimal128Array>()
+            .unwrap();
         assert_eq!(d.value(0), 1235);
         assert_eq!(d.value(1), 1234);
         assert_eq!(d.value(2), -1235);
@@ -283,8 +361,17 @@ mod tests {
         // 1234567890.12 needs 12 digits before rounding plus 2 = 12 precision: fits exactly.
         assert_eq!(d.value(4), 123_456_789_012);
         assert_eq!(out.failed_rows, vec![5, 7]);
-        let narrow = cast_column(&strings(&[Some("12345.6")]), &DataType::Decimal128(5, 2), None).unwrap();
-        assert_eq!(narrow.failed_rows, vec![0], "overflow of DECIMAL(5,2) is a failure");
+        let narrow = cast_column(
+            &strings(&[Some("12345.6")]),
+            &DataType::Decimal128(5, 2),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            narrow.failed_rows,
+            vec![0],
+            "overflow of DECIMAL(5,2) is a failure"
+        );
     }
 
     #[test]
@@ -310,8 +397,17 @@ mod tests {
     #[test]
     fn naive_timestamps() {
         let input = strings(&[Some("2026-07-01 09:00:00"), Some("nope")]);
-        let out = cast_column(&input, &DataType::Timestamp(TimeUnit::Microsecond, None), None).unwrap();
-        let ts = out.array.as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
+        let out = cast_column(
+            &input,
+            &DataType::Timestamp(TimeUnit::Microsecond, None),
+            None,
+        )
+        .unwrap();
+        let ts = out
+            .array
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
         assert_eq!(ts.value(0), micros("2026-07-01 09:00:00.0"));
         assert_eq!(out.failed_rows, vec![1]);
     }

@@ -41,11 +41,15 @@ pub(crate) fn encode(columns: &[ArrayRef]) -> Result<Option<Rows>> {
 /// (commit version, file, row). Returns the winning row numbers, ascending.
 pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32Array> {
     let Some(first) = keys.first() else {
-        return Err(CoreError::Internal("latest_per_key needs at least one key column".into()));
+        return Err(CoreError::Internal(
+            "latest_per_key needs at least one key column".into(),
+        ));
     };
     let n = first.len();
     if keys.iter().chain(sequence).any(|c| c.len() != n) {
-        return Err(CoreError::Internal("key and sequence columns differ in length".into()));
+        return Err(CoreError::Internal(
+            "key and sequence columns differ in length".into(),
+        ));
     }
     let key_rows = encode(keys)?.expect("keys is not empty");
     let seq_rows = encode(sequence)?;

@@ -48,7 +48,13 @@ fn model_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts {
         match silver.get(&key) {
             None => {
                 counts.inserted += 1;
-                silver.insert(key, Stored { seq: c.seq, value: c.value.clone() });
+                silver.insert(
+                    key,
+                    Stored {
+                        seq: c.seq,
+                        value: c.value.clone(),
+                    },
+                );
             }
             Some(old) if c.seq > old.seq => {
                 if old.value == c.value {
@@ -56,7 +62,13 @@ fn model_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts {
                 } else {
                     counts.updated += 1;
                 }
-                silver.insert(key, Stored { seq: c.seq, value: c.value.clone() });
+                silver.insert(
+                    key,
+                    Stored {
+                        seq: c.seq,
+                        value: c.value.clone(),
+                    },
+                );
             }
             Some(_) => counts.stale += 1,
         }
@@ -70,15 +82,18 @@ fn engine_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts 
     let k2: ArrayRef = Arc::new(Int64Array::from_iter(run.iter().map(|c| c.key.1)));
     let seq: ArrayRef = Arc::new(Int64Array::from_iter(run.iter().map(|c| c.seq)));
     let val: ArrayRef = Arc::new(StringArray::from_iter(run.iter().map(|c| c.value.clone())));
-    let winners: UInt32Array = latest_per_key(&[k1, k2], &[seq.clone()]).unwrap();
+    let winners: UInt32Array = latest_per_key(&[k1, k2], std::slice::from_ref(&seq)).unwrap();
     let pick = |a: &ArrayRef| take(a.as_ref(), &winners, None).unwrap();
     let (new_seq, new_val) = (pick(&seq), pick(&val));
     let wins: Vec<&Change> = winners.values().iter().map(|&i| &run[i as usize]).collect();
     let stored: Vec<Option<&Stored>> = wins.iter().map(|c| silver.get(&c.key)).collect();
     let matched = BooleanArray::from_iter(stored.iter().map(|s| Some(s.is_some())));
-    let old_seq: ArrayRef = Arc::new(Int64Array::from_iter(stored.iter().map(|s| s.and_then(|s| s.seq))));
-    let old_val: ArrayRef =
-        Arc::new(StringArray::from_iter(stored.iter().map(|s| s.and_then(|s| s.value.clone()))));
+    let old_seq: ArrayRef = Arc::new(Int64Array::from_iter(
+        stored.iter().map(|s| s.and_then(|s| s.seq)),
+    ));
+    let old_val: ArrayRef = Arc::new(StringArray::from_iter(
+        stored.iter().map(|s| s.and_then(|s| s.value.clone())),
+    ));
     let plan = plan_scd1(&Scd1Input {
         matched: &matched,
         new_sequence: &[new_seq],
@@ -89,11 +104,22 @@ fn engine_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts 
     .unwrap();
     for (row, c) in wins.iter().enumerate() {
         if plan.write.value(row) {
-            silver.insert(c.key.clone(), Stored { seq: c.seq, value: c.value.clone() });
+            silver.insert(
+                c.key.clone(),
+                Stored {
+                    seq: c.seq,
+                    value: c.value.clone(),
+                },
+            );
         }
     }
     assert_eq!(plan.write.len(), wins.len());
-    assert!(plan.changed.iter().zip(plan.write.iter()).all(|(c, w)| !c.unwrap() || w.unwrap()));
+    assert!(
+        plan.changed
+            .iter()
+            .zip(plan.write.iter())
+            .all(|(c, w)| !c.unwrap() || w.unwrap())
+    );
     plan.counts
 }
 
@@ -170,9 +196,21 @@ proptest! {
 #[test]
 fn null_key_parts_are_compared_null_safely() {
     let run = vec![
-        Change { key: (None, Some(1)), seq: Some(1), value: Some("a".into()) },
-        Change { key: (None, Some(1)), seq: Some(2), value: Some("b".into()) },
-        Change { key: (None, None), seq: Some(1), value: Some("c".into()) },
+        Change {
+            key: (None, Some(1)),
+            seq: Some(1),
+            value: Some("a".into()),
+        },
+        Change {
+            key: (None, Some(1)),
+            seq: Some(2),
+            value: Some("b".into()),
+        },
+        Change {
+            key: (None, None),
+            seq: Some(1),
+            value: Some("c".into()),
+        },
     ];
     let mut silver = HashMap::new();
     let counts = engine_run(&mut silver, &run);

@@ -57,7 +57,10 @@ pub enum Error {
 impl Error {
     /// A user error with a hint.
     pub fn user(message: impl Into<String>, hint: impl Into<String>) -> Self {
-        Error::User { message: message.into(), hint: Some(hint.into()) }
+        Error::User {
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
     }
 
     /// The hint, if any.
@@ -76,13 +79,19 @@ pub(crate) trait Context<T> {
 
 impl<T> Context<T> for std::result::Result<T, DeltaTableError> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| Error::Delta { context: what(), source })
+        self.map_err(|source| Error::Delta {
+            context: what(),
+            source,
+        })
     }
 }
 
 impl<T> Context<T> for std::result::Result<T, DataFusionError> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| Error::DataFusion { context: what(), source: Box::new(source) })
+        self.map_err(|source| Error::DataFusion {
+            context: what(),
+            source: Box::new(source),
+        })
     }
 }
 
@@ -92,7 +101,9 @@ impl From<Error> for EngineError {
             Error::User { message, hint } => EngineError::User { message, hint },
             other => {
                 let context = match &other {
-                    Error::Delta { context, .. } | Error::DataFusion { context, .. } | Error::Io { context, .. } => context.clone(),
+                    Error::Delta { context, .. }
+                    | Error::DataFusion { context, .. }
+                    | Error::Io { context, .. } => context.clone(),
                     Error::Parquet { path, .. } => format!("reading `{path}`"),
                     _ => "storage".to_string(),
                 };

@@ -38,8 +38,12 @@ impl Lake {
 
     /// URL of a table (a directory URL).
     pub fn table_url(&self, name: &TableName) -> Result<Url> {
-        Url::from_directory_path(self.table_path(name))
-            .map_err(|_| Error::user(format!("cannot make a URL of `{}`", self.table_path(name).display()), "use a plain local path for `lake`"))
+        Url::from_directory_path(self.table_path(name)).map_err(|_| {
+            Error::user(
+                format!("cannot make a URL of `{}`", self.table_path(name).display()),
+                "use a plain local path for `lake`",
+            )
+        })
     }
 
     /// True when a Delta table exists at the table's folder.
@@ -64,7 +68,10 @@ impl Lake {
     pub async fn open_existing(&self, name: &TableName, hint: &str) -> Result<DeltaTable> {
         self.open(name).await?.ok_or_else(|| {
             Error::user(
-                format!("table `{name}` does not exist (looked in {})", self.table_path(name).display()),
+                format!(
+                    "table `{name}` does not exist (looked in {})",
+                    self.table_path(name).display()
+                ),
                 hint.to_string(),
             )
         })
@@ -77,14 +84,16 @@ impl Lake {
             return Ok(out);
         };
         for schema in schemas.flatten() {
-            let Ok(tables) = std::fs::read_dir(schema.path()) else { continue };
+            let Ok(tables) = std::fs::read_dir(schema.path()) else {
+                continue;
+            };
             for table in tables.flatten() {
-                if table.path().join("_delta_log").is_dir() {
-                    if let (Some(s), Some(t)) = (schema.file_name().to_str(), table.file_name().to_str()) {
-                        if let Some(name) = TableName::parse(&format!("{s}.{t}")) {
-                            out.push(name);
-                        }
-                    }
+                if table.path().join("_delta_log").is_dir()
+                    && let (Some(s), Some(t)) =
+                        (schema.file_name().to_str(), table.file_name().to_str())
+                    && let Some(name) = TableName::parse(&format!("{s}.{t}"))
+                {
+                    out.push(name);
                 }
             }
         }
@@ -97,7 +106,10 @@ impl Lake {
         let config = SessionConfig::new()
             .set_str("datafusion.sql_parser.dialect", "BigQuery")
             .set_bool("datafusion.sql_parser.enable_ident_normalization", false)
-            .set_bool("datafusion.execution.parquet.schema_force_view_types", false);
+            .set_bool(
+                "datafusion.execution.parquet.schema_force_view_types",
+                false,
+            );
         let ctx = SessionContext::new_with_config(config);
         let catalog = ctx.catalog("datafusion").expect("default catalog");
         for name in self.tables()? {
@@ -106,11 +118,21 @@ impl Lake {
                     .register_schema(&name.schema, Arc::new(MemorySchemaProvider::new()))
                     .context(|| format!("registering schema `{}`", name.schema))?;
             }
-            let Some(table) = self.open(&name).await? else { continue };
-            table.update_datafusion_session(&ctx.state()).context(|| format!("registering `{name}`"))?;
-            let provider = table.table_provider().await.context(|| format!("scanning `{name}`"))?;
-            ctx.register_table(TableReference::partial(name.schema.as_str(), name.table.as_str()), provider)
+            let Some(table) = self.open(&name).await? else {
+                continue;
+            };
+            table
+                .update_datafusion_session(&ctx.state())
                 .context(|| format!("registering `{name}`"))?;
+            let provider = table
+                .table_provider()
+                .await
+                .context(|| format!("scanning `{name}`"))?;
+            ctx.register_table(
+                TableReference::partial(name.schema.as_str(), name.table.as_str()),
+                provider,
+            )
+            .context(|| format!("registering `{name}`"))?;
         }
         Ok(ctx)
     }

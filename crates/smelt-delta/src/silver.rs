@@ -32,20 +32,38 @@ pub struct DeltaSilver {
 impl DeltaSilver {
     /// Opens the silver table if it exists.
     pub async fn open(lake: &Lake, name: &TableName) -> Result<Self> {
-        Ok(Self { lake: lake.clone(), name: name.clone(), table: lake.open(name).await? })
+        Ok(Self {
+            lake: lake.clone(),
+            name: name.clone(),
+            table: lake.open(name).await?,
+        })
     }
 
     fn table(&self) -> Result<&DeltaTable> {
-        self.table.as_ref().ok_or_else(|| Error::user(format!("silver table `{}` does not exist yet", self.name), "run the flow once to create it"))
+        self.table.as_ref().ok_or_else(|| {
+            Error::user(
+                format!("silver table `{}` does not exist yet", self.name),
+                "run the flow once to create it",
+            )
+        })
     }
 
     fn commit_properties(watermark: &Watermark) -> CommitProperties {
         CommitProperties::default()
             .with_application_transaction(Transaction::new(&watermark.app_id, watermark.version))
             .with_metadata([
-                ("smelt.run_id".to_string(), serde_json::json!(watermark.run_id)),
-                ("smelt.flow".to_string(), serde_json::json!(watermark.app_id)),
-                ("smelt.source_version".to_string(), serde_json::json!(watermark.version)),
+                (
+                    "smelt.run_id".to_string(),
+                    serde_json::json!(watermark.run_id),
+                ),
+                (
+                    "smelt.flow".to_string(),
+                    serde_json::json!(watermark.app_id),
+                ),
+                (
+                    "smelt.source_version".to_string(),
+                    serde_json::json!(watermark.version),
+                ),
             ])
     }
 
@@ -57,8 +75,13 @@ impl DeltaSilver {
             .await
             .context(|| format!("reading the log of `{}`", self.name))?
             .unwrap_or_default();
-        let mut stats = WriteStats { version, ..WriteStats::default() };
-        for a in get_actions(version as u64, &bytes).context(|| format!("reading the log of `{}`", self.name))? {
+        let mut stats = WriteStats {
+            version,
+            ..WriteStats::default()
+        };
+        for a in get_actions(version as u64, &bytes)
+            .context(|| format!("reading the log of `{}`", self.name))?
+        {
             match a {
                 Action::Add(add) => {
                     stats.files_added += 1;
@@ -98,7 +121,9 @@ impl SilverTable for DeltaSilver {
 
     async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
         let table = self.table()?;
-        let snapshot = table.snapshot().context(|| format!("reading `{}`", self.name))?;
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
         Ok(snapshot
             .transaction_version(table.log_store().as_ref(), app_id)
             .await
@@ -108,7 +133,10 @@ impl SilverTable for DeltaSilver {
     async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
         let delta_schema: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
         let path = self.lake.table_path(&self.name);
-        std::fs::create_dir_all(&path).map_err(|source| Error::Io { context: format!("creating `{}`", path.display()), source })?;
+        std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+            context: format!("creating `{}`", path.display()),
+            source,
+        })?;
         let table = CreateBuilder::new()
             .with_location(path.to_string_lossy().to_string())
             .with_table_name(self.name.table.clone())
@@ -121,61 +149,130 @@ impl SilverTable for DeltaSilver {
         Ok(())
     }
 
-    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> smelt_engine::Result<RecordBatch> {
+    async fn lookup(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> smelt_engine::Result<RecordBatch> {
         let table = self.table()?;
         let ctx = SessionContext::new();
-        table.update_datafusion_session(&ctx.state()).context(|| format!("scanning `{}`", self.name))?;
-        let provider = table.table_provider().await.context(|| format!("scanning `{}`", self.name))?;
-        let silver = ctx.read_table(provider).context(|| format!("scanning `{}`", self.name))?;
+        table
+            .update_datafusion_session(&ctx.state())
+            .context(|| format!("scanning `{}`", self.name))?;
+        let provider = table
+            .table_provider()
+            .await
+            .context(|| format!("scanning `{}`", self.name))?;
+        let silver = ctx
+            .read_table(provider)
+            .context(|| format!("scanning `{}`", self.name))?;
         // Key columns renamed so the join sides never clash.
-        let silver_keys: Vec<String> = keys.schema().fields().iter().map(|f| f.name().clone()).collect();
-        let renamed: Vec<String> = (0..keys.num_columns()).map(|i| format!("__smelt_key_{i}")).collect();
+        let silver_keys: Vec<String> = keys
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let renamed: Vec<String> = (0..keys.num_columns())
+            .map(|i| format!("__smelt_key_{i}"))
+            .collect();
         let key_schema = Arc::new(Schema::new(
-            keys.schema().fields().iter().zip(&renamed).map(|(f, n)| f.as_ref().clone().with_name(n)).collect::<Vec<_>>(),
+            keys.schema()
+                .fields()
+                .iter()
+                .zip(&renamed)
+                .map(|(f, n)| f.as_ref().clone().with_name(n))
+                .collect::<Vec<_>>(),
         ));
-        let keys = RecordBatch::try_new(key_schema, keys.columns().to_vec()).map_err(Error::Arrow)?;
-        let keys_df = ctx.read_batch(keys).context(|| "reading keys".to_string())?;
+        let keys =
+            RecordBatch::try_new(key_schema, keys.columns().to_vec()).map_err(Error::Arrow)?;
+        let keys_df = ctx
+            .read_batch(keys)
+            .context(|| "reading keys".to_string())?;
         let on: Vec<Expr> = silver_keys
             .iter()
             .zip(&renamed)
-            .map(|(s, k)| not_distinct(Expr::Column(Column::from_name(s.as_str())), Expr::Column(Column::from_name(k.as_str()))))
+            .map(|(s, k)| {
+                not_distinct(
+                    Expr::Column(Column::from_name(s.as_str())),
+                    Expr::Column(Column::from_name(k.as_str())),
+                )
+            })
             .collect();
         let found = silver
             .join_on(keys_df, JoinType::LeftSemi, on)
-            .and_then(|df| df.select(columns.iter().map(|c| Expr::Column(Column::from_name(c.as_str()))).collect::<Vec<_>>()))
+            .and_then(|df| {
+                df.select(
+                    columns
+                        .iter()
+                        .map(|c| Expr::Column(Column::from_name(c.as_str())))
+                        .collect::<Vec<_>>(),
+                )
+            })
             .context(|| format!("looking up keys in `{}`", self.name))?;
         let schema: SchemaRef = Arc::new(found.schema().as_arrow().clone());
-        let batches = found.collect().await.context(|| format!("looking up keys in `{}`", self.name))?;
+        let batches = found
+            .collect()
+            .await
+            .context(|| format!("looking up keys in `{}`", self.name))?;
         Ok(arrow::compute::concat_batches(&schema, &batches).map_err(Error::Arrow)?)
     }
 
-    async fn upsert(&mut self, rows: RecordBatch, keys: &[String], watermark: &Watermark) -> smelt_engine::Result<WriteStats> {
+    async fn upsert(
+        &mut self,
+        rows: RecordBatch,
+        keys: &[String],
+        watermark: &Watermark,
+    ) -> smelt_engine::Result<WriteStats> {
         let table = self.table()?.clone();
         let props = Self::commit_properties(watermark);
         let version = if rows.num_rows() == 0 {
             // Nothing to change, but the watermark must still move.
-            let snapshot = table.snapshot().context(|| format!("reading `{}`", self.name))?;
+            let snapshot = table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?;
             let commit = CommitBuilder::from(props)
                 .with_actions(vec![])
-                .build(Some(snapshot), table.log_store(), DeltaOperation::Write { mode: SaveMode::Append, partition_by: None, predicate: None })
+                .build(
+                    Some(snapshot),
+                    table.log_store(),
+                    DeltaOperation::Write {
+                        mode: SaveMode::Append,
+                        partition_by: None,
+                        predicate: None,
+                    },
+                )
                 .await
-                .map_err(deltalake::DeltaTableError::from)
                 .context(|| format!("committing the watermark of `{}`", self.name))?;
             commit.version() as i64
         } else {
             let schema = rows.schema();
             let ctx = SessionContext::new();
-            let source = ctx.read_batch(rows).context(|| "reading rows to merge".to_string())?;
+            let source = ctx
+                .read_batch(rows)
+                .context(|| "reading rows to merge".to_string())?;
             let predicate = keys
                 .iter()
                 .map(|k| {
-                    let nullable = schema.field_with_name(k).map(|f| f.is_nullable()).unwrap_or(true);
+                    let nullable = schema
+                        .field_with_name(k)
+                        .map(|f| f.is_nullable())
+                        .unwrap_or(true);
                     let (t, s) = (qualified("target", k), qualified("source", k));
-                    if nullable { not_distinct(t, s) } else { t.eq(s) }
+                    if nullable {
+                        not_distinct(t, s)
+                    } else {
+                        t.eq(s)
+                    }
                 })
                 .reduce(Expr::and)
                 .expect("at least one key");
-            let non_keys: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).filter(|n| !keys.contains(n)).collect();
+            let non_keys: Vec<String> = schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .filter(|n| !keys.contains(n))
+                .collect();
             let all: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
             let (merged, _metrics) = table
                 .clone()
@@ -207,7 +304,10 @@ impl SilverTable for DeltaSilver {
         };
         // Reload so later reads see the commit.
         let mut table = table;
-        table.load().await.context(|| format!("reloading `{}`", self.name))?;
+        table
+            .load()
+            .await
+            .context(|| format!("reloading `{}`", self.name))?;
         let stats = self.commit_stats(&table, version).await?;
         self.table = Some(table);
         Ok(stats)
@@ -217,15 +317,33 @@ impl SilverTable for DeltaSilver {
 impl DeltaSilver {
     /// Time (ms since the epoch) and run id of the latest silver commit, if any.
     pub async fn last_commit(&self) -> Result<Option<(i64, Option<String>)>> {
-        let Some(table) = &self.table else { return Ok(None) };
-        let Some(version) = table.version() else { return Ok(None) };
-        let Some(bytes) = table.log_store().read_commit_entry(version).await.context(|| format!("reading the log of `{}`", self.name))? else {
+        let Some(table) = &self.table else {
             return Ok(None);
         };
-        for a in get_actions(version, &bytes).context(|| format!("reading the log of `{}`", self.name))? {
+        let Some(version) = table.version() else {
+            return Ok(None);
+        };
+        let Some(bytes) = table
+            .log_store()
+            .read_commit_entry(version)
+            .await
+            .context(|| format!("reading the log of `{}`", self.name))?
+        else {
+            return Ok(None);
+        };
+        for a in get_actions(version, &bytes)
+            .context(|| format!("reading the log of `{}`", self.name))?
+        {
             if let Action::CommitInfo(info) = a {
-                let run = info.info.get("smelt.run_id").and_then(|v| v.as_str()).map(str::to_string);
-                return Ok(info.in_commit_timestamp.or(info.timestamp).map(|t| (t, run)));
+                let run = info
+                    .info
+                    .get("smelt.run_id")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string);
+                return Ok(info
+                    .in_commit_timestamp
+                    .or(info.timestamp)
+                    .map(|t| (t, run)));
             }
         }
         Ok(None)

@@ -7,7 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, new_null_array};
+use arrow::array::{
+    Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    new_null_array,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
@@ -58,12 +61,21 @@ impl DeltaSource {
     /// Opens the bronze table at its latest version.
     pub async fn open(lake: &crate::Lake, name: &TableName) -> Result<Self> {
         let table = lake
-            .open_existing(name, "create it first, e.g. `smelt sql -f bronze.sql`, or fix `from:` in the pipeline")
+            .open_existing(
+                name,
+                "create it first, e.g. `smelt sql -f bronze.sql`, or fix `from:` in the pipeline",
+            )
             .await?;
         let version = table.version().map(|v| v as i64).unwrap_or(0);
         let snapshot = table.snapshot().context(|| format!("reading `{name}`"))?;
         let schema = normalize_schema(&snapshot.snapshot().arrow_schema());
-        let mut source = Self { name: name.clone(), table, version, schema, version_timestamp: None };
+        let mut source = Self {
+            name: name.clone(),
+            table,
+            version,
+            schema,
+            version_timestamp: None,
+        };
         source.version_timestamp = source.commit(version).await.ok().map(|c| c.timestamp_us);
         Ok(source)
     }
@@ -80,7 +92,8 @@ impl DeltaSource {
                     "the changes of that version can no longer be read; rebuild silver with `smelt run --full-refresh`",
                 )
             })?;
-        let actions = get_actions(version as u64, &bytes).context(|| format!("parsing the log of `{}` version {version}", self.name))?;
+        let actions = get_actions(version as u64, &bytes)
+            .context(|| format!("parsing the log of `{}` version {version}", self.name))?;
         let mut c = Commit::default();
         let mut ts = None;
         for a in actions {
@@ -108,7 +121,8 @@ impl DeltaSource {
             let mut active: Vec<FileToRead> = Vec::new();
             for v in 0..=self.version {
                 let c = self.commit(v).await?;
-                let removed: std::collections::HashSet<&str> = c.removes.iter().map(|r| r.path.as_str()).collect();
+                let removed: std::collections::HashSet<&str> =
+                    c.removes.iter().map(|r| r.path.as_str()).collect();
                 if !removed.is_empty() {
                     active.retain(|f| !removed.contains(f.path.as_str()));
                 }
@@ -149,7 +163,11 @@ impl DeltaSource {
                     format!(
                         "bronze `{}` version {v} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
                         self.name,
-                        if c.operation.is_empty() { "unknown operation" } else { &c.operation }
+                        if c.operation.is_empty() {
+                            "unknown operation"
+                        } else {
+                            &c.operation
+                        }
                     ),
                     format!(
                         "turn on the change feed (`ALTER TABLE {} SET OPTIONS (enable_change_history = TRUE)`) before rewriting bronze, and rebuild silver once with `smelt run --full-refresh`",
@@ -176,20 +194,46 @@ impl DeltaSource {
 
     async fn read_file(&self, file: &FileToRead, out: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let store = self.table.object_store();
-        let path = deltalake::Path::from_url_path(&file.path).map_err(|e| Error::user(format!("bad file path `{}` in `{}`: {e}", file.path, self.name), "the table log is damaged"))?;
+        let path = deltalake::Path::from_url_path(&file.path).map_err(|e| {
+            Error::user(
+                format!("bad file path `{}` in `{}`: {e}", file.path, self.name),
+                "the table log is damaged",
+            )
+        })?;
         let reader = ParquetObjectReader::new(store, path).with_file_size(file.size as u64);
         let full_path = || format!("{}/{}", self.name, file.path);
         let stream = ParquetRecordBatchStreamBuilder::new(reader)
             .await
-            .map_err(|source| Error::Parquet { path: full_path(), source })?
+            .map_err(|source| Error::Parquet {
+                path: full_path(),
+                source,
+            })?
             .build()
-            .map_err(|source| Error::Parquet { path: full_path(), source })?;
-        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|source| Error::Parquet { path: full_path(), source })?;
-        batches.iter().map(|b| self.to_change_batch(b, file, out)).collect()
+            .map_err(|source| Error::Parquet {
+                path: full_path(),
+                source,
+            })?;
+        let batches: Vec<RecordBatch> =
+            stream
+                .try_collect()
+                .await
+                .map_err(|source| Error::Parquet {
+                    path: full_path(),
+                    source,
+                })?;
+        batches
+            .iter()
+            .map(|b| self.to_change_batch(b, file, out))
+            .collect()
     }
 
     /// Lines a file's batch up with the bronze schema and adds the change metadata.
-    fn to_change_batch(&self, batch: &RecordBatch, file: &FileToRead, out: &SchemaRef) -> Result<RecordBatch> {
+    fn to_change_batch(
+        &self,
+        batch: &RecordBatch,
+        file: &FileToRead,
+        out: &SchemaRef,
+    ) -> Result<RecordBatch> {
         let n = batch.num_rows();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(out.fields().len());
         for field in self.schema.fields() {
@@ -209,11 +253,21 @@ impl DeltaSource {
         let kind: ArrayRef = match (file.kind, batch.column_by_name(CHANGE_TYPE)) {
             (Some(kind), _) => Arc::new(StringArray::from(vec![kind; n])),
             (None, Some(c)) => arrow::compute::cast(c, &DataType::Utf8)?,
-            (None, None) => return Err(Error::user(format!("change data file `{}` of `{}` has no `_change_type` column", file.path, self.name), "the table log is damaged")),
+            (None, None) => {
+                return Err(Error::user(
+                    format!(
+                        "change data file `{}` of `{}` has no `_change_type` column",
+                        file.path, self.name
+                    ),
+                    "the table log is damaged",
+                ));
+            }
         };
         columns.push(kind);
         columns.push(Arc::new(Int64Array::from(vec![file.version; n])));
-        columns.push(Arc::new(TimestampMicrosecondArray::from(vec![file.timestamp_us; n]).with_timezone("UTC")));
+        columns.push(Arc::new(
+            TimestampMicrosecondArray::from(vec![file.timestamp_us; n]).with_timezone("UTC"),
+        ));
         Ok(RecordBatch::try_new(Arc::clone(out), columns)?)
     }
 }
@@ -254,7 +308,12 @@ impl ChangeSource for DeltaSource {
     }
 
     async fn read_changes(&self, after: Option<i64>) -> smelt_engine::Result<ChangeSet> {
-        let mut fields: Vec<Field> = self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut fields: Vec<Field> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
         fields.extend(metadata_fields());
         let out: SchemaRef = Arc::new(Schema::new(fields));
         let (files, skipped_delete_files) = self.plan_files(after).await?;
@@ -264,8 +323,18 @@ impl ChangeSource for DeltaSource {
             batches.extend(self.read_file(file, &out).await?);
             bytes_read += file.size.max(0) as u64;
         }
-        debug_assert!(batches.iter().all(|b| b.column_by_name(COMMIT_VERSION).is_some() && b.column_by_name(COMMIT_TIMESTAMP).is_some()));
-        Ok(ChangeSet { schema: out, batches, files_read: files.len(), bytes_read, skipped_delete_files })
+        debug_assert!(
+            batches
+                .iter()
+                .all(|b| b.column_by_name(COMMIT_VERSION).is_some()
+                    && b.column_by_name(COMMIT_TIMESTAMP).is_some())
+        );
+        Ok(ChangeSet {
+            schema: out,
+            batches,
+            files_read: files.len(),
+            bytes_read,
+            skipped_delete_files,
+        })
     }
 }
-

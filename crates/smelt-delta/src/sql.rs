@@ -14,7 +14,8 @@ use arrow::datatypes::{Schema, SchemaRef};
 use deltalake::datafusion::execution::context::SQLOptions;
 use deltalake::datafusion::sql::parser::Statement as DFStatement;
 use deltalake::datafusion::sql::sqlparser::ast::{
-    AlterTableOperation, Ident, ObjectName, ObjectNamePart, Statement, TableObject, visit_relations_mut,
+    AlterTableOperation, Ident, ObjectName, ObjectNamePart, Statement, TableObject,
+    visit_relations_mut,
 };
 use deltalake::kernel::StructType;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
@@ -44,7 +45,10 @@ pub enum SqlOutput {
 
 /// Runs a script of `;`-separated statements in order, stopping at the first failure.
 /// Outputs of the statements that ran are returned with the error's statement number.
-pub async fn execute(lake: &Lake, sql: &str) -> std::result::Result<Vec<SqlOutput>, (Vec<SqlOutput>, usize, Error)> {
+pub async fn execute(
+    lake: &Lake,
+    sql: &str,
+) -> std::result::Result<Vec<SqlOutput>, (Vec<SqlOutput>, usize, Error)> {
     let statements = parse_script(sql).map_err(|e| {
         (
             Vec::new(),
@@ -67,18 +71,23 @@ pub async fn execute(lake: &Lake, sql: &str) -> std::result::Result<Vec<SqlOutpu
 /// schema `dataset`, table `table`.
 fn split_dotted_names(statement: &mut Statement) {
     let _ = visit_relations_mut(statement, |name: &mut ObjectName| {
-        if name.0.len() == 1 {
-            if let Some(ident) = name.0[0].as_ident() {
-                if ident.value.contains('.') {
-                    let quote = ident.quote_style;
-                    let span = ident.span;
-                    name.0 = ident
-                        .value
-                        .split('.')
-                        .map(|p| ObjectNamePart::Identifier(Ident { value: p.to_string(), quote_style: quote, span }))
-                        .collect();
-                }
-            }
+        if name.0.len() == 1
+            && let Some(ident) = name.0[0].as_ident()
+            && ident.value.contains('.')
+        {
+            let quote = ident.quote_style;
+            let span = ident.span;
+            name.0 = ident
+                .value
+                .split('.')
+                .map(|p| {
+                    ObjectNamePart::Identifier(Ident {
+                        value: p.to_string(),
+                        quote_style: quote,
+                        span,
+                    })
+                })
+                .collect();
         }
         ControlFlow::<()>::Continue(())
     });
@@ -86,7 +95,10 @@ fn split_dotted_names(statement: &mut Statement) {
 
 fn table_name(name: &ObjectName) -> Result<TableName> {
     TableName::from_object_name(name).ok_or_else(|| {
-        Error::user(format!("`{name}` is not a `schema.table` name"), "name lake tables `schema.table`, e.g. `bronze.product2`")
+        Error::user(
+            format!("`{name}` is not a `schema.table` name"),
+            "name lake tables `schema.table`, e.g. `bronze.product2`",
+        )
     })
 }
 
@@ -94,23 +106,34 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
     match statement {
         Statement::CreateTable(create) => {
             if create.query.is_some() {
-                return Err(Error::user("CREATE TABLE … AS SELECT is not supported yet", "create the table, then `INSERT INTO … SELECT …`"));
+                return Err(Error::user(
+                    "CREATE TABLE … AS SELECT is not supported yet",
+                    "create the table, then `INSERT INTO … SELECT …`",
+                ));
             }
             let def = table_def(&create, Path::new("<sql>")).map_err(|e| {
                 let first = &e.0[0];
-                Error::user(first.message.clone(), first.hint.clone().unwrap_or_default())
+                Error::user(
+                    first.message.clone(),
+                    first.hint.clone().unwrap_or_default(),
+                )
             })?;
             create_table(lake, &def).await
         }
         Statement::AlterTable(alter) => {
             let name = table_name(&alter.name)?;
-            let table = lake.open_existing(&name, "create it first with CREATE TABLE").await?;
+            let table = lake
+                .open_existing(&name, "create it first with CREATE TABLE")
+                .await?;
             let mut properties = HashMap::new();
             for op in &alter.operations {
                 match op {
                     AlterTableOperation::SetTblProperties { table_properties } => {
                         if options_turn_on_change_feed(table_properties) {
-                            properties.insert("delta.enableChangeDataFeed".to_string(), "true".to_string());
+                            properties.insert(
+                                "delta.enableChangeDataFeed".to_string(),
+                                "true".to_string(),
+                            );
                         } else {
                             return Err(Error::user(
                                 format!("unsupported table option in `{}`", alter.name),
@@ -119,7 +142,10 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
                         }
                     }
                     other => {
-                        return Err(Error::user(format!("ALTER TABLE … {other} is not supported"), "only SET OPTIONS / SET TBLPROPERTIES (change feed) is"));
+                        return Err(Error::user(
+                            format!("ALTER TABLE … {other} is not supported"),
+                            "only SET OPTIONS / SET TBLPROPERTIES (change feed) is",
+                        ));
                     }
                 }
             }
@@ -128,31 +154,52 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
                 .with_properties(properties)
                 .await
                 .context(|| format!("altering `{name}`"))?;
-            Ok(SqlOutput::Message(format!("altered table {name}: change feed on")))
+            Ok(SqlOutput::Message(format!(
+                "altered table {name}: change feed on"
+            )))
         }
         Statement::Truncate(truncate) => {
             let mut done = Vec::new();
             for target in &truncate.table_names {
                 let name = table_name(&target.name)?;
                 let table = lake.open_existing(&name, "check the table name").await?;
-                let (_, metrics) = table.delete().await.context(|| format!("truncating `{name}`"))?;
-                done.push(format!("truncated {name} ({} rows)", metrics.num_deleted_rows.unwrap_or(0)));
+                let (_, metrics) = table
+                    .delete()
+                    .await
+                    .context(|| format!("truncating `{name}`"))?;
+                done.push(format!(
+                    "truncated {name} ({} rows)",
+                    metrics.num_deleted_rows.unwrap_or(0)
+                ));
             }
             Ok(SqlOutput::Message(done.join("\n")))
         }
         Statement::Insert(insert) => {
             let TableObject::TableName(target) = &insert.table else {
-                return Err(Error::user("INSERT INTO a table function is not supported", "insert into `schema.table`"));
+                return Err(Error::user(
+                    "INSERT INTO a table function is not supported",
+                    "insert into `schema.table`",
+                ));
             };
             let name = table_name(target)?;
-            let table = lake.open_existing(&name, "create it first with CREATE TABLE").await?;
+            let table = lake
+                .open_existing(&name, "create it first with CREATE TABLE")
+                .await?;
             let Some(source) = insert.source.clone() else {
-                return Err(Error::user("INSERT without VALUES or SELECT", "add `VALUES (…)` or a SELECT"));
+                return Err(Error::user(
+                    "INSERT without VALUES or SELECT",
+                    "add `VALUES (…)` or a SELECT",
+                ));
             };
             let columns: Vec<String> = insert
                 .columns
                 .iter()
-                .map(|c| c.0.last().and_then(|p| p.as_ident()).map(|i| i.value.clone()).unwrap_or_else(|| c.to_string()))
+                .map(|c| {
+                    c.0.last()
+                        .and_then(|p| p.as_ident())
+                        .map(|i| i.value.clone())
+                        .unwrap_or_else(|| c.to_string())
+                })
                 .collect();
             let (_, batches) = query(lake, Statement::Query(source)).await?;
             insert_rows(&name, table, &columns, batches).await
@@ -160,7 +207,10 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
         Statement::CreateSchema { schema_name, .. } => {
             let name = schema_name.to_string().trim_matches('`').to_string();
             let path = lake.root().join(&name);
-            std::fs::create_dir_all(&path).map_err(|source| Error::Io { context: format!("creating `{}`", path.display()), source })?;
+            std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+                context: format!("creating `{}`", path.display()),
+                source,
+            })?;
             Ok(SqlOutput::Message(format!("created schema {name}")))
         }
         statement @ Statement::Query(_) => {
@@ -169,7 +219,11 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
         }
         other => {
             let text = other.to_string();
-            let head: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            let head: String = text
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ");
             Err(Error::user(
                 format!("`{head} …` statements are not supported by smelt sql"),
                 "supported: SELECT, CREATE TABLE, ALTER TABLE … SET OPTIONS, INSERT INTO, TRUNCATE TABLE, CREATE SCHEMA",
@@ -190,16 +244,25 @@ async fn query(lake: &Lake, statement: Statement) -> Result<(SchemaRef, Vec<Reco
         .with_allow_dml(false)
         .verify_plan(&plan)
         .context(|| "checking the query".to_string())?;
-    let df = ctx.execute_logical_plan(plan).await.context(|| "running the query".to_string())?;
+    let df = ctx
+        .execute_logical_plan(plan)
+        .await
+        .context(|| "running the query".to_string())?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-    let batches = df.collect().await.context(|| "running the query".to_string())?;
+    let batches = df
+        .collect()
+        .await
+        .context(|| "running the query".to_string())?;
     Ok((schema, batches))
 }
 
 async fn create_table(lake: &Lake, def: &smelt_spec::TableDef) -> Result<SqlOutput> {
     let exists = lake.exists(&def.name);
     if exists && def.if_not_exists {
-        return Ok(SqlOutput::Message(format!("table {} exists; left as is", def.name)));
+        return Ok(SqlOutput::Message(format!(
+            "table {} exists; left as is",
+            def.name
+        )));
     }
     if exists && !def.or_replace {
         return Err(Error::user(
@@ -210,32 +273,55 @@ async fn create_table(lake: &Lake, def: &smelt_spec::TableDef) -> Result<SqlOutp
     let schema = arrow_schema(def);
     let delta_schema: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
     let path = lake.table_path(&def.name);
-    std::fs::create_dir_all(&path).map_err(|source| Error::Io { context: format!("creating `{}`", path.display()), source })?;
+    std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+        context: format!("creating `{}`", path.display()),
+        source,
+    })?;
     let mut builder = CreateBuilder::new()
         .with_location(path.to_string_lossy().to_string())
         .with_table_name(def.name.table.clone())
         .with_columns(delta_schema.fields().cloned())
-        .with_save_mode(if exists { SaveMode::Overwrite } else { SaveMode::ErrorIfExists });
+        .with_save_mode(if exists {
+            SaveMode::Overwrite
+        } else {
+            SaveMode::ErrorIfExists
+        });
     if def.change_feed {
-        builder = builder.with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"));
+        builder =
+            builder.with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"));
     }
-    builder.await.context(|| format!("creating `{}`", def.name))?;
+    builder
+        .await
+        .context(|| format!("creating `{}`", def.name))?;
     Ok(SqlOutput::Message(format!(
         "{} table {} ({} columns{})",
         if exists { "replaced" } else { "created" },
         def.name,
         def.columns.len(),
-        if def.change_feed { ", change feed on" } else { "" }
+        if def.change_feed {
+            ", change feed on"
+        } else {
+            ""
+        }
     )))
 }
 
 /// Appends query rows to a table: by position into `columns` (or every column), NULL for
 /// the rest, each value cast to the column's type (a value that does not fit fails).
-async fn insert_rows(name: &TableName, table: DeltaTable, columns: &[String], batches: Vec<RecordBatch>) -> Result<SqlOutput> {
+async fn insert_rows(
+    name: &TableName,
+    table: DeltaTable,
+    columns: &[String],
+    batches: Vec<RecordBatch>,
+) -> Result<SqlOutput> {
     let snapshot = table.snapshot().context(|| format!("reading `{name}`"))?;
     let target = snapshot.snapshot().arrow_schema();
     let target: SchemaRef = Arc::new(Schema::new(
-        target.fields().iter().map(|f| f.as_ref().clone()).collect::<Vec<_>>(),
+        target
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect::<Vec<_>>(),
     ));
     let columns: Vec<String> = if columns.is_empty() {
         target.fields().iter().map(|f| f.name().clone()).collect()
@@ -249,37 +335,63 @@ async fn insert_rows(name: &TableName, table: DeltaTable, columns: &[String], ba
                 Some(near) => format!("did you mean `{near}`?"),
                 None => format!("columns are: {}", names.join(", ")),
             };
-            return Err(Error::user(format!("table `{name}` has no column `{c}`"), hint));
+            return Err(Error::user(
+                format!("table `{name}` has no column `{c}`"),
+                hint,
+            ));
         }
     }
-    let strict = CastOptions { safe: false, ..CastOptions::default() };
+    let strict = CastOptions {
+        safe: false,
+        ..CastOptions::default()
+    };
     let mut out = Vec::new();
     let mut rows = 0;
     for batch in batches {
         if batch.num_columns() != columns.len() {
             return Err(Error::user(
-                format!("INSERT INTO `{name}` gives {} values per row for {} columns", batch.num_columns(), columns.len()),
+                format!(
+                    "INSERT INTO `{name}` gives {} values per row for {} columns",
+                    batch.num_columns(),
+                    columns.len()
+                ),
                 "list as many values as columns",
             ));
         }
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(target.fields().len());
         for field in target.fields() {
             let array = match columns.iter().position(|c| c == field.name()) {
-                Some(i) => cast_with_options(batch.column(i), field.data_type(), &strict).map_err(|e| {
-                    Error::user(format!("INSERT INTO `{name}`: column `{}`: {e}", field.name()), "give a value of the column's type")
-                })?,
+                Some(i) => {
+                    cast_with_options(batch.column(i), field.data_type(), &strict).map_err(|e| {
+                        Error::user(
+                            format!("INSERT INTO `{name}`: column `{}`: {e}", field.name()),
+                            "give a value of the column's type",
+                        )
+                    })?
+                }
                 None => new_null_array(field.data_type(), batch.num_rows()),
             };
             arrays.push(array);
         }
         rows += batch.num_rows();
-        out.push(RecordBatch::try_new(Arc::clone(&target), arrays).map_err(|e| {
-            Error::user(format!("INSERT INTO `{name}`: {e}"), "a NOT NULL column got a NULL value")
-        })?);
+        out.push(
+            RecordBatch::try_new(Arc::clone(&target), arrays).map_err(|e| {
+                Error::user(
+                    format!("INSERT INTO `{name}`: {e}"),
+                    "a NOT NULL column got a NULL value",
+                )
+            })?,
+        );
     }
     if rows == 0 {
         return Ok(SqlOutput::Message(format!("inserted 0 rows into {name}")));
     }
-    table.write(out).with_save_mode(SaveMode::Append).await.context(|| format!("inserting into `{name}`"))?;
-    Ok(SqlOutput::Message(format!("inserted {rows} rows into {name}")))
+    table
+        .write(out)
+        .with_save_mode(SaveMode::Append)
+        .await
+        .context(|| format!("inserting into `{name}`"))?;
+    Ok(SqlOutput::Message(format!(
+        "inserted {rows} rows into {name}"
+    )))
 }

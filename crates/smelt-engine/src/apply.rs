@@ -4,14 +4,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray, UInt32Array,
+};
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::{concat_batches, filter, filter_record_batch, take};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::util::display::array_value_to_string;
 use smelt_core::apply::{Scd1Input, plan_scd1};
 use smelt_core::cast::cast_column;
-use smelt_core::change::{CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, UPDATE_POSTIMAGE, timestamp_utc};
+use smelt_core::change::{
+    CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
+};
 use smelt_core::dedupe::latest_per_key;
 use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
 use smelt_spec::{ApplyFlow, OnCastError, did_you_mean};
@@ -46,7 +50,10 @@ struct Phases {
 
 impl Phases {
     fn new() -> Self {
-        Self { start: Instant::now(), done: Vec::new() }
+        Self {
+            start: Instant::now(),
+            done: Vec::new(),
+        }
     }
     fn end(&mut self, name: &str) {
         let ms = self.start.elapsed().as_millis() as u64;
@@ -57,7 +64,11 @@ impl Phases {
 
 /// The silver schema the flow writes: the existing table's, checked against the DDL, or
 /// the DDL's when silver does not exist yet.
-pub fn silver_schema(flow_name: &str, flow: &ApplyFlow, silver: &dyn SilverTable) -> Result<SchemaRef> {
+pub fn silver_schema(
+    flow_name: &str,
+    flow: &ApplyFlow,
+    silver: &dyn SilverTable,
+) -> Result<SchemaRef> {
     let declared = flow.silver.as_ref().map(arrow_schema);
     match (silver.schema(), declared) {
         (Some(existing), Some(declared)) => {
@@ -72,14 +83,21 @@ pub fn silver_schema(flow_name: &str, flow: &ApplyFlow, silver: &dyn SilverTable
                                 flow.into,
                                 type_name(e.data_type()),
                                 type_name(f.data_type()),
-                                flow.schema_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+                                flow.schema_file
+                                    .as_ref()
+                                    .map(|p| p.display().to_string())
+                                    .unwrap_or_default()
                             ),
                             "make the DDL match the table, or rebuild silver with `smelt run --full-refresh` after dropping it",
                         ));
                     }
                     Err(_) => {
                         return Err(EngineError::user(
-                            format!("flow `{flow_name}`: column `{}` is declared but missing from the existing table `{}`", f.name(), flow.into),
+                            format!(
+                                "flow `{flow_name}`: column `{}` is declared but missing from the existing table `{}`",
+                                f.name(),
+                                flow.into
+                            ),
                             "schema evolution is not supported yet: drop the column from the DDL or recreate the silver table",
                         ));
                     }
@@ -92,15 +110,23 @@ pub fn silver_schema(flow_name: &str, flow: &ApplyFlow, silver: &dyn SilverTable
         (None, None) => Err(EngineError::TableNotFound {
             table: flow.into.to_string(),
             location: "the lake".into(),
-            hint: "give the flow a `schema:` file with the silver CREATE TABLE so smelt can create it".into(),
+            hint:
+                "give the flow a `schema:` file with the silver CREATE TABLE so smelt can create it"
+                    .into(),
         }),
     }
 }
 
 fn same_type(a: &DataType, b: &DataType) -> bool {
     match (a, b) {
-        (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) => true,
-        (DataType::Binary | DataType::BinaryView | DataType::LargeBinary, DataType::Binary | DataType::BinaryView | DataType::LargeBinary) => true,
+        (
+            DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8,
+            DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8,
+        ) => true,
+        (
+            DataType::Binary | DataType::BinaryView | DataType::LargeBinary,
+            DataType::Binary | DataType::BinaryView | DataType::LargeBinary,
+        ) => true,
         (DataType::Timestamp(_, Some(_)), DataType::Timestamp(_, Some(_))) => true,
         _ => a == b,
     }
@@ -120,7 +146,8 @@ pub async fn run_apply(
     let schema = silver_schema(flow_name, flow, silver)?;
     let audit_ingest = flow.audit.ingest_timestamp.clone();
     let audit_update = flow.audit.update_timestamp.clone();
-    let is_audit = |n: &str| Some(n) == audit_ingest.as_deref() || Some(n) == audit_update.as_deref();
+    let is_audit =
+        |n: &str| Some(n) == audit_ingest.as_deref() || Some(n) == audit_update.as_deref();
 
     // Every silver column (except audit columns) must come from bronze.
     let bronze = source.schema();
@@ -130,18 +157,29 @@ pub async fn run_apply(
             continue;
         }
         let hint = match did_you_mean(f.name(), bronze_names.iter().copied()) {
-            Some(near) => format!("bronze has `{near}`: rename the silver column, or add `{}` to bronze", f.name()),
+            Some(near) => format!(
+                "bronze has `{near}`: rename the silver column, or add `{}` to bronze",
+                f.name()
+            ),
             None => format!("bronze columns are: {}", bronze_names.join(", ")),
         };
         return Err(EngineError::user(
-            format!("flow `{flow_name}`: silver column `{}` of `{}` is missing from bronze table `{}`", f.name(), flow.into, flow.from),
+            format!(
+                "flow `{flow_name}`: silver column `{}` of `{}` is missing from bronze table `{}`",
+                f.name(),
+                flow.into,
+                flow.from
+            ),
             hint,
         ));
     }
     for k in &flow.keys {
         if schema.field_with_name(k).is_err() {
             return Err(EngineError::user(
-                format!("flow `{flow_name}`: key column `{k}` is not a column of `{}`", flow.into),
+                format!(
+                    "flow `{flow_name}`: key column `{k}` is not a column of `{}`",
+                    flow.into
+                ),
                 match did_you_mean(k, schema.fields().iter().map(|f| f.name().as_str())) {
                     Some(near) => format!("did you mean `{near}`?"),
                     None => "set `keys:` to columns of the silver table".to_string(),
@@ -161,7 +199,12 @@ pub async fn run_apply(
         from: flow.from.to_string(),
         into: flow.into.to_string(),
         run_id: ctx.run_id.clone(),
-        mode: if watermark.is_none() { "snapshot" } else { "incremental" }.to_string(),
+        mode: if watermark.is_none() {
+            "snapshot"
+        } else {
+            "incremental"
+        }
+        .to_string(),
         from_version: watermark,
         to_version: v,
         silver_version: silver.version(),
@@ -176,7 +219,10 @@ pub async fn run_apply(
         }
         if w > v {
             return Err(EngineError::user(
-                format!("flow `{flow_name}`: silver `{}` has applied bronze version {w}, but `{}` is only at version {v}", flow.into, flow.from),
+                format!(
+                    "flow `{flow_name}`: silver `{}` has applied bronze version {w}, but `{}` is only at version {v}",
+                    flow.into, flow.from
+                ),
                 "the bronze table was recreated; rebuild silver with `smelt run --full-refresh`",
             ));
         }
@@ -192,9 +238,16 @@ pub async fn run_apply(
 
     reporter.phase(flow_name, "cast and dedupe");
     // Upserts only: inserts and update post-images. Everything else is ignored (counted).
-    let kinds = all.column_by_name(CHANGE_TYPE).ok_or_else(|| EngineError::Internal("change batch without _change_type".into()))?;
+    let kinds = all
+        .column_by_name(CHANGE_TYPE)
+        .ok_or_else(|| EngineError::Internal("change batch without _change_type".into()))?;
     let kinds = arrow::compute::cast(kinds, &DataType::Utf8)?;
-    let upsert = BooleanArray::from_iter(kinds.as_string::<i32>().iter().map(|k| Some(matches!(k, Some(INSERT | UPDATE_POSTIMAGE)))));
+    let upsert = BooleanArray::from_iter(
+        kinds
+            .as_string::<i32>()
+            .iter()
+            .map(|k| Some(matches!(k, Some(INSERT | UPDATE_POSTIMAGE)))),
+    );
     let changes_batch = filter_record_batch(&all, &upsert)?;
     report.ignored = all.num_rows() - changes_batch.num_rows();
 
@@ -205,10 +258,14 @@ pub async fn run_apply(
         if is_audit(f.name()) {
             continue;
         }
-        let raw = changes_batch.column_by_name(f.name()).expect("checked above");
+        let raw = changes_batch
+            .column_by_name(f.name())
+            .expect("checked above");
         let out = cast_column(raw, f.data_type(), flow.tz.as_deref())?;
         if !out.failed_rows.is_empty() {
-            report.cast_failures.insert(f.name().clone(), out.failed_rows.len());
+            report
+                .cast_failures
+                .insert(f.name().clone(), out.failed_rows.len());
             if first_failure.is_none() {
                 let row = out.failed_rows[0];
                 first_failure = Some((f.name().clone(), row, array_value_to_string(raw, row)?));
@@ -217,38 +274,68 @@ pub async fn run_apply(
         cast.insert(f.name().clone(), out.array);
     }
     if let (OnCastError::Fail, Some((column, row, value))) = (flow.on_cast_error, &first_failure) {
-        let version = array_value_to_string(changes_batch.column_by_name(COMMIT_VERSION).expect("metadata"), *row)?;
+        let version = array_value_to_string(
+            changes_batch
+                .column_by_name(COMMIT_VERSION)
+                .expect("metadata"),
+            *row,
+        )?;
         let key = flow
             .keys
             .iter()
-            .map(|k| Ok(format!("{k}={}", array_value_to_string(changes_batch.column_by_name(k).expect("checked"), *row)?)))
+            .map(|k| {
+                Ok(format!(
+                    "{k}={}",
+                    array_value_to_string(changes_batch.column_by_name(k).expect("checked"), *row)?
+                ))
+            })
             .collect::<Result<Vec<_>>>()?
             .join(", ");
-        let target = type_name(schema.field_with_name(column).expect("silver column").data_type());
+        let target = type_name(
+            schema
+                .field_with_name(column)
+                .expect("silver column")
+                .data_type(),
+        );
         let total = report.cast_failures_total();
         return Err(EngineError::Cast {
             flow: flow_name.to_string(),
-            source: smelt_core::CoreError::CastFailed {
+            source: Box::new(smelt_core::CoreError::CastFailed {
                 column: column.clone(),
                 target,
                 value: value.clone(),
                 row: *row,
-                context: format!(" (bronze `{}` version {version}, key {key}); {total} value(s) failed in all", flow.from),
-            },
+                context: format!(
+                    " (bronze `{}` version {version}, key {key}); {total} value(s) failed in all",
+                    flow.from
+                ),
+            }),
         });
     }
     let commit_ts = arrow::compute::cast(
-        changes_batch.column_by_name(COMMIT_TIMESTAMP).expect("metadata"),
+        changes_batch
+            .column_by_name(COMMIT_TIMESTAMP)
+            .expect("metadata"),
         &timestamp_utc(),
     )?;
     let key_arrays: Vec<ArrayRef> = flow.keys.iter().map(|k| Arc::clone(&cast[k])).collect();
     let seq_arrays: Vec<ArrayRef> = flow
         .sequence_by
         .iter()
-        .map(|s| if s == SEQ_COMMIT_TIMESTAMP { Arc::clone(&commit_ts) } else { Arc::clone(&cast[s]) })
+        .map(|s| {
+            if s == SEQ_COMMIT_TIMESTAMP {
+                Arc::clone(&commit_ts)
+            } else {
+                Arc::clone(&cast[s])
+            }
+        })
         .collect();
 
-    let winners = if n == 0 { UInt32Array::from(Vec::<u32>::new()) } else { latest_per_key(&key_arrays, &seq_arrays)? };
+    let winners = if n == 0 {
+        UInt32Array::from(Vec::<u32>::new())
+    } else {
+        latest_per_key(&key_arrays, &seq_arrays)?
+    };
     report.duplicates_collapsed = n - winners.len();
     let pick = |a: &ArrayRef| -> Result<ArrayRef> { Ok(take(a.as_ref(), &winners, None)?) };
 
@@ -263,7 +350,9 @@ pub async fn run_apply(
         }
     }
     report.rejected = winners.len() - keep.true_count();
-    let winners: UInt32Array = filter(&winners, &keep)?.as_primitive::<arrow::datatypes::UInt32Type>().clone();
+    let winners: UInt32Array = filter(&winners, &keep)?
+        .as_primitive::<arrow::datatypes::UInt32Type>()
+        .clone();
     let pick = |a: &ArrayRef| -> Result<ArrayRef> { Ok(take(a.as_ref(), &winners, None)?) };
     let mut new_cols: HashMap<String, ArrayRef> = HashMap::new();
     for (name, array) in &cast {
@@ -279,7 +368,13 @@ pub async fn run_apply(
     let stored_seq_names: Vec<String> = flow
         .sequence_by
         .iter()
-        .map(|s| if s == SEQ_COMMIT_TIMESTAMP { audit_ingest.clone().expect("validated") } else { s.clone() })
+        .map(|s| {
+            if s == SEQ_COMMIT_TIMESTAMP {
+                audit_ingest.clone().expect("validated")
+            } else {
+                s.clone()
+            }
+        })
         .collect();
     let data_names: Vec<String> = schema
         .fields()
@@ -288,15 +383,28 @@ pub async fn run_apply(
         .filter(|n| !is_audit(n) && !flow.keys.contains(n))
         .collect();
     let mut wanted: Vec<String> = flow.keys.clone();
-    for c in stored_seq_names.iter().chain(&data_names).chain(audit_update.iter()) {
+    for c in stored_seq_names
+        .iter()
+        .chain(&data_names)
+        .chain(audit_update.iter())
+    {
         if !wanted.contains(c) {
             wanted.push(c.clone());
         }
     }
     let new_keys: Vec<ArrayRef> = flow.keys.iter().map(|k| Arc::clone(&new_cols[k])).collect();
-    let (matched, stored) = if silver.schema().is_some() && m > 0 && !ctx.full_refresh {
+    let (matched, stored) = if silver.schema().is_some() && m > 0 {
         let key_schema = Arc::new(arrow::datatypes::Schema::new(
-            flow.keys.iter().map(|k| schema.field_with_name(k).expect("checked").clone().with_nullable(true)).collect::<Vec<_>>(),
+            flow.keys
+                .iter()
+                .map(|k| {
+                    schema
+                        .field_with_name(k)
+                        .expect("checked")
+                        .clone()
+                        .with_nullable(true)
+                })
+                .collect::<Vec<_>>(),
         ));
         let keys_batch = RecordBatch::try_new(key_schema, new_keys.clone())?;
         let found = silver.lookup(keys_batch, &wanted).await?;
@@ -304,12 +412,26 @@ pub async fn run_apply(
     } else {
         let empty: HashMap<String, ArrayRef> = wanted
             .iter()
-            .map(|c| (c.clone(), arrow::array::new_null_array(schema.field_with_name(c).expect("silver").data_type(), m)))
+            .map(|c| {
+                (
+                    c.clone(),
+                    arrow::array::new_null_array(
+                        schema.field_with_name(c).expect("silver").data_type(),
+                        m,
+                    ),
+                )
+            })
             .collect();
         (BooleanArray::from(vec![false; m]), empty)
     };
-    let stored_seq: Vec<ArrayRef> = stored_seq_names.iter().map(|c| Arc::clone(&stored[c])).collect();
-    let new_data: Vec<ArrayRef> = data_names.iter().map(|c| Arc::clone(&new_cols[c])).collect();
+    let stored_seq: Vec<ArrayRef> = stored_seq_names
+        .iter()
+        .map(|c| Arc::clone(&stored[c]))
+        .collect();
+    let new_data: Vec<ArrayRef> = data_names
+        .iter()
+        .map(|c| Arc::clone(&new_cols[c]))
+        .collect();
     let stored_data: Vec<ArrayRef> = data_names.iter().map(|c| Arc::clone(&stored[c])).collect();
     let plan = plan_scd1(&Scd1Input {
         matched: &matched,
@@ -325,7 +447,9 @@ pub async fn run_apply(
     phases.end("guard");
 
     // The rows to write, in silver column order.
-    let run_ts: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![ctx.run_timestamp_us; m]).with_timezone("UTC"));
+    let run_ts: ArrayRef = Arc::new(
+        TimestampMicrosecondArray::from(vec![ctx.run_timestamp_us; m]).with_timezone("UTC"),
+    );
     let mut columns = Vec::with_capacity(schema.fields().len());
     for f in schema.fields() {
         let array: ArrayRef = if Some(f.name().as_str()) == audit_ingest.as_deref() {
@@ -352,7 +476,15 @@ pub async fn run_apply(
     }
     failpoint("before_silver_commit")?;
     let stats = silver
-        .upsert(rows, &flow.keys, &Watermark { app_id: app, version: v, run_id: ctx.run_id.clone() })
+        .upsert(
+            rows,
+            &flow.keys,
+            &Watermark {
+                app_id: app,
+                version: v,
+                run_id: ctx.run_id.clone(),
+            },
+        )
         .await?;
     report.files_written = stats.files_added;
     report.files_removed = stats.files_removed;
@@ -377,11 +509,16 @@ fn align(
     let m = new_keys[0].len();
     let mut found_cols = Vec::new();
     for (k, new) in keys.iter().zip(new_keys) {
-        let c = found.column_by_name(k).ok_or_else(|| EngineError::Internal(format!("lookup lost key `{k}`")))?;
+        let c = found
+            .column_by_name(k)
+            .ok_or_else(|| EngineError::Internal(format!("lookup lost key `{k}`")))?;
         found_cols.push(arrow::compute::cast(c, new.data_type())?);
     }
     let converter = arrow::row::RowConverter::new(
-        new_keys.iter().map(|a| arrow::row::SortField::new(a.data_type().clone())).collect(),
+        new_keys
+            .iter()
+            .map(|a| arrow::row::SortField::new(a.data_type().clone()))
+            .collect(),
     )?;
     let found_rows = converter.convert_columns(&found_cols)?;
     let new_rows = converter.convert_columns(new_keys)?;
@@ -393,8 +530,12 @@ fn align(
     let matched = BooleanArray::from_iter(positions.iter().map(|p| Some(p.is_some())));
     let mut stored = HashMap::new();
     for c in wanted {
-        let target = schema.field_with_name(c).map_err(|_| EngineError::Internal(format!("no silver column `{c}`")))?;
-        let col = found.column_by_name(c).ok_or_else(|| EngineError::Internal(format!("lookup lost column `{c}`")))?;
+        let target = schema
+            .field_with_name(c)
+            .map_err(|_| EngineError::Internal(format!("no silver column `{c}`")))?;
+        let col = found
+            .column_by_name(c)
+            .ok_or_else(|| EngineError::Internal(format!("lookup lost column `{c}`")))?;
         let col = arrow::compute::cast(col, target.data_type())?;
         stored.insert(c.clone(), take(col.as_ref(), &positions, None)?);
     }

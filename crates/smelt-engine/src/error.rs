@@ -28,7 +28,7 @@ pub enum EngineError {
         flow: String,
         /// The failure.
         #[source]
-        source: CoreError,
+        source: Box<CoreError>,
     },
     /// An injected failure (tests and crash drills: `SMELT_FAILPOINT`).
     #[error("injected failure at `{0}` (SMELT_FAILPOINT)")]
@@ -57,7 +57,10 @@ impl EngineError {
     }
 
     /// Wraps a storage error with what smelt was doing.
-    pub fn storage(context: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub fn storage(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
         EngineError::Storage {
             context: context.into(),
             source: Box::new(source),
@@ -72,7 +75,9 @@ impl EngineError {
             EngineError::Cast { .. } => Some(
                 "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure",
             ),
-            EngineError::Internal(_) => Some("this is a bug in smelt; please report it with the command you ran"),
+            EngineError::Internal(_) => {
+                Some("this is a bug in smelt; please report it with the command you ran")
+            }
             _ => None,
         }
     }
@@ -98,7 +103,9 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 /// Crash drills set it to stop a run at a write step and check that a rerun recovers.
 pub fn failpoint(point: &str) -> Result<()> {
     match std::env::var("SMELT_FAILPOINT") {
-        Ok(v) if v.split(',').any(|p| p.trim() == point) => Err(EngineError::Failpoint(point.to_string())),
+        Ok(v) if v.split(',').any(|p| p.trim() == point) => {
+            Err(EngineError::Failpoint(point.to_string()))
+        }
         _ => Ok(()),
     }
 }

@@ -84,7 +84,12 @@ pub trait SilverTable: Send + Sync {
     async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch>;
     /// Upserts `rows` (silver schema) by `keys` and commits `watermark` in the same
     /// commit. With no rows, commits the watermark alone.
-    async fn upsert(&mut self, rows: RecordBatch, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
+    async fn upsert(
+        &mut self,
+        rows: RecordBatch,
+        keys: &[String],
+        watermark: &Watermark,
+    ) -> Result<WriteStats>;
 }
 
 /// Progress of long phases. The CLI draws it; libraries never print.

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use sqlparser::ast::Spanned;
 use sqlparser::ast::{
-    ColumnOption, CreateTable, CreateTableOptions, ObjectName, SqlOption, Statement, TableConstraint,
+    ColumnOption, CreateTable, CreateTableOptions, ObjectName, SqlOption, Statement,
+    TableConstraint,
 };
 use sqlparser::dialect::{BigQueryDialect, DatabricksDialect, Dialect, GenericDialect};
 use sqlparser::keywords::Keyword;
@@ -97,10 +98,17 @@ impl ColumnType {
         let base = t.split('(').next().unwrap_or("");
         let args: Vec<i64> = t
             .split_once('(')
-            .map(|(_, a)| a.trim_end_matches(')').split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .map(|(_, a)| {
+                a.trim_end_matches(')')
+                    .split(',')
+                    .filter_map(|x| x.trim().parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         Some(match base {
-            "STRING" | "VARCHAR" | "TEXT" | "CHAR" | "CHARACTERVARYING" | "NVARCHAR" => Self::String,
+            "STRING" | "VARCHAR" | "TEXT" | "CHAR" | "CHARACTERVARYING" | "NVARCHAR" => {
+                Self::String
+            }
             "BOOL" | "BOOLEAN" => Self::Bool,
             "INT64" | "BIGINT" | "LONG" => Self::Int64,
             "INT" | "INTEGER" | "INT32" => Self::Int32,
@@ -111,7 +119,9 @@ impl ColumnType {
             "NUMERIC" | "DECIMAL" | "DEC" => match args.as_slice() {
                 [] => Self::Decimal(38, 9),
                 [p] if (1..=38).contains(p) => Self::Decimal(*p as u8, 0),
-                [p, s] if (1..=38).contains(p) && (0..=*p).contains(s) => Self::Decimal(*p as u8, *s as i8),
+                [p, s] if (1..=38).contains(p) && (0..=*p).contains(s) => {
+                    Self::Decimal(*p as u8, *s as i8)
+                }
                 _ => return None,
             },
             "DATE" => Self::Date,
@@ -185,7 +195,11 @@ impl TableDef {
 /// such as `delta.enableChangeDataFeed = true` (read as one quoted key).
 /// The error is the text of the first dialect's error, with its line.
 pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
-    let dialects: [&dyn Dialect; 3] = [&BigQueryDialect {}, &GenericDialect {}, &DatabricksDialect {}];
+    let dialects: [&dyn Dialect; 3] = [
+        &BigQueryDialect {},
+        &GenericDialect {},
+        &DatabricksDialect {},
+    ];
     let mut first_err = None;
     for d in dialects {
         let parsed = Tokenizer::new(d, sql)
@@ -223,7 +237,10 @@ fn rewrite_options(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             let alter_table = matches!(out.get(statement_start).map(|t| &t.token), Some(Token::Word(a)) if a.keyword == Keyword::ALTER)
                 && matches!(out.get(statement_start + 1).map(|t| &t.token), Some(Token::Word(b)) if b.keyword == Keyword::TABLE);
             if w.keyword == Keyword::OPTIONS && after_set && alter_table {
-                out.push(TokenWithSpan::new(Token::make_keyword("TBLPROPERTIES"), t.span));
+                out.push(TokenWithSpan::new(
+                    Token::make_keyword("TBLPROPERTIES"),
+                    t.span,
+                ));
                 in_props = true;
                 depth = 0;
                 i += 1;
@@ -243,7 +260,13 @@ fn rewrite_options(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
                         in_props = false;
                     }
                 }
-                Token::Word(w) if depth == 1 && matches!(out.last().map(|t| &t.token), Some(Token::LParen | Token::Comma)) => {
+                Token::Word(w)
+                    if depth == 1
+                        && matches!(
+                            out.last().map(|t| &t.token),
+                            Some(Token::LParen | Token::Comma)
+                        ) =>
+                {
                     let (mut key, mut j) = (w.value.clone(), i + 1);
                     while j + 1 < toks.len() && matches!(toks[j].token, Token::Period) {
                         if let Token::Word(n) = &toks[j + 1].token {
@@ -255,7 +278,10 @@ fn rewrite_options(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
                         }
                     }
                     if j > i + 1 {
-                        out.push(TokenWithSpan::new(Token::make_word(&key, Some('`')), t.span));
+                        out.push(TokenWithSpan::new(
+                            Token::make_word(&key, Some('`')),
+                            t.span,
+                        ));
                         i = j;
                         continue;
                     }
@@ -285,10 +311,17 @@ pub fn parse_table(sql: &str, file: &Path) -> Result<TableDef> {
         .collect();
     match creates.as_slice() {
         [one] => table_def(one, file),
-        _ => Err(SpecError::new(file, "", format!("expected one CREATE TABLE statement, found {}", creates.len()))
-            .at(Some(1))
-            .hint("put one `CREATE TABLE schema.table (...)` in the file")
-            .into()),
+        _ => Err(SpecError::new(
+            file,
+            "",
+            format!(
+                "expected one CREATE TABLE statement, found {}",
+                creates.len()
+            ),
+        )
+        .at(Some(1))
+        .hint("put one `CREATE TABLE schema.table (...)` in the file")
+        .into()),
     }
 }
 
@@ -304,7 +337,13 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
     if name.is_none() {
         errors.push(
             SpecError::new(file, "", format!("table name `{}` has no schema", c.name))
-                .at(Some(c.name.0.first().map(|p| span_line(p.span().start.line)).unwrap_or(1)))
+                .at(Some(
+                    c.name
+                        .0
+                        .first()
+                        .map(|p| span_line(p.span().start.line))
+                        .unwrap_or(1),
+                ))
                 .hint("name tables `schema.table`, e.g. `silver.product2`"),
         );
     }
@@ -344,8 +383,12 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
                 let col = col.trim_matches(|c| c == '`' || c == '"').to_string();
                 if !c.columns.iter().any(|d| d.name.value == col) {
                     errors.push(
-                        SpecError::new(file, "PRIMARY KEY", format!("primary key column `{col}` is not a column of the table"))
-                            .hint("list columns declared above in PRIMARY KEY (...)"),
+                        SpecError::new(
+                            file,
+                            "PRIMARY KEY",
+                            format!("primary key column `{col}` is not a column of the table"),
+                        )
+                        .hint("list columns declared above in PRIMARY KEY (...)"),
                     );
                 }
                 primary_key.push(col);
@@ -392,10 +435,19 @@ pub fn change_feed_in(options: &CreateTableOptions) -> bool {
 pub fn options_turn_on_change_feed(options: &[SqlOption]) -> bool {
     options.iter().any(|o| {
         let text = o.to_string();
-        let Some((k, v)) = text.split_once('=') else { return false };
-        let unquote = |s: &str| s.trim().trim_matches(|c| c == '\'' || c == '"' || c == '`').to_ascii_lowercase();
+        let Some((k, v)) = text.split_once('=') else {
+            return false;
+        };
+        let unquote = |s: &str| {
+            s.trim()
+                .trim_matches(|c| c == '\'' || c == '"' || c == '`')
+                .to_ascii_lowercase()
+        };
         let (k, v) = (unquote(k), unquote(v));
-        matches!(k.as_str(), "enable_change_history" | "delta.enablechangedatafeed") && v == "true"
+        matches!(
+            k.as_str(),
+            "enable_change_history" | "delta.enablechangedatafeed"
+        ) && v == "true"
     })
 }
 
@@ -418,9 +470,19 @@ PRIMARY KEY (`Id`) NOT ENFORCED
     #[test]
     fn seed_silver_ddl_is_accepted_as_is() {
         let t = parse_table(SEED_SILVER, Path::new("s.sql")).unwrap();
-        assert_eq!(t.name, TableName::parse("medallion_demo.product2__silver").unwrap());
+        assert_eq!(
+            t.name,
+            TableName::parse("medallion_demo.product2__silver").unwrap()
+        );
         assert_eq!(t.primary_key, vec!["Id"]);
-        assert_eq!(t.columns[0], ColumnDef { name: "Id".into(), ty: ColumnType::String, nullable: false });
+        assert_eq!(
+            t.columns[0],
+            ColumnDef {
+                name: "Id".into(),
+                ty: ColumnType::String,
+                nullable: false
+            }
+        );
         assert_eq!(t.column("IsActive").unwrap().ty, ColumnType::Bool);
         assert_eq!(t.column("Price").unwrap().ty, ColumnType::Decimal(38, 9));
         assert_eq!(t.column("Amount").unwrap().ty, ColumnType::Decimal(12, 2));
@@ -430,11 +492,23 @@ PRIMARY KEY (`Id`) NOT ENFORCED
 
     #[test]
     fn change_feed_options_in_both_spellings() {
-        let bq = parse_table("CREATE TABLE a.b (x STRING) OPTIONS (enable_change_history = TRUE)", Path::new("x")).unwrap();
+        let bq = parse_table(
+            "CREATE TABLE a.b (x STRING) OPTIONS (enable_change_history = TRUE)",
+            Path::new("x"),
+        )
+        .unwrap();
         assert!(bq.change_feed);
-        let dbx = parse_table("CREATE TABLE a.b (x STRING) TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')", Path::new("x")).unwrap();
+        let dbx = parse_table(
+            "CREATE TABLE a.b (x STRING) TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')",
+            Path::new("x"),
+        )
+        .unwrap();
         assert!(dbx.change_feed);
-        let dotted = parse_table("CREATE TABLE a.b (x STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true)", Path::new("x")).unwrap();
+        let dotted = parse_table(
+            "CREATE TABLE a.b (x STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true)",
+            Path::new("x"),
+        )
+        .unwrap();
         assert!(dotted.change_feed);
     }
 
@@ -449,12 +523,22 @@ PRIMARY KEY (`Id`) NOT ENFORCED
     #[test]
     fn type_spellings() {
         for (s, t) in [
-            ("INT64", ColumnType::Int64), ("bigint", ColumnType::Int64), ("LONG", ColumnType::Int64),
-            ("INTEGER", ColumnType::Int32), ("SMALLINT", ColumnType::Int16), ("FLOAT64", ColumnType::Float64),
-            ("DOUBLE", ColumnType::Float64), ("FLOAT", ColumnType::Float32), ("BOOLEAN", ColumnType::Bool),
-            ("DATETIME", ColumnType::TimestampNtz), ("TIMESTAMP_NTZ", ColumnType::TimestampNtz),
-            ("BYTES", ColumnType::Binary), ("BINARY", ColumnType::Binary), ("DATE", ColumnType::Date),
-            ("DECIMAL(18, 2)", ColumnType::Decimal(18, 2)), ("NUMERIC(10)", ColumnType::Decimal(10, 0)),
+            ("INT64", ColumnType::Int64),
+            ("bigint", ColumnType::Int64),
+            ("LONG", ColumnType::Int64),
+            ("INTEGER", ColumnType::Int32),
+            ("SMALLINT", ColumnType::Int16),
+            ("FLOAT64", ColumnType::Float64),
+            ("DOUBLE", ColumnType::Float64),
+            ("FLOAT", ColumnType::Float32),
+            ("BOOLEAN", ColumnType::Bool),
+            ("DATETIME", ColumnType::TimestampNtz),
+            ("TIMESTAMP_NTZ", ColumnType::TimestampNtz),
+            ("BYTES", ColumnType::Binary),
+            ("BINARY", ColumnType::Binary),
+            ("DATE", ColumnType::Date),
+            ("DECIMAL(18, 2)", ColumnType::Decimal(18, 2)),
+            ("NUMERIC(10)", ColumnType::Decimal(10, 0)),
         ] {
             assert_eq!(ColumnType::parse(s), Some(t), "{s}");
         }
@@ -464,15 +548,26 @@ PRIMARY KEY (`Id`) NOT ENFORCED
 
     #[test]
     fn unknown_type_names_column_and_line() {
-        let err = parse_table("CREATE TABLE a.b (\n  id STRING,\n  geo GEOGRAPHY\n)", Path::new("t.sql")).unwrap_err();
+        let err = parse_table(
+            "CREATE TABLE a.b (\n  id STRING,\n  geo GEOGRAPHY\n)",
+            Path::new("t.sql"),
+        )
+        .unwrap_err();
         let e = &err.0[0];
         assert_eq!((e.field.as_str(), e.line), ("geo", Some(3)));
-        assert!(e.message.contains("unknown type `GEOGRAPHY`"), "{}", e.message);
+        assert!(
+            e.message.contains("unknown type `GEOGRAPHY`"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
     fn table_names() {
-        assert_eq!(TableName::parse("`medallion_demo.x`").unwrap().schema, "medallion_demo");
+        assert_eq!(
+            TableName::parse("`medallion_demo.x`").unwrap().schema,
+            "medallion_demo"
+        );
         assert!(TableName::parse("nodot").is_none());
         assert!(TableName::parse("a/b.c").is_none());
     }

@@ -18,7 +18,11 @@ pub struct SpecError {
 
 impl SpecError {
     /// A new error without line or hint.
-    pub fn new(file: impl Into<PathBuf>, field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(
+        file: impl Into<PathBuf>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             file: file.into(),
             line: None,
@@ -86,7 +90,10 @@ impl From<SpecError> for SpecErrors {
 pub type Result<T, E = SpecErrors> = std::result::Result<T, E>;
 
 /// The closest candidate to `word` (case-insensitive edit distance ≤ 2), for "did you mean".
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let w = word.to_lowercase();
     candidates
         .into_iter()
@@ -102,7 +109,9 @@ fn levenshtein(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -117,6 +126,9 @@ mod tests {
     fn suggests_near_misses_only() {
         assert_eq!(did_you_mean("Idd", ["Id", "Name"]), Some("Id"));
         assert_eq!(did_you_mean("zzz", ["Id", "Name"]), None);
-        assert_eq!(did_you_mean("sequnce_by", ["sequence_by", "keys"]), Some("sequence_by"));
+        assert_eq!(
+            did_you_mean("sequnce_by", ["sequence_by", "keys"]),
+            Some("sequence_by")
+        );
     }
 }

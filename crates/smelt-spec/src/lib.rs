@@ -6,7 +6,7 @@
 //! line up) are the engine's phase two.
 //!
 //! ```
-//! let yaml = "lake: ./lake\nflows:\n  p:\n    apply:\n      from: bronze.p\n      into: silver.p\n      keys: [Id]\n      columns: { Id: STRING }\n";
+//! let yaml = "lake: ./lake\nflows:\n  p:\n    apply:\n      from: bronze.p\n      into: silver.p\n      keys: [Id]\n";
 //! let pipeline = smelt_spec::Pipeline::from_str(yaml, "smelt.yaml".as_ref()).unwrap();
 //! assert_eq!(pipeline.flows[0].name, "p");
 //! ```

@@ -22,7 +22,12 @@ pub(crate) fn line_of(text: &str, path: &[&str]) -> Option<usize> {
                 return found_line;
             }
         }
-        let key = trimmed.trim_start_matches("- ").split(':').next().unwrap_or("").trim();
+        let key = trimmed
+            .trim_start_matches("- ")
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .trim();
         let key = key.trim_matches(|c| c == '"' || c == '\'');
         if key == path[depth] && trimmed.contains(':') {
             depth += 1;
@@ -44,6 +49,9 @@ mod tests {
         assert_eq!(line_of(text, &["flows", "a", "apply", "keys"]), Some(5));
         assert_eq!(line_of(text, &["lake"]), Some(1));
         // Missing leaf: the nearest parent line.
-        assert_eq!(line_of(text, &["flows", "a", "apply", "sequence_by"]), Some(4));
+        assert_eq!(
+            line_of(text, &["flows", "a", "apply", "sequence_by"]),
+            Some(4)
+        );
     }
 }

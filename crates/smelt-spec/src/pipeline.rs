@@ -123,11 +123,16 @@ impl<'de> Deserialize<'de> for OrderedFlows {
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a map of flow names to flows")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
                 let mut out = IndexMap::new();
                 while let Some((k, v)) = map.next_entry::<String, RawFlow>()? {
                     if out.contains_key(&k) {
-                        return Err(serde::de::Error::custom(format!("flow `{k}` is defined twice")));
+                        return Err(serde::de::Error::custom(format!(
+                            "flow `{k}` is defined twice"
+                        )));
                     }
                     out.insert(k, v);
                 }
@@ -192,7 +197,8 @@ impl Pipeline {
     /// Parses and validates pipeline text; `path` names it in errors and anchors relative paths.
     #[allow(clippy::should_implement_trait)]
     pub fn from_str(text: &str, path: &Path) -> Result<Self> {
-        let raw: RawPipeline = serde_norway::from_str(text).map_err(|e| yaml_error(path, text, &e))?;
+        let raw: RawPipeline =
+            serde_norway::from_str(text).map_err(|e| yaml_error(path, text, &e))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut errors = Vec::new();
         let at = |p: &[&str]| line_of(text, p);
@@ -201,9 +207,13 @@ impl Pipeline {
             Some(l) => dir.join(l),
             None => {
                 errors.push(
-                    SpecError::new(path, "lake", "missing `lake`: the folder that holds the tables")
-                        .at(Some(1))
-                        .hint("add `lake: ./lake` at the top of the file"),
+                    SpecError::new(
+                        path,
+                        "lake",
+                        "missing `lake`: the folder that holds the tables",
+                    )
+                    .at(Some(1))
+                    .hint("add `lake: ./lake` at the top of the file"),
                 );
                 PathBuf::new()
             }
@@ -246,26 +256,39 @@ impl Pipeline {
 
 fn yaml_error(path: &Path, text: &str, e: &serde_norway::Error) -> SpecErrors {
     let line = e.location().map(|l| l.line());
-    let msg = e.to_string();
+    let mut msg = e.to_string();
     // serde_norway appends " at line X column Y"; the line is shown separately.
-    let msg = match msg.find(" at line ") {
-        Some(i) => msg[..i].to_string(),
-        None => msg,
-    };
-    let mut err = SpecError::new(path, "", msg.clone()).at(line);
+    if let Some(i) = msg.find(" at line ") {
+        msg.truncate(i);
+    }
+    // ... and prefixes the path of the field: `flows.product2.apply: unknown field ...`.
+    let mut field = String::new();
+    if let Some((prefix, rest)) = msg.split_once(": ")
+        && !prefix.contains(' ')
+    {
+        field = prefix.to_string();
+        msg = rest.to_string();
+    }
+    let mut err = SpecError::new(path, field, msg.clone()).at(line);
     if let Some(rest) = msg.strip_prefix("unknown field `") {
-        let field = rest.split('`').next().unwrap_or("");
-        let expected: Vec<&str> = rest.split("expected ").nth(1).unwrap_or("").split('`').skip(1).step_by(2).collect();
-        if let Some(near) = did_you_mean(field, expected.iter().copied()) {
-            err = err.hint(format!("did you mean `{near}`?"));
-        }
-        if let Some(l) = line {
-            if let Some(key_path) = text.lines().nth(l - 1) {
-                err.field = key_path.trim().split(':').next().unwrap_or("").to_string();
-            }
-        }
-    } else if msg.contains("did not find expected") || msg.contains("mapping values") {
-        err = err.hint("check the indentation and that every `key: value` has a space after the colon");
+        let unknown = rest.split('`').next().unwrap_or("");
+        let expected: Vec<&str> = rest
+            .split("expected ")
+            .nth(1)
+            .unwrap_or("")
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .collect();
+        err = match did_you_mean(unknown, expected.iter().copied()) {
+            Some(near) => err.hint(format!("did you mean `{near}`?")),
+            None => err.hint(format!("allowed here: {}", expected.join(", "))),
+        };
+    } else if msg.starts_with("missing field") {
+        err = err.hint("add the field; see docs/pipeline.md for every option");
+    } else if line.is_some() && !text.is_empty() {
+        err =
+            err.hint("check the indentation, quotes and brackets on that line and the one before");
     }
     err.into()
 }
@@ -296,14 +319,18 @@ fn apply_flow(
     let from = table("from", &raw.from);
     let into = table("into", &raw.into);
 
-    if let Some(scd) = raw.scd {
-        if scd != 1 {
-            errors.push(
-                SpecError::new(path, field("scd"), format!("scd: {scd} is not supported yet"))
-                    .at(at("scd"))
-                    .hint("use `scd: 1` (type 2 history is planned)"),
-            );
-        }
+    if let Some(scd) = raw.scd
+        && scd != 1
+    {
+        errors.push(
+            SpecError::new(
+                path,
+                field("scd"),
+                format!("scd: {scd} is not supported yet"),
+            )
+            .at(at("scd"))
+            .hint("use `scd: 1` (type 2 history is planned)"),
+        );
     }
 
     let audit = match raw.audit {
@@ -316,16 +343,30 @@ fn apply_flow(
 
     let schema_file = raw.schema.as_ref().map(|s| dir.join(s));
     let mut silver = None;
+    let errors_before_schema = errors.len();
     if let Some(file) = &schema_file {
         match std::fs::read_to_string(file) {
             Ok(sql) => match ddl::parse_table(&sql, file) {
-                Ok(def) => silver = Some(with_audit_columns(def, &audit, path, &field("audit"), at("audit"), errors)),
+                Ok(def) => {
+                    silver = Some(with_audit_columns(
+                        def,
+                        &audit,
+                        path,
+                        &field("audit"),
+                        at("audit"),
+                        errors,
+                    ))
+                }
                 Err(es) => errors.extend(es.0),
             },
             Err(e) => errors.push(
-                SpecError::new(path, field("schema"), format!("cannot read `{}`: {e}", file.display()))
-                    .at(at("schema"))
-                    .hint("`schema:` is a path to a CREATE TABLE file, relative to the pipeline file"),
+                SpecError::new(
+                    path,
+                    field("schema"),
+                    format!("cannot read `{}`: {e}", file.display()),
+                )
+                .at(at("schema"))
+                .hint("`schema:` is a path to a CREATE TABLE file, relative to the pipeline file"),
             ),
         }
     }
@@ -341,17 +382,24 @@ fn apply_flow(
         }
         (Some(k), _) => k,
         (None, Some(def)) if !def.primary_key.is_empty() => def.primary_key.clone(),
+        (None, _) if errors.len() > errors_before_schema => Vec::new(), // the DDL already failed
         (None, _) => {
             errors.push(
-                SpecError::new(path, field("keys"), "no key: `keys` is not set and the table definition has no PRIMARY KEY")
-                    .at(at("apply"))
-                    .hint("add `keys: [Id]` or `PRIMARY KEY (Id) NOT ENFORCED` to the CREATE TABLE"),
+                SpecError::new(
+                    path,
+                    field("keys"),
+                    "no key: `keys` is not set and the table definition has no PRIMARY KEY",
+                )
+                .at(at("apply"))
+                .hint("add `keys: [Id]` or `PRIMARY KEY (Id) NOT ENFORCED` to the CREATE TABLE"),
             );
             Vec::new()
         }
     };
 
-    let sequence_by = raw.sequence_by.unwrap_or_else(|| vec![COMMIT_TIMESTAMP.to_string()]);
+    let sequence_by = raw
+        .sequence_by
+        .unwrap_or_else(|| vec![COMMIT_TIMESTAMP.to_string()]);
     if sequence_by.iter().any(|s| s == COMMIT_TIMESTAMP) && audit.ingest_timestamp.is_none() {
         errors.push(
             SpecError::new(path, field("sequence_by"), "`_commit_timestamp` orders the changes but `audit.ingest_timestamp` is off, so silver could not store it for the guard")
@@ -363,11 +411,14 @@ fn apply_flow(
     if let Some(def) = &silver {
         let names: Vec<&str> = def.columns.iter().map(|c| c.name.as_str()).collect();
         let mut check = |leaf: &str, col: &str, what: &str| {
-            if !names.iter().any(|n| *n == col) {
+            if !names.contains(&col) {
                 let mut e = SpecError::new(
                     path,
                     field(leaf),
-                    format!("unknown {what} column `{col}`: table `{}` has no such column", def.name),
+                    format!(
+                        "unknown {what} column `{col}`: table `{}` has no such column",
+                        def.name
+                    ),
                 )
                 .at(at(leaf));
                 e = match did_you_mean(col, names.iter().copied()) {
@@ -388,14 +439,14 @@ fn apply_flow(
     }
 
     let tz = raw.tz;
-    if let Some(zone) = &tz {
-        if !valid_zone(zone) {
-            errors.push(
-                SpecError::new(path, field("tz"), format!("unknown time zone `{zone}`"))
-                    .at(at("tz"))
-                    .hint("use an IANA name such as `Asia/Tokyo` or an offset such as `+09:00`"),
-            );
-        }
+    if let Some(zone) = &tz
+        && !valid_zone(zone)
+    {
+        errors.push(
+            SpecError::new(path, field("tz"), format!("unknown time zone `{zone}`"))
+                .at(at("tz"))
+                .hint("use an IANA name such as `Asia/Tokyo` or an offset such as `+09:00`"),
+        );
     }
 
     if errors.len() > before {
@@ -424,12 +475,19 @@ fn with_audit_columns(
     line: Option<usize>,
     errors: &mut Vec<SpecError>,
 ) -> TableDef {
-    for name in [&audit.ingest_timestamp, &audit.update_timestamp].into_iter().flatten() {
+    for name in [&audit.ingest_timestamp, &audit.update_timestamp]
+        .into_iter()
+        .flatten()
+    {
         match def.columns.iter().find(|c| &c.name == name) {
             Some(c) if c.ty != ColumnType::Timestamp => errors.push(
-                SpecError::new(path, field, format!("audit column `{name}` is {} in the table definition", c.ty))
-                    .at(line)
-                    .hint("declare it as TIMESTAMP, or name another audit column"),
+                SpecError::new(
+                    path,
+                    field,
+                    format!("audit column `{name}` is {} in the table definition", c.ty),
+                )
+                .at(line)
+                .hint("declare it as TIMESTAMP, or name another audit column"),
             ),
             Some(_) => {}
             None => def.columns.push(ddl::ColumnDef {
@@ -486,7 +544,12 @@ mod tests {
         let e = &err.0[0];
         assert_eq!(e.line, Some(7));
         assert_eq!(e.hint.as_deref(), Some("did you mean `sequence_by`?"));
-        assert!(e.message.contains("unknown field `sequnce_by`"), "{}", e.message);
+        assert!(
+            e.message.contains("unknown field `sequnce_by`"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.field, "flows.p.apply");
     }
 
     #[test]
@@ -495,7 +558,13 @@ mod tests {
         let fields: Vec<&str> = err.0.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
             fields,
-            vec!["lake", "flows.p.apply.from", "flows.p.apply.scd", "flows.p.apply.keys", "flows.p.apply.tz"]
+            vec![
+                "lake",
+                "flows.p.apply.from",
+                "flows.p.apply.scd",
+                "flows.p.apply.keys",
+                "flows.p.apply.tz"
+            ]
         );
         assert_eq!(err.0[1].line, Some(4));
     }

@@ -33,7 +33,10 @@ pub fn lake_root(global: &GlobalArgs) -> Result<PathBuf, Failure> {
 }
 
 /// The flows named on the command line (all when none), in pipeline order.
-pub fn select<'a>(pipeline: &'a Pipeline, names: &[String]) -> Result<Vec<&'a smelt_spec::Flow>, Failure> {
+pub fn select<'a>(
+    pipeline: &'a Pipeline,
+    names: &[String],
+) -> Result<Vec<&'a smelt_spec::Flow>, Failure> {
     for name in names {
         if pipeline.flow(name).is_none() {
             let all: Vec<&str> = pipeline.flows.iter().map(|f| f.name.as_str()).collect();
@@ -41,10 +44,17 @@ pub fn select<'a>(pipeline: &'a Pipeline, names: &[String]) -> Result<Vec<&'a sm
                 Some(near) => format!("did you mean `{near}`?"),
                 None => format!("flows in {}: {}", pipeline.file.display(), all.join(", ")),
             };
-            return Err(Failure::usage(format!("no flow `{name}` in {}", pipeline.file.display()), Some(hint)));
+            return Err(Failure::usage(
+                format!("no flow `{name}` in {}", pipeline.file.display()),
+                Some(hint),
+            ));
         }
     }
-    Ok(pipeline.flows.iter().filter(|f| names.is_empty() || names.contains(&f.name)).collect())
+    Ok(pipeline
+        .flows
+        .iter()
+        .filter(|f| names.is_empty() || names.contains(&f.name))
+        .collect())
 }
 
 /// Opens the lake of a path.

@@ -38,12 +38,22 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
             Err(e) => {
                 progress.finish();
                 if global.json {
-                    println!("{}", serde_json::json!({ "run_id": ctx.run_id, "flows": reports, "error": e.to_string() }));
+                    println!(
+                        "{}",
+                        serde_json::json!({ "run_id": ctx.run_id, "flows": reports, "error": e.to_string() })
+                    );
                 }
                 let mut failure = Failure::from(e);
-                failure.messages[0] = format!("flow `{}` failed: {}", flow.name, failure.messages[0].trim_start_matches(&format!("flow `{}`: ", flow.name)));
+                failure.messages[0] = format!(
+                    "flow `{}` failed: {}",
+                    flow.name,
+                    failure.messages[0].trim_start_matches(&format!("flow `{}`: ", flow.name))
+                );
                 if !reports.is_empty() {
-                    failure.causes.push(format!("{} flow(s) before it completed and stay committed", reports.len()));
+                    failure.causes.push(format!(
+                        "{} flow(s) before it completed and stay committed",
+                        reports.len()
+                    ));
                 }
                 return Err(failure);
             }
@@ -51,7 +61,13 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     }
     progress.finish();
     if global.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "run_id": ctx.run_id, "dry_run": dry_run, "flows": reports })).expect("serialisable"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "run_id": ctx.run_id, "dry_run": dry_run, "flows": reports })
+            )
+            .expect("serialisable")
+        );
     }
     Ok(0)
 }

@@ -12,7 +12,10 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
     let text = match (&args.sql, &args.file) {
         (Some(sql), _) => sql.clone(),
         (None, Some(file)) => std::fs::read_to_string(file).map_err(|e| {
-            Failure::usage(format!("cannot read `{}`: {e}", file.display()), Some("pass an existing .sql file with `-f`".into()))
+            Failure::usage(
+                format!("cannot read `{}`: {e}", file.display()),
+                Some("pass an existing .sql file with `-f`".into()),
+            )
         })?,
         (None, None) => unreachable!("clap requires SQL or --file"),
     };
@@ -29,7 +32,9 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
         if n > 0 {
             failure.messages[0] = format!("statement {n}: {}", failure.messages[0]);
             if n > 1 {
-                failure.causes.push(format!("statements 1..{} ran and stay committed", n - 1));
+                failure
+                    .causes
+                    .push(format!("statements 1..{} ran and stay committed", n - 1));
             }
         } else {
             failure.code = 2;
@@ -52,14 +57,19 @@ fn print_output(out: &SqlOutput, json: bool) -> Result<(), Failure> {
             if json {
                 let mut writer = arrow::json::ArrayWriter::new(Vec::new());
                 for b in batches {
-                    writer.write(b).map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
+                    writer
+                        .write(b)
+                        .map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
                 }
-                writer.finish().map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
+                writer
+                    .finish()
+                    .map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
                 let text = String::from_utf8(writer.into_inner()).unwrap_or_default();
                 println!("{}", if text.is_empty() { "[]" } else { &text });
             } else {
                 let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-                let table = pretty_format_batches(batches).map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
+                let table = pretty_format_batches(batches)
+                    .map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
                 println!("{table}");
                 println!("({rows} row{})", if rows == 1 { "" } else { "s" });
             }

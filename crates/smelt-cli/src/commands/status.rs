@@ -52,7 +52,10 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
         let silver = DeltaSilver::open(&lake, &apply.into).await?;
         if silver.schema().is_some() {
             row.silver_version = silver.version();
-            row.watermark = silver.watermark(&app_id(&flow.name)).await.map_err(Failure::from)?;
+            row.watermark = silver
+                .watermark(&app_id(&flow.name))
+                .await
+                .map_err(Failure::from)?;
             if let Some((ms, run)) = silver.last_commit().await? {
                 row.last_run_at = chrono_like(ms);
                 row.last_run_id = run;
@@ -68,11 +71,17 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
         rows.push(row);
     }
     if global.json {
-        println!("{}", serde_json::to_string_pretty(&rows).expect("serialisable"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("serialisable")
+        );
         return Ok(0);
     }
     let opt = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
-    println!("{:<16} {:>9} {:>7} {:>6} {:>7}  {:<24} {}", "FLOW", "WATERMARK", "BRONZE", "BEHIND", "SILVER", "LAST RUN (UTC)", "NOTE");
+    println!(
+        "{:<16} {:>9} {:>7} {:>6} {:>7}  {:<24} NOTE",
+        "FLOW", "WATERMARK", "BRONZE", "BEHIND", "SILVER", "LAST RUN (UTC)"
+    );
     for r in &rows {
         println!(
             "{:<16} {:>9} {:>7} {:>6} {:>7}  {:<24} {}",
