@@ -79,6 +79,34 @@ fn seed_000_two_steps_then_replay() {
     assert_eq!(status["versions_behind"].as_i64(), Some(0));
     assert_eq!(p.silver(), step2);
 
+    // Re-sending an identical row: the sequence (ingest time) moves, the update time does not.
+    let resend = std::fs::read_to_string(p.file("insert_1.sql")).unwrap();
+    let second_row_only = resend.replace("TRUNCATE TABLE `medallion_demo.product2__bronze`;", "");
+    let first = second_row_only.find("(\n'01t000000000001AAA'").unwrap();
+    let second = second_row_only.find("(\n'01t000000000002AAA'").unwrap();
+    let third = second_row_only.find("(\n'01t000000000003AAA'").unwrap();
+    let only_002 = format!(
+        "{}{}",
+        &second_row_only[..first],
+        second_row_only[second..third]
+            .trim_end()
+            .trim_end_matches(',')
+    );
+    p.write("resend.sql", &only_002);
+    p.ok(&["sql", "-f", "resend.sql"]);
+    let json: Value = serde_json::from_str(&p.ok(&["--json", "run"])).unwrap();
+    let f = &json["flows"][0];
+    assert_eq!(
+        (f["unchanged"].as_i64(), f["updated"].as_i64()),
+        (Some(1), Some(0)),
+        "{f}"
+    );
+    let step3 = p.silver();
+    let r2c = row(&step3, "01t000000000002AAA");
+    assert_eq!(r2c["_update_timestamp"], r2b["_update_timestamp"]);
+    assert!(r2c["_ingest_timestamp"].as_str() > r2b["_ingest_timestamp"].as_str());
+    let step2 = step3;
+
     // Replaying everything from the snapshot is a no-op on the data (the guard).
     let json: Value = serde_json::from_str(&p.ok(&["--json", "run", "--full-refresh"])).unwrap();
     let f = &json["flows"][0];
@@ -195,4 +223,47 @@ fn run_report_is_stable() {
     ]}, {
         insta::assert_snapshot!("product2_step2_report", human);
     });
+}
+
+#[test]
+fn every_flow_run_lands_in_the_event_log() {
+    let p = Project::product2();
+    p.bronze_step1();
+    p.ok(&["plan"]);
+    p.ok(&["run"]);
+    p.ok(&["run"]);
+    let out = p
+        .smelt()
+        .args(["run"])
+        .env("SMELT_FAILPOINT", "before_silver_commit")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "up to date: no write, so no failpoint"
+    );
+    p.ok(&["sql", "-f", "insert_2.sql"]);
+    let out = p
+        .smelt()
+        .args(["run"])
+        .env("SMELT_FAILPOINT", "before_silver_commit")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let rows = p.query("SELECT flow, status, inserted, from_version, to_version, error FROM _smelt.event_log ORDER BY finished_at");
+    let statuses: Vec<&str> = rows.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(
+        statuses,
+        vec!["applied", "up_to_date", "up_to_date", "failed"],
+        "plans are not logged: {rows:?}"
+    );
+    assert_eq!(rows[0]["inserted"], 3);
+    assert_eq!(rows[0]["to_version"], 2);
+    assert!(
+        rows[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("injected failure")
+    );
 }

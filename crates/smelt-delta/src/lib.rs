@@ -6,10 +6,12 @@
 //!   files of rewriting commits, or the snapshot — in commit, file and row order.
 //! * [`silver::DeltaSilver`]: silver lookups and the upsert that commits data and
 //!   watermark (`txn` action) together.
+//! * [`event_log`]: one row per flow run in `_smelt.event_log`.
 //! * [`sql`]: `smelt sql` — DataFusion queries plus the DDL/DML the seeds use.
 #![deny(missing_docs)]
 
 mod error;
+pub mod event_log;
 mod lake;
 pub mod silver;
 pub mod source;

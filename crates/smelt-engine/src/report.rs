@@ -65,3 +65,16 @@ impl FlowReport {
         self.cast_failures.values().sum()
     }
 }
+
+/// One row of the lake's event log: a flow run, successful or not.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowEvent {
+    /// What the run did (for a failed run: what was known when it failed).
+    pub report: FlowReport,
+    /// When the flow started (µs since the epoch, UTC).
+    pub started_at_us: i64,
+    /// When it finished.
+    pub finished_at_us: i64,
+    /// The error, for a failed run.
+    pub error: Option<String>,
+}

@@ -4,6 +4,7 @@ use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::EngineError;
 use smelt_engine::apply::{RunContext, run_apply};
+use smelt_engine::report::{FlowEvent, FlowReport};
 use smelt_spec::FlowKind;
 
 use super::{load_pipeline, open_lake, select};
@@ -11,7 +12,12 @@ use crate::args::{GlobalArgs, RunArgs};
 use crate::failure::Failure;
 use crate::printer::{Progress, flow_report};
 
+fn now_us() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
 /// Runs (or plans) the selected flows in file order; stops at the first failing flow.
+/// Every flow run (not plans) is appended to the lake's event log.
 pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
@@ -19,54 +25,85 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     let ctx = RunContext::new(dry_run, args.full_refresh);
     let progress = Progress::new(!global.quiet && !global.json);
     let mut reports = Vec::new();
+    let mut events = Vec::new();
+    let mut failed = None;
     for flow in flows {
         let FlowKind::Apply(apply) = &flow.kind;
+        let started_at_us = now_us();
         let result: Result<_, EngineError> = async {
             let source = DeltaSource::open(&lake, &apply.from).await?;
             let mut silver = DeltaSilver::open(&lake, &apply.into).await?;
             run_apply(&flow.name, apply, &source, &mut silver, &ctx, &progress).await
         }
         .await;
+        progress.finish();
         match result {
             Ok(report) => {
                 if !global.json {
-                    progress.finish();
                     print!("{}", flow_report(&report));
                 }
+                events.push(FlowEvent {
+                    report: report.clone(),
+                    started_at_us,
+                    finished_at_us: now_us(),
+                    error: None,
+                });
                 reports.push(report);
             }
             Err(e) => {
-                progress.finish();
-                if global.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({ "run_id": ctx.run_id, "flows": reports, "error": e.to_string() })
-                    );
-                }
-                let mut failure = Failure::from(e);
-                failure.messages[0] = format!(
-                    "flow `{}` failed: {}",
-                    flow.name,
-                    failure.messages[0].trim_start_matches(&format!("flow `{}`: ", flow.name))
-                );
-                if !reports.is_empty() {
-                    failure.causes.push(format!(
-                        "{} flow(s) before it completed and stay committed",
-                        reports.len()
-                    ));
-                }
-                return Err(failure);
+                let report = FlowReport {
+                    flow: flow.name.clone(),
+                    from: apply.from.to_string(),
+                    into: apply.into.to_string(),
+                    run_id: ctx.run_id.clone(),
+                    status: "failed".into(),
+                    ..FlowReport::default()
+                };
+                events.push(FlowEvent {
+                    report,
+                    started_at_us,
+                    finished_at_us: now_us(),
+                    error: Some(e.to_string()),
+                });
+                failed = Some((flow.name.clone(), e));
+                break;
             }
         }
     }
-    progress.finish();
+    if !dry_run {
+        if let Err(e) = smelt_delta::event_log::append(&lake, &events).await {
+            eprintln!(
+                "warning: the run is committed, but its event log rows could not be written: {e}"
+            );
+        }
+    }
+    if let Some((name, e)) = failed {
+        if global.json {
+            println!(
+                "{}",
+                serde_json::json!({ "run_id": ctx.run_id, "flows": reports, "error": e.to_string() })
+            );
+        }
+        let mut failure = Failure::from(e);
+        let prefix = format!("flow `{name}`: ");
+        let message = failure.messages[0]
+            .strip_prefix(&prefix)
+            .unwrap_or(&failure.messages[0])
+            .to_string();
+        failure.messages[0] = format!("flow `{name}` failed: {message}");
+        if !reports.is_empty() {
+            failure.causes.push(format!(
+                "{} flow(s) before it completed and stay committed",
+                reports.len()
+            ));
+        }
+        return Err(failure);
+    }
     if global.json {
+        let out = serde_json::json!({ "run_id": ctx.run_id, "dry_run": dry_run, "flows": reports });
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "run_id": ctx.run_id, "dry_run": dry_run, "flows": reports })
-            )
-            .expect("serialisable")
+            serde_json::to_string_pretty(&out).expect("serialisable")
         );
     }
     Ok(0)

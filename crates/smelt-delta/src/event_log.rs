@@ -1,0 +1,129 @@
+//! The lake's event log: one row per flow run in the Delta table `_smelt.event_log`,
+//! queryable with `smelt sql "SELECT * FROM _smelt.event_log"`.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use deltalake::DeltaTable;
+use deltalake::protocol::SaveMode;
+use smelt_core::change::timestamp_utc;
+use smelt_engine::report::FlowEvent;
+use smelt_spec::TableName;
+
+use crate::Lake;
+use crate::error::{Context, Error, Result};
+
+/// The event log's table name.
+pub fn table_name() -> TableName {
+    TableName {
+        schema: "_smelt".into(),
+        table: "event_log".into(),
+    }
+}
+
+fn schema() -> SchemaRef {
+    let int = |n: &str| Field::new(n, DataType::Int64, true);
+    let text = |n: &str| Field::new(n, DataType::Utf8, true);
+    Arc::new(Schema::new(vec![
+        text("run_id"),
+        text("flow"),
+        text("status"),
+        Field::new("started_at", timestamp_utc(), true),
+        Field::new("finished_at", timestamp_utc(), true),
+        text("source"),
+        text("target"),
+        int("from_version"),
+        int("to_version"),
+        int("silver_version"),
+        int("changes_read"),
+        int("ignored"),
+        int("duplicates_collapsed"),
+        int("stale"),
+        int("inserted"),
+        int("updated"),
+        int("unchanged"),
+        int("deleted"),
+        int("rejected"),
+        int("cast_failures"),
+        int("files_read"),
+        int("bytes_read"),
+        int("files_written"),
+        int("bytes_written"),
+        text("error"),
+        text("report"),
+    ]))
+}
+
+/// Appends one row per event (a blind append: its own commit).
+pub async fn append(lake: &Lake, events: &[FlowEvent]) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let text = |f: &dyn Fn(&FlowEvent) -> Option<String>| -> ArrayRef {
+        Arc::new(StringArray::from_iter(events.iter().map(f)))
+    };
+    let int = |f: &dyn Fn(&FlowEvent) -> Option<i64>| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(events.iter().map(f)))
+    };
+    let ts = |f: &dyn Fn(&FlowEvent) -> i64| -> ArrayRef {
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(events.iter().map(f)).with_timezone("UTC"),
+        )
+    };
+    let n = |v: usize| Some(v as i64);
+    let columns: Vec<ArrayRef> = vec![
+        text(&|e| Some(e.report.run_id.clone())),
+        text(&|e| Some(e.report.flow.clone())),
+        text(&|e| {
+            Some(if e.error.is_some() {
+                "failed".into()
+            } else {
+                e.report.status.clone()
+            })
+        }),
+        ts(&|e| e.started_at_us),
+        ts(&|e| e.finished_at_us),
+        text(&|e| Some(e.report.from.clone())),
+        text(&|e| Some(e.report.into.clone())),
+        int(&|e| e.report.from_version),
+        int(&|e| Some(e.report.to_version)),
+        int(&|e| e.report.silver_version),
+        int(&|e| n(e.report.changes_read)),
+        int(&|e| n(e.report.ignored)),
+        int(&|e| n(e.report.duplicates_collapsed)),
+        int(&|e| n(e.report.stale)),
+        int(&|e| n(e.report.inserted)),
+        int(&|e| n(e.report.updated)),
+        int(&|e| n(e.report.unchanged)),
+        int(&|e| n(e.report.deleted)),
+        int(&|e| n(e.report.rejected)),
+        int(&|e| n(e.report.cast_failures_total())),
+        int(&|e| n(e.report.files_read)),
+        int(&|e| Some(e.report.bytes_read as i64)),
+        int(&|e| n(e.report.files_written)),
+        int(&|e| Some(e.report.bytes_written as i64)),
+        text(&|e| e.error.clone()),
+        text(&|e| serde_json::to_string(&e.report).ok()),
+    ];
+    let batch = RecordBatch::try_new(schema(), columns)?;
+    let name = table_name();
+    let path = lake.table_path(&name);
+    std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+        context: format!("creating `{}`", path.display()),
+        source,
+    })?;
+    let table = match lake.open(&name).await? {
+        Some(t) => t,
+        None => DeltaTable::try_from_url(lake.table_url(&name)?)
+            .await
+            .context(|| format!("creating `{name}`"))?,
+    };
+    table
+        .write(vec![batch])
+        .with_save_mode(SaveMode::Append)
+        .with_table_name("event_log")
+        .await
+        .context(|| format!("appending to `{name}`"))?;
+    Ok(())
+}
