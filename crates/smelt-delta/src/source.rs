@@ -194,7 +194,7 @@ impl DeltaSource {
 
     async fn read_file(&self, file: &FileToRead, out: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let store = self.table.object_store();
-        let path = deltalake::Path::from_url_path(&file.path).map_err(|e| {
+        let path = object_store::path::Path::from_url_path(&file.path).map_err(|e| {
             Error::user(
                 format!("bad file path `{}` in `{}`: {e}", file.path, self.name),
                 "the table log is damaged",
@@ -317,6 +317,7 @@ impl ChangeSource for DeltaSource {
         fields.extend(metadata_fields());
         let out: SchemaRef = Arc::new(Schema::new(fields));
         let (files, skipped_delete_files) = self.plan_files(after).await?;
+        tracing::debug!(table = %self.name, files = files.len(), skipped_delete_files, "planned bronze files");
         let mut batches = Vec::new();
         let mut bytes_read = 0u64;
         for file in &files {

@@ -234,6 +234,7 @@ pub async fn run_apply(
     report.bytes_read = changes.bytes_read;
     let all = concat_batches(&changes.schema, &changes.batches)?;
     report.changes_read = all.num_rows();
+    tracing::info!(flow = flow_name, after = ?watermark, to = v, rows = all.num_rows(), files = changes.files_read, "read bronze changes");
     phases.end("read");
 
     reporter.phase(flow_name, "cast and dedupe");
@@ -491,6 +492,13 @@ pub async fn run_apply(
     report.bytes_written = stats.bytes_written;
     report.silver_version = Some(stats.version);
     report.status = "applied".into();
+    tracing::info!(
+        flow = flow_name,
+        silver_version = stats.version,
+        files_added = stats.files_added,
+        files_removed = stats.files_removed,
+        "committed silver and watermark"
+    );
     phases.end("write");
     report.phases_ms = phases.done;
     reporter.done(flow_name);
