@@ -70,12 +70,10 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
             }
         }
     }
-    if !dry_run {
-        if let Err(e) = smelt_delta::event_log::append(&lake, &events).await {
-            eprintln!(
-                "warning: the run is committed, but its event log rows could not be written: {e}"
-            );
-        }
+    if !dry_run && let Err(e) = smelt_delta::event_log::append(&lake, &events).await {
+        eprintln!(
+            "warning: the run is committed, but its event log rows could not be written: {e}"
+        );
     }
     if let Some((name, e)) = failed {
         if global.json {
