@@ -245,6 +245,17 @@ impl SilverTable for DeltaSilver {
                 .await
                 .context(|| format!("committing the watermark of `{}`", self.name))?;
             commit.version() as i64
+        } else if table.snapshot().map(|s| s.log_data().num_files() == 0).unwrap_or(false) {
+            // Silver holds no data files yet (first load): nothing to match, so a plain
+            // append does the same as the merge without a join.
+            let written = table
+                .clone()
+                .write(vec![rows])
+                .with_save_mode(SaveMode::Append)
+                .with_commit_properties(props)
+                .await
+                .context(|| format!("writing the first load of `{}`", self.name))?;
+            written.version().map(|v| v as i64).unwrap_or_default()
         } else {
             let schema = rows.schema();
             let ctx = SessionContext::new();

@@ -1,0 +1,257 @@
+"""Runs smelt and its peers on identical copies of the product2 bronze table and compares.
+
+Called by bench/run.sh; see BENCHMARKS.md. Writes <out>/results.json and <out>/results.md.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+SCALES = {"small": (100_000, 10_000), "medium": (2_000_000, 200_000), "large": (10_000_000, 1_000_000)}
+HERE = os.path.dirname(os.path.abspath(__file__))
+TS_COLS = ["CreatedDate", "LastModifiedDate", "SystemModstamp", "LastViewedDate", "LastReferencedDate", "_ingest_timestamp"]
+BOOL_COLS = ["IsActive", "IsDeleted", "IsArchived"]
+COLUMNS = [
+    "Id", "Name", "ProductCode", "Description", "IsActive", "CreatedDate", "CreatedById",
+    "LastModifiedDate", "LastModifiedById", "SystemModstamp", "Family", "ExternalDataSourceId",
+    "ExternalId", "DisplayUrl", "QuantityUnitOfMeasure", "IsDeleted", "IsArchived",
+    "LastViewedDate", "LastReferencedDate", "StockKeepingUnit", "_ingest_timestamp",
+]
+
+
+def log_versions(table):
+    log = os.path.join(table, "_delta_log")
+    if not os.path.isdir(log):
+        return []
+    return sorted(int(f[:20]) for f in os.listdir(log) if f.endswith(".json"))
+
+
+def commit_adds(table, version):
+    """(files, bytes) added by one commit."""
+    files = size = 0
+    with open(os.path.join(table, "_delta_log", f"{version:020d}.json")) as f:
+        for line in f:
+            a = json.loads(line)
+            if "add" in a:
+                files += 1
+                size += a["add"]["size"]
+    return files, size
+
+
+def timed(cmd, env=None):
+    """Runs cmd under /usr/bin/time; returns (stdout, wall seconds, peak RSS bytes)."""
+    stats = os.path.join("/tmp", f"smelt-bench-time-{os.getpid()}")
+    t0 = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", stats] + cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    with open(stats) as f:
+        rss_kb = int(f.read().strip().splitlines()[-1])
+    return p.stdout, wall, rss_kb * 1024
+
+
+def reveal(src_table, dst_table, version):
+    """Makes bronze version `version` visible in a copy: its log entry is copied last."""
+    name = f"{version:020d}.json"
+    shutil.copy(os.path.join(src_table, "_delta_log", name), os.path.join(dst_table, "_delta_log", name))
+
+
+def prepare_copy(src_table, dst_table):
+    """Hard-links the bronze data files and copies log entries 0 and 1 (create + initial load)."""
+    os.makedirs(os.path.join(dst_table, "_delta_log"))
+    for f in os.listdir(src_table):
+        if f.endswith(".parquet"):
+            os.link(os.path.join(src_table, f), os.path.join(dst_table, f))
+    for v in (0, 1):
+        reveal(src_table, dst_table, v)
+
+
+def smelt_project(lake):
+    silver_sql = open(os.path.join(HERE, "..", "examples", "product2", "silver.sql")).read()
+    silver_sql = silver_sql.replace("medallion_demo.product2__silver", "bench.product2_silver")
+    with open(os.path.join(lake, "silver.sql"), "w") as f:
+        f.write(silver_sql)
+    with open(os.path.join(lake, "smelt.yaml"), "w") as f:
+        f.write(
+            "lake: .\nflows:\n  product2:\n    apply:\n      from: bench.product2_bronze\n"
+            "      into: bench.product2_silver\n      schema: silver.sql\n"
+        )
+
+
+def canonical_hash(tool, lake):
+    """(rows, sha256) of the final silver: all columns but _update_timestamp, sorted by Id."""
+    import polars as pl
+
+    if tool == "duckdb":
+        import duckdb
+
+        con = duckdb.connect(os.path.join(lake, "silver", "silver.duckdb"), read_only=True)
+        df = pl.from_arrow(con.sql("SELECT * FROM silver").to_arrow_table())
+        con.close()
+    else:
+        path = os.path.join(lake, "bench", "product2_silver") if tool == "smelt" else os.path.join(lake, "silver")
+        df = pl.read_delta(path)
+    df = df.select(COLUMNS).with_columns(
+        [pl.col(c).dt.convert_time_zone("UTC").dt.epoch("us") for c in TS_COLS]
+        + [pl.col(c).cast(pl.Int8) for c in BOOL_COLS]
+    ).sort("Id")
+    return df.height, hashlib.sha256(df.write_csv().encode()).hexdigest()
+
+
+def run_tool(tool, args, src_table, work, bronze_bytes, increments):
+    lake = os.path.join(work, tool)
+    table = os.path.join(lake, "bench", "product2_bronze")
+    prepare_copy(src_table, table)
+    silver = os.path.join(lake, "bench", "product2_silver") if tool == "smelt" else os.path.join(lake, "silver")
+    steps = []
+    for step in range(increments + 1):
+        version = step + 1
+        if step > 0:
+            reveal(src_table, table, version)
+        before = set(log_versions(silver))
+        db_before = os.path.getsize(os.path.join(silver, "silver.duckdb")) if tool == "duckdb" and step > 0 else 0
+        if tool == "smelt":
+            out, wall, rss = timed([args.smelt, "-q", "--json", "-p", os.path.join(lake, "smelt.yaml"), "run"])
+            report = json.loads(out)["flows"][0]
+            work_s = wall
+            phases = dict(report["phases_ms"])
+            rows = report["changes_read"]
+        else:
+            out, wall, rss = timed([args.python, os.path.join(HERE, "peers.py"), tool, table, silver, os.path.join(lake, "state.json")])
+            r = json.loads(out.strip().splitlines()[-1])
+            work_s, rows, phases = r["work_s"], r["rows"], None
+        new = [v for v in log_versions(silver) if v not in before]
+        files = written = 0
+        for v in new:
+            f, b = commit_adds(silver, v)
+            files += f
+            written += b
+        if tool == "duckdb":
+            written = os.path.getsize(os.path.join(silver, "silver.duckdb")) - db_before
+        steps.append({
+            "step": "initial" if step == 0 else f"increment {step}",
+            "bronze_version": version,
+            "rows": rows,
+            "seconds": round(work_s, 3),
+            "process_seconds": round(wall, 3),
+            "peak_rss_bytes": rss,
+            "silver_files_written": files if tool != "duckdb" else None,
+            "silver_bytes_written": written,
+            "write_amplification": round(written / bronze_bytes[version], 2) if bronze_bytes[version] else None,
+            "phases_ms": phases,
+        })
+        print(f"  {tool:8} {steps[-1]['step']:>12}: {work_s:8.2f} s  rss {rss / 2**20:7.0f} MiB", flush=True)
+    rows, digest = canonical_hash(tool, lake)
+    return {"tool": tool, "steps": steps, "final_rows": rows, "final_hash": digest}
+
+
+def summarize(result):
+    init = result["steps"][0]
+    inc = result["steps"][1:]
+    secs = [s["seconds"] for s in inc]
+    return {
+        "initial_s": init["seconds"],
+        "increment_mean_s": round(statistics.mean(secs), 3) if secs else None,
+        "increment_median_s": round(statistics.median(secs), 3) if secs else None,
+        "increment_rows_per_s": round(statistics.mean(s["rows"] / s["seconds"] for s in inc)) if secs else None,
+        "peak_rss_mib": round(max(s["peak_rss_bytes"] for s in result["steps"]) / 2**20),
+        "increment_bytes_written_mean": round(statistics.mean(s["silver_bytes_written"] for s in inc)) if inc else None,
+        "increment_files_written_mean": (
+            round(statistics.mean(s["silver_files_written"] for s in inc), 1) if inc and inc[0]["silver_files_written"] is not None else None
+        ),
+        "write_amplification_mean": round(statistics.mean(s["write_amplification"] for s in inc), 2) if inc else None,
+    }
+
+
+def markdown(meta, results):
+    smelt = next(r for r in results if r["tool"] == "smelt")["summary"]
+    lines = [
+        f"## product2, scale `{meta['scale']}` (N={meta['rows']:,}, M={meta['increment']:,}, K={meta['increments']})",
+        "",
+        f"Machine: {meta['machine']}. Command: `{meta['command']}`. Date: {meta['date']}.",
+        "",
+        "| tool | initial load s | increment s (mean / median) | rows/s per increment | peak RSS MiB | bytes written / increment | files / increment | write amp. | initial vs smelt | increment vs smelt | silver = smelt's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        s = r["summary"]
+        same = "—" if r["tool"] == "smelt" else ("yes" if r["matches_smelt"] else "**no**")
+        lines.append(
+            f"| {r['tool']} | {s['initial_s']:.2f} | {s['increment_mean_s']:.2f} / {s['increment_median_s']:.2f} | "
+            f"{s['increment_rows_per_s']:,} | {s['peak_rss_mib']:,} | {s['increment_bytes_written_mean']:,} | "
+            f"{s['increment_files_written_mean'] if s['increment_files_written_mean'] is not None else 'n/a'} | "
+            f"{s['write_amplification_mean']} | {s['initial_s'] / smelt['initial_s']:.2f}× | "
+            f"{s['increment_mean_s'] / smelt['increment_mean_s']:.2f}× | {same} |"
+        )
+    smelt_steps = next(r for r in results if r["tool"] == "smelt")["steps"]
+    lines += ["", "smelt per phase (ms):", "", "| step | " + " | ".join(smelt_steps[0]["phases_ms"].keys()) + " |",
+              "|---|" + "---|" * len(smelt_steps[0]["phases_ms"])]
+    for s in smelt_steps:
+        lines.append(f"| {s['step']} | " + " | ".join(str(v) for v in s["phases_ms"].values()) + " |")
+    lines += ["", f"Final silver: {results[0]['final_rows']:,} rows; sha256 of the canonical form {results[0]['final_hash'][:16]}…"]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scale", choices=SCALES)
+    ap.add_argument("--smelt", required=True)
+    ap.add_argument("--gen", required=True)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--increments", type=int, default=5)
+    ap.add_argument("--tools", default="smelt,deltars,polars,duckdb")
+    args = ap.parse_args()
+    rows, increment = SCALES[args.scale]
+    work = os.path.join(args.out, "work")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    src_table = os.path.join(work, "source", "bench", "product2_bronze")
+    t0 = time.perf_counter()
+    subprocess.run([args.gen, "--table", src_table, "--rows", str(rows), "--increment", str(increment),
+                    "--increments", str(args.increments)], check=True, stdout=subprocess.DEVNULL)
+    print(f"generated bronze in {time.perf_counter() - t0:.1f} s", flush=True)
+    bronze_bytes = {v: commit_adds(src_table, v)[1] for v in log_versions(src_table)}
+    tools = args.tools.split(",")
+    results = []
+    for tool in tools:
+        os.makedirs(os.path.join(work, tool))
+        if tool == "smelt":
+            smelt_project(os.path.join(work, tool))
+        r = run_tool(tool, args, src_table, work, bronze_bytes, args.increments)
+        r["summary"] = summarize(r)
+        results.append(r)
+    ref = next(r for r in results if r["tool"] == "smelt")
+    for r in results:
+        r["matches_smelt"] = (r["final_rows"], r["final_hash"]) == (ref["final_rows"], ref["final_hash"])
+    cpu = ""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    meta = {
+        "scale": args.scale, "rows": rows, "increment": increment, "increments": args.increments,
+        "machine": f"{os.cpu_count()} cores ({cpu}), {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, {platform.platform()}",
+        "command": f"bench/run.sh {args.scale}",
+        "date": time.strftime("%Y-%m-%d"),
+        "versions": subprocess.run([args.python, "-c", "import deltalake, polars, duckdb, pyarrow; print(f'deltalake {deltalake.__version__}, polars {polars.__version__}, duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}')"], capture_output=True, text=True).stdout.strip(),
+    }
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=2)
+    md = markdown(meta, results) + f"\nPeers: {meta['versions']}.\n"
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(md)
+    print(md)
+    if not all(r["matches_smelt"] for r in results):
+        sys.exit("some peer's final silver differs from smelt's (see results.md)")
+
+
+main()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Benchmark smelt against delta-rs (Python), polars and DuckDB on the product2 workload.
+#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,deltars,polars,duckdb]
+# Builds release binaries, creates bench/.venv from bench/requirements.txt (PyPI), generates
+# the bronze table, runs every tool on identical copies, checks their silver against smelt's
+# and writes bench/out/<scale>/results.{json,md}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scale="${1:-small}"; shift || true
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/smelt-target}"
+cargo build --release --quiet -p smelt-cli -p smelt-bench
+if [ ! -x bench/.venv/bin/python ]; then
+  python3 -m venv bench/.venv
+fi
+bench/.venv/bin/pip install --quiet -r bench/requirements.txt
+out="bench/out/$scale"
+mkdir -p "$out"
+bench/.venv/bin/python bench/bench.py "$scale" \
+  --smelt "$CARGO_TARGET_DIR/release/smelt" --gen "$CARGO_TARGET_DIR/release/smelt-bench-gen" \
+  --python bench/.venv/bin/python --out "$out" "$@"
