@@ -53,8 +53,10 @@ fn main() -> ExitCode {
 
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "error",
-        1 => "info,deltalake_core=warn",
+        // Libraries log their own retries and probes at ERROR (e.g. "No files in log
+        // segment" while checking that a table does not exist yet): not for users.
+        0 => "off,smelt=warn,smelt_engine=warn,smelt_delta=warn",
+        1 => "warn,smelt=info,smelt_engine=info,smelt_delta=info",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SMELT_LOG")

@@ -9,13 +9,11 @@ use async_trait::async_trait;
 use deltalake::datafusion::common::{Column, JoinType};
 use deltalake::datafusion::logical_expr::{Expr, Operator, binary_expr};
 use deltalake::datafusion::prelude::SessionContext;
-use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, StructType, Transaction};
+use deltalake::kernel::{Action, Transaction};
 use deltalake::logstore::get_actions;
-use deltalake::operations::create::CreateBuilder;
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use deltalake::{DeltaTable, TableProperty};
+use deltalake::DeltaTable;
 use smelt_engine::ports::{SilverTable, Watermark, WriteStats};
 use smelt_spec::TableName;
 
@@ -27,6 +25,9 @@ pub struct DeltaSilver {
     lake: Lake,
     name: TableName,
     table: Option<DeltaTable>,
+    /// Schema of a table to create with the first upsert (one commit: metadata, data and
+    /// watermark, so a failed first run leaves no table behind).
+    pending: Option<SchemaRef>,
 }
 
 impl DeltaSilver {
@@ -36,6 +37,7 @@ impl DeltaSilver {
             lake: lake.clone(),
             name: name.clone(),
             table: lake.open(name).await?,
+            pending: None,
         })
     }
 
@@ -111,6 +113,9 @@ impl SilverTable for DeltaSilver {
     }
 
     fn schema(&self) -> Option<SchemaRef> {
+        if let Some(pending) = &self.pending {
+            return Some(Arc::clone(pending));
+        }
         let snapshot = self.table.as_ref()?.snapshot().ok()?;
         Some(snapshot.snapshot().arrow_schema())
     }
@@ -120,6 +125,9 @@ impl SilverTable for DeltaSilver {
     }
 
     async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
+        if self.table.is_none() {
+            return Ok(None);
+        }
         let table = self.table()?;
         let snapshot = table
             .snapshot()
@@ -131,21 +139,10 @@ impl SilverTable for DeltaSilver {
     }
 
     async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
-        let delta_schema: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
-        let path = self.lake.table_path(&self.name);
-        std::fs::create_dir_all(&path).map_err(|source| Error::Io {
-            context: format!("creating `{}`", path.display()),
-            source,
-        })?;
-        let table = CreateBuilder::new()
-            .with_location(path.to_string_lossy().to_string())
-            .with_table_name(self.name.table.clone())
-            .with_columns(delta_schema.fields().cloned())
-            .with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"))
-            .with_save_mode(SaveMode::ErrorIfExists)
-            .await
-            .context(|| format!("creating silver table `{}`", self.name))?;
-        self.table = Some(table);
+        if self.table.is_some() {
+            return Err(Error::user(format!("silver table `{}` already exists", self.name), "this is a bug: create is only for new tables").into());
+        }
+        self.pending = Some(schema);
         Ok(())
     }
 
@@ -224,8 +221,11 @@ impl SilverTable for DeltaSilver {
         keys: &[String],
         watermark: &Watermark,
     ) -> smelt_engine::Result<WriteStats> {
-        let table = self.table()?.clone();
         let props = Self::commit_properties(watermark);
+        if let Some(schema) = self.pending.take() {
+            return self.create_with(schema, rows, props).await;
+        }
+        let table = self.table()?.clone();
         let version = if rows.num_rows() == 0 {
             // Nothing to change, but the watermark must still move.
             let snapshot = table
@@ -326,6 +326,28 @@ impl SilverTable for DeltaSilver {
 }
 
 impl DeltaSilver {
+    /// Creates the table and writes its first rows and the watermark in one commit.
+    async fn create_with(&mut self, schema: SchemaRef, rows: RecordBatch, props: CommitProperties) -> smelt_engine::Result<WriteStats> {
+        let path = self.lake.table_path(&self.name);
+        std::fs::create_dir_all(&path).map_err(|source| Error::Io { context: format!("creating `{}`", path.display()), source })?;
+        let rows = RecordBatch::try_new(schema, rows.columns().to_vec()).map_err(Error::Arrow)?;
+        let table = DeltaTable::try_from_url(self.lake.table_url(&self.name)?)
+            .await
+            .context(|| format!("creating silver table `{}`", self.name))?;
+        let table = table
+            .write(vec![rows])
+            .with_save_mode(SaveMode::ErrorIfExists)
+            .with_table_name(self.name.table.clone())
+            .with_configuration([("delta.enableChangeDataFeed", Some("true"))])
+            .with_commit_properties(props)
+            .await
+            .context(|| format!("creating silver table `{}`", self.name))?;
+        let version = table.version().map(|v| v as i64).unwrap_or_default();
+        let stats = self.commit_stats(&table, version).await?;
+        self.table = Some(table);
+        Ok(stats)
+    }
+
     /// Time (ms since the epoch) and run id of the latest silver commit, if any.
     pub async fn last_commit(&self) -> Result<Option<(i64, Option<String>)>> {
         let Some(table) = &self.table else {
