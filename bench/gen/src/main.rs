@@ -80,14 +80,26 @@ const COLUMNS: [&str; 20] = [
     "StockKeepingUnit",
 ];
 
-const NAMES: [&str; 6] = ["ノートパソコン", "クラウドサービス", "デスクトップ", "モニター", "ライセンス", "サポート契約"];
+const NAMES: [&str; 6] = [
+    "ノートパソコン",
+    "クラウドサービス",
+    "デスクトップ",
+    "モニター",
+    "ライセンス",
+    "サポート契約",
+];
 const TIERS: [&str; 4] = ["Standard", "Premium", "Basic", "Enterprise"];
 const FAMILIES: [&str; 4] = ["Hardware", "Service", "Software", "Support"];
 const UNITS: [&str; 3] = ["台", "ライセンス", "式"];
 const GARBAGE: [&str; 4] = ["N/A", "2026-13-45T99:00:00.000+0000", "maybe", "--"];
 
 fn schema() -> SchemaRef {
-    Arc::new(Schema::new(COLUMNS.iter().map(|c| Field::new(*c, DataType::Utf8, true)).collect::<Vec<_>>()))
+    Arc::new(Schema::new(
+        COLUMNS
+            .iter()
+            .map(|c| Field::new(*c, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ))
 }
 
 /// Salesforce-style timestamp `base + minutes`.
@@ -104,7 +116,11 @@ fn ts(minutes: u64) -> String {
         }
         (month + 1, rest + 1)
     };
-    format!("2026-{month:02}-{day:02}T{:02}:{:02}:00.000+0000", m / 60, m % 60)
+    format!(
+        "2026-{month:02}-{day:02}T{:02}:{:02}:00.000+0000",
+        m / 60,
+        m % 60
+    )
 }
 
 /// One row of product `id` in `version` (0 = initial load).
@@ -128,36 +144,66 @@ fn row(rng: &mut Rng, id: u64, version: u64, out: &mut [StringBuilder]) {
     put(0, Some(format!("01t{id:012}AAA")), rng);
     put(1, Some(format!("{name} {tier}")), rng);
     put(2, Some(format!("PC-{id:08}")), rng);
-    put(3, rng.chance(900).then(|| format!("{name}の説明 ({tier}) 第{version}版")), rng);
-    put(4, Some(if rng.chance(800) { "true" } else { "false" }.to_string()), rng);
+    put(
+        3,
+        rng.chance(900)
+            .then(|| format!("{name}の説明 ({tier}) 第{version}版")),
+        rng,
+    );
+    put(
+        4,
+        Some(if rng.chance(800) { "true" } else { "false" }.to_string()),
+        rng,
+    );
     put(5, Some(ts(created)), rng);
     put(6, Some(format!("005{:012}AAA", id % 97)), rng);
     put(7, Some(ts(modified)), rng);
     put(8, Some(format!("005{:012}AAA", rng.below(50))), rng);
     put(9, Some(ts(modified)), rng);
-    put(10, Some(FAMILIES[rng.below(FAMILIES.len() as u64) as usize].to_string()), rng);
+    put(
+        10,
+        Some(FAMILIES[rng.below(FAMILIES.len() as u64) as usize].to_string()),
+        rng,
+    );
     put(11, None, rng);
     put(12, Some(format!("EXT-PRODUCT-{id}")), rng);
     put(13, Some(format!("https://example.com/products/{id}")), rng);
-    put(14, Some(UNITS[rng.below(UNITS.len() as u64) as usize].to_string()), rng);
+    put(
+        14,
+        Some(UNITS[rng.below(UNITS.len() as u64) as usize].to_string()),
+        rng,
+    );
     put(15, Some("false".to_string()), rng);
-    put(16, Some(if rng.chance(50) { "true" } else { "false" }.to_string()), rng);
+    put(
+        16,
+        Some(if rng.chance(50) { "true" } else { "false" }.to_string()),
+        rng,
+    );
     put(17, rng.chance(700).then(|| ts(modified + 60)), rng);
     put(18, rng.chance(700).then(|| ts(modified + 65)), rng);
     put(19, Some(format!("SKU-{id:08}")), rng);
 }
 
 fn batch(rng: &mut Rng, ids: &[u64], version: u64) -> RecordBatch {
-    let mut builders: Vec<StringBuilder> = (0..COLUMNS.len()).map(|_| StringBuilder::with_capacity(ids.len(), ids.len() * 24)).collect();
+    let mut builders: Vec<StringBuilder> = (0..COLUMNS.len())
+        .map(|_| StringBuilder::with_capacity(ids.len(), ids.len() * 24))
+        .collect();
     for &id in ids {
         row(rng, id, version, &mut builders);
     }
-    let columns: Vec<ArrayRef> = builders.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef).collect();
+    let columns: Vec<ArrayRef> = builders
+        .iter_mut()
+        .map(|b| Arc::new(b.finish()) as ArrayRef)
+        .collect();
     RecordBatch::try_new(schema(), columns).expect("schema matches")
 }
 
 async fn append(table: DeltaTable, batches: Vec<RecordBatch>) -> DeltaTable {
-    table.write(batches).with_save_mode(SaveMode::Append).await.expect("append to bronze")
+    table
+        .write(batches)
+        .with_save_mode(SaveMode::Append)
+        .await
+        .expect("append to bronze")
 }
 
 #[tokio::main]
@@ -166,7 +212,9 @@ async fn main() {
     let mut rng = Rng(args.seed);
     std::fs::create_dir_all(&args.table).expect("create table folder");
     let url = deltalake::ensure_table_uri(args.table.to_string_lossy()).expect("table url");
-    let table = DeltaTable::try_from_url(url).await.expect("open table location");
+    let table = DeltaTable::try_from_url(url)
+        .await
+        .expect("open table location");
     let delta_schema: deltalake::kernel::StructType = {
         use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
         schema().as_ref().try_into_kernel().expect("schema")
@@ -206,7 +254,10 @@ async fn main() {
             }
         }
         ids.truncate(args.increment as usize);
-        let batches: Vec<RecordBatch> = ids.chunks(args.batch_rows as usize).map(|c| batch(&mut rng, c, k)).collect();
+        let batches: Vec<RecordBatch> = ids
+            .chunks(args.batch_rows as usize)
+            .map(|c| batch(&mut rng, c, k))
+            .collect();
         table = append(table, batches).await;
     }
     let summary = serde_json::json!({

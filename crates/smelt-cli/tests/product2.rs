@@ -198,7 +198,11 @@ fn crash_on_the_first_run_leaves_no_silver_and_recovers() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(!p.file("lake/medallion_demo/product2__silver/_delta_log").exists(), "no half-created silver");
+    assert!(
+        !p.file("lake/medallion_demo/product2__silver/_delta_log")
+            .exists(),
+        "no half-created silver"
+    );
     assert!(p.status()["watermark"].is_null());
     p.ok(&["run"]);
     assert_eq!(p.silver().len(), 3);

@@ -15,7 +15,12 @@ const ROWS: usize = 1_000_000;
 
 fn salesforce_timestamps() -> ArrayRef {
     Arc::new(StringArray::from_iter_values((0..ROWS).map(|i| {
-        format!("2026-07-{:02}T{:02}:{:02}:00.000+0000", 1 + i % 28, i % 24, i % 60)
+        format!(
+            "2026-07-{:02}T{:02}:{:02}:00.000+0000",
+            1 + i % 28,
+            i % 24,
+            i % 60
+        )
     })))
 }
 
@@ -24,11 +29,21 @@ fn casts(c: &mut Criterion) {
     g.throughput(Throughput::Elements(ROWS as u64));
     g.sample_size(10);
     let ts = salesforce_timestamps();
-    g.bench_function("salesforce timestamp -> TIMESTAMP", |b| b.iter(|| cast_column(black_box(&ts), &timestamp_utc(), None).unwrap()));
-    let bools: ArrayRef = Arc::new(StringArray::from_iter_values((0..ROWS).map(|i| if i % 3 == 0 { "true" } else { "false" })));
-    g.bench_function("'true'/'false' -> BOOL", |b| b.iter(|| cast_column(black_box(&bools), &DataType::Boolean, None).unwrap()));
-    let decimals: ArrayRef = Arc::new(StringArray::from_iter_values((0..ROWS).map(|i| format!("{}.{:03}", i, i % 1000))));
-    g.bench_function("text -> DECIMAL(18,2)", |b| b.iter(|| cast_column(black_box(&decimals), &DataType::Decimal128(18, 2), None).unwrap()));
+    g.bench_function("salesforce timestamp -> TIMESTAMP", |b| {
+        b.iter(|| cast_column(black_box(&ts), &timestamp_utc(), None).unwrap())
+    });
+    let bools: ArrayRef = Arc::new(StringArray::from_iter_values(
+        (0..ROWS).map(|i| if i % 3 == 0 { "true" } else { "false" }),
+    ));
+    g.bench_function("'true'/'false' -> BOOL", |b| {
+        b.iter(|| cast_column(black_box(&bools), &DataType::Boolean, None).unwrap())
+    });
+    let decimals: ArrayRef = Arc::new(StringArray::from_iter_values(
+        (0..ROWS).map(|i| format!("{}.{:03}", i, i % 1000)),
+    ));
+    g.bench_function("text -> DECIMAL(18,2)", |b| {
+        b.iter(|| cast_column(black_box(&decimals), &DataType::Decimal128(18, 2), None).unwrap())
+    });
     g.finish();
 }
 
@@ -37,14 +52,35 @@ fn dedupe(c: &mut Criterion) {
     g.throughput(Throughput::Elements(ROWS as u64));
     g.sample_size(10);
     // 1M changes over 200k keys (Salesforce-like Ids), sequences out of order.
-    let keys: ArrayRef = Arc::new(StringArray::from_iter_values((0..ROWS).map(|i| format!("01t{:012}AAA", (i * 7919) % 200_000))));
-    let seq: ArrayRef = Arc::new(TimestampMicrosecondArray::from_iter_values((0..ROWS).map(|i| ((i * 104_729) % 1_000_003) as i64)).with_timezone("UTC"));
+    let keys: ArrayRef = Arc::new(StringArray::from_iter_values(
+        (0..ROWS).map(|i| format!("01t{:012}AAA", (i * 7919) % 200_000)),
+    ));
+    let seq: ArrayRef = Arc::new(
+        TimestampMicrosecondArray::from_iter_values(
+            (0..ROWS).map(|i| ((i * 104_729) % 1_000_003) as i64),
+        )
+        .with_timezone("UTC"),
+    );
     g.bench_function("latest_per_key 1M rows / 200k keys", |b| {
-        b.iter(|| latest_per_key(black_box(std::slice::from_ref(&keys)), black_box(std::slice::from_ref(&seq))).unwrap())
+        b.iter(|| {
+            latest_per_key(
+                black_box(std::slice::from_ref(&keys)),
+                black_box(std::slice::from_ref(&seq)),
+            )
+            .unwrap()
+        })
     });
-    let int_keys: ArrayRef = Arc::new(Int64Array::from_iter_values((0..ROWS).map(|i| ((i * 7919) % 200_000) as i64)));
+    let int_keys: ArrayRef = Arc::new(Int64Array::from_iter_values(
+        (0..ROWS).map(|i| ((i * 7919) % 200_000) as i64),
+    ));
     g.bench_function("latest_per_key int keys", |b| {
-        b.iter(|| latest_per_key(black_box(std::slice::from_ref(&int_keys)), black_box(std::slice::from_ref(&seq))).unwrap())
+        b.iter(|| {
+            latest_per_key(
+                black_box(std::slice::from_ref(&int_keys)),
+                black_box(std::slice::from_ref(&seq)),
+            )
+            .unwrap()
+        })
     });
     g.finish();
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
+use deltalake::DeltaTable;
 use deltalake::datafusion::common::{Column, JoinType};
 use deltalake::datafusion::logical_expr::{Expr, Operator, binary_expr};
 use deltalake::datafusion::prelude::SessionContext;
@@ -13,7 +14,6 @@ use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Transaction};
 use deltalake::logstore::get_actions;
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use deltalake::DeltaTable;
 use smelt_engine::ports::{SilverTable, Watermark, WriteStats};
 use smelt_spec::TableName;
 
@@ -140,7 +140,11 @@ impl SilverTable for DeltaSilver {
 
     async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
         if self.table.is_some() {
-            return Err(Error::user(format!("silver table `{}` already exists", self.name), "this is a bug: create is only for new tables").into());
+            return Err(Error::user(
+                format!("silver table `{}` already exists", self.name),
+                "this is a bug: create is only for new tables",
+            )
+            .into());
         }
         self.pending = Some(schema);
         Ok(())
@@ -245,7 +249,11 @@ impl SilverTable for DeltaSilver {
                 .await
                 .context(|| format!("committing the watermark of `{}`", self.name))?;
             commit.version() as i64
-        } else if table.snapshot().map(|s| s.log_data().num_files() == 0).unwrap_or(false) {
+        } else if table
+            .snapshot()
+            .map(|s| s.log_data().num_files() == 0)
+            .unwrap_or(false)
+        {
             // Silver holds no data files yet (first load): nothing to match, so a plain
             // append does the same as the merge without a join.
             let written = table
@@ -327,9 +335,17 @@ impl SilverTable for DeltaSilver {
 
 impl DeltaSilver {
     /// Creates the table and writes its first rows and the watermark in one commit.
-    async fn create_with(&mut self, schema: SchemaRef, rows: RecordBatch, props: CommitProperties) -> smelt_engine::Result<WriteStats> {
+    async fn create_with(
+        &mut self,
+        schema: SchemaRef,
+        rows: RecordBatch,
+        props: CommitProperties,
+    ) -> smelt_engine::Result<WriteStats> {
         let path = self.lake.table_path(&self.name);
-        std::fs::create_dir_all(&path).map_err(|source| Error::Io { context: format!("creating `{}`", path.display()), source })?;
+        std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+            context: format!("creating `{}`", path.display()),
+            source,
+        })?;
         let rows = RecordBatch::try_new(schema, rows.columns().to_vec()).map_err(Error::Arrow)?;
         let table = DeltaTable::try_from_url(self.lake.table_url(&self.name)?)
             .await

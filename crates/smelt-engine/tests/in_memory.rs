@@ -1,0 +1,328 @@
+//! The apply flow against in-memory ports: the run contract without any storage.
+
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use arrow::compute::{concat_batches, filter_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use smelt_core::change::metadata_fields;
+use smelt_engine::apply::{RunContext, run_apply};
+use smelt_engine::ports::{ChangeSet, ChangeSource, Silent, SilverTable, Watermark, WriteStats};
+use smelt_engine::{EngineError, Result};
+use smelt_spec::{FlowKind, Pipeline, TableName};
+
+/// Bronze: a list of commits, each a list of (id, value) rows.
+struct MemSource {
+    name: TableName,
+    commits: Vec<Vec<(Option<&'static str>, &'static str)>>,
+}
+
+fn bronze_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("amount", DataType::Utf8, true),
+    ]))
+}
+
+#[async_trait]
+impl ChangeSource for MemSource {
+    fn table(&self) -> &TableName {
+        &self.name
+    }
+    fn version(&self) -> i64 {
+        self.commits.len() as i64 - 1
+    }
+    fn version_timestamp(&self) -> Option<i64> {
+        Some(self.version() * 1_000_000)
+    }
+    fn schema(&self) -> SchemaRef {
+        bronze_schema()
+    }
+    async fn read_changes(&self, after: Option<i64>) -> Result<ChangeSet> {
+        let mut fields: Vec<Field> = bronze_schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.extend(metadata_fields());
+        let schema = Arc::new(Schema::new(fields));
+        let mut batches = Vec::new();
+        for (v, rows) in self
+            .commits
+            .iter()
+            .enumerate()
+            .skip(after.map(|a| a as usize + 1).unwrap_or(0))
+        {
+            let n = rows.len();
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| Some(r.1)).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(vec!["insert"; n])),
+                Arc::new(Int64Array::from(vec![v as i64; n])),
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![v as i64 * 1_000_000; n])
+                        .with_timezone("UTC"),
+                ),
+            ];
+            batches.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+        }
+        Ok(ChangeSet {
+            schema,
+            batches,
+            files_read: 0,
+            bytes_read: 0,
+            skipped_delete_files: 0,
+        })
+    }
+}
+
+/// Silver: one batch, replaced on every upsert.
+#[derive(Default)]
+struct MemSilver {
+    name: Option<TableName>,
+    schema: Option<SchemaRef>,
+    rows: Mutex<Option<RecordBatch>>,
+    watermark: Option<i64>,
+    commits: i64,
+}
+
+#[async_trait]
+impl SilverTable for MemSilver {
+    fn table(&self) -> &TableName {
+        self.name.as_ref().unwrap()
+    }
+    fn schema(&self) -> Option<SchemaRef> {
+        self.schema.clone()
+    }
+    fn version(&self) -> Option<i64> {
+        self.schema.as_ref().map(|_| self.commits - 1)
+    }
+    async fn watermark(&self, _: &str) -> Result<Option<i64>> {
+        Ok(self.watermark)
+    }
+    async fn create(&mut self, schema: SchemaRef) -> Result<()> {
+        self.schema = Some(schema);
+        Ok(())
+    }
+    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch> {
+        let rows = self.rows.lock().unwrap().clone().expect("silver has rows");
+        let wanted: Vec<&str> = keys
+            .column(0)
+            .as_string::<i32>()
+            .iter()
+            .map(|k| k.unwrap())
+            .collect();
+        let ids = rows.column_by_name("id").unwrap().as_string::<i32>();
+        let mask = arrow::array::BooleanArray::from_iter(
+            ids.iter().map(|i| Some(wanted.contains(&i.unwrap()))),
+        );
+        let found = filter_record_batch(&rows, &mask)?;
+        let idx: Vec<usize> = columns
+            .iter()
+            .map(|c| found.schema().index_of(c).unwrap())
+            .collect();
+        Ok(found.project(&idx)?)
+    }
+    async fn upsert(
+        &mut self,
+        new: RecordBatch,
+        keys: &[String],
+        w: &Watermark,
+    ) -> Result<WriteStats> {
+        assert_eq!(keys, ["id"]);
+        let mut guard = self.rows.lock().unwrap();
+        let merged = match guard.take() {
+            None => new,
+            Some(old) => {
+                let new_ids: Vec<String> = new
+                    .column(0)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|k| k.unwrap().to_string())
+                    .collect();
+                let keep = arrow::array::BooleanArray::from_iter(
+                    old.column(0)
+                        .as_string::<i32>()
+                        .iter()
+                        .map(|k| Some(!new_ids.contains(&k.unwrap().to_string()))),
+                );
+                concat_batches(&new.schema(), &[filter_record_batch(&old, &keep)?, new])?
+            }
+        };
+        *guard = Some(merged);
+        self.watermark = Some(w.version);
+        self.commits += 1;
+        Ok(WriteStats {
+            version: self.commits - 1,
+            ..WriteStats::default()
+        })
+    }
+}
+
+fn flow(on_cast_error: &str) -> (String, smelt_spec::ApplyFlow) {
+    let dir = std::env::temp_dir().join(format!(
+        "smelt-engine-test-{}-{on_cast_error}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("s.sql"),
+        "CREATE TABLE s.t (id STRING NOT NULL, amount DECIMAL(10,2), PRIMARY KEY (id))",
+    )
+    .unwrap();
+    let yaml = format!(
+        "lake: .\nflows:\n  f:\n    apply:\n      from: b.t\n      into: s.t\n      schema: s.sql\n      on_cast_error: {on_cast_error}\n"
+    );
+    let p = Pipeline::from_str(&yaml, &dir.join("smelt.yaml")).unwrap();
+    let FlowKind::Apply(a) = p.flows[0].kind.clone();
+    ("f".into(), a)
+}
+
+fn amounts(silver: &MemSilver) -> Vec<(String, Option<String>)> {
+    let rows = silver.rows.lock().unwrap().clone().unwrap();
+    let ids = rows
+        .column_by_name("id")
+        .unwrap()
+        .as_string::<i32>()
+        .clone();
+    let amounts = rows.column_by_name("amount").unwrap().clone();
+    let mut out: Vec<(String, Option<String>)> = (0..rows.num_rows())
+        .map(|i| {
+            let a = amounts
+                .is_valid(i)
+                .then(|| arrow::util::display::array_value_to_string(&amounts, i).unwrap());
+            (ids.value(i).to_string(), a)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
+    let (name, f) = flow("null");
+    let mut silver = MemSilver {
+        name: Some(f.into.clone()),
+        ..MemSilver::default()
+    };
+    let mut source = MemSource {
+        name: f.from.clone(),
+        commits: vec![vec![(Some("a"), "1"), (Some("b"), "x"), (None, "3")]],
+    };
+    let ctx = RunContext::new(false, false);
+    let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.inserted,
+            r.rejected,
+            r.cast_failures.get("amount").copied()
+        ),
+        (2, 1, Some(1))
+    );
+    assert_eq!(
+        amounts(&silver),
+        vec![("a".into(), Some("1.00".into())), ("b".into(), None)]
+    );
+
+    source
+        .commits
+        .push(vec![(Some("a"), "2"), (Some("a"), "2.5"), (Some("c"), "7")]);
+    let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.inserted,
+            r.updated,
+            r.duplicates_collapsed,
+            r.from_version
+        ),
+        (1, 1, 1, Some(0))
+    );
+    assert_eq!(amounts(&silver)[0], ("a".into(), Some("2.50".into())));
+
+    let commits = silver.commits;
+    let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+        .await
+        .unwrap();
+    assert_eq!(r.status, "up_to_date");
+    assert_eq!(silver.commits, commits, "no commit when nothing is new");
+
+    // A full refresh re-reads everything; the guard makes it a no-op on the data.
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        &mut silver,
+        &RunContext::new(false, true),
+        &Silent,
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.inserted, r.updated, r.stale), (0, 0, 3));
+}
+
+#[tokio::test]
+async fn fail_policy_aborts_before_writing() {
+    let (name, f) = flow("fail");
+    let mut silver = MemSilver {
+        name: Some(f.into.clone()),
+        ..MemSilver::default()
+    };
+    let source = MemSource {
+        name: f.from.clone(),
+        commits: vec![vec![(Some("a"), "1"), (Some("b"), "1e9x")]],
+    };
+    let err = run_apply(
+        &name,
+        &f,
+        &source,
+        &mut silver,
+        &RunContext::new(false, false),
+        &Silent,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, EngineError::Cast { .. }), "{err}");
+    let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(
+        text.contains("`amount`") && text.contains("1e9x") && text.contains("id=b"),
+        "{text}"
+    );
+    assert_eq!(silver.commits, 0);
+    assert!(silver.rows.lock().unwrap().is_none());
+}
+
+#[tokio::test]
+async fn plan_writes_nothing() {
+    let (name, f) = flow("null");
+    let mut silver = MemSilver {
+        name: Some(f.into.clone()),
+        ..MemSilver::default()
+    };
+    let source = MemSource {
+        name: f.from.clone(),
+        commits: vec![vec![(Some("a"), "1")]],
+    };
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        &mut silver,
+        &RunContext::new(true, false),
+        &Silent,
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.status.as_str(), r.inserted), ("planned", 1));
+    assert!(silver.schema.is_none() && silver.commits == 0);
+}
