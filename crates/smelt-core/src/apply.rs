@@ -80,8 +80,11 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
     let newer = newer_than(input.new_sequence, input.stored_sequence, n)?;
 
     let mut differs = BooleanArray::from(vec![false; n]);
-    for (a, b) in input.new_data.iter().zip(input.stored_data) {
-        differs = or(&differs, &distinct(a, b)?)?;
+    // Data is only compared where silver has the key (nothing to compare for inserts).
+    if matched.true_count() > 0 {
+        for (a, b) in input.new_data.iter().zip(input.stored_data) {
+            differs = or(&differs, &distinct(a, b)?)?;
+        }
     }
 
     let inserts = not(&matched)?;

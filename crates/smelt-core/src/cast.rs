@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, TimeUnit};
 
@@ -58,7 +59,11 @@ pub fn cast_column(input: &ArrayRef, target: &DataType, tz: Option<&str>) -> Res
     let array = match target {
         DataType::Boolean if is_string => parse_booleans(&present),
         DataType::Timestamp(unit, Some(_)) => {
-            let zone: Arc<str> = Arc::from(tz.unwrap_or("UTC"));
+            // A fixed offset is cheaper to apply per value than a named zone.
+            let zone: Arc<str> = Arc::from(match tz {
+                None | Some("UTC") | Some("Z") => "+00:00",
+                Some(zone) => zone,
+            });
             let local = DataType::Timestamp(*unit, Some(zone));
             let cast = cast_with_options(&present, &local, &options)?;
             // Same instants, labelled UTC.
@@ -73,6 +78,46 @@ pub fn cast_column(input: &ArrayRef, target: &DataType, tz: Option<&str>) -> Res
 
     let failed_rows = failed_rows(&present, &array);
     Ok(ColumnCast { array, failed_rows })
+}
+
+/// Casts many columns, spread over the machine's cores (a scoped thread per core; the
+/// columns are independent). Results come back in input order.
+pub fn cast_columns(inputs: &[(ArrayRef, DataType)], tz: Option<&str>) -> Result<Vec<ColumnCast>> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(inputs.len())
+        .max(1);
+    // Only typed columns cost anything; deal them round-robin so each thread gets a share.
+    let typed: Vec<usize> = (0..inputs.len())
+        .filter(|&i| inputs[i].0.data_type() != &inputs[i].1)
+        .collect();
+    if threads == 1 || typed.len() < 2 {
+        return inputs.iter().map(|(a, t)| cast_column(a, t, tz)).collect();
+    }
+    let mut results: Vec<Option<Result<ColumnCast>>> = (0..inputs.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let mine: Vec<usize> = typed.iter().copied().skip(t).step_by(threads).collect();
+                scope.spawn(move || {
+                    mine.into_iter()
+                        .map(|i| (i, cast_column(&inputs[i].0, &inputs[i].1, tz)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for (i, r) in h.join().expect("cast thread panicked") {
+                results[i] = Some(r);
+            }
+        }
+    });
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|| cast_column(&inputs[i].0, &inputs[i].1, tz)))
+        .collect()
 }
 
 /// Booleans from (already trimmed) strings: exactly true/false/t/f/1/0/yes/no/y/n in any
@@ -98,15 +143,20 @@ fn parse_booleans(strings: &ArrayRef) -> ArrayRef {
     Arc::new(out)
 }
 
-/// Rows where `before` had a value and `after` is NULL.
+/// Rows where `before` had a value and `after` is NULL (vectorised over the null bitmaps).
 fn failed_rows(before: &ArrayRef, after: &ArrayRef) -> Vec<usize> {
     if after.null_count() == before.null_count() {
         return Vec::new();
     }
-    let lost = BooleanArray::from_iter(
-        (0..before.len()).map(|i| Some(before.is_valid(i) && after.is_null(i))),
-    );
-    lost.values().set_indices().collect()
+    let Some(after_valid) = after.logical_nulls() else {
+        return Vec::new();
+    };
+    let before_valid = match before.logical_nulls() {
+        Some(nulls) => nulls.inner().clone(),
+        None => BooleanBuffer::new_set(before.len()),
+    };
+    let lost = &before_valid & &!after_valid.inner();
+    lost.set_indices().collect()
 }
 
 /// Converts any string array to `Utf8`, trims surrounding whitespace and turns blank
@@ -392,6 +442,24 @@ mod tests {
         assert_eq!(s.value(0), "  padded  ");
         assert_eq!(s.value(1), "");
         assert!(out.failed_rows.is_empty());
+    }
+
+    #[test]
+    fn cast_columns_keeps_order_and_matches_single_casts() {
+        let ts = strings(&[Some("2026-07-01T09:00:00Z"), Some("x")]);
+        let b = strings(&[Some("true"), Some("nope")]);
+        let s = strings(&[Some("a"), None]);
+        let inputs = vec![
+            (ts.clone(), utc()),
+            (s.clone(), DataType::Utf8),
+            (b.clone(), DataType::Boolean),
+        ];
+        let many = cast_columns(&inputs, None).unwrap();
+        for ((input, target), got) in inputs.iter().zip(&many) {
+            let one = cast_column(input, target, None).unwrap();
+            assert_eq!(got.array.as_ref(), one.array.as_ref());
+            assert_eq!(got.failed_rows, one.failed_rows);
+        }
     }
 
     #[test]

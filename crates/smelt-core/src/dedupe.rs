@@ -53,7 +53,8 @@ pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32
     }
     let key_rows = encode(keys)?.expect("keys is not empty");
     let seq_rows = encode(sequence)?;
-    let mut best: HashMap<arrow::row::Row<'_>, u32> = HashMap::with_capacity(n.min(1 << 20));
+    let mut best: HashMap<arrow::row::Row<'_>, u32, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(n.min(1 << 22), foldhash::fast::RandomState::default());
     for i in 0..n {
         match best.entry(key_rows.row(i)) {
             Entry::Vacant(e) => {

@@ -12,7 +12,7 @@ use arrow::compute::{concat_batches, filter, filter_record_batch, take};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::util::display::array_value_to_string;
 use smelt_core::apply::{Scd1Input, plan_scd1};
-use smelt_core::cast::cast_column;
+use smelt_core::cast::cast_columns;
 use smelt_core::change::{
     CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
 };
@@ -237,7 +237,7 @@ pub async fn run_apply(
     tracing::info!(flow = flow_name, after = ?watermark, to = v, rows = all.num_rows(), files = changes.files_read, "read bronze changes");
     phases.end("read");
 
-    reporter.phase(flow_name, "cast and dedupe");
+    reporter.phase(flow_name, "cast");
     // Upserts only: inserts and update post-images. Everything else is ignored (counted).
     let kinds = all
         .column_by_name(CHANGE_TYPE)
@@ -249,30 +249,44 @@ pub async fn run_apply(
             .iter()
             .map(|k| Some(matches!(k, Some(INSERT | UPDATE_POSTIMAGE)))),
     );
-    let changes_batch = filter_record_batch(&all, &upsert)?;
+    // Filters copy every column: skip them when they keep everything (append-only bronze).
+    let changes_batch = if upsert.true_count() == all.num_rows() {
+        all.clone()
+    } else {
+        filter_record_batch(&all, &upsert)?
+    };
     report.ignored = all.num_rows() - changes_batch.num_rows();
 
     let n = changes_batch.num_rows();
     let mut cast: HashMap<String, ArrayRef> = HashMap::new();
     let mut first_failure: Option<(String, usize, String)> = None;
-    for f in schema.fields() {
-        if is_audit(f.name()) {
-            continue;
-        }
-        let raw = changes_batch
-            .column_by_name(f.name())
-            .expect("checked above");
-        let out = cast_column(raw, f.data_type(), flow.tz.as_deref())?;
+    let to_cast: Vec<(&str, ArrayRef, DataType)> = schema
+        .fields()
+        .iter()
+        .filter(|f| !is_audit(f.name()))
+        .map(|f| {
+            let raw = changes_batch
+                .column_by_name(f.name())
+                .expect("checked above");
+            (f.name().as_str(), Arc::clone(raw), f.data_type().clone())
+        })
+        .collect();
+    let inputs: Vec<(ArrayRef, DataType)> = to_cast
+        .iter()
+        .map(|(_, a, t)| (Arc::clone(a), t.clone()))
+        .collect();
+    let outputs = cast_columns(&inputs, flow.tz.as_deref())?;
+    for ((name, raw, _), out) in to_cast.iter().zip(outputs) {
         if !out.failed_rows.is_empty() {
             report
                 .cast_failures
-                .insert(f.name().clone(), out.failed_rows.len());
+                .insert(name.to_string(), out.failed_rows.len());
             if first_failure.is_none() {
                 let row = out.failed_rows[0];
-                first_failure = Some((f.name().clone(), row, array_value_to_string(raw, row)?));
+                first_failure = Some((name.to_string(), row, array_value_to_string(raw, row)?));
             }
         }
-        cast.insert(f.name().clone(), out.array);
+        cast.insert(name.to_string(), out.array);
     }
     if let (OnCastError::Fail, Some((column, row, value))) = (flow.on_cast_error, &first_failure) {
         let version = array_value_to_string(
@@ -313,6 +327,7 @@ pub async fn run_apply(
             }),
         });
     }
+    phases.end("cast");
     let commit_ts = arrow::compute::cast(
         changes_batch
             .column_by_name(COMMIT_TIMESTAMP)
@@ -354,7 +369,15 @@ pub async fn run_apply(
     let winners: UInt32Array = filter(&winners, &keep)?
         .as_primitive::<arrow::datatypes::UInt32Type>()
         .clone();
-    let pick = |a: &ArrayRef| -> Result<ArrayRef> { Ok(take(a.as_ref(), &winners, None)?) };
+    // Taking every row in order is the identity (a first load without duplicates): no copy.
+    let identity = winners.len() == n;
+    let pick = |a: &ArrayRef| -> Result<ArrayRef> {
+        if identity {
+            Ok(Arc::clone(a))
+        } else {
+            Ok(take(a.as_ref(), &winners, None)?)
+        }
+    };
     let mut new_cols: HashMap<String, ArrayRef> = HashMap::new();
     for (name, array) in &cast {
         new_cols.insert(name.clone(), pick(array)?);
@@ -362,7 +385,7 @@ pub async fn run_apply(
     let new_commit_ts = pick(&commit_ts)?;
     let new_seq: Vec<ArrayRef> = seq_arrays.iter().map(pick).collect::<Result<_>>()?;
     let m = winners.len();
-    phases.end("cast_dedupe");
+    phases.end("dedupe");
 
     // Guard: what silver stores for these keys.
     reporter.phase(flow_name, "look up silver");
@@ -456,14 +479,22 @@ pub async fn run_apply(
         let array: ArrayRef = if Some(f.name().as_str()) == audit_ingest.as_deref() {
             Arc::clone(&new_commit_ts)
         } else if Some(f.name().as_str()) == audit_update.as_deref() {
-            zip(&plan.changed, &run_ts, &stored[f.name()])?
+            if plan.changed.true_count() == m {
+                Arc::clone(&run_ts)
+            } else {
+                zip(&plan.changed, &run_ts, &stored[f.name()])?
+            }
         } else {
             Arc::clone(&new_cols[f.name()])
         };
         columns.push(arrow::compute::cast(&array, f.data_type())?);
     }
     let rows = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-    let rows = filter_record_batch(&rows, &plan.write)?;
+    let rows = if plan.write.true_count() == rows.num_rows() {
+        rows
+    } else {
+        filter_record_batch(&rows, &plan.write)?
+    };
 
     if ctx.dry_run {
         report.status = "planned".into();
@@ -530,7 +561,8 @@ fn align(
     )?;
     let found_rows = converter.convert_columns(&found_cols)?;
     let new_rows = converter.convert_columns(new_keys)?;
-    let mut index: HashMap<arrow::row::Row<'_>, u32> = HashMap::with_capacity(found.num_rows());
+    let mut index: HashMap<arrow::row::Row<'_>, u32, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(found.num_rows(), foldhash::fast::RandomState::default());
     for i in 0..found.num_rows() {
         index.insert(found_rows.row(i), i as u32);
     }
