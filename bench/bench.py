@@ -219,6 +219,9 @@ def main():
     subprocess.run([args.gen, "--table", src_table, "--rows", str(rows), "--increment", str(increment),
                     "--increments", str(args.increments)], check=True, stdout=subprocess.DEVNULL)
     print(f"generated bronze in {time.perf_counter() - t0:.1f} s", flush=True)
+    # Let the generator's writes reach the disk before anything is timed.
+    os.sync()
+    time.sleep(5)
     bronze_bytes = {v: commit_adds(src_table, v)[1] for v in log_versions(src_table)}
     tools = args.tools.split(",")
     results = []
