@@ -82,6 +82,15 @@ impl Project {
         (stdout, stderr)
     }
 
+    /// `smelt run` with the failpoint `point` set (a crash drill).
+    pub fn run_with_failpoint(&self, point: &str) -> std::process::Output {
+        self.smelt()
+            .args(["run"])
+            .env("SMELT_FAILPOINT", point)
+            .output()
+            .unwrap()
+    }
+
     /// Rows of a query as JSON objects.
     pub fn query(&self, sql: &str) -> Vec<Value> {
         let out = self.ok(&["--json", "sql", sql]);

@@ -158,12 +158,7 @@ fn crash_before_the_silver_commit_leaves_everything_untouched() {
     p.ok(&["sql", "-f", "insert_2.sql"]);
     let before_rows = p.silver();
     let before = p.status();
-    let out = p
-        .smelt()
-        .args(["run"])
-        .env("SMELT_FAILPOINT", "before_silver_commit")
-        .output()
-        .unwrap();
+    let out = p.run_with_failpoint("before_silver_commit");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("injected failure"), "{stderr}");
@@ -191,12 +186,7 @@ fn crash_before_the_silver_commit_leaves_everything_untouched() {
 fn crash_on_the_first_run_leaves_no_silver_and_recovers() {
     let p = Project::product2();
     p.bronze_step1();
-    let out = p
-        .smelt()
-        .args(["run"])
-        .env("SMELT_FAILPOINT", "before_silver_commit")
-        .output()
-        .unwrap();
+    let out = p.run_with_failpoint("before_silver_commit");
     assert_eq!(out.status.code(), Some(1));
     assert!(
         !p.file("lake/medallion_demo/product2__silver/_delta_log")
@@ -236,24 +226,14 @@ fn every_flow_run_lands_in_the_event_log() {
     p.ok(&["plan"]);
     p.ok(&["run"]);
     p.ok(&["run"]);
-    let out = p
-        .smelt()
-        .args(["run"])
-        .env("SMELT_FAILPOINT", "before_silver_commit")
-        .output()
-        .unwrap();
+    let out = p.run_with_failpoint("before_silver_commit");
     assert_eq!(
         out.status.code(),
         Some(0),
         "up to date: no write, so no failpoint"
     );
     p.ok(&["sql", "-f", "insert_2.sql"]);
-    let out = p
-        .smelt()
-        .args(["run"])
-        .env("SMELT_FAILPOINT", "before_silver_commit")
-        .output()
-        .unwrap();
+    let out = p.run_with_failpoint("before_silver_commit");
     assert_eq!(out.status.code(), Some(1));
     let rows = p.query("SELECT flow, status, inserted, from_version, to_version, error FROM _smelt.event_log ORDER BY finished_at");
     let statuses: Vec<&str> = rows.iter().map(|r| r["status"].as_str().unwrap()).collect();
