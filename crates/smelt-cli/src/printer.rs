@@ -91,6 +91,12 @@ pub fn flow_report(r: &FlowReport) -> String {
     for (label, value) in rows {
         out.push_str(&format!("  {label:<22}{value:>10}\n"));
     }
+    if r.delete_files_ignored > 0 {
+        out.push_str(&format!(
+            "  {:<22}{:>10}  (bronze deletes, ignored)\n",
+            "delete files ignored", r.delete_files_ignored
+        ));
+    }
     for (column, count) in &r.cast_failures {
         out.push_str(&format!("    {column:<20}{count:>10}  (stored as NULL)\n"));
     }

@@ -22,6 +22,20 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Renames product ...001 in bronze with a delta-rs UPDATE (a commit that rewrites rows).
+async fn rename_first_product(table: deltalake::DeltaTable) -> deltalake::DeltaTable {
+    let (table, _) = table
+        .update()
+        .with_predicate(col("\"Id\"").eq(lit("01t000000000001AAA")))
+        .with_update(
+            deltalake::datafusion::common::Column::from_name("Name"),
+            lit("renamed"),
+        )
+        .await
+        .unwrap();
+    table
+}
+
 #[test]
 fn rewrite_without_change_feed_is_a_clear_error() {
     let p = Project::product2();
@@ -31,15 +45,7 @@ fn rewrite_without_change_feed_is_a_clear_error() {
     p.bronze_step1();
     p.ok(&["run"]);
     runtime().block_on(async {
-        let t = open(&p).await;
-        t.update()
-            .with_predicate(col("\"Id\"").eq(lit("01t000000000001AAA")))
-            .with_update(
-                deltalake::datafusion::common::Column::from_name("Name"),
-                lit("renamed"),
-            )
-            .await
-            .unwrap();
+        rename_first_product(open(&p).await).await;
     });
     let before = p.status();
     let (_, err) = p.fails(&["run"], 1);
@@ -57,16 +63,7 @@ fn rewrites_with_change_feed_apply_post_images_and_ignore_deletes() {
     p.bronze_step1();
     p.ok(&["run"]);
     runtime().block_on(async {
-        let t = open(&p).await;
-        let (t, _) = t
-            .update()
-            .with_predicate(col("\"Id\"").eq(lit("01t000000000001AAA")))
-            .with_update(
-                deltalake::datafusion::common::Column::from_name("Name"),
-                lit("renamed"),
-            )
-            .await
-            .unwrap();
+        let t = rename_first_product(open(&p).await).await;
         t.delete()
             .with_predicate(col("\"Id\"").eq(lit("01t000000000002AAA")))
             .await
@@ -86,4 +83,18 @@ fn rewrites_with_change_feed_apply_post_images_and_ignore_deletes() {
         "a bronze delete never deletes silver by default"
     );
     assert_eq!(rows[0]["Name"], "renamed");
+}
+
+#[test]
+fn truncating_bronze_never_deletes_silver() {
+    let p = Project::product2();
+    p.bronze_step1();
+    p.ok(&["run"]);
+    p.ok(&["sql", "TRUNCATE TABLE medallion_demo.product2__bronze"]);
+    let json: serde_json::Value = serde_json::from_str(&p.ok(&["--json", "run"])).unwrap();
+    let f = &json["flows"][0];
+    assert_eq!(f["delete_files_ignored"].as_i64(), Some(1), "{f}");
+    assert_eq!(f["changes_read"].as_i64(), Some(0), "{f}");
+    assert_eq!(p.silver().len(), 3);
+    assert!(p.ok(&["run"]).contains("up to date"));
 }

@@ -76,6 +76,33 @@ pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32
     Ok(UInt32Array::from(winners))
 }
 
+/// For every row of `keys`, the row of `candidates` with an equal key (NULL-safe), or
+/// NULL. Column types must match. Used to line stored silver rows up with new changes.
+pub fn positions_of(keys: &[ArrayRef], candidates: &[ArrayRef]) -> Result<UInt32Array> {
+    let Some(first) = keys.first() else {
+        return Err(CoreError::Internal(
+            "positions_of needs at least one key column".into(),
+        ));
+    };
+    let converter = RowConverter::new(
+        keys.iter()
+            .map(|c| SortField::new(c.data_type().clone()))
+            .collect(),
+    )?;
+    let (wanted, found) = (
+        converter.convert_columns(keys)?,
+        converter.convert_columns(candidates)?,
+    );
+    let mut index: HashMap<arrow::row::Row<'_>, u32, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(found.num_rows(), foldhash::fast::RandomState::default());
+    for i in 0..found.num_rows() {
+        index.insert(found.row(i), i as u32);
+    }
+    Ok(UInt32Array::from_iter(
+        (0..first.len()).map(|i| index.get(&wanted.row(i)).copied()),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -106,6 +133,14 @@ mod tests {
         let seq = i(vec![Some(3), None, None, Some(0)]);
         let w = latest_per_key(&[k1, k2], &[seq]).unwrap();
         assert_eq!(w.values(), &[0, 3]);
+    }
+
+    #[test]
+    fn positions_match_null_safely() {
+        let keys = s(vec![Some("b"), None, Some("z")]);
+        let found = s(vec![None, Some("a"), Some("b")]);
+        let p = positions_of(&[keys], &[found]).unwrap();
+        assert_eq!(p, UInt32Array::from(vec![Some(2), Some(0), None]));
     }
 
     #[test]

@@ -125,10 +125,9 @@ impl SilverTable for DeltaSilver {
     }
 
     async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
-        if self.table.is_none() {
+        let Some(table) = &self.table else {
             return Ok(None);
-        }
-        let table = self.table()?;
+        };
         let snapshot = table
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
@@ -140,11 +139,10 @@ impl SilverTable for DeltaSilver {
 
     async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
         if self.table.is_some() {
-            return Err(Error::user(
-                format!("silver table `{}` already exists", self.name),
-                "this is a bug: create is only for new tables",
-            )
-            .into());
+            return Err(smelt_engine::EngineError::Internal(format!(
+                "create called for `{}`, which already exists",
+                self.name
+            )));
         }
         self.pending = Some(schema);
         Ok(())
@@ -230,7 +228,8 @@ impl SilverTable for DeltaSilver {
             return self.create_with(schema, rows, props).await;
         }
         let table = self.table()?.clone();
-        let version = if rows.num_rows() == 0 {
+        // Each branch commits once and yields the table at its new version.
+        let committed = if rows.num_rows() == 0 {
             // Nothing to change, but the watermark must still move.
             let snapshot = table
                 .snapshot()
@@ -248,7 +247,12 @@ impl SilverTable for DeltaSilver {
                 )
                 .await
                 .context(|| format!("committing the watermark of `{}`", self.name))?;
-            commit.version() as i64
+            let mut table = table.clone();
+            table
+                .load_version(commit.version())
+                .await
+                .context(|| format!("reloading `{}`", self.name))?;
+            table
         } else if table
             .snapshot()
             .map(|s| s.log_data().num_files() == 0)
@@ -256,14 +260,13 @@ impl SilverTable for DeltaSilver {
         {
             // Silver holds no data files yet (first load): nothing to match, so a plain
             // append does the same as the merge without a join.
-            let written = table
+            table
                 .clone()
                 .write(vec![rows])
                 .with_save_mode(SaveMode::Append)
                 .with_commit_properties(props)
                 .await
-                .context(|| format!("writing the first load of `{}`", self.name))?;
-            written.version().map(|v| v as i64).unwrap_or_default()
+                .context(|| format!("writing the first load of `{}`", self.name))?
         } else {
             let schema = rows.schema();
             let ctx = SessionContext::new();
@@ -317,18 +320,11 @@ impl SilverTable for DeltaSilver {
                 .context(|| format!("planning the merge into `{}`", self.name))?
                 .await
                 .context(|| format!("merging into `{}`", self.name))?;
-            let v = merged.version().map(|v| v as i64).unwrap_or_default();
-            self.table = Some(merged);
-            v
+            merged
         };
-        // Reload so later reads see the commit.
-        let mut table = table;
-        table
-            .load()
-            .await
-            .context(|| format!("reloading `{}`", self.name))?;
-        let stats = self.commit_stats(&table, version).await?;
-        self.table = Some(table);
+        let version = committed.version().map(|v| v as i64).unwrap_or_default();
+        let stats = self.commit_stats(&committed, version).await?;
+        self.table = Some(committed);
         Ok(stats)
     }
 }

@@ -54,7 +54,6 @@ pub struct DeltaSource {
     table: DeltaTable,
     version: i64,
     schema: SchemaRef,
-    version_timestamp: Option<i64>,
 }
 
 impl DeltaSource {
@@ -69,15 +68,12 @@ impl DeltaSource {
         let version = table.version().map(|v| v as i64).unwrap_or(0);
         let snapshot = table.snapshot().context(|| format!("reading `{name}`"))?;
         let schema = normalize_schema(&snapshot.snapshot().arrow_schema());
-        let mut source = Self {
+        Ok(Self {
             name: name.clone(),
             table,
             version,
             schema,
-            version_timestamp: None,
-        };
-        source.version_timestamp = source.commit(version).await.ok().map(|c| c.timestamp_us);
-        Ok(source)
+        })
     }
 
     async fn commit(&self, version: i64) -> Result<Commit> {
@@ -355,10 +351,6 @@ impl ChangeSource for DeltaSource {
 
     fn version(&self) -> i64 {
         self.version
-    }
-
-    fn version_timestamp(&self) -> Option<i64> {
-        self.version_timestamp
     }
 
     fn schema(&self) -> SchemaRef {

@@ -16,7 +16,7 @@ use smelt_core::cast::cast_columns;
 use smelt_core::change::{
     CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
 };
-use smelt_core::dedupe::latest_per_key;
+use smelt_core::dedupe::{latest_per_key, positions_of};
 use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
 use smelt_spec::{ApplyFlow, OnCastError, did_you_mean};
 
@@ -232,6 +232,7 @@ pub async fn run_apply(
     let changes = source.read_changes(watermark).await?;
     report.files_read = changes.files_read;
     report.bytes_read = changes.bytes_read;
+    report.delete_files_ignored = changes.skipped_delete_files;
     let all = concat_batches(&changes.schema, &changes.batches)?;
     report.changes_read = all.num_rows();
     tracing::info!(flow = flow_name, after = ?watermark, to = v, rows = all.num_rows(), files = changes.files_read, "read bronze changes");
@@ -353,16 +354,14 @@ pub async fn run_apply(
         latest_per_key(&key_arrays, &seq_arrays)?
     };
     report.duplicates_collapsed = n - winners.len();
-    let pick = |a: &ArrayRef| -> Result<ArrayRef> { Ok(take(a.as_ref(), &winners, None)?) };
 
     // NULL in a NOT NULL key column cannot be stored: reject (counted), never half-write.
     let mut keep = BooleanArray::from(vec![true; winners.len()]);
     for k in &flow.keys {
         let field = schema.field_with_name(k).expect("checked");
         if !field.is_nullable() {
-            let col = pick(&cast[k])?;
-            let valid = arrow::compute::is_not_null(&col)?;
-            keep = arrow::compute::and(&keep, &valid)?;
+            let valid = take(&arrow::compute::is_not_null(&cast[k])?, &winners, None)?;
+            keep = arrow::compute::and(&keep, valid.as_boolean())?;
         }
     }
     report.rejected = winners.len() - keep.true_count();
@@ -545,7 +544,6 @@ fn align(
     wanted: &[String],
     schema: &SchemaRef,
 ) -> Result<(BooleanArray, HashMap<String, ArrayRef>)> {
-    let m = new_keys[0].len();
     let mut found_cols = Vec::new();
     for (k, new) in keys.iter().zip(new_keys) {
         let c = found
@@ -553,21 +551,8 @@ fn align(
             .ok_or_else(|| EngineError::Internal(format!("lookup lost key `{k}`")))?;
         found_cols.push(arrow::compute::cast(c, new.data_type())?);
     }
-    let converter = arrow::row::RowConverter::new(
-        new_keys
-            .iter()
-            .map(|a| arrow::row::SortField::new(a.data_type().clone()))
-            .collect(),
-    )?;
-    let found_rows = converter.convert_columns(&found_cols)?;
-    let new_rows = converter.convert_columns(new_keys)?;
-    let mut index: HashMap<arrow::row::Row<'_>, u32, foldhash::fast::RandomState> =
-        HashMap::with_capacity_and_hasher(found.num_rows(), foldhash::fast::RandomState::default());
-    for i in 0..found.num_rows() {
-        index.insert(found_rows.row(i), i as u32);
-    }
-    let positions = UInt32Array::from_iter((0..m).map(|i| index.get(&new_rows.row(i)).copied()));
-    let matched = BooleanArray::from_iter(positions.iter().map(|p| Some(p.is_some())));
+    let positions = positions_of(new_keys, &found_cols)?;
+    let matched = arrow::compute::is_not_null(&positions)?;
     let mut stored = HashMap::new();
     for c in wanted {
         let target = schema

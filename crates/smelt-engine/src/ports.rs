@@ -20,8 +20,8 @@ pub struct ChangeSet {
     pub files_read: usize,
     /// Bytes of the data files read.
     pub bytes_read: u64,
-    /// Rows of bronze deletes that were not read because they cannot affect silver
-    /// (whole-file removes without a change feed).
+    /// Bronze data files removed without change data (whole-file deletes such as
+    /// `TRUNCATE`): deletes, which apply flows ignore, so they are not read.
     pub skipped_delete_files: usize,
 }
 
@@ -33,8 +33,6 @@ pub trait ChangeSource: Send + Sync {
     fn table(&self) -> &TableName;
     /// The bronze version this source is pinned to (the run's `v`).
     fn version(&self) -> i64;
-    /// Commit time of the pinned version, microseconds since the epoch (UTC).
-    fn version_timestamp(&self) -> Option<i64>;
     /// Bronze columns (without change metadata).
     fn schema(&self) -> SchemaRef;
     /// Changes in `(after, version]`; `after = None` reads the snapshot at `version`,

@@ -27,6 +27,9 @@ pub struct FlowReport {
     pub changes_read: usize,
     /// Changes ignored by kind (update pre-images, bronze deletes).
     pub ignored: usize,
+    /// Bronze data files removed without change data (e.g. `TRUNCATE`): deletes, ignored
+    /// without reading them.
+    pub delete_files_ignored: usize,
     /// Changes dropped because a later change of the same key won.
     pub duplicates_collapsed: usize,
     /// Changes not newer than silver (guard).

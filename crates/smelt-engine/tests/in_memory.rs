@@ -35,9 +35,6 @@ impl ChangeSource for MemSource {
     fn version(&self) -> i64 {
         self.commits.len() as i64 - 1
     }
-    fn version_timestamp(&self) -> Option<i64> {
-        Some(self.version() * 1_000_000)
-    }
     fn schema(&self) -> SchemaRef {
         bronze_schema()
     }
