@@ -79,28 +79,64 @@ pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32
 /// For every row of `keys`, the row of `candidates` with an equal key (NULL-safe), or
 /// NULL. Column types must match. Used to line stored silver rows up with new changes.
 pub fn positions_of(keys: &[ArrayRef], candidates: &[ArrayRef]) -> Result<UInt32Array> {
-    let Some(first) = keys.first() else {
-        return Err(CoreError::Internal(
-            "positions_of needs at least one key column".into(),
-        ));
-    };
-    let converter = RowConverter::new(
-        keys.iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect(),
-    )?;
-    let (wanted, found) = (
-        converter.convert_columns(keys)?,
-        converter.convert_columns(candidates)?,
-    );
-    let mut index: HashMap<arrow::row::Row<'_>, u32, foldhash::fast::RandomState> =
-        HashMap::with_capacity_and_hasher(found.num_rows(), foldhash::fast::RandomState::default());
-    for i in 0..found.num_rows() {
-        index.insert(found.row(i), i as u32);
+    KeyIndex::new(candidates)?.positions(keys)
+}
+
+/// A hash index over the keys of a set of rows (NULL-safe: NULL equals NULL), to probe
+/// other rows against, batch by batch. Built once per write, it finds which rows of a
+/// stored file carry one of the keys being written.
+pub struct KeyIndex {
+    converter: RowConverter,
+    index: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
+}
+
+impl std::fmt::Debug for KeyIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyIndex")
+            .field("keys", &self.index.len())
+            .finish()
     }
-    Ok(UInt32Array::from_iter(
-        (0..first.len()).map(|i| index.get(&wanted.row(i)).copied()),
-    ))
+}
+
+impl KeyIndex {
+    /// Indexes the rows of `keys` (one array per key column). When a key repeats, the
+    /// last row holding it is indexed.
+    pub fn new(keys: &[ArrayRef]) -> Result<Self> {
+        let Some(first) = keys.first() else {
+            return Err(CoreError::Internal("a key index needs key columns".into()));
+        };
+        let converter = RowConverter::new(
+            keys.iter()
+                .map(|c| SortField::new(c.data_type().clone()))
+                .collect(),
+        )?;
+        let rows = converter.convert_columns(keys)?;
+        let mut index =
+            HashMap::with_capacity_and_hasher(first.len(), foldhash::fast::RandomState::default());
+        for i in 0..rows.num_rows() {
+            index.insert(Box::from(rows.row(i).as_ref()), i as u32);
+        }
+        Ok(Self { converter, index })
+    }
+
+    /// Number of distinct keys.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True when no key is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// For every row of `probe` (same key columns and types as the index), the indexed
+    /// row with an equal key, or NULL.
+    pub fn positions(&self, probe: &[ArrayRef]) -> Result<UInt32Array> {
+        let rows = self.converter.convert_columns(probe)?;
+        Ok(UInt32Array::from_iter(
+            (0..rows.num_rows()).map(|i| self.index.get(rows.row(i).as_ref()).copied()),
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -141,6 +177,27 @@ mod tests {
         let found = s(vec![None, Some("a"), Some("b")]);
         let p = positions_of(&[keys], &[found]).unwrap();
         assert_eq!(p, UInt32Array::from(vec![Some(2), Some(0), None]));
+    }
+
+    #[test]
+    fn key_index_probes_composite_keys_batch_by_batch() {
+        let index = KeyIndex::new(&[
+            s(vec![Some("a"), None, Some("a")]),
+            i(vec![Some(1), Some(2), None]),
+        ])
+        .unwrap();
+        assert_eq!(index.len(), 3);
+        let p = index
+            .positions(&[
+                s(vec![None, Some("a"), Some("a")]),
+                i(vec![Some(2), Some(2), None]),
+            ])
+            .unwrap();
+        assert_eq!(p, UInt32Array::from(vec![Some(1), None, Some(2)]));
+        let p = index
+            .positions(&[s(vec![Some("a")]), i(vec![Some(1)])])
+            .unwrap();
+        assert_eq!(p, UInt32Array::from(vec![Some(0)]));
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub enum Error {
         #[source]
         source: Box<DataFusionError>,
     },
+    /// A core kernel failed.
+    #[error(transparent)]
+    Core(#[from] smelt_core::CoreError),
     /// Arrow failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
@@ -42,6 +45,15 @@ pub enum Error {
         /// The Parquet error.
         #[source]
         source: deltalake::parquet::errors::ParquetError,
+    },
+    /// An object-store error.
+    #[error("{context}")]
+    Store {
+        /// What smelt was doing.
+        context: String,
+        /// The error.
+        #[source]
+        source: object_store::Error,
     },
     /// A file-system error.
     #[error("{context}")]
@@ -99,11 +111,13 @@ impl From<Error> for EngineError {
     fn from(e: Error) -> Self {
         match e {
             Error::User { message, hint } => EngineError::User { message, hint },
+            Error::Core(e) => e.into(),
             other => {
                 let context = match &other {
                     Error::Delta { context, .. }
                     | Error::DataFusion { context, .. }
-                    | Error::Io { context, .. } => context.clone(),
+                    | Error::Io { context, .. }
+                    | Error::Store { context, .. } => context.clone(),
                     Error::Parquet { path, .. } => format!("reading `{path}`"),
                     _ => "storage".to_string(),
                 };
@@ -111,6 +125,7 @@ impl From<Error> for EngineError {
                     Error::Delta { source, .. } => Box::new(source),
                     Error::DataFusion { source, .. } => source,
                     Error::Io { source, .. } => Box::new(source),
+                    Error::Store { source, .. } => Box::new(source),
                     Error::Parquet { source, .. } => Box::new(source),
                     e => Box::new(e),
                 };

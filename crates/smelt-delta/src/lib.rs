@@ -13,6 +13,7 @@
 mod error;
 pub mod event_log;
 mod lake;
+mod parquet;
 pub mod silver;
 pub mod source;
 pub mod sql;

@@ -1,24 +1,41 @@
-//! Silver tables: lookups for the guard and the upsert that commits data and watermark
-//! in one Delta commit (DESIGN §3.8).
+//! Silver tables: the guard's lookup and the copy-on-write upsert that commits data,
+//! change data and watermark in one Delta commit (DESIGN §3.8).
+//!
+//! smelt reads and rewrites silver's files itself instead of running a delta-rs MERGE
+//! (DESIGN §9): the keys being written are hashed once ([`KeyIndex`]), every file is
+//! probed on its key columns alone, and only files holding one of those keys are decoded
+//! and rewritten — file by file, on all cores, so memory stays bounded by a few files
+//! whatever the table's size.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
+use arrow::compute::{filter_record_batch, not, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
-use deltalake::datafusion::common::{Column, JoinType};
-use deltalake::datafusion::logical_expr::{Expr, Operator, binary_expr};
-use deltalake::datafusion::prelude::SessionContext;
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Transaction};
-use deltalake::logstore::get_actions;
+use deltalake::kernel::{Action, Add, AddCDCFile, Remove, StructType, Transaction};
+use deltalake::logstore::{ObjectStoreRef, get_actions};
 use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::table::config::TablePropertiesExt;
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+use futures::{StreamExt, TryStreamExt};
+use smelt_core::change::{CHANGE_TYPE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE};
+use smelt_core::dedupe::KeyIndex;
 use smelt_engine::ports::{SilverTable, Watermark, WriteStats};
 use smelt_spec::TableName;
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
+use crate::parquet::{self, FileRef};
+
+/// Rows per data file smelt writes (about 10 MB of Parquet for seed 000's 20 columns):
+/// small enough that a rewrite spreads over all cores and holds only a few files in
+/// memory, large enough to keep the file count low.
+pub const ROWS_PER_FILE: usize = 256 * 1024;
 
 /// A silver Delta table (it may not exist yet).
 pub struct DeltaSilver {
@@ -28,6 +45,31 @@ pub struct DeltaSilver {
     /// Schema of a table to create with the first upsert (one commit: metadata, data and
     /// watermark, so a failed first run leaves no table behind).
     pending: Option<SchemaRef>,
+    /// What the last lookup found, so the upsert that follows probes only those files.
+    looked_up: Mutex<Option<LookedUp>>,
+    rows_per_file: usize,
+}
+
+/// The keys of a lookup and the files (of `version`) that hold any of them.
+struct LookedUp {
+    version: i64,
+    keys: KeyIndex,
+    files: HashSet<String>,
+}
+
+/// An active data file and the action that removes it.
+struct ActiveFile {
+    file: FileRef,
+    remove: Remove,
+}
+
+/// What rewriting one file did.
+struct Rewrite {
+    remove: Remove,
+    adds: Vec<Add>,
+    cdc: Option<AddCDCFile>,
+    /// Rows of the upsert whose key the file held.
+    matched: Vec<u32>,
 }
 
 impl DeltaSilver {
@@ -38,7 +80,15 @@ impl DeltaSilver {
             name: name.clone(),
             table: lake.open(name).await?,
             pending: None,
+            looked_up: Mutex::new(None),
+            rows_per_file: ROWS_PER_FILE,
         })
+    }
+
+    /// Caps the rows of each data file written (default [`ROWS_PER_FILE`]).
+    pub fn with_rows_per_file(mut self, rows: usize) -> Self {
+        self.rows_per_file = rows.max(1);
+        self
     }
 
     fn table(&self) -> Result<&DeltaTable> {
@@ -69,21 +119,94 @@ impl DeltaSilver {
             ])
     }
 
-    /// Counts the data files a commit added and removed, and the bytes added.
-    async fn commit_stats(&self, table: &DeltaTable, version: i64) -> Result<WriteStats> {
-        let bytes = table
-            .log_store()
-            .read_commit_entry(version as u64)
-            .await
-            .context(|| format!("reading the log of `{}`", self.name))?
-            .unwrap_or_default();
-        let mut stats = WriteStats {
-            version,
-            ..WriteStats::default()
-        };
-        for a in get_actions(version as u64, &bytes)
-            .context(|| format!("reading the log of `{}`", self.name))?
-        {
+    /// The table's data files. Files with deletion vectors (written by another engine)
+    /// cannot be rewritten by smelt yet.
+    fn active_files(&self, table: &DeltaTable) -> Result<Vec<ActiveFile>> {
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let mut files = Vec::new();
+        for view in snapshot.log_data().iter() {
+            if view.deletion_vector_descriptor().is_some() {
+                return Err(Error::user(
+                    format!(
+                        "silver `{}` has deletion vectors in `{}`; smelt does not write tables with deletion vectors yet",
+                        self.name,
+                        view.path()
+                    ),
+                    format!(
+                        "purge them with the engine that wrote them (Spark: `REORG TABLE {} APPLY (PURGE)`), or rebuild silver with `smelt run --full-refresh`",
+                        self.name
+                    ),
+                ));
+            }
+            files.push(ActiveFile {
+                file: FileRef {
+                    path: view.path().to_string(),
+                    location: view.object_store_path(),
+                    size: view.size(),
+                    partition_values: view.partition_values_map(),
+                },
+                remove: view.remove_action(true),
+            });
+        }
+        Ok(files)
+    }
+
+    /// A writer of data files for this table (or for the table about to be created).
+    fn writer(&self, schema: &SchemaRef) -> Result<RecordBatchWriter> {
+        let writer = match &self.table {
+            Some(table) => RecordBatchWriter::for_table(table),
+            None => RecordBatchWriter::try_new(
+                self.lake.table_url(&self.name)?.as_str(),
+                Arc::clone(schema),
+                None,
+                None,
+            ),
+        }
+        .context(|| format!("writing `{}`", self.name))?;
+        Ok(writer.with_writer_properties(parquet::writer_properties()))
+    }
+
+    /// Writes `rows` as data files of at most `rows_per_file` rows, on all cores.
+    async fn write_data(&self, rows: &RecordBatch) -> Result<Vec<Add>> {
+        let mut chunks = Vec::new();
+        let mut offset = 0;
+        while offset < rows.num_rows() {
+            let len = self.rows_per_file.min(rows.num_rows() - offset);
+            chunks.push(rows.slice(offset, len));
+            offset += len;
+        }
+        let schema = rows.schema();
+        let name = self.name.to_string();
+        let writers = chunks
+            .into_iter()
+            .map(|chunk| Ok((self.writer(&schema)?, chunk)))
+            .collect::<Result<Vec<_>>>()?;
+        let adds: Vec<Vec<Add>> = futures::stream::iter(writers)
+            .map(|(writer, chunk)| {
+                let name = name.clone();
+                async move {
+                    tokio::spawn(write_file(writer, chunk, name.clone()))
+                        .await
+                        .map_err(|e| join_error(&name, e))?
+                }
+            })
+            .buffer_unordered(parquet::cores())
+            .try_collect()
+            .await?;
+        Ok(adds.into_iter().flatten().collect())
+    }
+
+    /// Commits `actions` with the watermark and reloads the table at the new version.
+    async fn commit(
+        &mut self,
+        actions: Vec<Action>,
+        operation: DeltaOperation,
+        props: CommitProperties,
+    ) -> Result<WriteStats> {
+        let mut stats = WriteStats::default();
+        for a in &actions {
             match a {
                 Action::Add(add) => {
                     stats.files_added += 1;
@@ -93,17 +216,174 @@ impl DeltaSilver {
                 _ => {}
             }
         }
+        let mut table = self.table()?.clone();
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let commit = CommitBuilder::from(props)
+            .with_actions(actions)
+            .build(Some(snapshot), table.log_store(), operation)
+            .await
+            .context(|| format!("committing to `{}`", self.name))?;
+        table
+            .update_incremental(Some(commit.version()))
+            .await
+            .context(|| format!("reloading `{}`", self.name))?;
+        stats.version = commit.version() as i64;
+        self.table = Some(table);
         Ok(stats)
     }
 }
 
-/// `l IS NOT DISTINCT FROM r`: NULL-safe equality.
-fn not_distinct(l: Expr, r: Expr) -> Expr {
-    binary_expr(l, Operator::IsNotDistinctFrom, r)
+/// Writes one chunk as data file(s) and returns their `add` actions.
+async fn write_file(
+    mut writer: RecordBatchWriter,
+    rows: RecordBatch,
+    table: String,
+) -> Result<Vec<Add>> {
+    writer
+        .write(rows)
+        .await
+        .context(|| format!("writing a data file of `{table}`"))?;
+    writer
+        .flush()
+        .await
+        .context(|| format!("writing a data file of `{table}`"))
 }
 
-fn qualified(relation: &str, name: &str) -> Expr {
-    Expr::Column(Column::new(Some(relation), name))
+fn join_error(table: &str, e: tokio::task::JoinError) -> Error {
+    Error::user(
+        format!("a task writing `{table}` failed: {e}"),
+        "this is a bug in smelt; please report it",
+    )
+}
+
+/// The key columns of `batch`, in `keys` order, cast to `types` where they differ.
+fn key_columns(batch: &RecordBatch, keys: &[String], types: &[DataType]) -> Result<Vec<ArrayRef>> {
+    keys.iter()
+        .zip(types)
+        .map(|(k, t)| {
+            let c = batch.column_by_name(k).ok_or_else(|| {
+                Error::user(
+                    format!("key column `{k}` is missing from a silver file"),
+                    "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
+                )
+            })?;
+            Ok(if c.data_type() == t {
+                Arc::clone(c)
+            } else {
+                arrow::compute::cast(c, t)?
+            })
+        })
+        .collect()
+}
+
+/// `batch` with a `_change_type` column of `kinds` appended (a change data file's rows).
+fn with_change_type(batch: &RecordBatch, kinds: ArrayRef) -> Result<RecordBatch> {
+    let mut fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(CHANGE_TYPE, DataType::Utf8, true));
+    let mut columns = batch.columns().to_vec();
+    columns.push(kinds);
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}
+
+/// Which rows of a file hold an indexed key: `(row in file, indexed row)`, ascending.
+async fn probe(
+    store: ObjectStoreRef,
+    table: &str,
+    file: &FileRef,
+    keys: &[String],
+    key_schema: &SchemaRef,
+    index: &KeyIndex,
+) -> Result<(UInt32Array, UInt32Array)> {
+    let batches = parquet::read(store, table, file, Some(keys), false).await?;
+    let types: Vec<DataType> = key_schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().clone())
+        .collect();
+    let mut rows = Vec::new();
+    let mut found = Vec::new();
+    let mut offset = 0u32;
+    for batch in &batches {
+        let batch = parquet::conform(batch, file, key_schema)?;
+        let positions = index.positions(&key_columns(&batch, keys, &types)?)?;
+        for (i, p) in positions.iter().enumerate() {
+            if let Some(p) = p {
+                rows.push(offset + i as u32);
+                found.push(p);
+            }
+        }
+        offset += batch.num_rows() as u32;
+    }
+    Ok((UInt32Array::from(rows), UInt32Array::from(found)))
+}
+
+/// Reads a whole file lined up with `schema`, as one batch.
+async fn read_whole(
+    store: ObjectStoreRef,
+    table: &str,
+    file: &FileRef,
+    columns: Option<&[String]>,
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
+    let batches = parquet::read(store, table, file, columns, false).await?;
+    let batches = batches
+        .iter()
+        .map(|b| parquet::conform(b, file, schema))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(arrow::compute::concat_batches(schema, &batches)?)
+}
+
+/// Rewrites `file` without the rows whose key is in `index`; `None` when it holds none.
+#[allow(clippy::too_many_arguments)]
+async fn rewrite(
+    store: ObjectStoreRef,
+    table: String,
+    active: ActiveFile,
+    keys: Arc<[String]>,
+    schema: SchemaRef,
+    index: Arc<KeyIndex>,
+    writer: RecordBatchWriter,
+    change_data: bool,
+) -> Result<Option<Rewrite>> {
+    let stored = read_whole(Arc::clone(&store), &table, &active.file, None, &schema).await?;
+    let types: Vec<DataType> = keys
+        .iter()
+        .map(|k| schema.field_with_name(k).map(|f| f.data_type().clone()))
+        .collect::<Result<_, _>>()?;
+    let positions = index.positions(&key_columns(&stored, &keys, &types)?)?;
+    if positions.null_count() == positions.len() {
+        return Ok(None);
+    }
+    let hit = arrow::compute::is_not_null(&positions)?;
+    let survivors = filter_record_batch(&stored, &not(&hit)?)?;
+    let adds = if survivors.num_rows() > 0 {
+        write_file(writer, survivors, table.clone()).await?
+    } else {
+        Vec::new()
+    };
+    let cdc = if change_data {
+        let before = filter_record_batch(&stored, &hit)?;
+        let kinds: ArrayRef = Arc::new(StringArray::from(vec![UPDATE_PREIMAGE; before.num_rows()]));
+        Some(parquet::write_change_data(store, &table, &with_change_type(&before, kinds)?).await?)
+    } else {
+        None
+    };
+    Ok(Some(Rewrite {
+        remove: active.remove,
+        adds,
+        cdc,
+        matched: positions.iter().flatten().collect(),
+    }))
 }
 
 #[async_trait]
@@ -154,67 +434,82 @@ impl SilverTable for DeltaSilver {
         columns: &[String],
     ) -> smelt_engine::Result<RecordBatch> {
         let table = self.table()?;
-        let ctx = SessionContext::new();
-        table
-            .update_datafusion_session(&ctx.state())
-            .context(|| format!("scanning `{}`", self.name))?;
-        let provider = table
-            .table_provider()
-            .await
-            .context(|| format!("scanning `{}`", self.name))?;
-        let silver = ctx
-            .read_table(provider)
-            .context(|| format!("scanning `{}`", self.name))?;
-        // Key columns renamed so the join sides never clash.
-        let silver_keys: Vec<String> = keys
+        let silver = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?
+            .snapshot()
+            .arrow_schema();
+        let key_names: Arc<[String]> = keys
             .schema()
             .fields()
             .iter()
             .map(|f| f.name().clone())
             .collect();
-        let renamed: Vec<String> = (0..keys.num_columns())
-            .map(|i| format!("__smelt_key_{i}"))
-            .collect();
-        let key_schema = Arc::new(Schema::new(
-            keys.schema()
-                .fields()
+        let project = |names: &[String]| -> Result<SchemaRef> {
+            let idx = names
                 .iter()
-                .zip(&renamed)
-                .map(|(f, n)| f.as_ref().clone().with_name(n))
-                .collect::<Vec<_>>(),
-        ));
-        let keys =
-            RecordBatch::try_new(key_schema, keys.columns().to_vec()).map_err(Error::Arrow)?;
-        let keys_df = ctx
-            .read_batch(keys)
-            .context(|| "reading keys".to_string())?;
-        let on: Vec<Expr> = silver_keys
-            .iter()
-            .zip(&renamed)
-            .map(|(s, k)| {
-                not_distinct(
-                    Expr::Column(Column::from_name(s.as_str())),
-                    Expr::Column(Column::from_name(k.as_str())),
-                )
-            })
-            .collect();
-        let found = silver
-            .join_on(keys_df, JoinType::LeftSemi, on)
-            .and_then(|df| {
-                df.select(
-                    columns
-                        .iter()
-                        .map(|c| Expr::Column(Column::from_name(c.as_str())))
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .context(|| format!("looking up keys in `{}`", self.name))?;
-        let schema: SchemaRef = Arc::new(found.schema().as_arrow().clone());
-        let batches = found
-            .collect()
-            .await
-            .context(|| format!("looking up keys in `{}`", self.name))?;
-        Ok(arrow::compute::concat_batches(&schema, &batches).map_err(Error::Arrow)?)
+                .map(|n| silver.index_of(n))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Arc::new(silver.project(&idx)?))
+        };
+        let key_schema = project(&key_names)?;
+        let out_schema = project(columns)?;
+        let index = Arc::new(KeyIndex::new(keys.columns())?);
+        let store = table.object_store();
+        let name = self.name.to_string();
+        let columns: Arc<[String]> = columns.into();
+        let found: Vec<(String, Option<RecordBatch>)> =
+            futures::stream::iter(self.active_files(table)?)
+                .map(|active| {
+                    let (store, name, index) =
+                        (Arc::clone(&store), name.clone(), Arc::clone(&index));
+                    let (key_names, key_schema) = (Arc::clone(&key_names), Arc::clone(&key_schema));
+                    let (columns, out_schema) = (Arc::clone(&columns), Arc::clone(&out_schema));
+                    async move {
+                        let task_name = name.clone();
+                        tokio::spawn(async move {
+                            let name = task_name;
+                            let file = active.file;
+                            let (rows, _) = probe(
+                                Arc::clone(&store),
+                                &name,
+                                &file,
+                                &key_names,
+                                &key_schema,
+                                &index,
+                            )
+                            .await?;
+                            if rows.is_empty() {
+                                return Ok((file.path, None));
+                            }
+                            let stored =
+                                read_whole(store, &name, &file, Some(&columns), &out_schema)
+                                    .await?;
+                            Ok::<_, Error>((file.path, Some(take_record_batch(&stored, &rows)?)))
+                        })
+                        .await
+                        .map_err(|e| join_error(&name, e))?
+                    }
+                })
+                .buffer_unordered(parquet::cores())
+                .try_collect()
+                .await?;
+        let mut files = HashSet::new();
+        let mut batches = Vec::new();
+        for (path, hits) in found {
+            if let Some(hits) = hits {
+                files.insert(path);
+                batches.push(hits);
+            }
+        }
+        let version = table.version().map(|v| v as i64).unwrap_or_default();
+        let index = Arc::try_unwrap(index).ok();
+        *self.looked_up.lock().expect("not poisoned") = index.map(|keys| LookedUp {
+            version,
+            keys,
+            files,
+        });
+        Ok(arrow::compute::concat_batches(&out_schema, &batches).map_err(Error::Arrow)?)
     }
 
     async fn upsert(
@@ -225,108 +520,136 @@ impl SilverTable for DeltaSilver {
     ) -> smelt_engine::Result<WriteStats> {
         let props = Self::commit_properties(watermark);
         if let Some(schema) = self.pending.take() {
-            return self.create_with(schema, rows, props).await;
+            return Ok(self.create_with(schema, rows, props).await?);
+        }
+        let append = DeltaOperation::Write {
+            mode: SaveMode::Append,
+            partition_by: None,
+            predicate: None,
+        };
+        if rows.num_rows() == 0 {
+            // Nothing to change, but the watermark must still move.
+            return Ok(self.commit(vec![], append, props).await?);
         }
         let table = self.table()?.clone();
-        // Each branch commits once and yields the table at its new version.
-        let committed = if rows.num_rows() == 0 {
-            // Nothing to change, but the watermark must still move.
-            let snapshot = table
-                .snapshot()
-                .context(|| format!("reading `{}`", self.name))?;
-            let commit = CommitBuilder::from(props)
-                .with_actions(vec![])
-                .build(
-                    Some(snapshot),
-                    table.log_store(),
-                    DeltaOperation::Write {
-                        mode: SaveMode::Append,
-                        partition_by: None,
-                        predicate: None,
-                    },
-                )
-                .await
-                .context(|| format!("committing the watermark of `{}`", self.name))?;
-            let mut table = table.clone();
-            table
-                .load_version(commit.version())
-                .await
-                .context(|| format!("reloading `{}`", self.name))?;
-            table
-        } else if table
+        let snapshot = table
             .snapshot()
-            .map(|s| s.log_data().num_files() == 0)
-            .unwrap_or(false)
+            .context(|| format!("reading `{}`", self.name))?;
+        let change_data = snapshot.table_config().enable_change_data_feed();
+        let schema = snapshot.snapshot().arrow_schema();
+        let version = table.version().map(|v| v as i64).unwrap_or_default();
+        let types: Vec<DataType> = keys
+            .iter()
+            .map(|k| schema.field_with_name(k).map(|f| f.data_type().clone()))
+            .collect::<Result<_, _>>()
+            .map_err(Error::Arrow)?;
+        let new_keys = key_columns(&rows, keys, &types)?;
+        let index = Arc::new(KeyIndex::new(&new_keys)?);
+
+        // Only files holding a key being written are rewritten. After a lookup of these
+        // keys at this version, that is the files the lookup found them in.
+        let mut files = self.active_files(&table)?;
+        if let Some(seen) = self.looked_up.lock().expect("not poisoned").take()
+            && seen.version == version
+            && seen.keys.positions(&new_keys)?.null_count() == 0
         {
-            // Silver holds no data files yet (first load): nothing to match, so a plain
-            // append does the same as the merge without a join.
-            table
-                .clone()
-                .write(vec![rows])
-                .with_save_mode(SaveMode::Append)
-                .with_commit_properties(props)
-                .await
-                .context(|| format!("writing the first load of `{}`", self.name))?
+            files.retain(|f| seen.files.contains(&f.file.path));
+        }
+        let store = table.object_store();
+        let name = self.name.to_string();
+        let key_names: Arc<[String]> = keys.into();
+        let tasks = files
+            .into_iter()
+            .map(|active| Ok((active, self.writer(&schema)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let rewrites: Vec<Option<Rewrite>> = futures::stream::iter(tasks)
+            .map(|(active, writer)| {
+                let task = rewrite(
+                    Arc::clone(&store),
+                    name.clone(),
+                    active,
+                    Arc::clone(&key_names),
+                    Arc::clone(&schema),
+                    Arc::clone(&index),
+                    writer,
+                    change_data,
+                );
+                let name = name.clone();
+                async move { tokio::spawn(task).await.map_err(|e| join_error(&name, e))? }
+            })
+            .buffer_unordered(parquet::cores())
+            .try_collect()
+            .await?;
+
+        let mut actions = Vec::new();
+        let mut matched = vec![false; rows.num_rows()];
+        for r in rewrites.into_iter().flatten() {
+            actions.push(Action::Remove(r.remove));
+            actions.extend(r.adds.into_iter().map(Action::Add));
+            actions.extend(r.cdc.into_iter().map(Action::Cdc));
+            for m in r.matched {
+                matched[m as usize] = true;
+            }
+        }
+        let rewrote = !actions.is_empty();
+        let rows = align_to(&rows, &schema)?;
+        actions.extend(self.write_data(&rows).await?.into_iter().map(Action::Add));
+        let operation = if rewrote {
+            // A commit with change data files is read through them alone: inserts too.
+            if change_data {
+                let kinds: ArrayRef = Arc::new(StringArray::from_iter_values(
+                    matched
+                        .iter()
+                        .map(|&m| if m { UPDATE_POSTIMAGE } else { INSERT }),
+                ));
+                let cdc = parquet::write_change_data(
+                    Arc::clone(&store),
+                    &name,
+                    &with_change_type(&rows, kinds)?,
+                )
+                .await?;
+                actions.push(Action::Cdc(cdc));
+            }
+            DeltaOperation::Merge {
+                predicate: None,
+                merge_predicate: Some(
+                    keys.iter()
+                        .map(|k| format!("target.`{k}` <=> source.`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(" AND "),
+                ),
+                matched_predicates: vec![],
+                not_matched_predicates: vec![],
+                not_matched_by_source_predicates: vec![],
+            }
         } else {
-            let schema = rows.schema();
-            let ctx = SessionContext::new();
-            let source = ctx
-                .read_batch(rows)
-                .context(|| "reading rows to merge".to_string())?;
-            let predicate = keys
-                .iter()
-                .map(|k| {
-                    let nullable = schema
-                        .field_with_name(k)
-                        .map(|f| f.is_nullable())
-                        .unwrap_or(true);
-                    let (t, s) = (qualified("target", k), qualified("source", k));
-                    if nullable {
-                        not_distinct(t, s)
-                    } else {
-                        t.eq(s)
-                    }
-                })
-                .reduce(Expr::and)
-                .expect("at least one key");
-            let non_keys: Vec<String> = schema
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .filter(|n| !keys.contains(n))
-                .collect();
-            let all: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-            let (merged, _metrics) = table
-                .clone()
-                .merge(source, predicate)
-                .with_source_alias("source")
-                .with_target_alias("target")
-                .with_session_state(Arc::new(ctx.state()))
-                .with_commit_properties(props)
-                .when_matched_update(|mut u| {
-                    for c in &non_keys {
-                        u = u.update(Column::from_name(c.as_str()), qualified("source", c));
-                    }
-                    u
-                })
-                .and_then(|b| {
-                    b.when_not_matched_insert(|mut i| {
-                        for c in &all {
-                            i = i.set(Column::from_name(c.as_str()), qualified("source", c));
-                        }
-                        i
-                    })
-                })
-                .context(|| format!("planning the merge into `{}`", self.name))?
-                .await
-                .context(|| format!("merging into `{}`", self.name))?;
-            merged
+            append
         };
-        let version = committed.version().map(|v| v as i64).unwrap_or_default();
-        let stats = self.commit_stats(&committed, version).await?;
-        self.table = Some(committed);
-        Ok(stats)
+        Ok(self.commit(actions, operation, props).await?)
     }
+}
+
+/// `rows` with the table's schema (same columns; field metadata and nullability as the
+/// table declares them).
+fn align_to(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let c = rows.column_by_name(f.name()).ok_or_else(|| {
+                Error::user(
+                    format!("silver column `{}` is missing from the rows to write", f.name()),
+                    "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
+                )
+            })?;
+            Ok(if c.data_type() == f.data_type() {
+                Arc::clone(c)
+            } else {
+                arrow::compute::cast(c, f.data_type())?
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 impl DeltaSilver {
@@ -336,26 +659,37 @@ impl DeltaSilver {
         schema: SchemaRef,
         rows: RecordBatch,
         props: CommitProperties,
-    ) -> smelt_engine::Result<WriteStats> {
+    ) -> Result<WriteStats> {
         let path = self.lake.table_path(&self.name);
         std::fs::create_dir_all(&path).map_err(|source| Error::Io {
             context: format!("creating `{}`", path.display()),
             source,
         })?;
-        let rows = RecordBatch::try_new(schema, rows.columns().to_vec()).map_err(Error::Arrow)?;
+        let rows = RecordBatch::try_new(Arc::clone(&schema), rows.columns().to_vec())?;
+        let adds = self.write_data(&rows).await?;
+        let stats = WriteStats {
+            version: 0,
+            files_added: adds.len(),
+            files_removed: 0,
+            bytes_written: adds.iter().map(|a| a.size.max(0) as u64).sum(),
+        };
+        let columns: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
         let table = DeltaTable::try_from_url(self.lake.table_url(&self.name)?)
             .await
             .context(|| format!("creating silver table `{}`", self.name))?;
         let table = table
-            .write(vec![rows])
-            .with_save_mode(SaveMode::ErrorIfExists)
+            .create()
+            .with_columns(columns.fields().cloned())
             .with_table_name(self.name.table.clone())
-            .with_configuration([("delta.enableChangeDataFeed", Some("true"))])
+            .with_save_mode(SaveMode::ErrorIfExists)
+            .with_configuration_property(
+                deltalake::TableProperty::EnableChangeDataFeed,
+                Some("true"),
+            )
+            .with_actions(adds.into_iter().map(Action::Add))
             .with_commit_properties(props)
             .await
             .context(|| format!("creating silver table `{}`", self.name))?;
-        let version = table.version().map(|v| v as i64).unwrap_or_default();
-        let stats = self.commit_stats(&table, version).await?;
         self.table = Some(table);
         Ok(stats)
     }

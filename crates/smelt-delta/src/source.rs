@@ -4,33 +4,25 @@
 //! then row order inside a file — because the apply contract breaks sequence ties by it
 //! (delta-rs' change-feed reader does not keep row order, DESIGN §9).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-    new_null_array,
-};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
 use deltalake::kernel::Action;
 use deltalake::logstore::get_actions;
-use deltalake::logstore::parquet_reader::ParquetObjectReader;
-use deltalake::parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
-use futures::TryStreamExt;
 use smelt_core::change::{CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, metadata_fields};
 use smelt_engine::ports::{ChangeSet, ChangeSource};
 use smelt_spec::TableName;
 
 use crate::error::{Context, Error, Result};
+use crate::parquet::FileRef;
 
 /// One data file to read, with the change metadata its rows get.
 #[derive(Debug, Clone)]
 struct FileToRead {
-    path: String,
-    size: i64,
-    partition_values: HashMap<String, Option<String>>,
+    file: FileRef,
     /// `Some(kind)` for data files (every row is that kind); `None` for change data files,
     /// which carry their own `_change_type` column.
     kind: Option<&'static str>,
@@ -120,13 +112,16 @@ impl DeltaSource {
                 let removed: std::collections::HashSet<&str> =
                     c.removes.iter().map(|r| r.path.as_str()).collect();
                 if !removed.is_empty() {
-                    active.retain(|f| !removed.contains(f.path.as_str()));
+                    active.retain(|f| !removed.contains(f.file.path.as_str()));
                 }
                 for add in c.adds {
                     active.push(FileToRead {
-                        path: add.path,
-                        size: add.size,
-                        partition_values: add.partition_values,
+                        file: FileRef::from_log(
+                            &self.name.to_string(),
+                            add.path,
+                            add.size,
+                            add.partition_values,
+                        )?,
                         kind: Some(INSERT),
                         version: v,
                         timestamp_us: c.timestamp_us,
@@ -143,9 +138,12 @@ impl DeltaSource {
             if !c.cdc.is_empty() {
                 for cdc in c.cdc {
                     files.push(FileToRead {
-                        path: cdc.path,
-                        size: cdc.size,
-                        partition_values: cdc.partition_values,
+                        file: FileRef::from_log(
+                            &self.name.to_string(),
+                            cdc.path,
+                            cdc.size,
+                            cdc.partition_values,
+                        )?,
                         kind: None,
                         version: v,
                         timestamp_us: c.timestamp_us,
@@ -176,9 +174,12 @@ impl DeltaSource {
             skipped_delete_files += removes;
             for add in adds {
                 files.push(FileToRead {
-                    path: add.path,
-                    size: add.size,
-                    partition_values: add.partition_values,
+                    file: FileRef::from_log(
+                        &self.name.to_string(),
+                        add.path,
+                        add.size,
+                        add.partition_values,
+                    )?,
                     kind: Some(INSERT),
                     version: v,
                     timestamp_us: c.timestamp_us,
@@ -189,96 +190,18 @@ impl DeltaSource {
     }
 
     async fn read_file(&self, file: &FileToRead, out: &SchemaRef) -> Result<Vec<RecordBatch>> {
-        let store = self.table.object_store();
-        let path = object_store::path::Path::from_url_path(&file.path).map_err(|e| {
-            Error::user(
-                format!("bad file path `{}` in `{}`: {e}", file.path, self.name),
-                "the table log is damaged",
-            )
-        })?;
-        let full_path = format!("{}/{}", self.name, file.path);
-        let parquet_err = |source| Error::Parquet {
-            path: full_path.clone(),
-            source,
-        };
-        let reader = ParquetObjectReader::new(Arc::clone(&store), path.clone())
-            .with_file_size(file.size as u64);
-        let builder = ParquetRecordBatchStreamBuilder::new(reader)
-            .await
-            .map_err(parquet_err)?;
-        let metadata = Arc::clone(builder.metadata());
-        // One batch per file (up to 4M rows): the engine concatenates the change set, and
-        // a single batch per file spares that copy of every value.
-        let rows = metadata.file_metadata().num_rows().clamp(1, 4 << 20) as usize;
-        let columns = metadata
-            .file_metadata()
-            .schema_descr()
-            .root_schema()
-            .get_fields()
-            .len();
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        let parts = cores.min(columns).max(1);
-        if parts == 1 || rows < 100_000 {
-            let stream = builder.with_batch_size(rows).build().map_err(parquet_err)?;
-            let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(parquet_err)?;
-            return batches
-                .iter()
-                .map(|b| self.to_change_batch(b, file, out))
-                .collect();
-        }
-        // Large file: decode disjoint column sets on separate tasks (one per core); they
-        // share row-group boundaries and batch size, so their batches line up row by row.
-        let mut tasks = Vec::with_capacity(parts);
-        for part in 0..parts {
-            let roots: Vec<usize> = (part..columns).step_by(parts).collect();
-            let reader = ParquetObjectReader::new(Arc::clone(&store), path.clone())
-                .with_file_size(file.size as u64);
-            let options = deltalake::parquet::arrow::arrow_reader::ArrowReaderOptions::new();
-            let meta = deltalake::parquet::arrow::arrow_reader::ArrowReaderMetadata::try_new(
-                Arc::clone(&metadata),
-                options,
-            )
-            .map_err(parquet_err)?;
-            let mask =
-                deltalake::parquet::arrow::ProjectionMask::roots(meta.parquet_schema(), roots);
-            let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
-                .with_projection(mask)
-                .with_batch_size(rows)
-                .build()
-                .map_err(parquet_err)?;
-            tasks.push(tokio::spawn(async move {
-                stream.try_collect::<Vec<RecordBatch>>().await
-            }));
-        }
-        let mut pieces: Vec<Vec<RecordBatch>> = Vec::with_capacity(parts);
-        for task in tasks {
-            let batches = task
-                .await
-                .map_err(|e| {
-                    Error::user(
-                        format!("reading `{full_path}`: {e}"),
-                        "this is a bug in smelt",
-                    )
-                })?
-                .map_err(parquet_err)?;
-            pieces.push(batches);
-        }
-        let mut out_batches = Vec::new();
-        for i in 0..pieces[0].len() {
-            let mut fields = Vec::new();
-            let mut arrays = Vec::new();
-            for piece in &pieces {
-                let b = &piece[i];
-                fields.extend(b.schema().fields().iter().cloned());
-                arrays.extend(b.columns().iter().cloned());
-            }
-            let batch =
-                RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), arrays)?;
-            out_batches.push(self.to_change_batch(&batch, file, out)?);
-        }
-        Ok(out_batches)
+        let batches = crate::parquet::read(
+            self.table.object_store(),
+            &self.name.to_string(),
+            &file.file,
+            None,
+            true,
+        )
+        .await?;
+        batches
+            .iter()
+            .map(|b| self.to_change_batch(b, file, out))
+            .collect()
     }
 
     /// Lines a file's batch up with the bronze schema and adds the change metadata.
@@ -289,21 +212,8 @@ impl DeltaSource {
         out: &SchemaRef,
     ) -> Result<RecordBatch> {
         let n = batch.num_rows();
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(out.fields().len());
-        for field in self.schema.fields() {
-            let array = match batch.column_by_name(field.name()) {
-                Some(c) if c.data_type() == field.data_type() => Arc::clone(c),
-                Some(c) => arrow::compute::cast(c, field.data_type())?,
-                None => match file.partition_values.get(field.name()) {
-                    Some(value) => {
-                        let strings: ArrayRef = Arc::new(StringArray::from(vec![value.clone(); n]));
-                        arrow::compute::cast(&strings, field.data_type())?
-                    }
-                    None => new_null_array(field.data_type(), n),
-                },
-            };
-            columns.push(array);
-        }
+        let data = crate::parquet::conform(batch, &file.file, &self.schema)?;
+        let mut columns: Vec<ArrayRef> = data.columns().to_vec();
         let kind: ArrayRef = match (file.kind, batch.column_by_name(CHANGE_TYPE)) {
             (Some(kind), _) => Arc::new(StringArray::from(vec![kind; n])),
             (None, Some(c)) => arrow::compute::cast(c, &DataType::Utf8)?,
@@ -311,7 +221,7 @@ impl DeltaSource {
                 return Err(Error::user(
                     format!(
                         "change data file `{}` of `{}` has no `_change_type` column",
-                        file.path, self.name
+                        file.file.path, self.name
                     ),
                     "the table log is damaged",
                 ));
@@ -372,7 +282,7 @@ impl ChangeSource for DeltaSource {
         let mut bytes_read = 0u64;
         for file in &files {
             batches.extend(self.read_file(file, &out).await?);
-            bytes_read += file.size.max(0) as u64;
+            bytes_read += file.file.size.max(0) as u64;
         }
         debug_assert!(
             batches
