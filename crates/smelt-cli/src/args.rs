@@ -58,6 +58,65 @@ pub struct RunArgs {
     /// Ignore the watermark: rebuild from the bronze snapshot (still guarded by sequence).
     #[arg(long)]
     pub full_refresh: bool,
+    /// Memory for changes in flight, e.g. `2GiB`, `512MiB` (default: half the machine's
+    /// memory). Larger change sets are applied in key partitions spilled to `$TMPDIR`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
+}
+
+/// Parses a size: a number of bytes with an optional unit (`B`, `KB`/`KiB`, `MB`/`MiB`,
+/// `GB`/`GiB`, `TB`/`TiB`; `K`, `M`, `G`, `T` are binary), e.g. `2GiB`, `1.5G`, `512MiB`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size; write e.g. `2GiB` or `512MiB`"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{s}`; use B, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    let bytes = number * scale;
+    if bytes < 1.0 {
+        return Err(format!("`{s}` is too small for a memory limit"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").unwrap_err().contains("not a size"));
+        assert!(
+            parse_size("2 parsecs")
+                .unwrap_err()
+                .contains("unknown size unit")
+        );
+        assert!(parse_size("0").is_err());
+    }
 }
 
 #[derive(Debug, Args)]

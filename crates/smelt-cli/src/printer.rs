@@ -117,6 +117,12 @@ pub fn flow_report(r: &FlowReport) -> String {
     if let Some(v) = r.silver_version {
         out.push_str(&format!("  {:<22}{:>10}\n", "silver version", v));
     }
+    if r.partitions > 1 {
+        out.push_str(&format!(
+            "  {:<22}{:>10}  (spilled to disk to stay within --memory-limit)\n",
+            "key partitions", r.partitions
+        ));
+    }
     let phases: Vec<String> = r
         .phases_ms
         .iter()

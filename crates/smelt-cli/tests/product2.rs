@@ -251,3 +251,34 @@ fn every_flow_run_lands_in_the_event_log() {
             .contains("injected failure")
     );
 }
+
+#[test]
+fn a_tight_memory_limit_spills_key_partitions_and_gives_the_same_silver() {
+    let whole = Project::product2();
+    let split = Project::product2();
+    for p in [&whole, &split] {
+        p.bronze_step1();
+    }
+    whole.ok(&["run"]);
+    let report = split.ok(&["run", "--memory-limit", "16KiB"]);
+    assert!(report.contains("key partitions"), "{report}");
+    for p in [&whole, &split] {
+        p.ok(&["sql", "-f", "insert_2.sql"]);
+    }
+    whole.ok(&["run"]);
+    let json: Value =
+        serde_json::from_str(&split.ok(&["--json", "run", "--memory-limit", "16KiB"])).unwrap();
+    let f = &json["flows"][0];
+    assert!(f["partitions"].as_u64().unwrap() > 1, "{f}");
+    assert_eq!(
+        (f["inserted"].as_i64(), f["updated"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(
+        without_audit(&split.silver()),
+        without_audit(&whole.silver())
+    );
+
+    let (_, err) = split.fails(&["run", "--memory-limit", "lots"], 2);
+    assert!(err.contains("not a size"), "{err}");
+}

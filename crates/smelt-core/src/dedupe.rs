@@ -82,6 +82,21 @@ pub fn positions_of(keys: &[ArrayRef], candidates: &[ArrayRef]) -> Result<UInt32
     KeyIndex::new(candidates)?.positions(keys)
 }
 
+/// For every row of `keys`, a partition in `0..partitions` chosen by a hash of its key
+/// (NULL-safe: NULL keys share a partition). All changes of one key land in the same
+/// partition, so partitions can be deduplicated and applied independently. Stable within
+/// a process.
+pub fn partition_of(keys: &[ArrayRef], partitions: usize) -> Result<UInt32Array> {
+    use std::hash::BuildHasher;
+    let rows = encode(keys)?
+        .ok_or_else(|| CoreError::Internal("partition_of needs key columns".into()))?;
+    let state = foldhash::fast::FixedState::with_seed(0x5E17);
+    let n = partitions.max(1) as u64;
+    Ok(UInt32Array::from_iter_values((0..rows.num_rows()).map(
+        |i| (state.hash_one(rows.row(i).as_ref()) % n) as u32,
+    )))
+}
+
 /// A hash index over the keys of a set of rows (NULL-safe: NULL equals NULL), to probe
 /// other rows against, batch by batch. Built once per write, it finds which rows of a
 /// stored file carry one of the keys being written.
@@ -177,6 +192,17 @@ mod tests {
         let found = s(vec![None, Some("a"), Some("b")]);
         let p = positions_of(&[keys], &[found]).unwrap();
         assert_eq!(p, UInt32Array::from(vec![Some(2), Some(0), None]));
+    }
+
+    #[test]
+    fn partitions_keep_every_change_of_a_key_together() {
+        let keys = s(vec![Some("a"), None, Some("b"), Some("a"), None, Some("c")]);
+        let p = partition_of(&[keys], 4).unwrap();
+        assert!(p.values().iter().all(|&p| p < 4));
+        assert_eq!(p.value(0), p.value(3));
+        assert_eq!(p.value(1), p.value(4));
+        let all_one = partition_of(&[s(vec![Some("x"), Some("y")])], 1).unwrap();
+        assert_eq!(all_one.values(), &[0, 0]);
     }
 
     #[test]

@@ -10,8 +10,8 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
-use arrow::compute::{filter_record_batch, not, take_record_batch};
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array};
+use arrow::compute::{filter_record_batch, not};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
@@ -47,13 +47,14 @@ pub struct DeltaSilver {
     pending: Option<SchemaRef>,
     /// What the last lookup found, so the upsert that follows probes only those files.
     looked_up: Mutex<Option<LookedUp>>,
+    staged: Staged,
     rows_per_file: usize,
 }
 
-/// The keys of a lookup and the files (of `version`) that hold any of them.
+/// The keys of the lookups at `version` and the files that hold any of them.
 struct LookedUp {
     version: i64,
-    keys: KeyIndex,
+    keys: Vec<KeyIndex>,
     files: HashSet<String>,
 }
 
@@ -68,8 +69,15 @@ struct Rewrite {
     remove: Remove,
     adds: Vec<Add>,
     cdc: Option<AddCDCFile>,
-    /// Rows of the upsert whose key the file held.
-    matched: Vec<u32>,
+}
+
+/// Written but not committed yet.
+#[derive(Default)]
+struct Staged {
+    adds: Vec<Add>,
+    cdc: Vec<AddCDCFile>,
+    /// Key columns of the staged rows that replace stored rows.
+    replaced: Vec<Vec<ArrayRef>>,
 }
 
 impl DeltaSilver {
@@ -81,6 +89,7 @@ impl DeltaSilver {
             table: lake.open(name).await?,
             pending: None,
             looked_up: Mutex::new(None),
+            staged: Staged::default(),
             rows_per_file: ROWS_PER_FILE,
         })
     }
@@ -154,7 +163,7 @@ impl DeltaSilver {
     }
 
     /// A writer of data files for this table (or for the table about to be created).
-    fn writer(&self, schema: &SchemaRef) -> Result<RecordBatchWriter> {
+    fn writer(&self, schema: &SchemaRef, keys: &[String]) -> Result<RecordBatchWriter> {
         let writer = match &self.table {
             Some(table) => RecordBatchWriter::for_table(table),
             None => RecordBatchWriter::try_new(
@@ -165,11 +174,11 @@ impl DeltaSilver {
             ),
         }
         .context(|| format!("writing `{}`", self.name))?;
-        Ok(writer.with_writer_properties(parquet::writer_properties()))
+        Ok(writer.with_writer_properties(parquet::writer_properties(keys)))
     }
 
     /// Writes `rows` as data files of at most `rows_per_file` rows, on all cores.
-    async fn write_data(&self, rows: &RecordBatch) -> Result<Vec<Add>> {
+    async fn write_data(&self, rows: &RecordBatch, keys: &[String]) -> Result<Vec<Add>> {
         let mut chunks = Vec::new();
         let mut offset = 0;
         while offset < rows.num_rows() {
@@ -181,7 +190,7 @@ impl DeltaSilver {
         let name = self.name.to_string();
         let writers = chunks
             .into_iter()
-            .map(|chunk| Ok((self.writer(&schema)?, chunk)))
+            .map(|chunk| Ok((self.writer(&schema, keys)?, chunk)))
             .collect::<Result<Vec<_>>>()?;
         let adds: Vec<Vec<Add>> = futures::stream::iter(writers)
             .map(|(writer, chunk)| {
@@ -199,7 +208,7 @@ impl DeltaSilver {
     }
 
     /// Commits `actions` with the watermark and reloads the table at the new version.
-    async fn commit(
+    async fn commit_actions(
         &mut self,
         actions: Vec<Action>,
         operation: DeltaOperation,
@@ -304,7 +313,7 @@ async fn probe(
     key_schema: &SchemaRef,
     index: &KeyIndex,
 ) -> Result<(UInt32Array, UInt32Array)> {
-    let batches = parquet::read(store, table, file, Some(keys), false).await?;
+    let batches = parquet::read(store, table, file, Some(keys), None, false).await?;
     let types: Vec<DataType> = key_schema
         .fields()
         .iter()
@@ -327,15 +336,16 @@ async fn probe(
     Ok((UInt32Array::from(rows), UInt32Array::from(found)))
 }
 
-/// Reads a whole file lined up with `schema`, as one batch.
+/// Reads a file (or the rows `rows` of it) lined up with `schema`, as one batch.
 async fn read_whole(
     store: ObjectStoreRef,
     table: &str,
     file: &FileRef,
     columns: Option<&[String]>,
+    rows: Option<&[u32]>,
     schema: &SchemaRef,
 ) -> Result<RecordBatch> {
-    let batches = parquet::read(store, table, file, columns, false).await?;
+    let batches = parquet::read(store, table, file, columns, rows, false).await?;
     let batches = batches
         .iter()
         .map(|b| parquet::conform(b, file, schema))
@@ -355,7 +365,15 @@ async fn rewrite(
     writer: RecordBatchWriter,
     change_data: bool,
 ) -> Result<Option<Rewrite>> {
-    let stored = read_whole(Arc::clone(&store), &table, &active.file, None, &schema).await?;
+    let stored = read_whole(
+        Arc::clone(&store),
+        &table,
+        &active.file,
+        None,
+        None,
+        &schema,
+    )
+    .await?;
     let types: Vec<DataType> = keys
         .iter()
         .map(|k| schema.field_with_name(k).map(|f| f.data_type().clone()))
@@ -382,7 +400,6 @@ async fn rewrite(
         remove: active.remove,
         adds,
         cdc,
-        matched: positions.iter().flatten().collect(),
     }))
 }
 
@@ -482,10 +499,16 @@ impl SilverTable for DeltaSilver {
                             if rows.is_empty() {
                                 return Ok((file.path, None));
                             }
-                            let stored =
-                                read_whole(store, &name, &file, Some(&columns), &out_schema)
-                                    .await?;
-                            Ok::<_, Error>((file.path, Some(take_record_batch(&stored, &rows)?)))
+                            let hits = read_whole(
+                                store,
+                                &name,
+                                &file,
+                                Some(&columns),
+                                Some(rows.values()),
+                                &out_schema,
+                            )
+                            .await?;
+                            Ok::<_, Error>((file.path, Some(hits)))
                         })
                         .await
                         .map_err(|e| join_error(&name, e))?
@@ -503,113 +526,120 @@ impl SilverTable for DeltaSilver {
             }
         }
         let version = table.version().map(|v| v as i64).unwrap_or_default();
-        let index = Arc::try_unwrap(index).ok();
-        *self.looked_up.lock().expect("not poisoned") = index.map(|keys| LookedUp {
-            version,
-            keys,
-            files,
-        });
+        let mut looked_up = self.looked_up.lock().expect("not poisoned");
+        match (Arc::try_unwrap(index), looked_up.as_mut()) {
+            (Ok(index), Some(seen)) if seen.version == version => {
+                seen.keys.push(index);
+                seen.files.extend(files);
+            }
+            (Ok(index), _) => {
+                *looked_up = Some(LookedUp {
+                    version,
+                    keys: vec![index],
+                    files,
+                })
+            }
+            // Cannot happen (every task is done), and only costs probing every file.
+            (Err(_), _) => *looked_up = None,
+        }
         Ok(arrow::compute::concat_batches(&out_schema, &batches).map_err(Error::Arrow)?)
     }
 
-    async fn upsert(
+    async fn stage(
         &mut self,
         rows: RecordBatch,
+        replaces: &BooleanArray,
+        keys: &[String],
+    ) -> smelt_engine::Result<()> {
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let schema = match (&self.pending, &self.table) {
+            (Some(schema), _) => {
+                let path = self.lake.table_path(&self.name);
+                std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+                    context: format!("creating `{}`", path.display()),
+                    source,
+                })?;
+                Arc::clone(schema)
+            }
+            (None, Some(table)) => table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?
+                .snapshot()
+                .arrow_schema(),
+            (None, None) => {
+                return Err(smelt_engine::EngineError::Internal(format!(
+                    "stage called for `{}`, which does not exist",
+                    self.name
+                )));
+            }
+        };
+        let rows = align_to(&rows, &schema)?;
+        let adds = self.write_data(&rows, keys).await?;
+        self.staged.adds.extend(adds);
+        // Once silver holds data, a commit may replace rows and then carries change data
+        // files, which readers use alone: every staged row goes in them too.
+        if let Some(table) = &self.table {
+            let snapshot = table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?;
+            if snapshot.table_config().enable_change_data_feed()
+                && snapshot.log_data().num_files() > 0
+            {
+                let kinds: ArrayRef =
+                    Arc::new(StringArray::from_iter_values(replaces.iter().map(|r| {
+                        if r == Some(true) {
+                            UPDATE_POSTIMAGE
+                        } else {
+                            INSERT
+                        }
+                    })));
+                let cdc = parquet::write_change_data(
+                    table.object_store(),
+                    &self.name.to_string(),
+                    &with_change_type(&rows, kinds)?,
+                )
+                .await?;
+                self.staged.cdc.push(cdc);
+            }
+        }
+        if replaces.true_count() > 0 {
+            let replaced = filter_record_batch(&rows, replaces)?;
+            let types: Vec<DataType> = keys
+                .iter()
+                .map(|k| schema.field_with_name(k).map(|f| f.data_type().clone()))
+                .collect::<Result<_, _>>()
+                .map_err(Error::Arrow)?;
+            self.staged
+                .replaced
+                .push(key_columns(&replaced, keys, &types)?);
+        }
+        Ok(())
+    }
+
+    async fn commit(
+        &mut self,
         keys: &[String],
         watermark: &Watermark,
     ) -> smelt_engine::Result<WriteStats> {
         let props = Self::commit_properties(watermark);
+        let staged = std::mem::take(&mut self.staged);
         if let Some(schema) = self.pending.take() {
-            return Ok(self.create_with(schema, rows, props).await?);
+            return Ok(self.create_with(schema, staged.adds, props).await?);
         }
-        let append = DeltaOperation::Write {
-            mode: SaveMode::Append,
-            partition_by: None,
-            predicate: None,
-        };
-        if rows.num_rows() == 0 {
-            // Nothing to change, but the watermark must still move.
-            return Ok(self.commit(vec![], append, props).await?);
-        }
-        let table = self.table()?.clone();
-        let snapshot = table
-            .snapshot()
-            .context(|| format!("reading `{}`", self.name))?;
-        let change_data = snapshot.table_config().enable_change_data_feed();
-        let schema = snapshot.snapshot().arrow_schema();
-        let version = table.version().map(|v| v as i64).unwrap_or_default();
-        let types: Vec<DataType> = keys
-            .iter()
-            .map(|k| schema.field_with_name(k).map(|f| f.data_type().clone()))
-            .collect::<Result<_, _>>()
-            .map_err(Error::Arrow)?;
-        let new_keys = key_columns(&rows, keys, &types)?;
-        let index = Arc::new(KeyIndex::new(&new_keys)?);
-
-        // Only files holding a key being written are rewritten. After a lookup of these
-        // keys at this version, that is the files the lookup found them in.
-        let mut files = self.active_files(&table)?;
-        if let Some(seen) = self.looked_up.lock().expect("not poisoned").take()
-            && seen.version == version
-            && seen.keys.positions(&new_keys)?.null_count() == 0
-        {
-            files.retain(|f| seen.files.contains(&f.file.path));
-        }
-        let store = table.object_store();
-        let name = self.name.to_string();
-        let key_names: Arc<[String]> = keys.into();
-        let tasks = files
-            .into_iter()
-            .map(|active| Ok((active, self.writer(&schema)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let rewrites: Vec<Option<Rewrite>> = futures::stream::iter(tasks)
-            .map(|(active, writer)| {
-                let task = rewrite(
-                    Arc::clone(&store),
-                    name.clone(),
-                    active,
-                    Arc::clone(&key_names),
-                    Arc::clone(&schema),
-                    Arc::clone(&index),
-                    writer,
-                    change_data,
-                );
-                let name = name.clone();
-                async move { tokio::spawn(task).await.map_err(|e| join_error(&name, e))? }
-            })
-            .buffer_unordered(parquet::cores())
-            .try_collect()
-            .await?;
-
-        let mut actions = Vec::new();
-        let mut matched = vec![false; rows.num_rows()];
-        for r in rewrites.into_iter().flatten() {
-            actions.push(Action::Remove(r.remove));
-            actions.extend(r.adds.into_iter().map(Action::Add));
-            actions.extend(r.cdc.into_iter().map(Action::Cdc));
-            for m in r.matched {
-                matched[m as usize] = true;
+        let mut actions: Vec<Action> = Vec::new();
+        if !staged.replaced.is_empty() {
+            for r in self.replace(&staged.replaced, keys).await? {
+                actions.push(Action::Remove(r.remove));
+                actions.extend(r.adds.into_iter().map(Action::Add));
+                actions.extend(r.cdc.into_iter().map(Action::Cdc));
             }
         }
         let rewrote = !actions.is_empty();
-        let rows = align_to(&rows, &schema)?;
-        actions.extend(self.write_data(&rows).await?.into_iter().map(Action::Add));
+        actions.extend(staged.adds.into_iter().map(Action::Add));
+        actions.extend(staged.cdc.into_iter().map(Action::Cdc));
         let operation = if rewrote {
-            // A commit with change data files is read through them alone: inserts too.
-            if change_data {
-                let kinds: ArrayRef = Arc::new(StringArray::from_iter_values(
-                    matched
-                        .iter()
-                        .map(|&m| if m { UPDATE_POSTIMAGE } else { INSERT }),
-                ));
-                let cdc = parquet::write_change_data(
-                    Arc::clone(&store),
-                    &name,
-                    &with_change_type(&rows, kinds)?,
-                )
-                .await?;
-                actions.push(Action::Cdc(cdc));
-            }
             DeltaOperation::Merge {
                 predicate: None,
                 merge_predicate: Some(
@@ -623,9 +653,13 @@ impl SilverTable for DeltaSilver {
                 not_matched_by_source_predicates: vec![],
             }
         } else {
-            append
+            DeltaOperation::Write {
+                mode: SaveMode::Append,
+                partition_by: None,
+                predicate: None,
+            }
         };
-        Ok(self.commit(actions, operation, props).await?)
+        Ok(self.commit_actions(actions, operation, props).await?)
     }
 }
 
@@ -657,7 +691,7 @@ impl DeltaSilver {
     async fn create_with(
         &mut self,
         schema: SchemaRef,
-        rows: RecordBatch,
+        adds: Vec<Add>,
         props: CommitProperties,
     ) -> Result<WriteStats> {
         let path = self.lake.table_path(&self.name);
@@ -665,9 +699,7 @@ impl DeltaSilver {
             context: format!("creating `{}`", path.display()),
             source,
         })?;
-        let rows = RecordBatch::try_new(Arc::clone(&schema), rows.columns().to_vec())?;
-        let adds = self.write_data(&rows).await?;
-        let stats = WriteStats {
+        let mut stats = WriteStats {
             version: 0,
             files_added: adds.len(),
             files_removed: 0,
@@ -690,8 +722,71 @@ impl DeltaSilver {
             .with_commit_properties(props)
             .await
             .context(|| format!("creating silver table `{}`", self.name))?;
+        stats.version = table.version().map(|v| v as i64).unwrap_or_default();
         self.table = Some(table);
         Ok(stats)
+    }
+
+    /// Rewrites the files holding any of the keys `replaced` (key columns, `keys` order)
+    /// without those rows: every file on a first write, else only the files the lookups
+    /// of this version found the keys in.
+    async fn replace(&self, replaced: &[Vec<ArrayRef>], keys: &[String]) -> Result<Vec<Rewrite>> {
+        let table = self.table()?.clone();
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let change_data = snapshot.table_config().enable_change_data_feed();
+        let schema = snapshot.snapshot().arrow_schema();
+        let version = table.version().map(|v| v as i64).unwrap_or_default();
+        let columns: Vec<ArrayRef> = (0..keys.len())
+            .map(|i| {
+                let parts: Vec<&dyn Array> = replaced.iter().map(|r| r[i].as_ref()).collect();
+                arrow::compute::concat(&parts)
+            })
+            .collect::<Result<_, _>>()?;
+        let index = Arc::new(KeyIndex::new(&columns)?);
+
+        let mut files = self.active_files(&table)?;
+        if let Some(seen) = self.looked_up.lock().expect("not poisoned").take()
+            && seen.version == version
+        {
+            // Every replaced key must have been looked up; then only the files the
+            // lookups found keys in can hold it.
+            let mut covered = BooleanArray::from(vec![false; columns[0].len()]);
+            for looked in &seen.keys {
+                let found = arrow::compute::is_not_null(&looked.positions(&columns)?)?;
+                covered = arrow::compute::or(&covered, &found)?;
+            }
+            if covered.true_count() == covered.len() {
+                files.retain(|f| seen.files.contains(&f.file.path));
+            }
+        }
+        let store = table.object_store();
+        let name = self.name.to_string();
+        let key_names: Arc<[String]> = keys.into();
+        let tasks = files
+            .into_iter()
+            .map(|active| Ok((active, self.writer(&schema, keys)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let rewrites: Vec<Option<Rewrite>> = futures::stream::iter(tasks)
+            .map(|(active, writer)| {
+                let task = rewrite(
+                    Arc::clone(&store),
+                    name.clone(),
+                    active,
+                    Arc::clone(&key_names),
+                    Arc::clone(&schema),
+                    Arc::clone(&index),
+                    writer,
+                    change_data,
+                );
+                let name = name.clone();
+                async move { tokio::spawn(task).await.map_err(|e| join_error(&name, e))? }
+            })
+            .buffer_unordered(parquet::cores())
+            .try_collect()
+            .await?;
+        Ok(rewrites.into_iter().flatten().collect())
     }
 
     /// Time (ms since the epoch) and run id of the latest silver commit, if any.

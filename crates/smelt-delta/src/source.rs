@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use deltalake::DeltaTable;
 use deltalake::kernel::Action;
 use deltalake::logstore::get_actions;
-use smelt_core::change::{CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, metadata_fields};
+use smelt_core::change::{CHANGE_TYPE, INSERT, metadata_fields};
 use smelt_engine::ports::{ChangeSet, ChangeSource};
 use smelt_spec::TableName;
 
@@ -40,12 +40,17 @@ struct Commit {
     cdc: Vec<deltalake::kernel::AddCDCFile>,
 }
 
+/// The files of the changes after `after`, and the whole-file deletes skipped.
+type Planned = (Option<i64>, Vec<FileToRead>, usize);
+
 /// Bronze changes of one Delta table, pinned to the version seen at open.
 pub struct DeltaSource {
     name: TableName,
     table: DeltaTable,
     version: i64,
     schema: SchemaRef,
+    /// The last file plan.
+    plan: std::sync::Mutex<Option<Planned>>,
 }
 
 impl DeltaSource {
@@ -65,6 +70,7 @@ impl DeltaSource {
             table,
             version,
             schema,
+            plan: std::sync::Mutex::new(None),
         })
     }
 
@@ -98,6 +104,18 @@ impl DeltaSource {
         }
         c.timestamp_us = ts.ok_or_else(|| Error::user(format!("version {version} of `{}` has no commit timestamp", self.name), "the table was written by a tool that omits commitInfo; smelt cannot order its changes"))? * 1000;
         Ok(c)
+    }
+
+    /// [`Self::plan_files`], remembered for the last `after` asked.
+    async fn planned(&self, after: Option<i64>) -> Result<(Vec<FileToRead>, usize)> {
+        if let Some((a, files, skipped)) = &*self.plan.lock().expect("not poisoned")
+            && *a == after
+        {
+            return Ok((files.clone(), *skipped));
+        }
+        let (files, skipped) = self.plan_files(after).await?;
+        *self.plan.lock().expect("not poisoned") = Some((after, files.clone(), skipped));
+        Ok((files, skipped))
     }
 
     /// Files that make up the changes in `(after, version]`.
@@ -189,21 +207,6 @@ impl DeltaSource {
         Ok((files, skipped_delete_files))
     }
 
-    async fn read_file(&self, file: &FileToRead, out: &SchemaRef) -> Result<Vec<RecordBatch>> {
-        let batches = crate::parquet::read(
-            self.table.object_store(),
-            &self.name.to_string(),
-            &file.file,
-            None,
-            true,
-        )
-        .await?;
-        batches
-            .iter()
-            .map(|b| self.to_change_batch(b, file, out))
-            .collect()
-    }
-
     /// Lines a file's batch up with the bronze schema and adds the change metadata.
     fn to_change_batch(
         &self,
@@ -267,7 +270,16 @@ impl ChangeSource for DeltaSource {
         Arc::clone(&self.schema)
     }
 
-    async fn read_changes(&self, after: Option<i64>) -> smelt_engine::Result<ChangeSet> {
+    async fn bytes_to_read(&self, after: Option<i64>) -> smelt_engine::Result<u64> {
+        let (files, _) = self.planned(after).await?;
+        Ok(files.iter().map(|f| f.file.size.max(0) as u64).sum())
+    }
+
+    async fn read_changes(
+        &self,
+        after: Option<i64>,
+        sink: &mut (dyn FnMut(RecordBatch) -> smelt_engine::Result<()> + Send),
+    ) -> smelt_engine::Result<ChangeSet> {
         let mut fields: Vec<Field> = self
             .schema
             .fields()
@@ -276,23 +288,24 @@ impl ChangeSource for DeltaSource {
             .collect();
         fields.extend(metadata_fields());
         let out: SchemaRef = Arc::new(Schema::new(fields));
-        let (files, skipped_delete_files) = self.plan_files(after).await?;
+        let (files, skipped_delete_files) = self.planned(after).await?;
         tracing::debug!(table = %self.name, files = files.len(), skipped_delete_files, "planned bronze files");
-        let mut batches = Vec::new();
         let mut bytes_read = 0u64;
+        let name = self.name.to_string();
         for file in &files {
-            batches.extend(self.read_file(file, &out).await?);
+            crate::parquet::read_each(
+                self.table.object_store(),
+                &name,
+                &file.file,
+                None,
+                None,
+                true,
+                |b| sink(self.to_change_batch(&b, file, &out)?),
+            )
+            .await?;
             bytes_read += file.file.size.max(0) as u64;
         }
-        debug_assert!(
-            batches
-                .iter()
-                .all(|b| b.column_by_name(COMMIT_VERSION).is_some()
-                    && b.column_by_name(COMMIT_TIMESTAMP).is_some())
-        );
         Ok(ChangeSet {
-            schema: out,
-            batches,
             files_read: files.len(),
             bytes_read,
             skipped_delete_files,

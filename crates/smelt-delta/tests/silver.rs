@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{AsArray, Int64Array, RecordBatch, StringArray};
+use arrow::array::{AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
-use smelt_engine::ports::{ChangeSource, SilverTable, Watermark};
+use smelt_engine::ports::{ChangeSource, SilverTable, Watermark, WriteStats};
 use smelt_spec::TableName;
 
 const APP: &str = "smelt/test";
@@ -50,6 +50,28 @@ fn name() -> TableName {
     TableName::parse("s.silver").unwrap()
 }
 
+/// Stages `ids` with value `val` (`replaces[i]`: id i is stored already) and commits.
+async fn write(
+    silver: &mut DeltaSilver,
+    ids: &[i64],
+    val: &str,
+    replaces: &[bool],
+    version: i64,
+) -> WriteStats {
+    silver
+        .stage(
+            rows(ids, val),
+            &BooleanArray::from(replaces.to_vec()),
+            &["id".into()],
+        )
+        .await
+        .unwrap();
+    silver
+        .commit(&["id".into()], &watermark(version))
+        .await
+        .unwrap()
+}
+
 async fn open(lake: &Lake) -> DeltaSilver {
     DeltaSilver::open(lake, &name())
         .await
@@ -84,9 +106,16 @@ async fn contents(lake: &Lake) -> BTreeMap<i64, Vec<String>> {
 /// `_change_type` counts of the silver commits after version `after`, read from its log.
 async fn changes(lake: &Lake, after: i64) -> BTreeMap<String, Vec<(i64, String)>> {
     let source = DeltaSource::open(lake, &name()).await.unwrap();
-    let set = source.read_changes(Some(after)).await.unwrap();
+    let mut batches = Vec::new();
+    source
+        .read_changes(Some(after), &mut |b| {
+            batches.push(b);
+            Ok(())
+        })
+        .await
+        .unwrap();
     let mut out: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
-    for b in set.batches {
+    for b in batches {
         let ids = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
         let vals = b.column_by_name("val").unwrap().as_string::<i32>();
         let kinds = b.column_by_name("_change_type").unwrap().as_string::<i32>();
@@ -111,14 +140,11 @@ async fn upserts_rewrite_only_the_files_that_hold_written_keys() {
     let mut silver = open(&lake).await;
     silver.create(schema()).await.unwrap();
     let ids: Vec<i64> = (0..1000).collect();
-    let stats = silver
-        .upsert(rows(&ids, "a"), &["id".into()], &watermark(1))
-        .await
-        .unwrap();
+    let stats = write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
     assert_eq!((stats.files_added, stats.files_removed), (10, 0));
     assert_eq!(silver.watermark(APP).await.unwrap(), Some(1));
 
-    // Lookup then upsert, as a run does: ids 5 and 150 live in two files; 1005 is new.
+    // Lookup then write, as a run does: ids 5 and 150 live in two files; 1005 is new.
     let mut silver = open(&lake).await;
     let found = silver
         .lookup(keys(&[5, 150, 1005]), &["id".into(), "val".into()])
@@ -126,10 +152,7 @@ async fn upserts_rewrite_only_the_files_that_hold_written_keys() {
         .unwrap();
     assert_eq!(found.num_rows(), 2);
     let before = silver.version().unwrap();
-    let stats = silver
-        .upsert(rows(&[5, 150, 1005], "b"), &["id".into()], &watermark(2))
-        .await
-        .unwrap();
+    let stats = write(&mut silver, &[5, 150, 1005], "b", &[true, true, false], 2).await;
     assert_eq!(
         stats.files_removed, 2,
         "only the two files holding 5 and 150"
@@ -158,19 +181,13 @@ async fn upserts_rewrite_only_the_files_that_hold_written_keys() {
     assert_eq!(feed["insert"], vec![(1005, "b".into())]);
     assert_eq!(feed.len(), 3);
 
-    // An upsert of keys the last lookup did not cover probes every file.
+    // Replacing keys the last lookup did not cover probes every file.
     let mut silver = open(&lake).await;
     silver.lookup(keys(&[6]), &["id".into()]).await.unwrap();
-    silver
-        .upsert(rows(&[999], "c"), &["id".into()], &watermark(3))
-        .await
-        .unwrap();
+    write(&mut silver, &[999], "c", &[true], 3).await;
     // And one without any lookup.
     let mut silver = open(&lake).await;
-    silver
-        .upsert(rows(&[0, 500], "d"), &["id".into()], &watermark(4))
-        .await
-        .unwrap();
+    write(&mut silver, &[0, 500], "d", &[true, true], 4).await;
     let table = contents(&lake).await;
     assert_eq!(table.len(), 1001);
     assert!(table.values().all(|v| v.len() == 1), "one row per id");
@@ -183,11 +200,8 @@ async fn upserts_rewrite_only_the_files_that_hold_written_keys() {
         ("c", "d", "d")
     );
 
-    // Nothing to write still moves the watermark, alone.
-    let stats = silver
-        .upsert(rows(&[], "x"), &["id".into()], &watermark(5))
-        .await
-        .unwrap();
+    // Nothing staged still moves the watermark, alone.
+    let stats = write(&mut silver, &[], "x", &[], 5).await;
     assert_eq!((stats.files_added, stats.files_removed), (0, 0));
     assert_eq!(silver.watermark(APP).await.unwrap(), Some(5));
     assert_eq!(contents(&lake).await.len(), 1001);
@@ -200,18 +214,12 @@ async fn a_file_whose_every_row_is_replaced_is_removed_without_a_replacement() {
     let mut silver = open(&lake).await;
     silver.create(schema()).await.unwrap();
     let ids: Vec<i64> = (0..150).collect();
-    silver
-        .upsert(rows(&ids, "a"), &["id".into()], &watermark(1))
-        .await
-        .unwrap();
+    write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
 
     // Every id of the second file (100–149) is rewritten.
     let mut silver = open(&lake).await;
     let ids: Vec<i64> = (100..150).collect();
-    let stats = silver
-        .upsert(rows(&ids, "b"), &["id".into()], &watermark(2))
-        .await
-        .unwrap();
+    let stats = write(&mut silver, &ids, "b", &vec![true; ids.len()], 2).await;
     assert_eq!((stats.files_removed, stats.files_added), (1, 1));
     let table = contents(&lake).await;
     assert_eq!(table.len(), 150);
@@ -219,4 +227,72 @@ async fn a_file_whose_every_row_is_replaced_is_removed_without_a_replacement() {
     assert_eq!(table[&149], vec!["b"]);
     assert_eq!(table[&99], vec!["a"]);
     assert!(table.keys().copied().eq(0..150));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_partitions_commit_once_and_each_file_is_rewritten_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake::new(dir.path()).unwrap();
+    let mut silver = open(&lake).await;
+    silver.create(schema()).await.unwrap();
+    // A first load staged in two partitions lands in one commit.
+    let evens: Vec<i64> = (0..300).step_by(2).collect();
+    let odds: Vec<i64> = (1..300).step_by(2).collect();
+    silver
+        .stage(
+            rows(&evens, "a"),
+            &BooleanArray::from(vec![false; 150]),
+            &["id".into()],
+        )
+        .await
+        .unwrap();
+    silver
+        .stage(
+            rows(&odds, "a"),
+            &BooleanArray::from(vec![false; 150]),
+            &["id".into()],
+        )
+        .await
+        .unwrap();
+    let stats = silver.commit(&["id".into()], &watermark(1)).await.unwrap();
+    assert_eq!((stats.version, stats.files_added), (0, 4));
+
+    // Two partitions each replace a key of the same file (ids 0 and 2 live together).
+    let mut silver = open(&lake).await;
+    for ids in [[0i64], [2]] {
+        silver
+            .lookup(keys(&ids), &["id".into(), "val".into()])
+            .await
+            .unwrap();
+        silver
+            .stage(
+                rows(&ids, "b"),
+                &BooleanArray::from(vec![true]),
+                &["id".into()],
+            )
+            .await
+            .unwrap();
+    }
+    let stats = silver.commit(&["id".into()], &watermark(2)).await.unwrap();
+    assert_eq!(stats.files_removed, 1, "the file holding 0 and 2, once");
+    let table = contents(&lake).await;
+    assert_eq!(table.len(), 300);
+    assert!(table.values().all(|v| v.len() == 1));
+    assert_eq!(
+        (
+            table[&0][0].as_str(),
+            table[&2][0].as_str(),
+            table[&1][0].as_str()
+        ),
+        ("b", "b", "a")
+    );
+    let feed = changes(&lake, 0).await;
+    assert_eq!(
+        feed["update_preimage"],
+        vec![(0, "a".into()), (2, "a".into())]
+    );
+    assert_eq!(
+        feed["update_postimage"],
+        vec![(0, "b".into()), (2, "b".into())]
+    );
 }

@@ -1,6 +1,9 @@
 //! One run of an `apply` flow (DESIGN §3): read → cast → latest per key → guard → write.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -9,14 +12,16 @@ use arrow::array::{
 };
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::{concat_batches, filter, filter_record_batch, take};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::reader::FileReader;
+use arrow::ipc::writer::FileWriter;
 use arrow::util::display::array_value_to_string;
 use smelt_core::apply::{Scd1Input, plan_scd1};
 use smelt_core::cast::cast_columns;
 use smelt_core::change::{
     CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
 };
-use smelt_core::dedupe::{latest_per_key, positions_of};
+use smelt_core::dedupe::{latest_per_key, partition_of, positions_of};
 use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
 use smelt_spec::{ApplyFlow, OnCastError, did_you_mean};
 
@@ -36,6 +41,9 @@ pub struct RunContext {
     pub dry_run: bool,
     /// Ignore the watermark and rebuild from the bronze snapshot.
     pub full_refresh: bool,
+    /// Memory the run may use for changes in flight, in bytes; `None`: no limit. Larger
+    /// change sets are applied in key partitions spilled to local disk.
+    pub memory_limit: Option<u64>,
 }
 
 /// The watermark application id of a flow.
@@ -57,8 +65,15 @@ impl Phases {
     }
     fn end(&mut self, name: &str) {
         let ms = self.start.elapsed().as_millis() as u64;
-        self.done.push((name.to_string(), ms));
+        self.add(name, ms);
         self.start = Instant::now();
+    }
+    /// Adds `ms` to phase `name` (phases repeat once per partition).
+    fn add(&mut self, name: &str, ms: u64) {
+        match self.done.iter_mut().find(|(n, _)| n == name) {
+            Some((_, total)) => *total += ms,
+            None => self.done.push((name.to_string(), ms)),
+        }
     }
 }
 
@@ -228,272 +243,81 @@ pub async fn run_apply(
         }
     }
 
+    // Memory plan: changes are cast as they stream in. When the cast change set would
+    // not fit in its share of the memory limit, it is split by key hash into partitions
+    // spilled to local disk (Arrow IPC) and applied one partition at a time; silver
+    // commits once at the end either way.
+    let partitions = partitions_for(source.bytes_to_read(watermark).await?, ctx.memory_limit);
+    report.partitions = partitions;
     reporter.phase(flow_name, "read changes");
-    let changes = source.read_changes(watermark).await?;
+    let casting = CastPlan::new(&schema, &is_audit);
+    let mut store = PartitionStore::new(partitions, Arc::clone(&casting.schema))?;
+    let mut cast_ms = 0u64;
+    let mut first_failure: Option<CastFailure> = None;
+    let mut rows_seen = 0usize;
+    let read_started = Instant::now();
+    let changes = {
+        let report = &mut report;
+        let mut sink = |batch: RecordBatch| -> Result<()> {
+            let started = Instant::now();
+            report.changes_read += batch.num_rows();
+            let cast = casting.cast(&batch, flow, rows_seen, report, &mut first_failure)?;
+            rows_seen += cast.num_rows();
+            // A run that will fail on a cast error only keeps counting failures.
+            if !(flow.on_cast_error == OnCastError::Fail && first_failure.is_some()) {
+                store.push(cast, &flow.keys)?;
+            }
+            cast_ms += started.elapsed().as_millis() as u64;
+            Ok(())
+        };
+        source.read_changes(watermark, &mut sink).await?
+    };
+    let read_ms = read_started.elapsed().as_millis() as u64;
+    phases.add("read", read_ms.saturating_sub(cast_ms));
+    phases.add("cast", cast_ms);
     report.files_read = changes.files_read;
     report.bytes_read = changes.bytes_read;
     report.delete_files_ignored = changes.skipped_delete_files;
-    let all = concat_batches(&changes.schema, &changes.batches)?;
-    report.changes_read = all.num_rows();
-    tracing::info!(flow = flow_name, after = ?watermark, to = v, rows = all.num_rows(), files = changes.files_read, "read bronze changes");
-    phases.end("read");
-
-    reporter.phase(flow_name, "cast");
-    // Upserts only: inserts and update post-images. Everything else is ignored (counted).
-    let kinds = all
-        .column_by_name(CHANGE_TYPE)
-        .ok_or_else(|| EngineError::Internal("change batch without _change_type".into()))?;
-    let kinds = arrow::compute::cast(kinds, &DataType::Utf8)?;
-    let upsert = BooleanArray::from_iter(
-        kinds
-            .as_string::<i32>()
-            .iter()
-            .map(|k| Some(matches!(k, Some(INSERT | UPDATE_POSTIMAGE)))),
-    );
-    // Filters copy every column: skip them when they keep everything (append-only bronze).
-    let changes_batch = if upsert.true_count() == all.num_rows() {
-        all.clone()
-    } else {
-        filter_record_batch(&all, &upsert)?
-    };
-    report.ignored = all.num_rows() - changes_batch.num_rows();
-
-    let n = changes_batch.num_rows();
-    let mut cast: HashMap<String, ArrayRef> = HashMap::new();
-    let mut first_failure: Option<(String, usize, String)> = None;
-    let to_cast: Vec<(&str, ArrayRef, DataType)> = schema
-        .fields()
-        .iter()
-        .filter(|f| !is_audit(f.name()))
-        .map(|f| {
-            let raw = changes_batch
-                .column_by_name(f.name())
-                .expect("checked above");
-            (f.name().as_str(), Arc::clone(raw), f.data_type().clone())
-        })
-        .collect();
-    let inputs: Vec<(ArrayRef, DataType)> = to_cast
-        .iter()
-        .map(|(_, a, t)| (Arc::clone(a), t.clone()))
-        .collect();
-    let outputs = cast_columns(&inputs, flow.tz.as_deref())?;
-    for ((name, raw, _), out) in to_cast.iter().zip(outputs) {
-        if !out.failed_rows.is_empty() {
-            report
-                .cast_failures
-                .insert(name.to_string(), out.failed_rows.len());
-            if first_failure.is_none() {
-                let row = out.failed_rows[0];
-                first_failure = Some((name.to_string(), row, array_value_to_string(raw, row)?));
-            }
-        }
-        cast.insert(name.to_string(), out.array);
-    }
-    if let (OnCastError::Fail, Some((column, row, value))) = (flow.on_cast_error, &first_failure) {
-        let version = array_value_to_string(
-            changes_batch
-                .column_by_name(COMMIT_VERSION)
-                .expect("metadata"),
-            *row,
-        )?;
-        let key = flow
-            .keys
-            .iter()
-            .map(|k| {
-                Ok(format!(
-                    "{k}={}",
-                    array_value_to_string(changes_batch.column_by_name(k).expect("checked"), *row)?
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?
-            .join(", ");
-        let target = type_name(
-            schema
-                .field_with_name(column)
-                .expect("silver column")
-                .data_type(),
-        );
+    tracing::info!(flow = flow_name, after = ?watermark, to = v, rows = report.changes_read, files = changes.files_read, partitions, "read bronze changes");
+    if let (OnCastError::Fail, Some(f)) = (flow.on_cast_error, first_failure) {
         let total = report.cast_failures_total();
         return Err(EngineError::Cast {
             flow: flow_name.to_string(),
             source: Box::new(smelt_core::CoreError::CastFailed {
-                column: column.clone(),
-                target,
-                value: value.clone(),
-                row: *row,
+                column: f.column,
+                target: f.target,
+                value: f.value,
+                row: f.row,
                 context: format!(
-                    " (bronze `{}` version {version}, key {key}); {total} value(s) failed in all",
-                    flow.from
+                    " (bronze `{}` version {}, key {}); {total} value(s) failed in all",
+                    flow.from, f.version, f.key
                 ),
             }),
         });
     }
-    phases.end("cast");
-    let commit_ts = arrow::compute::cast(
-        changes_batch
-            .column_by_name(COMMIT_TIMESTAMP)
-            .expect("metadata"),
-        &timestamp_utc(),
-    )?;
-    let key_arrays: Vec<ArrayRef> = flow.keys.iter().map(|k| Arc::clone(&cast[k])).collect();
-    let seq_arrays: Vec<ArrayRef> = flow
-        .sequence_by
-        .iter()
-        .map(|s| {
-            if s == SEQ_COMMIT_TIMESTAMP {
-                Arc::clone(&commit_ts)
-            } else {
-                Arc::clone(&cast[s])
-            }
-        })
-        .collect();
 
-    let winners = if n == 0 {
-        UInt32Array::from(Vec::<u32>::new())
-    } else {
-        latest_per_key(&key_arrays, &seq_arrays)?
+    let work = PartitionWork {
+        flow,
+        schema: &schema,
+        audit_ingest: audit_ingest.as_deref(),
+        audit_update: audit_update.as_deref(),
+        run_timestamp_us: ctx.run_timestamp_us,
     };
-    report.duplicates_collapsed = n - winners.len();
-
-    // NULL in a NOT NULL key column cannot be stored: reject (counted), never half-write.
-    let mut keep = BooleanArray::from(vec![true; winners.len()]);
-    for k in &flow.keys {
-        let field = schema.field_with_name(k).expect("checked");
-        if !field.is_nullable() {
-            let valid = take(&arrow::compute::is_not_null(&cast[k])?, &winners, None)?;
-            keep = arrow::compute::and(&keep, valid.as_boolean())?;
+    for p in 0..partitions {
+        reporter.phase(flow_name, "apply changes");
+        let batch = store.take(p)?;
+        let (rows, replaces) = work.plan(batch, &*silver, &mut report, &mut phases).await?;
+        if ctx.dry_run || rows.num_rows() == 0 {
+            continue;
         }
-    }
-    report.rejected = winners.len() - keep.true_count();
-    let winners: UInt32Array = filter(&winners, &keep)?
-        .as_primitive::<arrow::datatypes::UInt32Type>()
-        .clone();
-    // Taking every row in order is the identity (a first load without duplicates): no copy.
-    let identity = winners.len() == n;
-    let pick = |a: &ArrayRef| -> Result<ArrayRef> {
-        if identity {
-            Ok(Arc::clone(a))
-        } else {
-            Ok(take(a.as_ref(), &winners, None)?)
+        reporter.phase(flow_name, "write silver");
+        let started = Instant::now();
+        if silver.schema().is_none() {
+            silver.create(Arc::clone(&schema)).await?;
         }
-    };
-    let mut new_cols: HashMap<String, ArrayRef> = HashMap::new();
-    for (name, array) in &cast {
-        new_cols.insert(name.clone(), pick(array)?);
+        silver.stage(rows, &replaces, &flow.keys).await?;
+        phases.add("write", started.elapsed().as_millis() as u64);
     }
-    let new_commit_ts = pick(&commit_ts)?;
-    let new_seq: Vec<ArrayRef> = seq_arrays.iter().map(pick).collect::<Result<_>>()?;
-    let m = winners.len();
-    phases.end("dedupe");
-
-    // Guard: what silver stores for these keys.
-    reporter.phase(flow_name, "look up silver");
-    let stored_seq_names: Vec<String> = flow
-        .sequence_by
-        .iter()
-        .map(|s| {
-            if s == SEQ_COMMIT_TIMESTAMP {
-                audit_ingest.clone().expect("validated")
-            } else {
-                s.clone()
-            }
-        })
-        .collect();
-    let data_names: Vec<String> = schema
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .filter(|n| !is_audit(n) && !flow.keys.contains(n))
-        .collect();
-    let mut wanted: Vec<String> = flow.keys.clone();
-    for c in stored_seq_names
-        .iter()
-        .chain(&data_names)
-        .chain(audit_update.iter())
-    {
-        if !wanted.contains(c) {
-            wanted.push(c.clone());
-        }
-    }
-    let new_keys: Vec<ArrayRef> = flow.keys.iter().map(|k| Arc::clone(&new_cols[k])).collect();
-    let (matched, stored) = if silver.schema().is_some() && m > 0 {
-        let key_schema = Arc::new(arrow::datatypes::Schema::new(
-            flow.keys
-                .iter()
-                .map(|k| {
-                    schema
-                        .field_with_name(k)
-                        .expect("checked")
-                        .clone()
-                        .with_nullable(true)
-                })
-                .collect::<Vec<_>>(),
-        ));
-        let keys_batch = RecordBatch::try_new(key_schema, new_keys.clone())?;
-        let found = silver.lookup(keys_batch, &wanted).await?;
-        align(&new_keys, &found, &flow.keys, &wanted, &schema)?
-    } else {
-        let empty: HashMap<String, ArrayRef> = wanted
-            .iter()
-            .map(|c| {
-                (
-                    c.clone(),
-                    arrow::array::new_null_array(
-                        schema.field_with_name(c).expect("silver").data_type(),
-                        m,
-                    ),
-                )
-            })
-            .collect();
-        (BooleanArray::from(vec![false; m]), empty)
-    };
-    let stored_seq: Vec<ArrayRef> = stored_seq_names
-        .iter()
-        .map(|c| Arc::clone(&stored[c]))
-        .collect();
-    let new_data: Vec<ArrayRef> = data_names
-        .iter()
-        .map(|c| Arc::clone(&new_cols[c]))
-        .collect();
-    let stored_data: Vec<ArrayRef> = data_names.iter().map(|c| Arc::clone(&stored[c])).collect();
-    let plan = plan_scd1(&Scd1Input {
-        matched: &matched,
-        new_sequence: &new_seq,
-        stored_sequence: &stored_seq,
-        new_data: &new_data,
-        stored_data: &stored_data,
-    })?;
-    report.inserted = plan.counts.inserted;
-    report.updated = plan.counts.updated;
-    report.unchanged = plan.counts.unchanged;
-    report.stale = plan.counts.stale;
-    phases.end("guard");
-
-    // The rows to write, in silver column order.
-    let run_ts: ArrayRef = Arc::new(
-        TimestampMicrosecondArray::from(vec![ctx.run_timestamp_us; m]).with_timezone("UTC"),
-    );
-    let mut columns = Vec::with_capacity(schema.fields().len());
-    for f in schema.fields() {
-        let array: ArrayRef = if Some(f.name().as_str()) == audit_ingest.as_deref() {
-            Arc::clone(&new_commit_ts)
-        } else if Some(f.name().as_str()) == audit_update.as_deref() {
-            if plan.changed.true_count() == m {
-                Arc::clone(&run_ts)
-            } else {
-                zip(&plan.changed, &run_ts, &stored[f.name()])?
-            }
-        } else {
-            Arc::clone(&new_cols[f.name()])
-        };
-        columns.push(arrow::compute::cast(&array, f.data_type())?);
-    }
-    let rows = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-    let rows = if plan.write.true_count() == rows.num_rows() {
-        rows
-    } else {
-        filter_record_batch(&rows, &plan.write)?
-    };
 
     if ctx.dry_run {
         report.status = "planned".into();
@@ -501,14 +325,14 @@ pub async fn run_apply(
         return Ok(report);
     }
 
-    reporter.phase(flow_name, "write silver");
+    reporter.phase(flow_name, "commit silver");
     if silver.schema().is_none() {
         silver.create(Arc::clone(&schema)).await?;
     }
+    let started = Instant::now();
     failpoint("before_silver_commit")?;
     let stats = silver
-        .upsert(
-            rows,
+        .commit(
             &flow.keys,
             &Watermark {
                 app_id: app,
@@ -529,7 +353,7 @@ pub async fn run_apply(
         files_removed = stats.files_removed,
         "committed silver and watermark"
     );
-    phases.end("write");
+    phases.add("write", started.elapsed().as_millis() as u64);
     report.phases_ms = phases.done;
     reporter.done(flow_name);
     Ok(report)
@@ -575,6 +399,461 @@ impl RunContext {
             run_timestamp_us: chrono::Utc::now().timestamp_micros(),
             dry_run,
             full_refresh,
+            memory_limit: default_memory_limit(),
         }
+    }
+}
+
+/// Half of the machine's memory (Linux `/proc/meminfo`), or `None` where unknown.
+pub fn default_memory_limit() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024 / 2)
+}
+
+/// In-memory size of cast changes per byte of bronze Parquet, measured on seed 000's
+/// product2 (78 MB of bronze Parquet peaked at 2.3 GiB when applied in one piece).
+const MEMORY_PER_PARQUET_BYTE: u64 = 24;
+
+/// How many key partitions a change set of `bytes` (bronze Parquet) needs to stay within
+/// `limit`. Half the limit goes to the partition being applied; the other half to the
+/// bronze row group being decoded, the silver files being rewritten and the runtime.
+pub fn partitions_for(bytes: u64, limit: Option<u64>) -> usize {
+    let Some(limit) = limit else {
+        return 1;
+    };
+    let need = bytes.saturating_mul(MEMORY_PER_PARQUET_BYTE);
+    need.div_ceil((limit / 2).max(1)).clamp(1, 1024) as usize
+}
+
+/// The first value that failed to cast, for `on_cast_error: fail`.
+struct CastFailure {
+    column: String,
+    target: String,
+    value: String,
+    /// Among the run's upserts.
+    row: usize,
+    version: String,
+    key: String,
+}
+
+/// Casts bronze change batches to the flow's silver types as they stream in.
+struct CastPlan {
+    /// Silver columns (audit columns excepted) in silver types, then `_commit_timestamp`.
+    schema: SchemaRef,
+    targets: Vec<(String, DataType)>,
+}
+
+impl CastPlan {
+    fn new(schema: &SchemaRef, is_audit: &dyn Fn(&str) -> bool) -> Self {
+        let targets: Vec<(String, DataType)> = schema
+            .fields()
+            .iter()
+            .filter(|f| !is_audit(f.name()))
+            .map(|f| (f.name().clone(), f.data_type().clone()))
+            .collect();
+        let mut fields: Vec<Field> = targets
+            .iter()
+            .map(|(n, t)| Field::new(n, t.clone(), true))
+            .collect();
+        fields.push(Field::new(COMMIT_TIMESTAMP, timestamp_utc(), true));
+        Self {
+            schema: Arc::new(Schema::new(fields)),
+            targets,
+        }
+    }
+
+    /// The upserts of `batch` (inserts and update post-images; the rest is counted as
+    /// ignored), cast. Failures are counted per column; the first one is kept.
+    fn cast(
+        &self,
+        batch: &RecordBatch,
+        flow: &ApplyFlow,
+        offset: usize,
+        report: &mut FlowReport,
+        first: &mut Option<CastFailure>,
+    ) -> Result<RecordBatch> {
+        let kinds = batch
+            .column_by_name(CHANGE_TYPE)
+            .ok_or_else(|| EngineError::Internal("change batch without _change_type".into()))?;
+        let kinds = arrow::compute::cast(kinds, &DataType::Utf8)?;
+        let upsert = BooleanArray::from_iter(
+            kinds
+                .as_string::<i32>()
+                .iter()
+                .map(|k| Some(matches!(k, Some(INSERT | UPDATE_POSTIMAGE)))),
+        );
+        // Filters copy every column: skip them when they keep everything (append-only bronze).
+        let batch = if upsert.true_count() == batch.num_rows() {
+            batch.clone()
+        } else {
+            filter_record_batch(batch, &upsert)?
+        };
+        report.ignored += upsert.len() - batch.num_rows();
+        let raw = |name: &str| -> Result<&ArrayRef> {
+            batch
+                .column_by_name(name)
+                .ok_or_else(|| EngineError::Internal(format!("change batch without `{name}`")))
+        };
+        let inputs: Vec<(ArrayRef, DataType)> = self
+            .targets
+            .iter()
+            .map(|(n, t)| Ok((Arc::clone(raw(n)?), t.clone())))
+            .collect::<Result<_>>()?;
+        let outputs = cast_columns(&inputs, flow.tz.as_deref())?;
+        let mut columns = Vec::with_capacity(self.targets.len() + 1);
+        for ((name, target), out) in self.targets.iter().zip(outputs) {
+            if !out.failed_rows.is_empty() {
+                *report.cast_failures.entry(name.clone()).or_default() += out.failed_rows.len();
+                if first.is_none() {
+                    let row = out.failed_rows[0];
+                    let key = flow
+                        .keys
+                        .iter()
+                        .map(|k| Ok(format!("{k}={}", array_value_to_string(raw(k)?, row)?)))
+                        .collect::<Result<Vec<_>>>()?
+                        .join(", ");
+                    *first = Some(CastFailure {
+                        column: name.clone(),
+                        target: type_name(target),
+                        value: array_value_to_string(raw(name)?, row)?,
+                        row: offset + row,
+                        version: array_value_to_string(raw(COMMIT_VERSION)?, row)?,
+                        key,
+                    });
+                }
+            }
+            columns.push(if out.array.data_type() == target {
+                out.array
+            } else {
+                arrow::compute::cast(&out.array, target)?
+            });
+        }
+        columns.push(arrow::compute::cast(
+            raw(COMMIT_TIMESTAMP)?,
+            &timestamp_utc(),
+        )?);
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    }
+}
+
+/// Cast changes waiting to be applied: in memory, or split by key hash into partitions
+/// spilled to local disk as Arrow IPC files.
+enum PartitionStore {
+    Memory {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
+    Spill {
+        schema: SchemaRef,
+        dir: tempfile::TempDir,
+        writers: Vec<Option<FileWriter<BufWriter<File>>>>,
+    },
+}
+
+fn spill_error(dir: &Path, e: impl std::error::Error + Send + Sync + 'static) -> EngineError {
+    EngineError::Storage {
+        context: format!(
+            "spilling changes to `{}` (set TMPDIR to a disk with room, or raise --memory-limit)",
+            dir.display()
+        ),
+        source: Box::new(e),
+    }
+}
+
+impl PartitionStore {
+    fn new(partitions: usize, schema: SchemaRef) -> Result<Self> {
+        if partitions <= 1 {
+            return Ok(Self::Memory {
+                schema,
+                batches: Vec::new(),
+            });
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("smelt-spill-")
+            .tempdir()
+            .map_err(|e| spill_error(&std::env::temp_dir(), e))?;
+        Ok(Self::Spill {
+            schema,
+            dir,
+            writers: (0..partitions).map(|_| None).collect(),
+        })
+    }
+
+    fn push(&mut self, batch: RecordBatch, keys: &[String]) -> Result<()> {
+        match self {
+            Self::Memory { batches, .. } => batches.push(batch),
+            Self::Spill {
+                schema,
+                dir,
+                writers,
+            } => {
+                let key_arrays: Vec<ArrayRef> = keys
+                    .iter()
+                    .map(|k| {
+                        batch.column_by_name(k).cloned().ok_or_else(|| {
+                            EngineError::Internal(format!("cast batch without key `{k}`"))
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                let parts = partition_of(&key_arrays, writers.len())?;
+                for (p, writer) in writers.iter_mut().enumerate() {
+                    let mask = arrow::compute::kernels::cmp::eq(
+                        &parts,
+                        &UInt32Array::new_scalar(p as u32),
+                    )?;
+                    if mask.true_count() == 0 {
+                        continue;
+                    }
+                    let part = filter_record_batch(&batch, &mask)?;
+                    if writer.is_none() {
+                        let path = dir.path().join(format!("part-{p}.arrow"));
+                        let file = File::create(&path).map_err(|e| spill_error(dir.path(), e))?;
+                        *writer = Some(FileWriter::try_new(BufWriter::new(file), schema)?);
+                    }
+                    writer
+                        .as_mut()
+                        .expect("just set")
+                        .write(&part)
+                        .map_err(|e| spill_error(dir.path(), e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The changes of partition `p`, in input order, as one batch.
+    fn take(&mut self, p: usize) -> Result<RecordBatch> {
+        match self {
+            Self::Memory { schema, batches } => {
+                let batches = std::mem::take(batches);
+                Ok(concat_batches(schema, &batches)?)
+            }
+            Self::Spill {
+                schema,
+                dir,
+                writers,
+            } => {
+                let Some(mut writer) = writers[p].take() else {
+                    return Ok(RecordBatch::new_empty(Arc::clone(schema)));
+                };
+                writer.finish().map_err(|e| spill_error(dir.path(), e))?;
+                drop(writer);
+                let path = dir.path().join(format!("part-{p}.arrow"));
+                let file = File::open(&path).map_err(|e| spill_error(dir.path(), e))?;
+                let reader = FileReader::try_new(BufReader::new(file), None)
+                    .map_err(|e| spill_error(dir.path(), e))?;
+                let batches = reader
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| spill_error(dir.path(), e))?;
+                let _ = std::fs::remove_file(&path);
+                Ok(concat_batches(schema, &batches)?)
+            }
+        }
+    }
+}
+
+/// Applies one partition of cast changes: latest per key, guard against silver, the rows
+/// to write.
+struct PartitionWork<'a> {
+    flow: &'a ApplyFlow,
+    schema: &'a SchemaRef,
+    audit_ingest: Option<&'a str>,
+    audit_update: Option<&'a str>,
+    run_timestamp_us: i64,
+}
+
+impl PartitionWork<'_> {
+    /// The rows to write (silver schema) and, for each, whether it replaces a stored row.
+    async fn plan(
+        &self,
+        batch: RecordBatch,
+        silver: &dyn SilverTable,
+        report: &mut FlowReport,
+        phases: &mut Phases,
+    ) -> Result<(RecordBatch, BooleanArray)> {
+        let started = Instant::now();
+        let flow = self.flow;
+        let schema = self.schema;
+        let n = batch.num_rows();
+        let col = |name: &str| -> Result<ArrayRef> {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| EngineError::Internal(format!("cast batch without `{name}`")))
+        };
+        let seq_col = |s: &String| {
+            if s == SEQ_COMMIT_TIMESTAMP {
+                col(COMMIT_TIMESTAMP)
+            } else {
+                col(s)
+            }
+        };
+        let key_arrays: Vec<ArrayRef> = flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
+        let seq_arrays: Vec<ArrayRef> = flow
+            .sequence_by
+            .iter()
+            .map(seq_col)
+            .collect::<Result<_>>()?;
+        let winners = if n == 0 {
+            UInt32Array::from(Vec::<u32>::new())
+        } else {
+            latest_per_key(&key_arrays, &seq_arrays)?
+        };
+        report.duplicates_collapsed += n - winners.len();
+
+        // NULL in a NOT NULL key column cannot be stored: reject (counted), never half-write.
+        let mut keep = BooleanArray::from(vec![true; winners.len()]);
+        for (k, array) in flow.keys.iter().zip(&key_arrays) {
+            let field = schema.field_with_name(k)?;
+            if !field.is_nullable() {
+                let valid = take(&arrow::compute::is_not_null(array)?, &winners, None)?;
+                keep = arrow::compute::and(&keep, valid.as_boolean())?;
+            }
+        }
+        report.rejected += winners.len() - keep.true_count();
+        let winners: UInt32Array = filter(&winners, &keep)?
+            .as_primitive::<arrow::datatypes::UInt32Type>()
+            .clone();
+        // Taking every row in order is the identity (a first load without duplicates): no copy.
+        let batch = if winners.len() == n {
+            batch
+        } else {
+            arrow::compute::take_record_batch(&batch, &winners)?
+        };
+        let m = batch.num_rows();
+        let col = |name: &str| -> Result<ArrayRef> {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| EngineError::Internal(format!("cast batch without `{name}`")))
+        };
+        let new_commit_ts = col(COMMIT_TIMESTAMP)?;
+        let new_seq: Vec<ArrayRef> = flow
+            .sequence_by
+            .iter()
+            .map(|s| {
+                if s == SEQ_COMMIT_TIMESTAMP {
+                    Ok(Arc::clone(&new_commit_ts))
+                } else {
+                    col(s)
+                }
+            })
+            .collect::<Result<_>>()?;
+        phases.add("dedupe", started.elapsed().as_millis() as u64);
+
+        // Guard: what silver stores for these keys.
+        let started = Instant::now();
+        let stored_seq_names: Vec<String> = flow
+            .sequence_by
+            .iter()
+            .map(|s| {
+                if s == SEQ_COMMIT_TIMESTAMP {
+                    self.audit_ingest.expect("validated").to_string()
+                } else {
+                    s.clone()
+                }
+            })
+            .collect();
+        let is_audit = |n: &str| Some(n) == self.audit_ingest || Some(n) == self.audit_update;
+        let data_names: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|n| !is_audit(n) && !flow.keys.contains(n))
+            .collect();
+        let mut wanted: Vec<String> = flow.keys.clone();
+        for c in stored_seq_names
+            .iter()
+            .chain(&data_names)
+            .chain(self.audit_update.map(str::to_string).iter())
+        {
+            if !wanted.contains(c) {
+                wanted.push(c.clone());
+            }
+        }
+        let new_keys: Vec<ArrayRef> = flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
+        let (matched, stored) = if silver.version().is_some() && m > 0 {
+            let key_schema = Arc::new(Schema::new(
+                flow.keys
+                    .iter()
+                    .map(|k| Ok(schema.field_with_name(k)?.clone().with_nullable(true)))
+                    .collect::<Result<Vec<_>>>()?,
+            ));
+            let keys_batch = RecordBatch::try_new(key_schema, new_keys.clone())?;
+            let found = silver.lookup(keys_batch, &wanted).await?;
+            align(&new_keys, &found, &flow.keys, &wanted, schema)?
+        } else {
+            let empty: HashMap<String, ArrayRef> = wanted
+                .iter()
+                .map(|c| {
+                    Ok((
+                        c.clone(),
+                        arrow::array::new_null_array(schema.field_with_name(c)?.data_type(), m),
+                    ))
+                })
+                .collect::<Result<_>>()?;
+            (BooleanArray::from(vec![false; m]), empty)
+        };
+        let stored_seq: Vec<ArrayRef> = stored_seq_names
+            .iter()
+            .map(|c| Arc::clone(&stored[c]))
+            .collect();
+        let new_data: Vec<ArrayRef> = data_names.iter().map(|c| col(c)).collect::<Result<_>>()?;
+        let stored_data: Vec<ArrayRef> =
+            data_names.iter().map(|c| Arc::clone(&stored[c])).collect();
+        let plan = plan_scd1(&Scd1Input {
+            matched: &matched,
+            new_sequence: &new_seq,
+            stored_sequence: &stored_seq,
+            new_data: &new_data,
+            stored_data: &stored_data,
+        })?;
+        report.inserted += plan.counts.inserted;
+        report.updated += plan.counts.updated;
+        report.unchanged += plan.counts.unchanged;
+        report.stale += plan.counts.stale;
+
+        // The rows to write, in silver column order.
+        let run_ts: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(vec![self.run_timestamp_us; m]).with_timezone("UTC"),
+        );
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for f in schema.fields() {
+            let array: ArrayRef = if Some(f.name().as_str()) == self.audit_ingest {
+                Arc::clone(&new_commit_ts)
+            } else if Some(f.name().as_str()) == self.audit_update {
+                if plan.changed.true_count() == m {
+                    Arc::clone(&run_ts)
+                } else {
+                    zip(&plan.changed, &run_ts, &stored[f.name()])?
+                }
+            } else {
+                col(f.name())?
+            };
+            columns.push(if array.data_type() == f.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, f.data_type())?
+            });
+        }
+        let rows = RecordBatch::try_new(Arc::clone(schema), columns)?;
+        let out = if plan.write.true_count() == rows.num_rows() {
+            (rows, matched)
+        } else {
+            (
+                filter_record_batch(&rows, &plan.write)?,
+                filter(&matched, &plan.write)?.as_boolean().clone(),
+            )
+        };
+        phases.add("guard", started.elapsed().as_millis() as u64);
+        Ok(out)
     }
 }

@@ -1,21 +1,16 @@
 //! The ports a table format implements (DESIGN §7). Small on purpose: required methods
 //! are the minimum the run contract needs.
 
-use arrow::array::RecordBatch;
+use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use smelt_spec::TableName;
 
 use crate::Result;
 
-/// Bronze changes read for one run.
-#[derive(Debug, Clone)]
+/// What reading the bronze changes of one run covered.
+#[derive(Debug, Clone, Default)]
 pub struct ChangeSet {
-    /// Bronze columns followed by the change metadata columns
-    /// (`smelt_core::change::metadata_fields`), in input order.
-    pub schema: SchemaRef,
-    /// The rows, in input order (commit version, file order, row order).
-    pub batches: Vec<RecordBatch>,
     /// Data files read.
     pub files_read: usize,
     /// Bytes of the data files read.
@@ -35,9 +30,19 @@ pub trait ChangeSource: Send + Sync {
     fn version(&self) -> i64;
     /// Bronze columns (without change metadata).
     fn schema(&self) -> SchemaRef;
-    /// Changes in `(after, version]`; `after = None` reads the snapshot at `version`,
-    /// each row stamped with the version and time of the commit that added its file.
-    async fn read_changes(&self, after: Option<i64>) -> Result<ChangeSet>;
+    /// Bytes of the data files `read_changes(after)` would read (from the log alone): what
+    /// the run plans its memory with.
+    async fn bytes_to_read(&self, after: Option<i64>) -> Result<u64>;
+    /// Streams the changes in `(after, version]` to `sink`, in input order (commit
+    /// version, file order, row order), a bounded batch at a time: bronze columns followed
+    /// by the change metadata columns (`smelt_core::change::metadata_fields`).
+    /// `after = None` reads the snapshot at `version`, each row stamped with the version
+    /// and time of the commit that added its file. Stops at the first error of `sink`.
+    async fn read_changes(
+        &self,
+        after: Option<i64>,
+        sink: &mut (dyn FnMut(RecordBatch) -> Result<()> + Send),
+    ) -> Result<ChangeSet>;
 }
 
 /// What a silver write did.
@@ -80,14 +85,23 @@ pub trait SilverTable: Send + Sync {
     /// Stored rows whose key equals a row of `keys` (NULL-safe), with the silver columns
     /// `columns`. Row order is unspecified.
     async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch>;
-    /// Upserts `rows` (silver schema) by `keys` and commits `watermark` in the same
-    /// commit. With no rows, commits the watermark alone.
-    async fn upsert(
+    /// Writes `rows` (silver schema, keys `keys`), invisible until [`commit`]. A run may
+    /// stage several times (one per partition of its keys); a key is staged at most once
+    /// per run. `replaces[i]` says row `i` replaces a stored row of the same key, which
+    /// a [`lookup`] at this version returned; otherwise its key is new.
+    ///
+    /// [`commit`]: SilverTable::commit
+    /// [`lookup`]: SilverTable::lookup
+    async fn stage(
         &mut self,
         rows: RecordBatch,
+        replaces: &BooleanArray,
         keys: &[String],
-        watermark: &Watermark,
-    ) -> Result<WriteStats>;
+    ) -> Result<()>;
+    /// Makes the staged rows visible — replacing the stored rows they replace — and
+    /// records `watermark`, in one commit. With nothing staged, commits the watermark
+    /// alone.
+    async fn commit(&mut self, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
 }
 
 /// Progress of long phases. The CLI draws it; libraries never print.

@@ -56,6 +56,9 @@ pub struct FlowReport {
     pub files_removed: usize,
     /// Silver bytes written.
     pub bytes_written: u64,
+    /// Key partitions the changes were applied in (more than one when they would not fit
+    /// in the memory limit at once).
+    pub partitions: usize,
     /// Silver version after the run (`None` if nothing exists yet).
     pub silver_version: Option<i64>,
     /// Milliseconds per phase, in order.

@@ -18,6 +18,8 @@ use smelt_spec::{FlowKind, Pipeline, TableName};
 struct MemSource {
     name: TableName,
     commits: Vec<Vec<(Option<&'static str>, &'static str)>>,
+    /// What `bytes_to_read` claims (drives the memory plan).
+    bytes: u64,
 }
 
 fn bronze_schema() -> SchemaRef {
@@ -38,7 +40,14 @@ impl ChangeSource for MemSource {
     fn schema(&self) -> SchemaRef {
         bronze_schema()
     }
-    async fn read_changes(&self, after: Option<i64>) -> Result<ChangeSet> {
+    async fn bytes_to_read(&self, _after: Option<i64>) -> Result<u64> {
+        Ok(self.bytes)
+    }
+    async fn read_changes(
+        &self,
+        after: Option<i64>,
+        sink: &mut (dyn FnMut(RecordBatch) -> Result<()> + Send),
+    ) -> Result<ChangeSet> {
         let mut fields: Vec<Field> = bronze_schema()
             .fields()
             .iter()
@@ -46,7 +55,6 @@ impl ChangeSource for MemSource {
             .collect();
         fields.extend(metadata_fields());
         let schema = Arc::new(Schema::new(fields));
-        let mut batches = Vec::new();
         for (v, rows) in self
             .commits
             .iter()
@@ -68,24 +76,19 @@ impl ChangeSource for MemSource {
                         .with_timezone("UTC"),
                 ),
             ];
-            batches.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+            sink(RecordBatch::try_new(Arc::clone(&schema), columns)?)?;
         }
-        Ok(ChangeSet {
-            schema,
-            batches,
-            files_read: 0,
-            bytes_read: 0,
-            skipped_delete_files: 0,
-        })
+        Ok(ChangeSet::default())
     }
 }
 
-/// Silver: one batch, replaced on every upsert.
+/// Silver: one batch, replaced on every commit.
 #[derive(Default)]
 struct MemSilver {
     name: Option<TableName>,
     schema: Option<SchemaRef>,
     rows: Mutex<Option<RecordBatch>>,
+    staged: Vec<RecordBatch>,
     watermark: Option<i64>,
     commits: i64,
 }
@@ -99,7 +102,7 @@ impl SilverTable for MemSilver {
         self.schema.clone()
     }
     fn version(&self) -> Option<i64> {
-        self.schema.as_ref().map(|_| self.commits - 1)
+        (self.commits > 0).then(|| self.commits - 1)
     }
     async fn watermark(&self, _: &str) -> Result<Option<i64>> {
         Ok(self.watermark)
@@ -127,13 +130,21 @@ impl SilverTable for MemSilver {
             .collect();
         Ok(found.project(&idx)?)
     }
-    async fn upsert(
+    async fn stage(
         &mut self,
-        new: RecordBatch,
+        rows: RecordBatch,
+        replaces: &arrow::array::BooleanArray,
         keys: &[String],
-        w: &Watermark,
-    ) -> Result<WriteStats> {
+    ) -> Result<()> {
         assert_eq!(keys, ["id"]);
+        assert_eq!(replaces.len(), rows.num_rows());
+        self.staged.push(rows);
+        Ok(())
+    }
+    async fn commit(&mut self, keys: &[String], w: &Watermark) -> Result<WriteStats> {
+        assert_eq!(keys, ["id"]);
+        let schema = self.schema.clone().unwrap();
+        let new = concat_batches(&schema, &std::mem::take(&mut self.staged))?;
         let mut guard = self.rows.lock().unwrap();
         let merged = match guard.take() {
             None => new,
@@ -150,7 +161,7 @@ impl SilverTable for MemSilver {
                         .iter()
                         .map(|k| Some(!new_ids.contains(&k.unwrap().to_string()))),
                 );
-                concat_batches(&new.schema(), &[filter_record_batch(&old, &keep)?, new])?
+                concat_batches(&schema, &[filter_record_batch(&old, &keep)?, new])?
             }
         };
         *guard = Some(merged);
@@ -164,8 +175,11 @@ impl SilverTable for MemSilver {
 }
 
 fn flow(on_cast_error: &str) -> (String, smelt_spec::ApplyFlow) {
+    // One folder per call: tests run in parallel and must not read each other's files.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "smelt-engine-test-{}-{on_cast_error}",
+        "smelt-engine-test-{}-{call}-{on_cast_error}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
@@ -212,6 +226,7 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     let mut source = MemSource {
         name: f.from.clone(),
         commits: vec![vec![(Some("a"), "1"), (Some("b"), "x"), (None, "3")]],
+        bytes: 0,
     };
     let ctx = RunContext::new(false, false);
     let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
@@ -278,6 +293,7 @@ async fn fail_policy_aborts_before_writing() {
     let source = MemSource {
         name: f.from.clone(),
         commits: vec![vec![(Some("a"), "1"), (Some("b"), "1e9x")]],
+        bytes: 0,
     };
     let err = run_apply(
         &name,
@@ -309,6 +325,7 @@ async fn plan_writes_nothing() {
     let source = MemSource {
         name: f.from.clone(),
         commits: vec![vec![(Some("a"), "1")]],
+        bytes: 0,
     };
     let r = run_apply(
         &name,
@@ -322,4 +339,74 @@ async fn plan_writes_nothing() {
     .unwrap();
     assert_eq!((r.status.as_str(), r.inserted), ("planned", 1));
     assert!(silver.schema.is_none() && silver.commits == 0);
+}
+
+#[tokio::test]
+async fn key_partitions_spilled_to_disk_give_the_same_silver() {
+    let commits = vec![
+        vec![
+            (Some("a"), "1"),
+            (Some("b"), "2"),
+            (Some("c"), "3"),
+            (Some("d"), "4"),
+        ],
+        vec![
+            (Some("a"), "5"),
+            (Some("e"), "6"),
+            (Some("a"), "7"),
+            (Some("b"), "8"),
+        ],
+        vec![(Some("f"), "9"), (Some("c"), "3"), (Some("e"), "x")],
+    ];
+    let run = |limit: Option<u64>| {
+        let commits = commits.clone();
+        async move {
+            let (name, f) = flow("null");
+            let mut silver = MemSilver {
+                name: Some(f.into.clone()),
+                ..MemSilver::default()
+            };
+            let mut ctx = RunContext::new(false, false);
+            ctx.memory_limit = limit;
+            let mut reports = Vec::new();
+            for n in 1..=commits.len() {
+                let source = MemSource {
+                    name: f.from.clone(),
+                    commits: commits[..n].to_vec(),
+                    // Claims 10 MB of Parquet: 8 partitions within a 60 MB limit.
+                    bytes: 10_000_000,
+                };
+                reports.push(
+                    run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+                        .await
+                        .unwrap(),
+                );
+            }
+            (amounts(&silver), reports, silver.commits)
+        }
+    };
+    let (whole, whole_reports, whole_commits) = run(None).await;
+    let (split, split_reports, split_commits) = run(Some(60_000_000)).await;
+    assert!(split_reports.iter().all(|r| r.partitions == 8));
+    assert!(whole_reports.iter().all(|r| r.partitions == 1));
+    assert_eq!(split, whole);
+    assert_eq!(
+        split_commits, whole_commits,
+        "one commit per run either way"
+    );
+    let counts = |rs: &[smelt_engine::report::FlowReport]| {
+        rs.iter()
+            .map(|r| {
+                (
+                    r.inserted,
+                    r.updated,
+                    r.unchanged,
+                    r.duplicates_collapsed,
+                    r.cast_failures_total(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(counts(&split_reports), counts(&whole_reports));
+    assert_eq!(whole[0], ("a".into(), Some("7.00".into())));
 }

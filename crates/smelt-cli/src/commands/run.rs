@@ -22,7 +22,10 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
     let lake = open_lake(&pipeline.lake)?;
-    let ctx = RunContext::new(dry_run, args.full_refresh);
+    let mut ctx = RunContext::new(dry_run, args.full_refresh);
+    if args.memory_limit.is_some() {
+        ctx.memory_limit = args.memory_limit;
+    }
     let progress = Progress::new(!global.quiet && !global.json);
     let mut reports = Vec::new();
     let mut events = Vec::new();
