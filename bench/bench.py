@@ -119,7 +119,10 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
         before = set(log_versions(silver))
         db_before = os.path.getsize(os.path.join(silver, "silver.duckdb")) if tool == "duckdb" and step > 0 else 0
         if tool == "smelt":
-            out, wall, rss = timed([args.smelt, "-q", "--json", "-p", os.path.join(lake, "smelt.yaml"), "run"])
+            cmd = [args.smelt, "-q", "--json", "-p", os.path.join(lake, "smelt.yaml"), "run"]
+            if args.memory_limit:
+                cmd += ["--memory-limit", args.memory_limit]
+            out, wall, rss = timed(cmd)
             report = json.loads(out)["flows"][0]
             work_s = wall
             phases = dict(report["phases_ms"])
@@ -209,6 +212,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--increments", type=int, default=5)
     ap.add_argument("--tools", default="smelt,deltars,polars,duckdb")
+    ap.add_argument("--memory-limit", default=None, help="passed to `smelt run --memory-limit`, e.g. 2GiB")
     args = ap.parse_args()
     rows, increment = SCALES[args.scale]
     work = os.path.join(args.out, "work")
@@ -243,7 +247,7 @@ def main():
     meta = {
         "scale": args.scale, "rows": rows, "increment": increment, "increments": args.increments,
         "machine": f"{os.cpu_count()} cores ({cpu}), {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, {platform.platform()}",
-        "command": f"bench/run.sh {args.scale}",
+        "command": os.environ.get("SMELT_BENCH_COMMAND", f"bench/run.sh {args.scale}"),
         "date": time.strftime("%Y-%m-%d"),
         "versions": subprocess.run([args.python, "-c", "import deltalake, polars, duckdb, pyarrow; print(f'deltalake {deltalake.__version__}, polars {polars.__version__}, duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}')"], capture_output=True, text=True).stdout.strip(),
     }

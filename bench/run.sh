@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark smelt against delta-rs (Python), polars and DuckDB on the product2 workload.
-#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,deltars,polars,duckdb]
+#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,deltars,polars,duckdb] [--memory-limit 2GiB]
 # Builds release binaries, creates bench/.venv from bench/requirements.txt (PyPI), generates
 # the bronze table, runs every tool on identical copies, checks their silver against smelt's
 # and writes bench/out/<scale>/results.{json,md}.
@@ -14,6 +14,7 @@ if [ ! -x bench/.venv/bin/python ]; then
 fi
 bench/.venv/bin/pip install --quiet -r bench/requirements.txt
 out="bench/out/$scale"
+export SMELT_BENCH_COMMAND="bench/run.sh $scale${*:+ $*}"
 mkdir -p "$out"
 bench/.venv/bin/python bench/bench.py "$scale" \
   --smelt "$CARGO_TARGET_DIR/release/smelt" --gen "$CARGO_TARGET_DIR/release/smelt-bench-gen" \

@@ -373,7 +373,7 @@ async fn key_partitions_spilled_to_disk_give_the_same_silver() {
                 let source = MemSource {
                     name: f.from.clone(),
                     commits: commits[..n].to_vec(),
-                    // Claims 10 MB of Parquet: 8 partitions within a 60 MB limit.
+                    // Claims 10 MB of Parquet: 6 partitions within a 60 MB limit.
                     bytes: 10_000_000,
                 };
                 reports.push(
@@ -387,7 +387,7 @@ async fn key_partitions_spilled_to_disk_give_the_same_silver() {
     };
     let (whole, whole_reports, whole_commits) = run(None).await;
     let (split, split_reports, split_commits) = run(Some(60_000_000)).await;
-    assert!(split_reports.iter().all(|r| r.partitions == 8));
+    assert!(split_reports.iter().all(|r| r.partitions == 6));
     assert!(whole_reports.iter().all(|r| r.partitions == 1));
     assert_eq!(split, whole);
     assert_eq!(
