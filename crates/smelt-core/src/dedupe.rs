@@ -101,16 +101,42 @@ pub fn partition_of(keys: &[ArrayRef], partitions: usize) -> Result<UInt32Array>
 /// other rows against, batch by batch. Built once per write, it finds which rows of a
 /// stored file carry one of the keys being written.
 pub struct KeyIndex {
-    converter: RowConverter,
-    index: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
+    inner: Index,
+}
+
+type ByteMap = HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>;
+
+enum Index {
+    /// One string column (the common case): values hashed as they are.
+    Text { values: ByteMap, null: Option<u32> },
+    /// Anything else: row-encoded keys.
+    Rows {
+        converter: RowConverter,
+        values: ByteMap,
+    },
 }
 
 impl std::fmt::Debug for KeyIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyIndex")
-            .field("keys", &self.index.len())
+            .field("keys", &self.len())
             .finish()
     }
+}
+
+/// `column` as a `Utf8` array, if it is text.
+fn as_text(column: &ArrayRef) -> Result<Option<arrow::array::StringArray>> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::DataType;
+    Ok(match column.data_type() {
+        DataType::Utf8 => Some(column.as_string::<i32>().clone()),
+        DataType::LargeUtf8 | DataType::Utf8View => Some(
+            arrow::compute::cast(column, &DataType::Utf8)?
+                .as_string::<i32>()
+                .clone(),
+        ),
+        _ => None,
+    })
 }
 
 impl KeyIndex {
@@ -120,37 +146,79 @@ impl KeyIndex {
         let Some(first) = keys.first() else {
             return Err(CoreError::Internal("a key index needs key columns".into()));
         };
+        let mut values: ByteMap =
+            HashMap::with_capacity_and_hasher(first.len(), foldhash::fast::RandomState::default());
+        let single_text = if keys.len() == 1 {
+            as_text(first)?
+        } else {
+            None
+        };
+        if let Some(text) = single_text {
+            let mut null = None;
+            for (i, v) in text.iter().enumerate() {
+                match v {
+                    Some(v) => {
+                        values.insert(Box::from(v.as_bytes()), i as u32);
+                    }
+                    None => null = Some(i as u32),
+                }
+            }
+            return Ok(Self {
+                inner: Index::Text { values, null },
+            });
+        }
         let converter = RowConverter::new(
             keys.iter()
                 .map(|c| SortField::new(c.data_type().clone()))
                 .collect(),
         )?;
         let rows = converter.convert_columns(keys)?;
-        let mut index =
-            HashMap::with_capacity_and_hasher(first.len(), foldhash::fast::RandomState::default());
         for i in 0..rows.num_rows() {
-            index.insert(Box::from(rows.row(i).as_ref()), i as u32);
+            values.insert(Box::from(rows.row(i).as_ref()), i as u32);
         }
-        Ok(Self { converter, index })
+        Ok(Self {
+            inner: Index::Rows { converter, values },
+        })
     }
 
     /// Number of distinct keys.
     pub fn len(&self) -> usize {
-        self.index.len()
+        match &self.inner {
+            Index::Text { values, null } => values.len() + usize::from(null.is_some()),
+            Index::Rows { values, .. } => values.len(),
+        }
     }
 
     /// True when no key is indexed.
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.len() == 0
     }
 
     /// For every row of `probe` (same key columns and types as the index), the indexed
     /// row with an equal key, or NULL.
     pub fn positions(&self, probe: &[ArrayRef]) -> Result<UInt32Array> {
-        let rows = self.converter.convert_columns(probe)?;
-        Ok(UInt32Array::from_iter(
-            (0..rows.num_rows()).map(|i| self.index.get(rows.row(i).as_ref()).copied()),
-        ))
+        match &self.inner {
+            Index::Text { values, null } => {
+                let [column] = probe else {
+                    return Err(CoreError::Internal(
+                        "probe has the wrong key columns".into(),
+                    ));
+                };
+                let text = as_text(column)?.ok_or_else(|| {
+                    CoreError::Internal("probe key is not text like the index".into())
+                })?;
+                Ok(UInt32Array::from_iter(text.iter().map(|v| match v {
+                    Some(v) => values.get(v.as_bytes()).copied(),
+                    None => *null,
+                })))
+            }
+            Index::Rows { converter, values } => {
+                let rows = converter.convert_columns(probe)?;
+                Ok(UInt32Array::from_iter(
+                    (0..rows.num_rows()).map(|i| values.get(rows.row(i).as_ref()).copied()),
+                ))
+            }
+        }
     }
 }
 
@@ -224,6 +292,20 @@ mod tests {
             .positions(&[s(vec![Some("a")]), i(vec![Some(1)])])
             .unwrap();
         assert_eq!(p, UInt32Array::from(vec![Some(0)]));
+    }
+
+    #[test]
+    fn key_index_on_one_text_column_matches_nulls_and_repeats() {
+        let index = KeyIndex::new(&[s(vec![Some("a"), None, Some("b"), Some("a")])]).unwrap();
+        assert_eq!(index.len(), 3);
+        let probe: ArrayRef = Arc::new(arrow::array::StringViewArray::from(vec![
+            Some("b"),
+            None,
+            Some("a"),
+            Some("z"),
+        ]));
+        let p = index.positions(&[probe]).unwrap();
+        assert_eq!(p, UInt32Array::from(vec![Some(2), Some(1), Some(3), None]));
     }
 
     #[test]
