@@ -305,7 +305,9 @@ pub async fn run_apply(
     };
     for p in 0..partitions {
         reporter.phase(flow_name, "apply changes");
+        let started = Instant::now();
         let batch = store.take(p)?;
+        phases.add("dedupe", started.elapsed().as_millis() as u64);
         let (rows, replaces) = work.plan(batch, &*silver, &mut report, &mut phases).await?;
         if ctx.dry_run || rows.num_rows() == 0 {
             continue;
@@ -697,50 +699,57 @@ impl PartitionWork<'_> {
         let flow = self.flow;
         let schema = self.schema;
         let n = batch.num_rows();
-        let col = |name: &str| -> Result<ArrayRef> {
-            batch
-                .column_by_name(name)
-                .cloned()
-                .ok_or_else(|| EngineError::Internal(format!("cast batch without `{name}`")))
-        };
-        let seq_col = |s: &String| {
-            if s == SEQ_COMMIT_TIMESTAMP {
-                col(COMMIT_TIMESTAMP)
+        let winners = {
+            // The key and sequence arrays share the batch's buffers: scoped, so the batch can
+            // be dropped as soon as the winners are taken.
+            let col = |name: &str| -> Result<ArrayRef> {
+                batch
+                    .column_by_name(name)
+                    .cloned()
+                    .ok_or_else(|| EngineError::Internal(format!("cast batch without `{name}`")))
+            };
+            let seq_col = |s: &String| {
+                if s == SEQ_COMMIT_TIMESTAMP {
+                    col(COMMIT_TIMESTAMP)
+                } else {
+                    col(s)
+                }
+            };
+            let key_arrays: Vec<ArrayRef> =
+                flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
+            let seq_arrays: Vec<ArrayRef> = flow
+                .sequence_by
+                .iter()
+                .map(seq_col)
+                .collect::<Result<_>>()?;
+            let winners = if n == 0 {
+                UInt32Array::from(Vec::<u32>::new())
             } else {
-                col(s)
-            }
-        };
-        let key_arrays: Vec<ArrayRef> = flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
-        let seq_arrays: Vec<ArrayRef> = flow
-            .sequence_by
-            .iter()
-            .map(seq_col)
-            .collect::<Result<_>>()?;
-        let winners = if n == 0 {
-            UInt32Array::from(Vec::<u32>::new())
-        } else {
-            latest_per_key(&key_arrays, &seq_arrays)?
-        };
-        report.duplicates_collapsed += n - winners.len();
+                latest_per_key(&key_arrays, &seq_arrays)?
+            };
+            report.duplicates_collapsed += n - winners.len();
 
-        // NULL in a NOT NULL key column cannot be stored: reject (counted), never half-write.
-        let mut keep = BooleanArray::from(vec![true; winners.len()]);
-        for (k, array) in flow.keys.iter().zip(&key_arrays) {
-            let field = schema.field_with_name(k)?;
-            if !field.is_nullable() {
-                let valid = take(&arrow::compute::is_not_null(array)?, &winners, None)?;
-                keep = arrow::compute::and(&keep, valid.as_boolean())?;
+            // NULL in a NOT NULL key column cannot be stored: reject (counted), never
+            // half-write.
+            let mut keep = BooleanArray::from(vec![true; winners.len()]);
+            for (k, array) in flow.keys.iter().zip(&key_arrays) {
+                let field = schema.field_with_name(k)?;
+                if !field.is_nullable() {
+                    let valid = take(&arrow::compute::is_not_null(array)?, &winners, None)?;
+                    keep = arrow::compute::and(&keep, valid.as_boolean())?;
+                }
             }
-        }
-        report.rejected += winners.len() - keep.true_count();
-        let winners: UInt32Array = filter(&winners, &keep)?
-            .as_primitive::<arrow::datatypes::UInt32Type>()
-            .clone();
+            report.rejected += winners.len() - keep.true_count();
+            filter(&winners, &keep)?
+                .as_primitive::<arrow::datatypes::UInt32Type>()
+                .clone()
+        };
         // Taking every row in order is the identity (a first load without duplicates): no copy.
         let batch = if winners.len() == n {
             batch
         } else {
-            arrow::compute::take_record_batch(&batch, &winners)?
+            let all = batch;
+            arrow::compute::take_record_batch(&all, &winners)?
         };
         let m = batch.num_rows();
         let col = |name: &str| -> Result<ArrayRef> {
@@ -858,12 +867,15 @@ impl PartitionWork<'_> {
                 arrow::compute::cast(&array, f.data_type())?
             });
         }
+        // Free what only the plan needed before the filtered copy below.
+        drop((stored, stored_seq, stored_data, new_data, new_seq, batch));
         let rows = RecordBatch::try_new(Arc::clone(schema), columns)?;
         let out = if plan.write.true_count() == rows.num_rows() {
             (rows, matched)
         } else {
+            let all = rows;
             (
-                filter_record_batch(&rows, &plan.write)?,
+                filter_record_batch(&all, &plan.write)?,
                 filter(&matched, &plan.write)?.as_boolean().clone(),
             )
         };
