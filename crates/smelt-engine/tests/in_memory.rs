@@ -358,55 +358,88 @@ async fn key_partitions_spilled_to_disk_give_the_same_silver() {
         ],
         vec![(Some("f"), "9"), (Some("c"), "3"), (Some("e"), "x")],
     ];
-    let run = |limit: Option<u64>| {
-        let commits = commits.clone();
-        async move {
-            let (name, f) = flow("null");
-            let mut silver = MemSilver {
-                name: Some(f.into.clone()),
-                ..MemSilver::default()
-            };
-            let mut ctx = RunContext::new(false, false);
-            ctx.memory_limit = limit;
-            let mut reports = Vec::new();
-            for n in 1..=commits.len() {
-                let source = MemSource {
-                    name: f.from.clone(),
-                    commits: commits[..n].to_vec(),
-                    // Claims 10 MB of Parquet: 6 partitions within a 60 MB limit.
-                    bytes: 10_000_000,
-                };
-                reports.push(
-                    run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
-                        .await
-                        .unwrap(),
-                );
-            }
-            (amounts(&silver), reports, silver.commits)
-        }
+    let (whole, whole_parts) = run_all(&commits, None).await;
+    // 10 MB of claimed Parquet needs 160 MB: 6 partitions within a 60 MB limit.
+    let (split, split_parts) = run_all(&commits, Some(60_000_000)).await;
+    assert_eq!(whole_parts, vec![1, 1, 1]);
+    assert_eq!(split_parts, vec![6, 6, 6]);
+    assert_eq!(split, whole, "same silver, counts and commits");
+    assert_eq!(whole.0[0], ("a".into(), Some("7.00".into())));
+}
+
+/// Values the random streams pick from: keys, and amounts (one does not cast).
+const KEYS: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
+const AMOUNTS: [&str; 5] = ["1", "2.5", "7", "x", "10"];
+
+/// What a sequence of runs left: silver, each run's counts, and the number of commits.
+type Outcome = (Vec<(String, Option<String>)>, Vec<[usize; 6]>, i64);
+
+/// Runs every prefix of `commits` in turn (one run per new bronze version) with `limit`;
+/// returns the outcome and each run's number of key partitions.
+async fn run_all(
+    commits: &[Vec<(Option<&'static str>, &'static str)>],
+    limit: Option<u64>,
+) -> (Outcome, Vec<usize>) {
+    let (name, f) = flow("null");
+    let mut silver = MemSilver {
+        name: Some(f.into.clone()),
+        ..MemSilver::default()
     };
-    let (whole, whole_reports, whole_commits) = run(None).await;
-    let (split, split_reports, split_commits) = run(Some(60_000_000)).await;
-    assert!(split_reports.iter().all(|r| r.partitions == 6));
-    assert!(whole_reports.iter().all(|r| r.partitions == 1));
-    assert_eq!(split, whole);
-    assert_eq!(
-        split_commits, whole_commits,
-        "one commit per run either way"
-    );
-    let counts = |rs: &[smelt_engine::report::FlowReport]| {
-        rs.iter()
-            .map(|r| {
-                (
-                    r.inserted,
-                    r.updated,
-                    r.unchanged,
-                    r.duplicates_collapsed,
-                    r.cast_failures_total(),
-                )
-            })
-            .collect::<Vec<_>>()
+    let mut ctx = RunContext::new(false, false);
+    ctx.memory_limit = limit;
+    let mut counts = Vec::new();
+    let mut partitions = Vec::new();
+    for n in 1..=commits.len() {
+        let source = MemSource {
+            name: f.from.clone(),
+            commits: commits[..n].to_vec(),
+            bytes: 10_000_000,
+        };
+        let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+            .await
+            .unwrap();
+        partitions.push(r.partitions);
+        counts.push([
+            r.inserted,
+            r.updated,
+            r.unchanged,
+            r.stale,
+            r.duplicates_collapsed,
+            r.cast_failures_total(),
+        ]);
+    }
+    let rows = if silver.rows.lock().unwrap().is_some() {
+        amounts(&silver)
+    } else {
+        Vec::new()
     };
-    assert_eq!(counts(&split_reports), counts(&whole_reports));
-    assert_eq!(whole[0], ("a".into(), Some("7.00".into())));
+    ((rows, counts, silver.commits), partitions)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Applying changes in key partitions spilled to disk (a tight memory limit) gives the
+    /// same silver and the same counts as applying them in one piece, run after run.
+    #[test]
+    fn key_partitions_never_change_the_result(
+        picks in proptest::collection::vec(
+            proptest::collection::vec((0usize..KEYS.len(), 0usize..AMOUNTS.len()), 0..10),
+            1..5,
+        ),
+        partitions in 2u64..12,
+    ) {
+        let commits: Vec<Vec<(Option<&'static str>, &'static str)>> = picks
+            .iter()
+            .map(|c| c.iter().map(|&(k, a)| (Some(KEYS[k]), AMOUNTS[a])).collect())
+            .collect();
+        // 10 MB of claimed Parquet needs 160 MB; half the limit per partition.
+        let limit = 2 * 160_000_000 / partitions;
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let (whole, split) = rt.block_on(async {
+            (run_all(&commits, None).await, run_all(&commits, Some(limit)).await)
+        });
+        proptest::prop_assert!(split.1.iter().all(|&p| p > 1));
+        proptest::prop_assert_eq!(split.0, whole.0);
+    }
 }
