@@ -262,7 +262,7 @@ async fn write_file(
 
 fn join_error(table: &str, e: tokio::task::JoinError) -> Error {
     Error::user(
-        format!("a task writing `{table}` failed: {e}"),
+        format!("a task reading or writing `{table}` failed: {e}"),
         "this is a bug in smelt; please report it",
     )
 }
@@ -304,7 +304,7 @@ fn with_change_type(batch: &RecordBatch, kinds: ArrayRef) -> Result<RecordBatch>
     )?)
 }
 
-/// Which rows of a file hold an indexed key: `(row in file, indexed row)`, ascending.
+/// The rows of a file (ascending) whose key is in `index`, read from the key columns alone.
 async fn probe(
     store: ObjectStoreRef,
     table: &str,
@@ -312,7 +312,7 @@ async fn probe(
     keys: &[String],
     key_schema: &SchemaRef,
     index: &KeyIndex,
-) -> Result<(UInt32Array, UInt32Array)> {
+) -> Result<UInt32Array> {
     let batches = parquet::read(store, table, file, Some(keys), None, false).await?;
     let types: Vec<DataType> = key_schema
         .fields()
@@ -320,20 +320,20 @@ async fn probe(
         .map(|f| f.data_type().clone())
         .collect();
     let mut rows = Vec::new();
-    let mut found = Vec::new();
     let mut offset = 0u32;
     for batch in &batches {
         let batch = parquet::conform(batch, file, key_schema)?;
         let positions = index.positions(&key_columns(&batch, keys, &types)?)?;
-        for (i, p) in positions.iter().enumerate() {
-            if let Some(p) = p {
-                rows.push(offset + i as u32);
-                found.push(p);
-            }
-        }
+        rows.extend(
+            positions
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.is_some())
+                .map(|(i, _)| offset + i as u32),
+        );
         offset += batch.num_rows() as u32;
     }
-    Ok((UInt32Array::from(rows), UInt32Array::from(found)))
+    Ok(UInt32Array::from(rows))
 }
 
 /// Reads a file (or the rows `rows` of it) lined up with `schema`, as one batch.
@@ -487,7 +487,7 @@ impl SilverTable for DeltaSilver {
                         tokio::spawn(async move {
                             let name = task_name;
                             let file = active.file;
-                            let (rows, _) = probe(
+                            let rows = probe(
                                 Arc::clone(&store),
                                 &name,
                                 &file,

@@ -304,7 +304,14 @@ pub async fn run_apply(
         run_timestamp_us: ctx.run_timestamp_us,
     };
     for p in 0..partitions {
-        reporter.phase(flow_name, "apply changes");
+        if partitions > 1 {
+            reporter.phase(
+                flow_name,
+                &format!("apply changes (key partition {} of {partitions})", p + 1),
+            );
+        } else {
+            reporter.phase(flow_name, "apply changes");
+        }
         let started = Instant::now();
         let batch = store.take(p)?;
         phases.add("dedupe", started.elapsed().as_millis() as u64);
