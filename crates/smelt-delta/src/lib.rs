@@ -4,8 +4,8 @@
 //!   DataFusion session over all of them.
 //! * [`source::DeltaSource`]: bronze changes — added files of append commits, change data
 //!   files of rewriting commits, or the snapshot — in commit, file and row order.
-//! * [`silver::DeltaSilver`]: silver lookups and the upsert that commits data and
-//!   watermark (`txn` action) together.
+//! * [`silver::DeltaSilver`]: silver lookups and smelt's copy-on-write merge: staged rows,
+//!   rewritten files, change data and the watermark (`txn` action) in one commit.
 //! * [`event_log`]: one row per flow run in `_smelt.event_log`.
 //! * [`sql`]: `smelt sql` — DataFusion queries plus the DDL/DML the seeds use.
 #![deny(missing_docs)]

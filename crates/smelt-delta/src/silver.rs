@@ -42,10 +42,10 @@ pub struct DeltaSilver {
     lake: Lake,
     name: TableName,
     table: Option<DeltaTable>,
-    /// Schema of a table to create with the first upsert (one commit: metadata, data and
+    /// Schema of a table to create with the first commit (one commit: metadata, data and
     /// watermark, so a failed first run leaves no table behind).
     pending: Option<SchemaRef>,
-    /// What the last lookup found, so the upsert that follows probes only those files.
+    /// What the lookups of this version found, so the commit probes only those files.
     looked_up: Mutex<Option<LookedUp>>,
     staged: Staged,
     rows_per_file: usize,
