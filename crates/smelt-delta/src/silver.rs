@@ -37,6 +37,10 @@ use crate::parquet::{self, FileRef};
 /// memory, large enough to keep the file count low.
 pub const ROWS_PER_FILE: usize = 256 * 1024;
 
+/// Small files (under a quarter of the target rows) that trigger a compaction in the next
+/// commit that writes data.
+pub const SMALL_FILES_TO_COMPACT: usize = 8;
+
 /// A silver Delta table (it may not exist yet).
 pub struct DeltaSilver {
     lake: Lake,
@@ -62,6 +66,8 @@ struct LookedUp {
 struct ActiveFile {
     file: FileRef,
     remove: Remove,
+    /// Rows, from the file's statistics.
+    rows: Option<usize>,
 }
 
 /// What rewriting one file did.
@@ -157,6 +163,7 @@ impl DeltaSilver {
                     partition_values: view.partition_values_map(),
                 },
                 remove: view.remove_action(true),
+                rows: view.num_records(),
             });
         }
         Ok(files)
@@ -637,6 +644,16 @@ impl SilverTable for DeltaSilver {
             }
         }
         let rewrote = !actions.is_empty();
+        if !staged.adds.is_empty() {
+            let rewritten: HashSet<String> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Remove(r) => Some(r.path.clone()),
+                    _ => None,
+                })
+                .collect();
+            actions.extend(self.compact(&rewritten, keys).await?);
+        }
         actions.extend(staged.adds.into_iter().map(Action::Add));
         actions.extend(staged.cdc.into_iter().map(Action::Cdc));
         let operation = if rewrote {
@@ -725,6 +742,63 @@ impl DeltaSilver {
         stats.version = table.version().map(|v| v as i64).unwrap_or_default();
         self.table = Some(table);
         Ok(stats)
+    }
+
+    /// Folds small data files (under a quarter of `rows_per_file` rows) into one, once at
+    /// least [`SMALL_FILES_TO_COMPACT`] of them exist, so that many small runs do not leave
+    /// many small files behind. At most `rows_per_file` rows per commit, smallest files
+    /// first, none of `skip` (files this commit rewrites anyway). The actions do not change
+    /// data (`dataChange: false`): change feed readers skip them.
+    async fn compact(&self, skip: &HashSet<String>, keys: &[String]) -> Result<Vec<Action>> {
+        let table = self.table()?;
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        if !snapshot.metadata().partition_columns().is_empty() {
+            return Ok(Vec::new());
+        }
+        let schema = snapshot.snapshot().arrow_schema();
+        let small_rows = (self.rows_per_file / 4).max(1);
+        let mut small: Vec<(usize, ActiveFile)> = self
+            .active_files(table)?
+            .into_iter()
+            .filter(|f| !skip.contains(&f.file.path))
+            .filter_map(|f| f.rows.filter(|&r| r < small_rows).map(|r| (r, f)))
+            .collect();
+        if small.len() < SMALL_FILES_TO_COMPACT {
+            return Ok(Vec::new());
+        }
+        small.sort_by_key(|(rows, _)| *rows);
+        let mut total = 0;
+        let mut chosen = Vec::new();
+        for (rows, file) in small {
+            if chosen.len() >= 2 && total + rows > self.rows_per_file {
+                break;
+            }
+            total += rows;
+            chosen.push(file);
+        }
+        let store = table.object_store();
+        let name = self.name.to_string();
+        let mut batches = Vec::with_capacity(chosen.len());
+        for f in &chosen {
+            batches
+                .push(read_whole(Arc::clone(&store), &name, &f.file, None, None, &schema).await?);
+        }
+        let merged = arrow::compute::concat_batches(&schema, &batches)?;
+        drop(batches);
+        let mut actions = Vec::with_capacity(chosen.len() + 1);
+        for mut add in self.write_data(&merged, keys).await? {
+            add.data_change = false;
+            actions.push(Action::Add(add));
+        }
+        for f in chosen {
+            let mut remove = f.remove;
+            remove.data_change = false;
+            actions.push(Action::Remove(remove));
+        }
+        tracing::debug!(table = %self.name, files = actions.len() - 1, rows = total, "compacted small files");
+        Ok(actions)
     }
 
     /// Rewrites the files holding any of the keys `replaced` (key columns, `keys` order)

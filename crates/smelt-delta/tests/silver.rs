@@ -296,3 +296,44 @@ async fn staged_partitions_commit_once_and_each_file_is_rewritten_once() {
         vec![(0, "b".into()), (2, "b".into())]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_small_runs_are_compacted_without_changing_data_or_the_feed() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake::new(dir.path()).unwrap();
+    let mut silver = open(&lake).await;
+    silver.create(schema()).await.unwrap();
+    write(&mut silver, &[0, 1], "a", &[false, false], 1).await;
+    // Twelve runs of two new ids each: one small file per run, and files under a quarter of
+    // 100 rows are folded together once eight of them exist.
+    let mut compacted = false;
+    for run in 1..=12i64 {
+        let mut silver = open(&lake).await;
+        let before = silver.version().unwrap();
+        let ids = [2 * run, 2 * run + 1];
+        let stats = write(&mut silver, &ids, "b", &[false, false], run + 1).await;
+        compacted |= stats.files_removed > 0;
+        // The feed of that commit holds the two inserts and nothing of the compaction.
+        let feed = changes(&lake, before).await;
+        assert_eq!(feed.len(), 1, "{feed:?}");
+        assert_eq!(
+            feed["insert"],
+            vec![(ids[0], "b".into()), (ids[1], "b".into())]
+        );
+    }
+    assert!(compacted, "eight small files trigger a compaction");
+    let table = contents(&lake).await;
+    assert!(table.keys().copied().eq(0..26));
+    assert!(table.values().all(|v| v.len() == 1), "one row per id");
+    let silver = open(&lake).await;
+    assert_eq!(silver.watermark(APP).await.unwrap(), Some(13));
+    let files =
+        deltalake::open_table(url::Url::from_directory_path(dir.path().join("s/silver")).unwrap())
+            .await
+            .unwrap()
+            .snapshot()
+            .unwrap()
+            .log_data()
+            .num_files();
+    assert!(files <= 8, "{files} files after 13 small runs");
+}
