@@ -72,6 +72,15 @@ async fn write(
         .unwrap()
 }
 
+/// A fresh lake with the silver table created but not committed yet.
+async fn new_silver() -> (tempfile::TempDir, Lake, DeltaSilver) {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake::new(dir.path()).unwrap();
+    let mut silver = open(&lake).await;
+    silver.create(schema()).await.unwrap();
+    (dir, lake, silver)
+}
+
 async fn open(lake: &Lake) -> DeltaSilver {
     DeltaSilver::open(lake, &name())
         .await
@@ -133,12 +142,8 @@ async fn changes(lake: &Lake, after: i64) -> BTreeMap<String, Vec<(i64, String)>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upserts_rewrite_only_the_files_that_hold_written_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = Lake::new(dir.path()).unwrap();
-
     // First load: 1,000 rows in files of 100 (ids 0–99 land in the first, and so on).
-    let mut silver = open(&lake).await;
-    silver.create(schema()).await.unwrap();
+    let (_dir, lake, mut silver) = new_silver().await;
     let ids: Vec<i64> = (0..1000).collect();
     let stats = write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
     assert_eq!((stats.files_added, stats.files_removed), (10, 0));
@@ -209,10 +214,7 @@ async fn upserts_rewrite_only_the_files_that_hold_written_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_whose_every_row_is_replaced_is_removed_without_a_replacement() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = Lake::new(dir.path()).unwrap();
-    let mut silver = open(&lake).await;
-    silver.create(schema()).await.unwrap();
+    let (_dir, lake, mut silver) = new_silver().await;
     let ids: Vec<i64> = (0..150).collect();
     write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
 
@@ -231,10 +233,7 @@ async fn a_file_whose_every_row_is_replaced_is_removed_without_a_replacement() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staged_partitions_commit_once_and_each_file_is_rewritten_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = Lake::new(dir.path()).unwrap();
-    let mut silver = open(&lake).await;
-    silver.create(schema()).await.unwrap();
+    let (_dir, lake, mut silver) = new_silver().await;
     // A first load staged in two partitions lands in one commit.
     let evens: Vec<i64> = (0..300).step_by(2).collect();
     let odds: Vec<i64> = (1..300).step_by(2).collect();
@@ -299,10 +298,7 @@ async fn staged_partitions_commit_once_and_each_file_is_rewritten_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_small_runs_are_compacted_without_changing_data_or_the_feed() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = Lake::new(dir.path()).unwrap();
-    let mut silver = open(&lake).await;
-    silver.create(schema()).await.unwrap();
+    let (dir, lake, mut silver) = new_silver().await;
     write(&mut silver, &[0, 1], "a", &[false, false], 1).await;
     // Twelve runs of two new ids each: one small file per run, and files under a quarter of
     // 100 rows are folded together once eight of them exist.
