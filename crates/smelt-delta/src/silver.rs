@@ -8,6 +8,7 @@
 //! whatever the table's size.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array};
@@ -195,22 +196,11 @@ impl DeltaSilver {
         }
         let schema = rows.schema();
         let name = self.name.to_string();
-        let writers = chunks
+        let tasks = chunks
             .into_iter()
-            .map(|chunk| Ok((self.writer(&schema, keys)?, chunk)))
+            .map(|chunk| Ok(write_file(self.writer(&schema, keys)?, chunk, name.clone())))
             .collect::<Result<Vec<_>>>()?;
-        let adds: Vec<Vec<Add>> = futures::stream::iter(writers)
-            .map(|(writer, chunk)| {
-                let name = name.clone();
-                async move {
-                    tokio::spawn(write_file(writer, chunk, name.clone()))
-                        .await
-                        .map_err(|e| join_error(&name, e))?
-                }
-            })
-            .buffer_unordered(parquet::cores())
-            .try_collect()
-            .await?;
+        let adds = on_cores(&name, tasks).await?;
         Ok(adds.into_iter().flatten().collect())
     }
 
@@ -267,21 +257,36 @@ async fn write_file(
         .context(|| format!("writing a data file of `{table}`"))
 }
 
-fn join_error(table: &str, e: tokio::task::JoinError) -> Error {
-    Error::user(
-        format!("a task reading or writing `{table}` failed: {e}"),
-        "this is a bug in smelt; please report it",
-    )
+/// Runs file tasks of `table` on the runtime's threads, as many at once as there are
+/// cores (so a few files are in memory at a time); results in completion order.
+async fn on_cores<T, F>(table: &str, tasks: Vec<F>) -> Result<Vec<T>>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T>> + Send + 'static,
+{
+    futures::stream::iter(tasks)
+        .map(|task| async move {
+            tokio::spawn(task).await.map_err(|e| {
+                Error::user(
+                    format!("a task reading or writing `{table}` failed: {e}"),
+                    "this is a bug in smelt; please report it",
+                )
+            })?
+        })
+        .buffer_unordered(parquet::cores())
+        .try_collect()
+        .await
 }
 
-/// The key columns of `batch`, in `keys` order, cast to `types` where they differ.
-fn key_columns(batch: &RecordBatch, keys: &[String], types: &[DataType]) -> Result<Vec<ArrayRef>> {
+/// The key columns of `batch`, in `keys` order, cast to their type in `schema` where
+/// they differ. `batch` is lined up with the table's schema, so every key is there.
+fn key_columns(batch: &RecordBatch, keys: &[String], schema: &Schema) -> Result<Vec<ArrayRef>> {
     keys.iter()
-        .zip(types)
-        .map(|(k, t)| {
+        .map(|k| {
+            let t = schema.field_with_name(k)?.data_type();
             let c = batch.column_by_name(k).ok_or_else(|| {
                 Error::user(
-                    format!("key column `{k}` is missing from a silver file"),
+                    format!("key column `{k}` is missing from the silver rows"),
                     "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
                 )
             })?;
@@ -321,16 +326,11 @@ async fn probe(
     index: &KeyIndex,
 ) -> Result<UInt32Array> {
     let batches = parquet::read(store, table, file, Some(keys), None, false).await?;
-    let types: Vec<DataType> = key_schema
-        .fields()
-        .iter()
-        .map(|f| f.data_type().clone())
-        .collect();
     let mut rows = Vec::new();
     let mut offset = 0u32;
     for batch in &batches {
         let batch = parquet::conform(batch, file, key_schema)?;
-        let positions = index.positions(&key_columns(&batch, keys, &types)?)?;
+        let positions = index.positions(&key_columns(&batch, keys, key_schema)?)?;
         rows.extend(
             positions
                 .iter()
@@ -381,11 +381,7 @@ async fn rewrite(
         &schema,
     )
     .await?;
-    let types: Vec<DataType> = keys
-        .iter()
-        .map(|k| schema.field_with_name(k).map(|f| f.data_type().clone()))
-        .collect::<Result<_, _>>()?;
-    let positions = index.positions(&key_columns(&stored, &keys, &types)?)?;
+    let positions = index.positions(&key_columns(&stored, &keys, &schema)?)?;
     if positions.null_count() == positions.len() {
         return Ok(None);
     }
@@ -482,48 +478,41 @@ impl SilverTable for DeltaSilver {
         let store = table.object_store();
         let name = self.name.to_string();
         let columns: Arc<[String]> = columns.into();
-        let found: Vec<(String, Option<RecordBatch>)> =
-            futures::stream::iter(self.active_files(table)?)
-                .map(|active| {
-                    let (store, name, index) =
-                        (Arc::clone(&store), name.clone(), Arc::clone(&index));
-                    let (key_names, key_schema) = (Arc::clone(&key_names), Arc::clone(&key_schema));
-                    let (columns, out_schema) = (Arc::clone(&columns), Arc::clone(&out_schema));
-                    async move {
-                        let task_name = name.clone();
-                        tokio::spawn(async move {
-                            let name = task_name;
-                            let file = active.file;
-                            let rows = probe(
-                                Arc::clone(&store),
-                                &name,
-                                &file,
-                                &key_names,
-                                &key_schema,
-                                &index,
-                            )
-                            .await?;
-                            if rows.is_empty() {
-                                return Ok((file.path, None));
-                            }
-                            let hits = read_whole(
-                                store,
-                                &name,
-                                &file,
-                                Some(&columns),
-                                Some(rows.values()),
-                                &out_schema,
-                            )
-                            .await?;
-                            Ok::<_, Error>((file.path, Some(hits)))
-                        })
-                        .await
-                        .map_err(|e| join_error(&name, e))?
+        let tasks: Vec<_> = self
+            .active_files(table)?
+            .into_iter()
+            .map(|active| {
+                let (store, name, index) = (Arc::clone(&store), name.clone(), Arc::clone(&index));
+                let (key_names, key_schema) = (Arc::clone(&key_names), Arc::clone(&key_schema));
+                let (columns, out_schema) = (Arc::clone(&columns), Arc::clone(&out_schema));
+                async move {
+                    let file = active.file;
+                    let rows = probe(
+                        Arc::clone(&store),
+                        &name,
+                        &file,
+                        &key_names,
+                        &key_schema,
+                        &index,
+                    )
+                    .await?;
+                    if rows.is_empty() {
+                        return Ok((file.path, None));
                     }
-                })
-                .buffer_unordered(parquet::cores())
-                .try_collect()
-                .await?;
+                    let hits = read_whole(
+                        store,
+                        &name,
+                        &file,
+                        Some(&columns),
+                        Some(rows.values()),
+                        &out_schema,
+                    )
+                    .await?;
+                    Ok::<_, Error>((file.path, Some(hits)))
+                }
+            })
+            .collect();
+        let found = on_cores(&name, tasks).await?;
         let mut files = HashSet::new();
         let mut batches = Vec::new();
         for (path, hits) in found {
@@ -613,14 +602,9 @@ impl SilverTable for DeltaSilver {
         }
         if replaces.true_count() > 0 {
             let replaced = filter_record_batch(&rows, replaces)?;
-            let types: Vec<DataType> = keys
-                .iter()
-                .map(|k| schema.field_with_name(k).map(|f| f.data_type().clone()))
-                .collect::<Result<_, _>>()
-                .map_err(Error::Arrow)?;
             self.staged
                 .replaced
-                .push(key_columns(&replaced, keys, &types)?);
+                .push(key_columns(&replaced, keys, &schema)?);
         }
         Ok(())
     }
@@ -840,26 +824,20 @@ impl DeltaSilver {
         let key_names: Arc<[String]> = keys.into();
         let tasks = files
             .into_iter()
-            .map(|active| Ok((active, self.writer(&schema, keys)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let rewrites: Vec<Option<Rewrite>> = futures::stream::iter(tasks)
-            .map(|(active, writer)| {
-                let task = rewrite(
+            .map(|active| {
+                Ok(rewrite(
                     Arc::clone(&store),
                     name.clone(),
                     active,
                     Arc::clone(&key_names),
                     Arc::clone(&schema),
                     Arc::clone(&index),
-                    writer,
+                    self.writer(&schema, keys)?,
                     change_data,
-                );
-                let name = name.clone();
-                async move { tokio::spawn(task).await.map_err(|e| join_error(&name, e))? }
+                ))
             })
-            .buffer_unordered(parquet::cores())
-            .try_collect()
-            .await?;
+            .collect::<Result<Vec<_>>>()?;
+        let rewrites = on_cores(&name, tasks).await?;
         Ok(rewrites.into_iter().flatten().collect())
     }
 
