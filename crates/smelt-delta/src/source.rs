@@ -106,6 +106,42 @@ impl DeltaSource {
         Ok(c)
     }
 
+    /// A file named by an `add` or `cdc` action of version `version`, committed at
+    /// `timestamp_us`; `kind` as in [`FileToRead`].
+    fn file_to_read(
+        &self,
+        path: String,
+        size: i64,
+        partition_values: std::collections::HashMap<String, Option<String>>,
+        kind: Option<&'static str>,
+        version: i64,
+        timestamp_us: i64,
+    ) -> Result<FileToRead> {
+        Ok(FileToRead {
+            file: FileRef::from_log(&self.name.to_string(), path, size, partition_values)?,
+            kind,
+            version,
+            timestamp_us,
+        })
+    }
+
+    /// The data file of an `add` action: every row an insert.
+    fn added(
+        &self,
+        add: deltalake::kernel::Add,
+        version: i64,
+        timestamp_us: i64,
+    ) -> Result<FileToRead> {
+        self.file_to_read(
+            add.path,
+            add.size,
+            add.partition_values,
+            Some(INSERT),
+            version,
+            timestamp_us,
+        )
+    }
+
     /// [`Self::plan_files`], remembered for the last `after` asked.
     async fn planned(&self, after: Option<i64>) -> Result<(Vec<FileToRead>, usize)> {
         if let Some((a, files, skipped)) = &*self.plan.lock().expect("not poisoned")
@@ -133,17 +169,7 @@ impl DeltaSource {
                     active.retain(|f| !removed.contains(f.file.path.as_str()));
                 }
                 for add in c.adds {
-                    active.push(FileToRead {
-                        file: FileRef::from_log(
-                            &self.name.to_string(),
-                            add.path,
-                            add.size,
-                            add.partition_values,
-                        )?,
-                        kind: Some(INSERT),
-                        version: v,
-                        timestamp_us: c.timestamp_us,
-                    });
+                    active.push(self.added(add, v, c.timestamp_us)?);
                 }
             }
             return Ok((active, 0));
@@ -155,17 +181,14 @@ impl DeltaSource {
             let removes = c.removes.iter().filter(|r| r.data_change).count();
             if !c.cdc.is_empty() {
                 for cdc in c.cdc {
-                    files.push(FileToRead {
-                        file: FileRef::from_log(
-                            &self.name.to_string(),
-                            cdc.path,
-                            cdc.size,
-                            cdc.partition_values,
-                        )?,
-                        kind: None,
-                        version: v,
-                        timestamp_us: c.timestamp_us,
-                    });
+                    files.push(self.file_to_read(
+                        cdc.path,
+                        cdc.size,
+                        cdc.partition_values,
+                        None,
+                        v,
+                        c.timestamp_us,
+                    )?);
                 }
                 continue;
             }
@@ -191,17 +214,7 @@ impl DeltaSource {
             // (bronze retention must never delete silver), so they are not read.
             skipped_delete_files += removes;
             for add in adds {
-                files.push(FileToRead {
-                    file: FileRef::from_log(
-                        &self.name.to_string(),
-                        add.path,
-                        add.size,
-                        add.partition_values,
-                    )?,
-                    kind: Some(INSERT),
-                    version: v,
-                    timestamp_us: c.timestamp_us,
-                });
+                files.push(self.added(add, v, c.timestamp_us)?);
             }
         }
         Ok((files, skipped_delete_files))

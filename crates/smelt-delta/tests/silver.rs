@@ -50,14 +50,8 @@ fn name() -> TableName {
     TableName::parse("s.silver").unwrap()
 }
 
-/// Stages `ids` with value `val` (`replaces[i]`: id i is stored already) and commits.
-async fn write(
-    silver: &mut DeltaSilver,
-    ids: &[i64],
-    val: &str,
-    replaces: &[bool],
-    version: i64,
-) -> WriteStats {
+/// Stages `ids` with value `val` (`replaces[i]`: id i is stored already).
+async fn stage(silver: &mut DeltaSilver, ids: &[i64], val: &str, replaces: &[bool]) {
     silver
         .stage(
             rows(ids, val),
@@ -66,6 +60,17 @@ async fn write(
         )
         .await
         .unwrap();
+}
+
+/// Stages `ids` with value `val` (`replaces[i]`: id i is stored already) and commits.
+async fn write(
+    silver: &mut DeltaSilver,
+    ids: &[i64],
+    val: &str,
+    replaces: &[bool],
+    version: i64,
+) -> WriteStats {
+    stage(silver, ids, val, replaces).await;
     silver
         .commit(&["id".into()], &watermark(version))
         .await
@@ -237,22 +242,8 @@ async fn staged_partitions_commit_once_and_each_file_is_rewritten_once() {
     // A first load staged in two partitions lands in one commit.
     let evens: Vec<i64> = (0..300).step_by(2).collect();
     let odds: Vec<i64> = (1..300).step_by(2).collect();
-    silver
-        .stage(
-            rows(&evens, "a"),
-            &BooleanArray::from(vec![false; 150]),
-            &["id".into()],
-        )
-        .await
-        .unwrap();
-    silver
-        .stage(
-            rows(&odds, "a"),
-            &BooleanArray::from(vec![false; 150]),
-            &["id".into()],
-        )
-        .await
-        .unwrap();
+    stage(&mut silver, &evens, "a", &[false; 150]).await;
+    stage(&mut silver, &odds, "a", &[false; 150]).await;
     let stats = silver.commit(&["id".into()], &watermark(1)).await.unwrap();
     assert_eq!((stats.version, stats.files_added), (0, 4));
 
@@ -263,14 +254,7 @@ async fn staged_partitions_commit_once_and_each_file_is_rewritten_once() {
             .lookup(keys(&ids), &["id".into(), "val".into()])
             .await
             .unwrap();
-        silver
-            .stage(
-                rows(&ids, "b"),
-                &BooleanArray::from(vec![true]),
-                &["id".into()],
-            )
-            .await
-            .unwrap();
+        stage(&mut silver, &ids, "b", &[true]).await;
     }
     let stats = silver.commit(&["id".into()], &watermark(2)).await.unwrap();
     assert_eq!(stats.files_removed, 1, "the file holding 0 and 2, once");

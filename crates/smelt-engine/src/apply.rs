@@ -494,12 +494,10 @@ impl CastPlan {
             .column_by_name(CHANGE_TYPE)
             .ok_or_else(|| EngineError::Internal("change batch without _change_type".into()))?;
         let kinds = arrow::compute::cast(kinds, &DataType::Utf8)?;
-        let upsert = BooleanArray::from_iter(
-            kinds
-                .as_string::<i32>()
-                .iter()
-                .map(|k| Some(matches!(k, Some(INSERT | UPDATE_POSTIMAGE)))),
-        );
+        let is = |kind: &str| {
+            arrow::compute::kernels::cmp::eq(&kinds, &arrow::array::StringArray::new_scalar(kind))
+        };
+        let upsert = arrow::compute::or(&is(INSERT)?, &is(UPDATE_POSTIMAGE)?)?;
         // Filters copy every column: skip them when they keep everything (append-only bronze).
         let batch = if upsert.true_count() == batch.num_rows() {
             batch.clone()

@@ -196,6 +196,24 @@ fn flow(on_cast_error: &str) -> (String, smelt_spec::ApplyFlow) {
     ("f".into(), a)
 }
 
+/// A flow, an empty silver and a bronze of `commits` (claiming no bytes).
+fn fixture(
+    on_cast_error: &str,
+    commits: Vec<Vec<(Option<&'static str>, &'static str)>>,
+) -> (String, smelt_spec::ApplyFlow, MemSilver, MemSource) {
+    let (name, f) = flow(on_cast_error);
+    let silver = MemSilver {
+        name: Some(f.into.clone()),
+        ..MemSilver::default()
+    };
+    let source = MemSource {
+        name: f.from.clone(),
+        commits,
+        bytes: 0,
+    };
+    (name, f, silver, source)
+}
+
 fn amounts(silver: &MemSilver) -> Vec<(String, Option<String>)> {
     let rows = silver.rows.lock().unwrap().clone().unwrap();
     let ids = rows
@@ -218,16 +236,10 @@ fn amounts(silver: &MemSilver) -> Vec<(String, Option<String>)> {
 
 #[tokio::test]
 async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
-    let (name, f) = flow("null");
-    let mut silver = MemSilver {
-        name: Some(f.into.clone()),
-        ..MemSilver::default()
-    };
-    let mut source = MemSource {
-        name: f.from.clone(),
-        commits: vec![vec![(Some("a"), "1"), (Some("b"), "x"), (None, "3")]],
-        bytes: 0,
-    };
+    let (name, f, mut silver, mut source) = fixture(
+        "null",
+        vec![vec![(Some("a"), "1"), (Some("b"), "x"), (None, "3")]],
+    );
     let ctx = RunContext::new(false, false);
     let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
         .await
@@ -285,16 +297,8 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
 
 #[tokio::test]
 async fn fail_policy_aborts_before_writing() {
-    let (name, f) = flow("fail");
-    let mut silver = MemSilver {
-        name: Some(f.into.clone()),
-        ..MemSilver::default()
-    };
-    let source = MemSource {
-        name: f.from.clone(),
-        commits: vec![vec![(Some("a"), "1"), (Some("b"), "1e9x")]],
-        bytes: 0,
-    };
+    let (name, f, mut silver, source) =
+        fixture("fail", vec![vec![(Some("a"), "1"), (Some("b"), "1e9x")]]);
     let err = run_apply(
         &name,
         &f,
@@ -317,16 +321,7 @@ async fn fail_policy_aborts_before_writing() {
 
 #[tokio::test]
 async fn plan_writes_nothing() {
-    let (name, f) = flow("null");
-    let mut silver = MemSilver {
-        name: Some(f.into.clone()),
-        ..MemSilver::default()
-    };
-    let source = MemSource {
-        name: f.from.clone(),
-        commits: vec![vec![(Some("a"), "1")]],
-        bytes: 0,
-    };
+    let (name, f, mut silver, source) = fixture("null", vec![vec![(Some("a"), "1")]]);
     let r = run_apply(
         &name,
         &f,
