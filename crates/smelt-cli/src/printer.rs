@@ -97,6 +97,26 @@ pub fn flow_report(r: &FlowReport) -> String {
             "delete files ignored", r.delete_files_ignored
         ));
     }
+    for (label, value, note) in [
+        ("filtered out", r.filtered, "(latest state fails `where`)"),
+        (
+            "tombstones written",
+            r.tombstones_written,
+            "(deleted keys, guard late changes)",
+        ),
+        (
+            "tombstones expired",
+            r.tombstones_expired,
+            "(older than tombstone_retention)",
+        ),
+    ] {
+        if value > 0 {
+            out.push_str(&format!(
+                "  {label:<22}{value:>10}  {note}
+"
+            ));
+        }
+    }
     for (column, count) in &r.cast_failures {
         out.push_str(&format!("    {column:<20}{count:>10}  (stored as NULL)\n"));
     }

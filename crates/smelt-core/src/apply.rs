@@ -1,13 +1,16 @@
 //! The newer-than guard and the SCD1 apply plan (DESIGN §3.5–3.6).
 //!
 //! Input: the latest change per key (already cast to silver types) lined up with what
-//! silver stores for the same key (NULLs where the key is new). Output: which rows to
-//! write, which of those changed data (so they get a new `_update_timestamp`), and the
-//! counts the run report shows.
+//! silver stores for the same key (NULLs where the key is new) and with the key's
+//! tombstone, if it was deleted before. Output: which rows to write, which of those changed
+//! data (so they get a new `_update_timestamp`), which stored rows to delete, which
+//! tombstones to write, and the counts the run report shows.
 
 use arrow::array::{Array, ArrayRef, BooleanArray};
+use arrow::compute::is_null;
 use arrow::compute::kernels::boolean::{and, and_not, not, or};
 use arrow::compute::kernels::cmp::distinct;
+use arrow::compute::kernels::zip::zip;
 
 use crate::dedupe::encode;
 use crate::{CoreError, Result};
@@ -19,6 +22,12 @@ pub struct ApplyPlan {
     pub write: BooleanArray,
     /// Rows whose data is new or differs from silver: inserted or updated.
     pub changed: BooleanArray,
+    /// Deletes whose key silver holds with an older sequence: remove the stored row.
+    pub remove: BooleanArray,
+    /// Deletes newer than the stored row and the key's tombstone (where they exist): write
+    /// a tombstone (key, sequence), so an older upsert arriving later cannot bring the key
+    /// back.
+    pub tombstone: BooleanArray,
     /// Counts for the report.
     pub counts: ApplyCounts,
 }
@@ -33,7 +42,10 @@ pub struct ApplyCounts {
     /// Keys in silver with a newer sequence and identical data: only the sequence and
     /// ingest time are refreshed; `_update_timestamp` is kept.
     pub unchanged: usize,
-    /// Changes whose sequence is not newer than silver's: skipped by the guard.
+    /// Keys removed from silver by a delete.
+    pub deleted: usize,
+    /// Changes whose sequence is not newer than silver's or the tombstone's: skipped by
+    /// the guard.
     pub stale: usize,
 }
 
@@ -49,14 +61,24 @@ pub struct Scd1Input<'a> {
     pub new_data: &'a [ArrayRef],
     /// Silver's stored data columns, same order and types.
     pub stored_data: &'a [ArrayRef],
+    /// True where the change deletes its key; `None`: every change is an upsert.
+    pub delete: Option<&'a BooleanArray>,
+    /// The keys' tombstones: true where one exists, and its sequence columns.
+    pub tombstone: Option<(&'a BooleanArray, &'a [ArrayRef])>,
 }
 
-/// Plans an SCD type 1 apply: insert new keys; update matched keys whose sequence is
-/// strictly greater than the stored one; skip the rest as stale.
+/// Plans an SCD type 1 apply. An upsert inserts a new key, or updates a stored key whose
+/// sequence is strictly smaller; a delete removes a stored key whose sequence is strictly
+/// smaller. A key's tombstone guards like a stored row: an upsert not newer than the
+/// tombstone is stale, so a deleted key never comes back through an older change. The
+/// rest is stale.
 pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
     let n = input.matched.len();
     if input.new_sequence.len() != input.stored_sequence.len()
         || input.new_data.len() != input.stored_data.len()
+        || input
+            .tombstone
+            .is_some_and(|(_, seq)| seq.len() != input.new_sequence.len())
     {
         return Err(CoreError::Internal(
             "apply plan inputs differ in width".into(),
@@ -78,6 +100,22 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
     }
     let matched = strip_nulls(input.matched);
     let newer = newer_than(input.new_sequence, input.stored_sequence, n)?;
+    let delete = match input.delete {
+        Some(d) => strip_nulls(d),
+        None => BooleanArray::from(vec![false; n]),
+    };
+    // Newer than the tombstone, or no tombstone.
+    let past_tombstone = match input.tombstone {
+        Some((exists, seq)) => {
+            let exists = strip_nulls(exists);
+            or(
+                &not(&exists)?,
+                &and(&exists, &newer_than(input.new_sequence, seq, n)?)?,
+            )?
+        }
+        None => BooleanArray::from(vec![true; n]),
+    };
+    let upsert = and_not(&past_tombstone, &delete)?;
 
     let mut differs = BooleanArray::from(vec![false; n]);
     // Data is only compared where silver has the key (nothing to compare for inserts).
@@ -87,25 +125,71 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
         }
     }
 
-    let inserts = not(&matched)?;
+    let inserts = and_not(&upsert, &matched)?;
     let matched_newer = and(&matched, &newer)?;
-    let updates = and(&matched_newer, &differs)?;
-    let unchanged = and_not(&matched_newer, &differs)?;
-    let write = or(&inserts, &matched_newer)?;
+    let upsert_matched_newer = and(&upsert, &matched_newer)?;
+    let updates = and(&upsert_matched_newer, &differs)?;
+    let unchanged = and_not(&upsert_matched_newer, &differs)?;
+    let write = or(&inserts, &upsert_matched_newer)?;
     let changed = or(&inserts, &updates)?;
+    let remove = and(&delete, &matched_newer)?;
+    // A delete older than the stored row changes nothing, so it leaves no tombstone.
+    let past_stored = or(&not(&matched)?, &newer)?;
+    let tombstone = and(&and(&delete, &past_tombstone)?, &past_stored)?;
 
     let count = |b: &BooleanArray| b.true_count();
+    let acted = or(&or(&write, &remove)?, &tombstone)?;
     let counts = ApplyCounts {
         inserted: count(&inserts),
         updated: count(&updates),
         unchanged: count(&unchanged),
-        stale: n - count(&write),
+        deleted: count(&remove),
+        stale: n - count(&acted),
     };
     Ok(ApplyPlan {
         write,
         changed,
+        remove,
+        tombstone,
         counts,
     })
+}
+
+/// The values an upsert leaves in each data column: the change's value, except where the
+/// key is stored (`matched`) and the column is not updated (`updates[i]` false,
+/// `column_list`) or, with `ignore_null_updates`, the change's value is NULL: there the
+/// stored value stays.
+pub fn merge_updates(
+    matched: &BooleanArray,
+    new_data: &[ArrayRef],
+    stored_data: &[ArrayRef],
+    updates: &[bool],
+    ignore_null_updates: bool,
+) -> Result<Vec<ArrayRef>> {
+    if new_data.len() != stored_data.len() || new_data.len() != updates.len() {
+        return Err(CoreError::Internal(
+            "merge_updates inputs differ in width".into(),
+        ));
+    }
+    let matched = strip_nulls(matched);
+    if matched.true_count() == 0 {
+        return Ok(new_data.to_vec());
+    }
+    new_data
+        .iter()
+        .zip(stored_data)
+        .zip(updates)
+        .map(|((new, stored), &update)| {
+            let keep = if !update {
+                matched.clone()
+            } else if ignore_null_updates && new.null_count() > 0 {
+                and(&matched, &is_null(new)?)?
+            } else {
+                return Ok(std::sync::Arc::clone(new));
+            };
+            Ok(zip(&keep, stored, new)?)
+        })
+        .collect()
 }
 
 fn strip_nulls(b: &BooleanArray) -> BooleanArray {
@@ -165,6 +249,8 @@ mod tests {
             stored_sequence: &[old_seq],
             new_data: &[new_val],
             stored_data: &[old_val],
+            delete: None,
+            tombstone: None,
         })
         .unwrap();
         assert_eq!(
@@ -173,6 +259,7 @@ mod tests {
                 inserted: 1,
                 updated: 1,
                 unchanged: 2,
+                deleted: 0,
                 stale: 1
             }
         );
@@ -183,6 +270,92 @@ mod tests {
         assert_eq!(
             plan.changed,
             BooleanArray::from(vec![true, true, false, false, false])
+        );
+    }
+
+    fn seq(values: Vec<Option<i64>>) -> ArrayRef {
+        Arc::new(Int64Array::from(values))
+    }
+
+    #[test]
+    fn deletes_remove_newer_and_leave_tombstones_that_guard_upserts() {
+        // 0: delete of a stored key (newer)       → remove + tombstone
+        // 1: delete of a stored key (older)       → stale
+        // 2: delete of an unknown key             → tombstone only
+        // 3: upsert older than the key's tombstone → stale (no resurrection)
+        // 4: upsert newer than the key's tombstone → insert
+        // 5: delete equal to its tombstone (replay) of a stored, older row → remove only
+        let matched = BooleanArray::from(vec![true, true, false, false, false, true]);
+        let delete = BooleanArray::from(vec![true, true, true, false, false, true]);
+        let new_seq = seq(vec![Some(5), Some(2), Some(1), Some(3), Some(9), Some(6)]);
+        let stored_seq = seq(vec![Some(4), Some(3), None, None, None, Some(5)]);
+        let tomb = BooleanArray::from(vec![false, false, false, true, true, true]);
+        let tomb_seq = seq(vec![None, None, None, Some(4), Some(4), Some(6)]);
+        let data: ArrayRef = Arc::new(StringArray::from(vec![Some("v"); 6]));
+        let plan = plan_scd1(&Scd1Input {
+            matched: &matched,
+            new_sequence: &[new_seq],
+            stored_sequence: &[stored_seq],
+            new_data: &[Arc::clone(&data)],
+            stored_data: &[data],
+            delete: Some(&delete),
+            tombstone: Some((&tomb, &[tomb_seq])),
+        })
+        .unwrap();
+        assert_eq!(
+            plan.remove,
+            BooleanArray::from(vec![true, false, false, false, false, true])
+        );
+        assert_eq!(
+            plan.tombstone,
+            BooleanArray::from(vec![true, false, true, false, false, false])
+        );
+        assert_eq!(
+            plan.write,
+            BooleanArray::from(vec![false, false, false, false, true, false])
+        );
+        assert_eq!(
+            plan.counts,
+            ApplyCounts {
+                inserted: 1,
+                updated: 0,
+                unchanged: 0,
+                deleted: 2,
+                stale: 2
+            }
+        );
+    }
+
+    #[test]
+    fn partial_updates_keep_stored_values() {
+        let matched = BooleanArray::from(vec![true, true, false]);
+        let new_a: ArrayRef = Arc::new(StringArray::from(vec![None, Some("a2"), None]));
+        let old_a: ArrayRef = Arc::new(StringArray::from(vec![Some("a0"), Some("a1"), None]));
+        let new_b: ArrayRef = Arc::new(StringArray::from(vec![Some("b9"), Some("b9"), Some("b9")]));
+        let old_b: ArrayRef = Arc::new(StringArray::from(vec![Some("b0"), Some("b1"), None]));
+        let news = [new_a, new_b];
+        let olds = [old_a, old_b];
+        let text = |a: &ArrayRef| -> Vec<Option<String>> {
+            a.as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .iter()
+                .map(|v| v.map(str::to_string))
+                .collect()
+        };
+        // ignore_null_updates: NULL keeps the stored value where the key is stored.
+        let merged = merge_updates(&matched, &news, &olds, &[true, true], true).unwrap();
+        assert_eq!(
+            text(&merged[0]),
+            vec![Some("a0".into()), Some("a2".into()), None]
+        );
+        assert_eq!(text(&merged[1]), vec![Some("b9".into()); 3]);
+        // column_list: [a]: b keeps its stored value on updates, takes the new on inserts.
+        let merged = merge_updates(&matched, &news, &olds, &[true, false], false).unwrap();
+        assert_eq!(text(&merged[0]), vec![None, Some("a2".into()), None]);
+        assert_eq!(
+            text(&merged[1]),
+            vec![Some("b0".into()), Some("b1".into()), Some("b9".into())]
         );
     }
 }

@@ -1,7 +1,7 @@
 //! Property tests: dedupe + guard + SCD1 plan against a tiny reference model.
 //!
 //! Streams have composite keys with NULLs, duplicate keys, equal and out-of-order
-//! sequences, NULL sequences, and are applied over several runs.
+//! sequences, NULL sequences, deletes (with tombstones), and are applied over several runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +19,14 @@ struct Change {
     key: Key,
     seq: Option<i64>,
     value: Option<String>,
+    delete: bool,
+}
+
+/// Silver rows and the tombstones (sequence of the delete) of deleted keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct State {
+    silver: HashMap<Key, Stored>,
+    tombstones: HashMap<Key, Option<i64>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -28,9 +36,11 @@ struct Stored {
 }
 
 /// The obviously-correct model: per run, the last of the changes with the greatest
-/// sequence wins per key (NULL sequence lowest); it is applied if the key is new or its
-/// sequence is strictly greater than the stored one.
-fn model_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts {
+/// sequence wins per key (NULL sequence lowest). An upsert is applied if its sequence is
+/// strictly greater than the stored row's and the tombstone's (where they exist). A delete
+/// newer than the stored row (if any) removes it, and records its sequence as the key's
+/// tombstone when greater than the tombstone there.
+fn model_run(state: &mut State, run: &[Change]) -> ApplyCounts {
     let mut winners: Vec<(Key, usize)> = Vec::new();
     for (i, c) in run.iter().enumerate() {
         match winners.iter_mut().find(|(k, _)| *k == c.key) {
@@ -43,8 +53,30 @@ fn model_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts {
         }
     }
     let mut counts = ApplyCounts::default();
+    let State { silver, tombstones } = state;
     for (key, i) in winners {
         let c = &run[i];
+        let tomb = tombstones.get(&key).copied();
+        if c.delete {
+            let mut acted = false;
+            let past_stored = silver.get(&key).is_none_or(|old| c.seq > old.seq);
+            if past_stored && silver.remove(&key).is_some() {
+                counts.deleted += 1;
+                acted = true;
+            }
+            if past_stored && tomb.is_none_or(|t| c.seq > t) {
+                tombstones.insert(key.clone(), c.seq);
+                acted = true;
+            }
+            if !acted {
+                counts.stale += 1;
+            }
+            continue;
+        }
+        if tomb.is_some_and(|t| c.seq <= t) {
+            counts.stale += 1;
+            continue;
+        }
         match silver.get(&key) {
             None => {
                 counts.inserted += 1;
@@ -77,7 +109,8 @@ fn model_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts {
 }
 
 /// The engine's path: Arrow batches through the core functions.
-fn engine_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts {
+fn engine_run(state: &mut State, run: &[Change]) -> ApplyCounts {
+    let State { silver, tombstones } = state;
     let k1: ArrayRef = Arc::new(StringArray::from_iter(run.iter().map(|c| c.key.0.clone())));
     let k2: ArrayRef = Arc::new(Int64Array::from_iter(run.iter().map(|c| c.key.1)));
     let seq: ArrayRef = Arc::new(Int64Array::from_iter(run.iter().map(|c| c.seq)));
@@ -94,15 +127,30 @@ fn engine_run(silver: &mut HashMap<Key, Stored>, run: &[Change]) -> ApplyCounts 
     let old_val: ArrayRef = Arc::new(StringArray::from_iter(
         stored.iter().map(|s| s.and_then(|s| s.value.clone())),
     ));
+    let delete = BooleanArray::from_iter(wins.iter().map(|c| Some(c.delete)));
+    let tombs: Vec<Option<Option<i64>>> = wins
+        .iter()
+        .map(|c| tombstones.get(&c.key).copied())
+        .collect();
+    let tomb_exists = BooleanArray::from_iter(tombs.iter().map(|t| Some(t.is_some())));
+    let tomb_seq: ArrayRef = Arc::new(Int64Array::from_iter(tombs.iter().map(|t| t.flatten())));
     let plan = plan_scd1(&Scd1Input {
         matched: &matched,
         new_sequence: &[new_seq],
         stored_sequence: &[old_seq],
         new_data: &[new_val],
         stored_data: &[old_val],
+        delete: Some(&delete),
+        tombstone: Some((&tomb_exists, &[tomb_seq])),
     })
     .unwrap();
     for (row, c) in wins.iter().enumerate() {
+        if plan.remove.value(row) {
+            silver.remove(&c.key);
+        }
+        if plan.tombstone.value(row) {
+            tombstones.insert(c.key.clone(), c.seq);
+        }
         if plan.write.value(row) {
             silver.insert(
                 c.key.clone(),
@@ -129,11 +177,13 @@ fn change() -> impl Strategy<Value = Change> {
         proptest::option::weighted(0.8, 0i64..3),
         proptest::option::weighted(0.9, 0i64..6),
         proptest::option::weighted(0.8, prop::sample::select(vec!["x", "y"])),
+        proptest::bool::weighted(0.25),
     )
-        .prop_map(|(k1, k2, seq, v)| Change {
+        .prop_map(|(k1, k2, seq, v, delete)| Change {
             key: (k1.map(str::to_string), k2),
             seq,
             value: v.map(str::to_string),
+            delete,
         })
 }
 
@@ -146,7 +196,7 @@ proptest! {
 
     #[test]
     fn engine_equals_model_over_several_runs(runs in runs()) {
-        let (mut model, mut engine) = (HashMap::new(), HashMap::new());
+        let (mut model, mut engine) = (State::default(), State::default());
         for run in &runs {
             let want = model_run(&mut model, run);
             let got = engine_run(&mut engine, run);
@@ -157,15 +207,15 @@ proptest! {
 
     #[test]
     fn replaying_any_run_is_a_no_op(runs in runs(), replay in 0usize..5) {
-        let mut silver = HashMap::new();
+        let mut state = State::default();
         for run in &runs {
-            engine_run(&mut silver, run);
+            engine_run(&mut state, run);
         }
-        let before = silver.clone();
+        let before = state.clone();
         let run = &runs[replay % runs.len()];
-        let counts = engine_run(&mut silver, run);
-        prop_assert_eq!(counts.inserted + counts.updated + counts.unchanged, 0);
-        prop_assert_eq!(silver, before);
+        let counts = engine_run(&mut state, run);
+        prop_assert_eq!(counts.inserted + counts.updated + counts.unchanged + counts.deleted, 0);
+        prop_assert_eq!(state, before);
     }
 
     #[test]
@@ -179,17 +229,19 @@ proptest! {
             .enumerate()
             .map(|(i, mut c)| { c.seq = Some(c.seq.unwrap_or(0) * 100 + i as i64); c })
             .collect();
-        let mut whole = HashMap::new();
+        let mut whole = State::default();
         engine_run(&mut whole, &changes);
         let mut cuts: Vec<usize> = cut.into_iter().map(|c| c.min(changes.len())).collect();
         cuts.sort_unstable();
-        let mut split = HashMap::new();
+        let mut split = State::default();
         let mut start = 0;
         for c in cuts.into_iter().chain([changes.len()]) {
             engine_run(&mut split, &changes[start..c]);
             start = c;
         }
-        prop_assert_eq!(split, whole);
+        // Silver is the latest change of every key (absent when it is a delete); the
+        // tombstones may differ (a split run sees deletes a whole run collapses).
+        prop_assert_eq!(split.silver, whole.silver);
     }
 }
 
@@ -200,21 +252,25 @@ fn null_key_parts_are_compared_null_safely() {
             key: (None, Some(1)),
             seq: Some(1),
             value: Some("a".into()),
+            delete: false,
         },
         Change {
             key: (None, Some(1)),
             seq: Some(2),
             value: Some("b".into()),
+            delete: false,
         },
         Change {
             key: (None, None),
             seq: Some(1),
             value: Some("c".into()),
+            delete: false,
         },
     ];
-    let mut silver = HashMap::new();
-    let counts = engine_run(&mut silver, &run);
+    let mut state = State::default();
+    let counts = engine_run(&mut state, &run);
     assert_eq!(counts.inserted, 2);
+    let silver = &state.silver;
     assert_eq!(silver[&(None, Some(1))].value.as_deref(), Some("b"));
     assert!(silver.values().all(|s| s.value.as_deref() != Some("a")));
 }

@@ -24,7 +24,7 @@ use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use futures::{StreamExt, TryStreamExt};
-use smelt_core::change::{CHANGE_TYPE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE};
+use smelt_core::change::{CHANGE_TYPE, DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE};
 use smelt_core::dedupe::KeyIndex;
 use smelt_engine::ports::{SilverTable, Watermark, WriteStats};
 use smelt_spec::TableName;
@@ -85,6 +85,8 @@ struct Staged {
     cdc: Vec<AddCDCFile>,
     /// Key columns of the staged rows that replace stored rows.
     replaced: Vec<Vec<ArrayRef>>,
+    /// Key columns of the stored rows to delete.
+    deleted: Vec<Vec<ArrayRef>>,
 }
 
 impl DeltaSilver {
@@ -369,6 +371,7 @@ async fn rewrite(
     keys: Arc<[String]>,
     schema: SchemaRef,
     index: Arc<KeyIndex>,
+    deleted: Option<Arc<KeyIndex>>,
     writer: RecordBatchWriter,
     change_data: bool,
 ) -> Result<Option<Rewrite>> {
@@ -394,7 +397,17 @@ async fn rewrite(
     };
     let cdc = if change_data {
         let before = filter_record_batch(&stored, &hit)?;
-        let kinds: ArrayRef = Arc::new(StringArray::from(vec![UPDATE_PREIMAGE; before.num_rows()]));
+        // Rows of deleted keys are `delete`s; the others are pre-images of updates.
+        let kinds: ArrayRef = match &deleted {
+            Some(deleted) => {
+                let gone = deleted.positions(&key_columns(&before, &keys, &schema)?)?;
+                Arc::new(StringArray::from_iter_values(
+                    gone.iter()
+                        .map(|p| if p.is_some() { DELETE } else { UPDATE_PREIMAGE }),
+                ))
+            }
+            None => Arc::new(StringArray::from(vec![UPDATE_PREIMAGE; before.num_rows()])),
+        };
         Some(parquet::write_change_data(store, &table, &with_change_type(&before, kinds)?).await?)
     } else {
         None
@@ -609,6 +622,48 @@ impl SilverTable for DeltaSilver {
         Ok(())
     }
 
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {
+        if keys.num_rows() == 0 {
+            return Ok(());
+        }
+        let table = self.table()?;
+        let schema = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?
+            .snapshot()
+            .arrow_schema();
+        let names: Vec<String> = keys
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        self.staged
+            .deleted
+            .push(key_columns(&keys, &names, &schema)?);
+        Ok(())
+    }
+
+    async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
+        let Some(table) = self.table.clone() else {
+            return Ok(0);
+        };
+        let predicate =
+            deltalake::datafusion::prelude::col(column).lt(deltalake::datafusion::prelude::lit(
+                deltalake::datafusion::scalar::ScalarValue::TimestampMicrosecond(
+                    Some(before_us),
+                    Some("UTC".into()),
+                ),
+            ));
+        let (table, metrics) = table
+            .delete()
+            .with_predicate(predicate)
+            .await
+            .context(|| format!("expiring rows of `{}`", self.name))?;
+        self.table = Some(table);
+        Ok(metrics.num_deleted_rows.unwrap_or_default())
+    }
+
     async fn commit(
         &mut self,
         keys: &[String],
@@ -620,8 +675,11 @@ impl SilverTable for DeltaSilver {
             return Ok(self.create_with(schema, staged.adds, props).await?);
         }
         let mut actions: Vec<Action> = Vec::new();
-        if !staged.replaced.is_empty() {
-            for r in self.replace(&staged.replaced, keys).await? {
+        if !staged.replaced.is_empty() || !staged.deleted.is_empty() {
+            for r in self
+                .replace(&staged.replaced, &staged.deleted, keys)
+                .await?
+            {
                 actions.push(Action::Remove(r.remove));
                 actions.extend(r.adds.into_iter().map(Action::Add));
                 actions.extend(r.cdc.into_iter().map(Action::Cdc));
@@ -785,10 +843,15 @@ impl DeltaSilver {
         Ok(actions)
     }
 
-    /// Rewrites the files holding any of the keys `replaced` (key columns, `keys` order)
-    /// without those rows: every file on a first write, else only the files the lookups
-    /// of this version found the keys in.
-    async fn replace(&self, replaced: &[Vec<ArrayRef>], keys: &[String]) -> Result<Vec<Rewrite>> {
+    /// Rewrites the files holding any of the keys `replaced` or `deleted` (key columns,
+    /// `keys` order) without those rows: every file on a first write, else only the files
+    /// the lookups of this version found the keys in.
+    async fn replace(
+        &self,
+        replaced: &[Vec<ArrayRef>],
+        deleted: &[Vec<ArrayRef>],
+        keys: &[String],
+    ) -> Result<Vec<Rewrite>> {
         let table = self.table()?.clone();
         let snapshot = table
             .snapshot()
@@ -796,13 +859,22 @@ impl DeltaSilver {
         let change_data = snapshot.table_config().enable_change_data_feed();
         let schema = snapshot.snapshot().arrow_schema();
         let version = table.version().map(|v| v as i64).unwrap_or_default();
-        let columns: Vec<ArrayRef> = (0..keys.len())
-            .map(|i| {
-                let parts: Vec<&dyn Array> = replaced.iter().map(|r| r[i].as_ref()).collect();
-                arrow::compute::concat(&parts)
-            })
-            .collect::<Result<_, _>>()?;
+        let concat_keys = |sets: &mut dyn Iterator<Item = &Vec<ArrayRef>>| {
+            let sets: Vec<&Vec<ArrayRef>> = sets.collect();
+            (0..keys.len())
+                .map(|i| {
+                    let parts: Vec<&dyn Array> = sets.iter().map(|r| r[i].as_ref()).collect();
+                    arrow::compute::concat(&parts)
+                })
+                .collect::<Result<Vec<ArrayRef>, _>>()
+        };
+        let columns = concat_keys(&mut replaced.iter().chain(deleted))?;
         let index = Arc::new(KeyIndex::new(&columns)?);
+        let deleted_index = if deleted.is_empty() {
+            None
+        } else {
+            Some(Arc::new(KeyIndex::new(&concat_keys(&mut deleted.iter())?)?))
+        };
 
         let mut files = self.active_files(&table)?;
         if let Some(seen) = self.looked_up.lock().expect("not poisoned").take()
@@ -832,6 +904,7 @@ impl DeltaSilver {
                     Arc::clone(&key_names),
                     Arc::clone(&schema),
                     Arc::clone(&index),
+                    deleted_index.clone(),
                     self.writer(&schema, keys)?,
                     change_data,
                 ))

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use deltalake::DeltaTable;
 use deltalake::kernel::Action;
 use deltalake::logstore::get_actions;
-use smelt_core::change::{CHANGE_TYPE, INSERT, metadata_fields};
+use smelt_core::change::{CHANGE_TYPE, DELETE, INSERT, metadata_fields};
 use smelt_engine::ports::{ChangeSet, ChangeSource};
 use smelt_spec::TableName;
 
@@ -51,6 +51,8 @@ pub struct DeltaSource {
     schema: SchemaRef,
     /// The last file plan.
     plan: std::sync::Mutex<Option<Planned>>,
+    /// Read whole-file removes without change data as `delete` rows (`source_deletes: apply`).
+    read_removed: bool,
 }
 
 impl DeltaSource {
@@ -71,7 +73,16 @@ impl DeltaSource {
             version,
             schema,
             plan: std::sync::Mutex::new(None),
+            read_removed: false,
         })
+    }
+
+    /// Also reads the rows of data files removed without change data (`DELETE` or
+    /// `TRUNCATE` on a table without the change feed, an overwrite) as `delete` changes,
+    /// for flows with `source_deletes: apply`. They come before the commit's added rows.
+    pub fn with_removed_files(mut self, read: bool) -> Self {
+        self.read_removed = read;
+        self
     }
 
     async fn commit(&self, version: i64) -> Result<Commit> {
@@ -211,8 +222,22 @@ impl DeltaSource {
                 ));
             }
             // Whole-file removes without change data are deletes: ignored by apply flows
-            // (bronze retention must never delete silver), so they are not read.
-            skipped_delete_files += removes;
+            // (bronze retention must never delete silver), so they are not read, unless
+            // the flow applies bronze deletes.
+            if self.read_removed {
+                for r in c.removes.into_iter().filter(|r| r.data_change) {
+                    files.push(self.file_to_read(
+                        r.path,
+                        r.size.unwrap_or_default(),
+                        r.partition_values.unwrap_or_default(),
+                        Some(DELETE),
+                        v,
+                        c.timestamp_us,
+                    )?);
+                }
+            } else {
+                skipped_delete_files += removes;
+            }
             for add in adds {
                 files.push(self.added(add, v, c.timestamp_us)?);
             }

@@ -16,16 +16,17 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::reader::FileReader;
 use arrow::ipc::writer::FileWriter;
 use arrow::util::display::array_value_to_string;
-use smelt_core::apply::{Scd1Input, plan_scd1};
+use smelt_core::apply::{Scd1Input, merge_updates, plan_scd1};
 use smelt_core::cast::cast_columns;
 use smelt_core::change::{
-    CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
+    CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, DELETE, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
 };
 use smelt_core::dedupe::{latest_per_key, partition_of, positions_of};
 use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
-use smelt_spec::{ApplyFlow, OnCastError, did_you_mean};
+use smelt_spec::{ApplyFlow, OnCastError, SourceDeletes, did_you_mean};
 
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
+use crate::predicate::Predicate;
 use crate::report::FlowReport;
 use crate::schema::{arrow_schema, type_name};
 use crate::{EngineError, Result, failpoint};
@@ -50,6 +51,20 @@ pub struct RunContext {
 pub fn app_id(flow: &str) -> String {
     format!("smelt/{flow}")
 }
+
+/// The tombstone table of a silver table: `<schema>.<table>__tombstones`.
+pub fn tombstone_table(silver: &smelt_spec::TableName) -> smelt_spec::TableName {
+    smelt_spec::TableName {
+        schema: silver.schema.clone(),
+        table: format!("{}__tombstones", silver.table),
+    }
+}
+
+/// The column of a tombstone that says when the key was deleted (the run's time).
+pub const DELETED_AT: &str = "_deleted_at";
+
+/// The column of a cast change batch that marks deletes.
+const IS_DELETE: &str = "_smelt_is_delete";
 
 struct Phases {
     start: Instant,
@@ -147,12 +162,15 @@ fn same_type(a: &DataType, b: &DataType) -> bool {
     }
 }
 
-/// Runs (or plans, with `ctx.dry_run`) one apply flow.
+/// Runs (or plans, with `ctx.dry_run`) one apply flow. `tombstones` is the silver table's
+/// tombstone table ([`tombstone_table`]): the keys deleted so far and the sequence of their
+/// delete; it is created with the first delete.
 pub async fn run_apply(
     flow_name: &str,
     flow: &ApplyFlow,
     source: &dyn ChangeSource,
     silver: &mut dyn SilverTable,
+    tombstones: &mut dyn SilverTable,
     ctx: &RunContext,
     reporter: &dyn Reporter,
 ) -> Result<FlowReport> {
@@ -203,6 +221,63 @@ pub async fn run_apply(
         }
     }
 
+    let mut change_fields: Vec<Field> =
+        bronze.fields().iter().map(|f| f.as_ref().clone()).collect();
+    change_fields.extend(smelt_core::change::metadata_fields());
+    let as_deletes = flow
+        .apply_as_deletes
+        .as_deref()
+        .map(|sql| {
+            Predicate::compile(
+                sql,
+                &Arc::new(Schema::new(change_fields)),
+                &format!("flow `{flow_name}`: `apply_as_deletes`"),
+            )
+        })
+        .transpose()?;
+    let state_schema = Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .filter(|f| Some(f.name().as_str()) != audit_update.as_deref())
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    let filter_predicate = flow
+        .filter
+        .as_deref()
+        .map(|sql| Predicate::compile(sql, &state_schema, &format!("flow `{flow_name}`: `where`")))
+        .transpose()?;
+    for c in match &flow.update_columns {
+        smelt_spec::UpdateColumns::All => &[][..],
+        smelt_spec::UpdateColumns::Only(c) | smelt_spec::UpdateColumns::Except(c) => c,
+    } {
+        if schema.field_with_name(c).is_err() {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{flow_name}`: `column_list` names `{c}`, which is not a column of `{}`",
+                    flow.into
+                ),
+                "list columns of the silver table",
+            ));
+        }
+    }
+    let tomb_schema = tombstone_schema(&schema, flow, audit_ingest.as_deref())?;
+    if let Some(existing) = tombstones.schema() {
+        for f in tomb_schema.fields() {
+            if existing.field_with_name(f.name()).is_err() {
+                return Err(EngineError::user(
+                    format!(
+                        "flow `{flow_name}`: tombstone table `{}` has no column `{}`: it was written for other keys or sequence columns",
+                        tombstones.table(),
+                        f.name()
+                    ),
+                    "if the keys or `sequence_by` changed on purpose, drop the tombstone table and rebuild silver with `smelt run --full-refresh`",
+                ));
+            }
+        }
+    }
+
     let watermark = if ctx.full_refresh || silver.schema().is_none() {
         None
     } else {
@@ -250,7 +325,7 @@ pub async fn run_apply(
     let partitions = partitions_for(source.bytes_to_read(watermark).await?, ctx.memory_limit);
     report.partitions = partitions;
     reporter.phase(flow_name, "read changes");
-    let casting = CastPlan::new(&schema, &is_audit);
+    let casting = CastPlan::new(&schema, &is_audit, as_deletes, flow.source_deletes);
     let mut store = PartitionStore::new(partitions, Arc::clone(&casting.schema))?;
     let mut cast_ms = 0u64;
     let mut first_failure: Option<CastFailure> = None;
@@ -299,10 +374,14 @@ pub async fn run_apply(
     let work = PartitionWork {
         flow,
         schema: &schema,
+        state_schema: &state_schema,
+        tomb_schema: &tomb_schema,
+        filter: filter_predicate.as_ref(),
         audit_ingest: audit_ingest.as_deref(),
         audit_update: audit_update.as_deref(),
         run_timestamp_us: ctx.run_timestamp_us,
     };
+    let mut tombstones_staged = false;
     for p in 0..partitions {
         if partitions > 1 {
             reporter.phase(
@@ -315,16 +394,34 @@ pub async fn run_apply(
         let started = Instant::now();
         let batch = store.take(p)?;
         phases.add("dedupe", started.elapsed().as_millis() as u64);
-        let (rows, replaces) = work.plan(batch, &*silver, &mut report, &mut phases).await?;
-        if ctx.dry_run || rows.num_rows() == 0 {
+        let planned = work
+            .plan(batch, &*silver, &*tombstones, &mut report, &mut phases)
+            .await?;
+        if ctx.dry_run {
             continue;
         }
-        reporter.phase(flow_name, "write silver");
         let started = Instant::now();
-        if silver.schema().is_none() {
-            silver.create(Arc::clone(&schema)).await?;
+        if planned.rows.num_rows() > 0 || planned.removes.num_rows() > 0 {
+            reporter.phase(flow_name, "write silver");
+            if silver.schema().is_none() {
+                silver.create(Arc::clone(&schema)).await?;
+            }
+            silver
+                .stage(planned.rows, &planned.replaces, &flow.keys)
+                .await?;
+            if planned.removes.num_rows() > 0 {
+                silver.stage_deletes(planned.removes).await?;
+            }
         }
-        silver.stage(rows, &replaces, &flow.keys).await?;
+        if planned.tombstones.num_rows() > 0 {
+            if tombstones.schema().is_none() {
+                tombstones.create(Arc::clone(&tomb_schema)).await?;
+            }
+            tombstones
+                .stage(planned.tombstones, &planned.tombstone_replaces, &flow.keys)
+                .await?;
+            tombstones_staged = true;
+        }
         phases.add("write", started.elapsed().as_millis() as u64);
     }
 
@@ -334,22 +431,26 @@ pub async fn run_apply(
         return Ok(report);
     }
 
+    let watermark_out = Watermark {
+        app_id: app,
+        version: v,
+        run_id: ctx.run_id.clone(),
+    };
+    let started = Instant::now();
+    // Tombstones commit first: a crash before the silver commit reruns the same range,
+    // which finds its tombstones written and leaves them as they are (the guard is
+    // strict), while a crash after it would lose them.
+    if tombstones_staged {
+        reporter.phase(flow_name, "commit tombstones");
+        failpoint("before_tombstones_commit")?;
+        tombstones.commit(&flow.keys, &watermark_out).await?;
+    }
     reporter.phase(flow_name, "commit silver");
     if silver.schema().is_none() {
         silver.create(Arc::clone(&schema)).await?;
     }
-    let started = Instant::now();
     failpoint("before_silver_commit")?;
-    let stats = silver
-        .commit(
-            &flow.keys,
-            &Watermark {
-                app_id: app,
-                version: v,
-                run_id: ctx.run_id.clone(),
-            },
-        )
-        .await?;
+    let stats = silver.commit(&flow.keys, &watermark_out).await?;
     report.files_written = stats.files_added;
     report.files_removed = stats.files_removed;
     report.bytes_written = stats.bytes_written;
@@ -363,9 +464,51 @@ pub async fn run_apply(
         "committed silver and watermark"
     );
     phases.add("write", started.elapsed().as_millis() as u64);
+    if let Some(retention) = flow.tombstone_retention
+        && tombstones.version().is_some()
+    {
+        let started = Instant::now();
+        let before = ctx.run_timestamp_us - retention.as_micros().min(i64::MAX as u128) as i64;
+        report.tombstones_expired = tombstones.expire(DELETED_AT, before).await?;
+        phases.add("expire tombstones", started.elapsed().as_millis() as u64);
+    }
     report.phases_ms = phases.done;
     reporter.done(flow_name);
     Ok(report)
+}
+
+/// The tombstone table's columns: the keys, the sequence columns as silver stores them,
+/// and [`DELETED_AT`].
+fn tombstone_schema(
+    schema: &SchemaRef,
+    flow: &ApplyFlow,
+    audit_ingest: Option<&str>,
+) -> Result<SchemaRef> {
+    let mut fields = Vec::new();
+    for name in flow.keys.iter().chain(
+        stored_sequence_names(flow, audit_ingest)
+            .iter()
+            .filter(|s| !flow.keys.contains(s)),
+    ) {
+        fields.push(schema.field_with_name(name)?.clone());
+    }
+    fields.push(Field::new(DELETED_AT, timestamp_utc(), false));
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The silver columns that store the sequence (`_commit_timestamp` is stored as the
+/// ingest audit column).
+fn stored_sequence_names(flow: &ApplyFlow, audit_ingest: Option<&str>) -> Vec<String> {
+    flow.sequence_by
+        .iter()
+        .map(|s| {
+            if s == SEQ_COMMIT_TIMESTAMP {
+                audit_ingest.expect("validated").to_string()
+            } else {
+                s.clone()
+            }
+        })
+        .collect()
 }
 
 /// Lines up stored silver rows with the new keys: `matched[i]` and, per wanted column, the
@@ -454,15 +597,25 @@ struct CastFailure {
     key: String,
 }
 
-/// Casts bronze change batches to the flow's silver types as they stream in.
+/// Casts bronze change batches to the flow's silver types as they stream in, and marks
+/// the deletes among them.
 struct CastPlan {
-    /// Silver columns (audit columns excepted) in silver types, then `_commit_timestamp`.
+    /// Silver columns (audit columns excepted) in silver types, then `_commit_timestamp`
+    /// and [`IS_DELETE`].
     schema: SchemaRef,
     targets: Vec<(String, DataType)>,
+    /// `apply_as_deletes`, over the change batch.
+    as_deletes: Option<Predicate>,
+    source_deletes: SourceDeletes,
 }
 
 impl CastPlan {
-    fn new(schema: &SchemaRef, is_audit: &dyn Fn(&str) -> bool) -> Self {
+    fn new(
+        schema: &SchemaRef,
+        is_audit: &dyn Fn(&str) -> bool,
+        as_deletes: Option<Predicate>,
+        source_deletes: SourceDeletes,
+    ) -> Self {
         let targets: Vec<(String, DataType)> = schema
             .fields()
             .iter()
@@ -474,14 +627,20 @@ impl CastPlan {
             .map(|(n, t)| Field::new(n, t.clone(), true))
             .collect();
         fields.push(Field::new(COMMIT_TIMESTAMP, timestamp_utc(), true));
+        fields.push(Field::new(IS_DELETE, DataType::Boolean, false));
         Self {
             schema: Arc::new(Schema::new(fields)),
             targets,
+            as_deletes,
+            source_deletes,
         }
     }
 
-    /// The upserts of `batch` (inserts and update post-images; the rest is counted as
-    /// ignored), cast. Failures are counted per column; the first one is kept.
+    /// The changes of `batch` that apply — inserts and update post-images, and with
+    /// `source_deletes: apply` deletes; the rest is counted as ignored — cast, with
+    /// [`IS_DELETE`] set for deletes and for rows matching `apply_as_deletes`. Failures are
+    /// counted per column among the upserts (a delete needs only its key and sequence);
+    /// the first one is kept.
     fn cast(
         &self,
         batch: &RecordBatch,
@@ -498,13 +657,26 @@ impl CastPlan {
             arrow::compute::kernels::cmp::eq(&kinds, &arrow::array::StringArray::new_scalar(kind))
         };
         let upsert = arrow::compute::or(&is(INSERT)?, &is(UPDATE_POSTIMAGE)?)?;
-        // Filters copy every column: skip them when they keep everything (append-only bronze).
-        let batch = if upsert.true_count() == batch.num_rows() {
-            batch.clone()
-        } else {
-            filter_record_batch(batch, &upsert)?
+        let mut delete = match &self.as_deletes {
+            Some(p) => arrow::compute::and(&upsert, &p.evaluate(batch)?)?,
+            None => BooleanArray::from(vec![false; batch.num_rows()]),
         };
-        report.ignored += upsert.len() - batch.num_rows();
+        let mut keep = upsert;
+        if self.source_deletes == SourceDeletes::Apply {
+            let source_delete = is(DELETE)?;
+            keep = arrow::compute::or(&keep, &source_delete)?;
+            delete = arrow::compute::or(&delete, &source_delete)?;
+        }
+        // Filters copy every column: skip them when they keep everything (append-only bronze).
+        let (batch, delete) = if keep.true_count() == batch.num_rows() {
+            (batch.clone(), delete)
+        } else {
+            (
+                filter_record_batch(batch, &keep)?,
+                filter(&delete, &keep)?.as_boolean().clone(),
+            )
+        };
+        report.ignored += keep.len() - batch.num_rows();
         let raw = |name: &str| -> Result<&ArrayRef> {
             batch
                 .column_by_name(name)
@@ -518,10 +690,18 @@ impl CastPlan {
         let outputs = cast_columns(&inputs, flow.tz.as_deref())?;
         let mut columns = Vec::with_capacity(self.targets.len() + 1);
         for ((name, target), out) in self.targets.iter().zip(outputs) {
-            if !out.failed_rows.is_empty() {
-                *report.cast_failures.entry(name.clone()).or_default() += out.failed_rows.len();
+            let failed: Vec<usize> = if delete.true_count() == 0 {
+                out.failed_rows
+            } else {
+                out.failed_rows
+                    .into_iter()
+                    .filter(|&r| !delete.value(r))
+                    .collect()
+            };
+            if !failed.is_empty() {
+                *report.cast_failures.entry(name.clone()).or_default() += failed.len();
                 if first.is_none() {
-                    let row = out.failed_rows[0];
+                    let row = failed[0];
                     let key = flow
                         .keys
                         .iter()
@@ -548,6 +728,7 @@ impl CastPlan {
             raw(COMMIT_TIMESTAMP)?,
             &timestamp_utc(),
         )?);
+        columns.push(Arc::new(delete));
         Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
     }
 }
@@ -702,25 +883,77 @@ fn concat_freeing(schema: &SchemaRef, batches: Vec<RecordBatch>) -> Result<Recor
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
-/// Applies one partition of cast changes: latest per key, guard against silver, the rows
-/// to write.
+/// Applies one partition of cast changes: latest per key, guard against silver and the
+/// tombstones, the rows to write and delete.
 struct PartitionWork<'a> {
     flow: &'a ApplyFlow,
     schema: &'a SchemaRef,
+    /// Silver columns without the update audit column: what `where` reads.
+    state_schema: &'a SchemaRef,
+    tomb_schema: &'a SchemaRef,
+    filter: Option<&'a Predicate>,
     audit_ingest: Option<&'a str>,
     audit_update: Option<&'a str>,
     run_timestamp_us: i64,
 }
 
+/// What one partition writes.
+struct Planned {
+    /// Rows to write (silver schema).
+    rows: RecordBatch,
+    /// Per row: it replaces a stored row.
+    replaces: BooleanArray,
+    /// Keys of stored rows to delete.
+    removes: RecordBatch,
+    /// Tombstones to write (tombstone schema).
+    tombstones: RecordBatch,
+    /// Per tombstone: it replaces a stored tombstone.
+    tombstone_replaces: BooleanArray,
+}
+
+/// The stored rows of `table` for `keys`, lined up with them: `matched[i]` and the
+/// `wanted` columns (NULL where unmatched).
+async fn lookup_aligned(
+    table: &dyn SilverTable,
+    table_schema: &SchemaRef,
+    keys: &[String],
+    new_keys: &[ArrayRef],
+    wanted: &[String],
+) -> Result<(BooleanArray, HashMap<String, ArrayRef>)> {
+    let m = new_keys.first().map_or(0, |k| k.len());
+    if table.version().is_some() && m > 0 {
+        let key_schema = Arc::new(Schema::new(
+            keys.iter()
+                .map(|k| Ok(table_schema.field_with_name(k)?.clone().with_nullable(true)))
+                .collect::<Result<Vec<_>>>()?,
+        ));
+        let keys_batch = RecordBatch::try_new(key_schema, new_keys.to_vec())?;
+        let found = table.lookup(keys_batch, wanted).await?;
+        align(new_keys, &found, keys, wanted, table_schema)
+    } else {
+        let empty: HashMap<String, ArrayRef> = wanted
+            .iter()
+            .map(|c| {
+                Ok((
+                    c.clone(),
+                    arrow::array::new_null_array(table_schema.field_with_name(c)?.data_type(), m),
+                ))
+            })
+            .collect::<Result<_>>()?;
+        Ok((BooleanArray::from(vec![false; m]), empty))
+    }
+}
+
 impl PartitionWork<'_> {
-    /// The rows to write (silver schema) and, for each, whether it replaces a stored row.
+    /// The rows to write and delete, and the tombstones to write.
     async fn plan(
         &self,
         batch: RecordBatch,
         silver: &dyn SilverTable,
+        tombstones: &dyn SilverTable,
         report: &mut FlowReport,
         phases: &mut Phases,
-    ) -> Result<(RecordBatch, BooleanArray)> {
+    ) -> Result<Planned> {
         let started = Instant::now();
         let flow = self.flow;
         let schema = self.schema;
@@ -796,21 +1029,12 @@ impl PartitionWork<'_> {
                 }
             })
             .collect::<Result<_>>()?;
+        let mut delete = col(IS_DELETE)?.as_boolean().clone();
         phases.add("dedupe", started.elapsed().as_millis() as u64);
 
-        // Guard: what silver stores for these keys.
+        // Guard: what silver and the tombstones store for these keys.
         let started = Instant::now();
-        let stored_seq_names: Vec<String> = flow
-            .sequence_by
-            .iter()
-            .map(|s| {
-                if s == SEQ_COMMIT_TIMESTAMP {
-                    self.audit_ingest.expect("validated").to_string()
-                } else {
-                    s.clone()
-                }
-            })
-            .collect();
+        let stored_seq_names = stored_sequence_names(flow, self.audit_ingest);
         let is_audit = |n: &str| Some(n) == self.audit_ingest || Some(n) == self.audit_update;
         let data_names: Vec<String> = schema
             .fields()
@@ -829,74 +1053,150 @@ impl PartitionWork<'_> {
             }
         }
         let new_keys: Vec<ArrayRef> = flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
-        let (matched, stored) = if silver.version().is_some() && m > 0 {
-            let key_schema = Arc::new(Schema::new(
-                flow.keys
-                    .iter()
-                    .map(|k| Ok(schema.field_with_name(k)?.clone().with_nullable(true)))
-                    .collect::<Result<Vec<_>>>()?,
-            ));
-            let keys_batch = RecordBatch::try_new(key_schema, new_keys.clone())?;
-            let found = silver.lookup(keys_batch, &wanted).await?;
-            align(&new_keys, &found, &flow.keys, &wanted, schema)?
-        } else {
-            let empty: HashMap<String, ArrayRef> = wanted
-                .iter()
-                .map(|c| {
-                    Ok((
-                        c.clone(),
-                        arrow::array::new_null_array(schema.field_with_name(c)?.data_type(), m),
-                    ))
-                })
-                .collect::<Result<_>>()?;
-            (BooleanArray::from(vec![false; m]), empty)
-        };
+        let (matched, stored) =
+            lookup_aligned(silver, schema, &flow.keys, &new_keys, &wanted).await?;
+        let tomb_wanted: Vec<String> = self
+            .tomb_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|n| n != DELETED_AT)
+            .collect();
+        let (tomb_matched, tomb_stored) = lookup_aligned(
+            tombstones,
+            self.tomb_schema,
+            &flow.keys,
+            &new_keys,
+            &tomb_wanted,
+        )
+        .await?;
+        let tomb_seq: Vec<ArrayRef> = stored_seq_names
+            .iter()
+            .map(|c| Arc::clone(&tomb_stored[c]))
+            .collect();
         let stored_seq: Vec<ArrayRef> = stored_seq_names
             .iter()
             .map(|c| Arc::clone(&stored[c]))
             .collect();
-        let new_data: Vec<ArrayRef> = data_names.iter().map(|c| col(c)).collect::<Result<_>>()?;
+        let raw_data: Vec<ArrayRef> = data_names.iter().map(|c| col(c)).collect::<Result<_>>()?;
         let stored_data: Vec<ArrayRef> =
             data_names.iter().map(|c| Arc::clone(&stored[c])).collect();
+        let updates: Vec<bool> = data_names
+            .iter()
+            .map(|c| flow.update_columns.updates(c))
+            .collect();
+        let new_data = merge_updates(
+            &matched,
+            &raw_data,
+            &stored_data,
+            &updates,
+            flow.ignore_null_updates,
+        )?;
+        drop(raw_data);
+        let value_of = |name: &str| -> Result<ArrayRef> {
+            if Some(name) == self.audit_ingest {
+                Ok(Arc::clone(&new_commit_ts))
+            } else if let Some(i) = data_names.iter().position(|d| d == name) {
+                Ok(Arc::clone(&new_data[i]))
+            } else {
+                col(name)
+            }
+        };
+
+        // `where`: a key whose latest state fails it is not kept (deleted, with a tombstone).
+        if let Some(predicate) = self.filter {
+            let state = RecordBatch::try_new(
+                Arc::clone(self.state_schema),
+                self.state_schema
+                    .fields()
+                    .iter()
+                    .map(|f| value_of(f.name()))
+                    .collect::<Result<_>>()?,
+            )?;
+            let fails = arrow::compute::not(&predicate.evaluate(&state)?)?;
+            report.filtered += arrow::compute::and_not(&fails, &delete)?.true_count();
+            delete = arrow::compute::or(&delete, &fails)?;
+        }
+
         let plan = plan_scd1(&Scd1Input {
             matched: &matched,
             new_sequence: &new_seq,
             stored_sequence: &stored_seq,
             new_data: &new_data,
             stored_data: &stored_data,
+            delete: Some(&delete),
+            tombstone: Some((&tomb_matched, &tomb_seq)),
         })?;
         report.inserted += plan.counts.inserted;
         report.updated += plan.counts.updated;
         report.unchanged += plan.counts.unchanged;
+        report.deleted += plan.counts.deleted;
         report.stale += plan.counts.stale;
+        report.tombstones_written += plan.tombstone.true_count();
 
         // The rows to write, in silver column order.
         let run_ts: ArrayRef = Arc::new(
             TimestampMicrosecondArray::from(vec![self.run_timestamp_us; m]).with_timezone("UTC"),
         );
+        let conform = |array: ArrayRef, f: &Field| -> Result<ArrayRef> {
+            Ok(if array.data_type() == f.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, f.data_type())?
+            })
+        };
         let mut columns = Vec::with_capacity(schema.fields().len());
         for f in schema.fields() {
-            let array: ArrayRef = if Some(f.name().as_str()) == self.audit_ingest {
-                Arc::clone(&new_commit_ts)
-            } else if Some(f.name().as_str()) == self.audit_update {
+            let array: ArrayRef = if Some(f.name().as_str()) == self.audit_update {
                 if plan.changed.true_count() == m {
                     Arc::clone(&run_ts)
                 } else {
                     zip(&plan.changed, &run_ts, &stored[f.name()])?
                 }
             } else {
-                col(f.name())?
+                value_of(f.name())?
             };
-            columns.push(if array.data_type() == f.data_type() {
-                array
-            } else {
-                arrow::compute::cast(&array, f.data_type())?
-            });
+            columns.push(conform(array, f)?);
         }
+        let removes = {
+            let keys = RecordBatch::try_new(
+                Arc::new(Schema::new(
+                    flow.keys
+                        .iter()
+                        .map(|k| Ok(schema.field_with_name(k)?.clone()))
+                        .collect::<Result<Vec<_>>>()?,
+                )),
+                new_keys.clone(),
+            )?;
+            filter_record_batch(&keys, &plan.remove)?
+        };
+        let (tombstones, tombstone_replaces) = if plan.tombstone.true_count() == 0 {
+            (
+                RecordBatch::new_empty(Arc::clone(self.tomb_schema)),
+                BooleanArray::from(Vec::<bool>::new()),
+            )
+        } else {
+            let mut tomb_columns = Vec::new();
+            for f in self.tomb_schema.fields() {
+                let array = if f.name() == DELETED_AT {
+                    Arc::clone(&run_ts)
+                } else if let Some(i) = stored_seq_names.iter().position(|s| s == f.name()) {
+                    Arc::clone(&new_seq[i])
+                } else {
+                    col(f.name())?
+                };
+                tomb_columns.push(conform(array, f)?);
+            }
+            let all = RecordBatch::try_new(Arc::clone(self.tomb_schema), tomb_columns)?;
+            (
+                filter_record_batch(&all, &plan.tombstone)?,
+                filter(&tomb_matched, &plan.tombstone)?.as_boolean().clone(),
+            )
+        };
         // Free what only the plan needed before the filtered copy below.
         drop((stored, stored_seq, stored_data, new_data, new_seq, batch));
         let rows = RecordBatch::try_new(Arc::clone(schema), columns)?;
-        let out = if plan.write.true_count() == rows.num_rows() {
+        let (rows, replaces) = if plan.write.true_count() == rows.num_rows() {
             (rows, matched)
         } else {
             let all = rows;
@@ -906,6 +1206,12 @@ impl PartitionWork<'_> {
             )
         };
         phases.add("guard", started.elapsed().as_millis() as u64);
-        Ok(out)
+        Ok(Planned {
+            rows,
+            replaces,
+            removes,
+            tombstones,
+            tombstone_replaces,
+        })
     }
 }

@@ -10,6 +10,7 @@
 pub mod apply;
 mod error;
 pub mod ports;
+pub mod predicate;
 pub mod report;
 pub mod schema;
 

@@ -98,10 +98,20 @@ pub trait SilverTable: Send + Sync {
         replaces: &BooleanArray,
         keys: &[String],
     ) -> Result<()>;
-    /// Makes the staged rows visible — replacing the stored rows they replace — and
-    /// records `watermark`, in one commit. With nothing staged, commits the watermark
-    /// alone.
+    /// Removes the stored rows whose key equals a row of `keys` (the key columns), invisible
+    /// until [`commit`]. A [`lookup`] at this version returned those rows.
+    ///
+    /// [`commit`]: SilverTable::commit
+    /// [`lookup`]: SilverTable::lookup
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()>;
+    /// Makes the staged rows visible — replacing the stored rows they replace, removing
+    /// the deleted ones — and records `watermark`, in one commit. With nothing staged,
+    /// commits the watermark alone.
     async fn commit(&mut self, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
+    /// Deletes the rows whose timestamp column `column` is before `before_us` (µs since the
+    /// epoch, UTC), in a commit of its own; returns how many went. Used to expire
+    /// tombstones, where deleting early is safe to repeat.
+    async fn expire(&mut self, column: &str, before_us: i64) -> Result<usize>;
 }
 
 /// Progress of long phases. The CLI draws it; libraries never print.

@@ -40,8 +40,14 @@ pub struct FlowReport {
     pub updated: usize,
     /// Keys with a newer change but identical data (sequence refreshed only).
     pub unchanged: usize,
-    /// Keys deleted.
+    /// Keys deleted from silver (by `apply_as_deletes`, bronze deletes, or `where`).
     pub deleted: usize,
+    /// Keys whose latest state fails `where` (removed from silver where stored).
+    pub filtered: usize,
+    /// Tombstones written: deleted keys, kept with the sequence of their delete.
+    pub tombstones_written: usize,
+    /// Tombstones older than `tombstone_retention`, removed after the run.
+    pub tombstones_expired: usize,
     /// Changes rejected (e.g. NULL in a NOT NULL key column).
     pub rejected: usize,
     /// Values that could not be cast, per silver column (always counted).

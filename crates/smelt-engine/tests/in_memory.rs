@@ -89,6 +89,7 @@ struct MemSilver {
     schema: Option<SchemaRef>,
     rows: Mutex<Option<RecordBatch>>,
     staged: Vec<RecordBatch>,
+    deleted: Vec<String>,
     watermark: Option<i64>,
     commits: i64,
 }
@@ -141,10 +142,34 @@ impl SilverTable for MemSilver {
         self.staged.push(rows);
         Ok(())
     }
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()> {
+        let ids = keys.column_by_name("id").unwrap().as_string::<i32>();
+        self.deleted
+            .extend(ids.iter().map(|k| k.unwrap().to_string()));
+        Ok(())
+    }
+    async fn expire(&mut self, column: &str, before_us: i64) -> Result<usize> {
+        let mut guard = self.rows.lock().unwrap();
+        let Some(rows) = guard.take() else {
+            return Ok(0);
+        };
+        let at = rows
+            .column_by_name(column)
+            .unwrap()
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        let keep =
+            arrow::array::BooleanArray::from_iter(at.iter().map(|t| Some(t.unwrap() >= before_us)));
+        let kept = filter_record_batch(&rows, &keep)?;
+        let expired = rows.num_rows() - kept.num_rows();
+        *guard = Some(kept);
+        self.commits += 1;
+        Ok(expired)
+    }
     async fn commit(&mut self, keys: &[String], w: &Watermark) -> Result<WriteStats> {
         assert_eq!(keys, ["id"]);
         let schema = self.schema.clone().unwrap();
         let new = concat_batches(&schema, &std::mem::take(&mut self.staged))?;
+        let deleted = std::mem::take(&mut self.deleted);
         let mut guard = self.rows.lock().unwrap();
         let merged = match guard.take() {
             None => new,
@@ -154,6 +179,7 @@ impl SilverTable for MemSilver {
                     .as_string::<i32>()
                     .iter()
                     .map(|k| k.unwrap().to_string())
+                    .chain(deleted)
                     .collect();
                 let keep = arrow::array::BooleanArray::from_iter(
                     old.column(0)
@@ -175,21 +201,24 @@ impl SilverTable for MemSilver {
 }
 
 fn flow(on_cast_error: &str) -> (String, smelt_spec::ApplyFlow) {
+    flow_with(&format!("on_cast_error: {on_cast_error}"))
+}
+
+/// A flow with `options` (YAML lines under `apply:`, joined by newlines).
+fn flow_with(options: &str) -> (String, smelt_spec::ApplyFlow) {
     // One folder per call: tests run in parallel and must not read each other's files.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "smelt-engine-test-{}-{call}-{on_cast_error}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("smelt-engine-test-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("s.sql"),
         "CREATE TABLE s.t (id STRING NOT NULL, amount DECIMAL(10,2), PRIMARY KEY (id))",
     )
     .unwrap();
+    let options: String = options.lines().map(|l| format!("      {l}\n")).collect();
     let yaml = format!(
-        "lake: .\nflows:\n  f:\n    apply:\n      from: b.t\n      into: s.t\n      schema: s.sql\n      on_cast_error: {on_cast_error}\n"
+        "lake: .\nflows:\n  f:\n    apply:\n      from: b.t\n      into: s.t\n      schema: s.sql\n{options}"
     );
     let p = Pipeline::from_str(&yaml, &dir.join("smelt.yaml")).unwrap();
     let FlowKind::Apply(a) = p.flows[0].kind.clone();
@@ -240,8 +269,9 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
         "null",
         vec![vec![(Some("a"), "1"), (Some("b"), "x"), (None, "3")]],
     );
+    let mut tombs = MemSilver::default();
     let ctx = RunContext::new(false, false);
-    let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
         .await
         .unwrap();
     assert_eq!(
@@ -260,7 +290,7 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     source
         .commits
         .push(vec![(Some("a"), "2"), (Some("a"), "2.5"), (Some("c"), "7")]);
-    let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
         .await
         .unwrap();
     assert_eq!(
@@ -275,7 +305,7 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     assert_eq!(amounts(&silver)[0], ("a".into(), Some("2.50".into())));
 
     let commits = silver.commits;
-    let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
         .await
         .unwrap();
     assert_eq!(r.status, "up_to_date");
@@ -287,6 +317,7 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
         &f,
         &source,
         &mut silver,
+        &mut tombs,
         &RunContext::new(false, true),
         &Silent,
     )
@@ -299,11 +330,13 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
 async fn fail_policy_aborts_before_writing() {
     let (name, f, mut silver, source) =
         fixture("fail", vec![vec![(Some("a"), "1"), (Some("b"), "1e9x")]]);
+    let mut tombs = MemSilver::default();
     let err = run_apply(
         &name,
         &f,
         &source,
         &mut silver,
+        &mut tombs,
         &RunContext::new(false, false),
         &Silent,
     )
@@ -322,11 +355,13 @@ async fn fail_policy_aborts_before_writing() {
 #[tokio::test]
 async fn plan_writes_nothing() {
     let (name, f, mut silver, source) = fixture("null", vec![vec![(Some("a"), "1")]]);
+    let mut tombs = MemSilver::default();
     let r = run_apply(
         &name,
         &f,
         &source,
         &mut silver,
+        &mut tombs,
         &RunContext::new(true, false),
         &Silent,
     )
@@ -380,6 +415,7 @@ async fn run_all(
         name: Some(f.into.clone()),
         ..MemSilver::default()
     };
+    let mut tombs = MemSilver::default();
     let mut ctx = RunContext::new(false, false);
     ctx.memory_limit = limit;
     let mut counts = Vec::new();
@@ -390,7 +426,7 @@ async fn run_all(
             commits: commits[..n].to_vec(),
             bytes: 10_000_000,
         };
-        let r = run_apply(&name, &f, &source, &mut silver, &ctx, &Silent)
+        let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
             .await
             .unwrap();
         partitions.push(r.partitions);
@@ -436,5 +472,262 @@ proptest::proptest! {
         });
         proptest::prop_assert!(split.1.iter().all(|&p| p > 1));
         proptest::prop_assert_eq!(split.0, whole.0);
+    }
+}
+
+/// Options of the flow the model tests drive: soft deletes, partial updates, a filter.
+const MODEL_OPTIONS: &str = "apply_as_deletes: amount = 'DEL'\nignore_null_updates: true\nwhere: amount IS NULL OR amount < 8";
+
+/// Bronze values of the model tests: amounts (`x` does not cast: NULL), and `DEL` (a delete).
+const MODEL_VALUES: [&str; 6] = ["1", "2.5", "7", "x", "10", "DEL"];
+
+/// The reference model of [`MODEL_OPTIONS`]: silver rows (sequence, amount) and tombstones.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Model {
+    silver: std::collections::BTreeMap<String, (i64, Option<String>)>,
+    tombstones: std::collections::BTreeMap<String, i64>,
+}
+
+impl Model {
+    /// Applies bronze versions `from..=to` of `commits` as one run; the sequence is the
+    /// version (the commit time), later rows of a version win.
+    fn run(
+        &mut self,
+        commits: &[Vec<(Option<&'static str>, &'static str)>],
+        from: usize,
+        to: usize,
+    ) {
+        let mut latest: Vec<(String, i64, &str)> = Vec::new();
+        for (v, rows) in commits.iter().enumerate().take(to + 1).skip(from) {
+            for &(key, raw) in rows {
+                let key = key.expect("model keys are never NULL").to_string();
+                latest.retain(|(k, _, _)| *k != key);
+                latest.push((key, v as i64, raw));
+            }
+        }
+        for (key, seq, raw) in latest {
+            let stored = self.silver.get(&key).cloned();
+            let tomb = self.tombstones.get(&key).copied();
+            let mut delete = raw == "DEL";
+            let mut value = match raw {
+                "1" => Some("1.00".to_string()),
+                "2.5" => Some("2.50".to_string()),
+                "7" => Some("7.00".to_string()),
+                "10" => Some("10.00".to_string()),
+                _ => None, // "x" fails to cast; "DEL" is a delete
+            };
+            if value.is_none()
+                && let Some((_, old)) = &stored
+            {
+                value = old.clone(); // ignore_null_updates
+            }
+            if !delete && value.as_deref() == Some("10.00") {
+                delete = true; // fails `where`
+            }
+            let past_stored = stored.as_ref().is_none_or(|(s, _)| seq > *s);
+            let past_tomb = tomb.is_none_or(|t| seq > t);
+            if delete {
+                if past_stored {
+                    self.silver.remove(&key);
+                    if past_tomb {
+                        self.tombstones.insert(key, seq);
+                    }
+                }
+            } else if past_stored && past_tomb {
+                self.silver.insert(key, (seq, value));
+            }
+        }
+    }
+
+    fn rows(&self) -> Vec<(String, Option<String>)> {
+        self.silver
+            .iter()
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Runs the flow of [`MODEL_OPTIONS`] after the bronze versions where `run_after[v]` is
+/// true (and after the last one), then a full refresh; returns silver after each run.
+async fn run_engine_and_model(
+    commits: &[Vec<(Option<&'static str>, &'static str)>],
+    run_after: &[bool],
+) -> Vec<(Vec<(String, Option<String>)>, Vec<(String, Option<String>)>)> {
+    let (name, f) = flow_with(MODEL_OPTIONS);
+    let mut silver = MemSilver {
+        name: Some(f.into.clone()),
+        ..MemSilver::default()
+    };
+    let mut tombs = MemSilver::default();
+    let mut model = Model::default();
+    let mut out = Vec::new();
+    let mut applied: Option<usize> = None;
+    for v in 0..commits.len() {
+        if !(run_after.get(v).copied().unwrap_or(false) || v + 1 == commits.len()) {
+            continue;
+        }
+        let source = MemSource {
+            name: f.from.clone(),
+            commits: commits[..=v].to_vec(),
+            bytes: 0,
+        };
+        run_apply(
+            &name,
+            &f,
+            &source,
+            &mut silver,
+            &mut tombs,
+            &RunContext::new(false, false),
+            &Silent,
+        )
+        .await
+        .unwrap();
+        model.run(commits, applied.map_or(0, |a| a + 1), v);
+        applied = Some(v);
+        let got = if silver.rows.lock().unwrap().is_some() {
+            amounts(&silver)
+        } else {
+            Vec::new()
+        };
+        out.push((got, model.rows()));
+    }
+    // A full refresh replays every version: guarded, it changes nothing.
+    let source = MemSource {
+        name: f.from.clone(),
+        commits: commits.to_vec(),
+        bytes: 0,
+    };
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        &mut silver,
+        &mut tombs,
+        &RunContext::new(false, true),
+        &Silent,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.inserted, r.updated, r.deleted, r.tombstones_written),
+        (0, 0, 0, 0),
+        "{r:?}"
+    );
+    let got = if silver.rows.lock().unwrap().is_some() {
+        amounts(&silver)
+    } else {
+        Vec::new()
+    };
+    out.push((got, model.rows()));
+    out
+}
+
+#[tokio::test]
+async fn a_deleted_key_stays_deleted_until_a_newer_change() {
+    let (name, f) = flow_with(MODEL_OPTIONS);
+    let mut silver = MemSilver {
+        name: Some(f.into.clone()),
+        ..MemSilver::default()
+    };
+    let mut tombs = MemSilver::default();
+    let ctx = RunContext::new(false, false);
+    let mut commits = vec![vec![(Some("a"), "1"), (Some("b"), "2.5")]];
+    let mut source = MemSource {
+        name: f.from.clone(),
+        commits: commits.clone(),
+        bytes: 0,
+    };
+    run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
+        .await
+        .unwrap();
+
+    // v1: `a` deleted, `b` updated to a value that fails `where`.
+    commits.push(vec![(Some("a"), "DEL"), (Some("b"), "10")]);
+    source.commits = commits.clone();
+    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.deleted, r.filtered, r.tombstones_written),
+        (2, 1, 2),
+        "{r:?}"
+    );
+    assert_eq!(amounts(&silver), vec![]);
+    assert_eq!(tombs.rows.lock().unwrap().as_ref().unwrap().num_rows(), 2);
+
+    // A replay of v0 (as a full refresh would read it) is older than the tombstones.
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        &mut silver,
+        &mut tombs,
+        &RunContext::new(false, true),
+        &Silent,
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.inserted, r.deleted), (0, 0), "{r:?}");
+    assert_eq!(amounts(&silver), vec![]);
+
+    // v2: a newer upsert brings `a` back; a NULL (cast failure) for a deleted key stays NULL.
+    commits.push(vec![(Some("a"), "7"), (Some("b"), "x")]);
+    source.commits = commits.clone();
+    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
+        .await
+        .unwrap();
+    assert_eq!(r.inserted, 2, "{r:?}");
+    assert_eq!(
+        amounts(&silver),
+        vec![("a".into(), Some("7.00".into())), ("b".into(), None)]
+    );
+
+    // Tombstones expire after the retention: a tombstone from this run is kept.
+    let (name2, f2) = flow_with(&format!("{MODEL_OPTIONS}\ntombstone_retention: 1h"));
+    commits.push(vec![(Some("c"), "DEL")]);
+    source.commits = commits.clone();
+    let mut late = RunContext::new(false, false);
+    late.run_timestamp_us += 2 * 3_600_000_000;
+    let r = run_apply(
+        &name2,
+        &f2,
+        &source,
+        &mut silver,
+        &mut tombs,
+        &late,
+        &Silent,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.tombstones_written, r.tombstones_expired),
+        (1, 2),
+        "{r:?}"
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Streams of upserts, soft deletes, cast failures (NULL, kept by
+    /// `ignore_null_updates`) and values failing `where`, applied in runs of one or more
+    /// bronze versions: silver equals the reference model after every run, and a full
+    /// refresh afterwards changes nothing.
+    #[test]
+    fn deletes_filters_and_partial_updates_match_the_model(
+        picks in proptest::collection::vec(
+            proptest::collection::vec((0usize..4, 0usize..MODEL_VALUES.len()), 0..8),
+            1..6,
+        ),
+        run_after in proptest::collection::vec(proptest::bool::ANY, 6),
+    ) {
+        let commits: Vec<Vec<(Option<&'static str>, &'static str)>> = picks
+            .iter()
+            .map(|c| c.iter().map(|&(k, a)| (Some(KEYS[k]), MODEL_VALUES[a])).collect())
+            .collect();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        for (got, want) in rt.block_on(run_engine_and_model(&commits, &run_after)) {
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 }

@@ -19,4 +19,6 @@ pub mod pipeline;
 
 pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
-pub use pipeline::{ApplyFlow, AuditColumns, Flow, FlowKind, OnCastError, Pipeline};
+pub use pipeline::{
+    ApplyFlow, AuditColumns, Flow, FlowKind, OnCastError, Pipeline, SourceDeletes, UpdateColumns,
+};

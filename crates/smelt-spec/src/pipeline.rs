@@ -101,6 +101,53 @@ pub struct ApplyFlow {
     pub on_cast_error: OnCastError,
     /// Zone for timestamps written without an offset (IANA name or `+HH:MM`); UTC by default.
     pub tz: Option<String>,
+    /// SQL predicate over the bronze row that turns an upsert into a delete
+    /// (`IsDeleted = 'true'`, `op = 'D'`).
+    pub apply_as_deletes: Option<String>,
+    /// What bronze change-feed deletes do.
+    pub source_deletes: SourceDeletes,
+    /// A NULL in a change keeps the stored value instead of overwriting it.
+    pub ignore_null_updates: bool,
+    /// Which silver columns an update of an existing key sets.
+    pub update_columns: UpdateColumns,
+    /// SQL predicate over the latest (typed) state of a key: keys that fail it are not kept.
+    pub filter: Option<String>,
+    /// How long tombstones of deleted keys are kept (`None`: forever).
+    pub tombstone_retention: Option<std::time::Duration>,
+}
+
+/// What bronze Change Data Feed deletes do to silver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceDeletes {
+    /// Ignored: bronze retention (DELETE, TRUNCATE) never deletes silver.
+    #[default]
+    Ignore,
+    /// A bronze delete deletes the key from silver (guarded by sequence, like any change).
+    Apply,
+}
+
+/// Which silver columns an update of an existing key sets (an insert sets them all).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum UpdateColumns {
+    /// Every column.
+    #[default]
+    All,
+    /// Only these (`column_list`); the others keep their stored values.
+    Only(Vec<String>),
+    /// All but these (`except_column_list`).
+    Except(Vec<String>),
+}
+
+impl UpdateColumns {
+    /// True when an update sets column `name`.
+    pub fn updates(&self, name: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Only(c) => c.iter().any(|c| c == name),
+            Self::Except(c) => !c.iter().any(|c| c == name),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -166,6 +213,15 @@ struct RawApply {
     audit: Option<RawAudit>,
     on_cast_error: Option<OnCastError>,
     tz: Option<String>,
+    apply_as_deletes: Option<String>,
+    source_deletes: Option<SourceDeletes>,
+    #[serde(default)]
+    ignore_null_updates: bool,
+    column_list: Option<Vec<String>>,
+    except_column_list: Option<Vec<String>>,
+    #[serde(rename = "where")]
+    filter: Option<String>,
+    tombstone_retention: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -449,6 +505,94 @@ fn apply_flow(
         );
     }
 
+    for (leaf, predicate) in [
+        ("apply_as_deletes", &raw.apply_as_deletes),
+        ("where", &raw.filter),
+    ] {
+        if predicate.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            errors.push(
+                SpecError::new(path, field(leaf), format!("`{leaf}` is empty"))
+                    .at(at(leaf))
+                    .hint("write a SQL predicate, e.g. `IsDeleted = 'true'`"),
+            );
+        }
+    }
+
+    let update_columns = match (raw.column_list, raw.except_column_list) {
+        (Some(_), Some(_)) => {
+            errors.push(
+                SpecError::new(
+                    path,
+                    field("except_column_list"),
+                    "`column_list` and `except_column_list` are both set",
+                )
+                .at(at("except_column_list"))
+                .hint("keep one: the columns an update sets, or the columns it leaves alone"),
+            );
+            UpdateColumns::All
+        }
+        (Some(c), None) => UpdateColumns::Only(c),
+        (None, Some(c)) => UpdateColumns::Except(c),
+        (None, None) => UpdateColumns::All,
+    };
+    let (list_leaf, listed) = match &update_columns {
+        UpdateColumns::Only(c) => ("column_list", c.as_slice()),
+        UpdateColumns::Except(c) => ("except_column_list", c.as_slice()),
+        UpdateColumns::All => ("column_list", &[][..]),
+    };
+    for c in listed {
+        if keys.contains(c) {
+            errors.push(
+                SpecError::new(
+                    path,
+                    field(list_leaf),
+                    format!("key column `{c}` cannot be listed: keys never change"),
+                )
+                .at(at(list_leaf))
+                .hint("list only non-key columns"),
+            );
+        }
+    }
+    if let Some(def) = &silver {
+        let names: Vec<&str> = def.columns.iter().map(|c| c.name.as_str()).collect();
+        for c in listed {
+            if !names.contains(&c.as_str()) {
+                let e = SpecError::new(
+                    path,
+                    field(list_leaf),
+                    format!(
+                        "unknown column `{c}`: table `{}` has no such column",
+                        def.name
+                    ),
+                )
+                .at(at(list_leaf));
+                errors.push(match did_you_mean(c, names.iter().copied()) {
+                    Some(near) => e.hint(format!("did you mean `{near}`?")),
+                    None => e.hint(format!("columns are: {}", names.join(", "))),
+                });
+            }
+        }
+    }
+
+    let tombstone_retention = match raw.tombstone_retention.as_deref() {
+        None | Some("forever") => None,
+        Some(text) => match parse_duration(text) {
+            Some(d) => Some(d),
+            None => {
+                errors.push(
+                    SpecError::new(
+                        path,
+                        field("tombstone_retention"),
+                        format!("`{text}` is not a duration"),
+                    )
+                    .at(at("tombstone_retention"))
+                    .hint("write `forever` (the default) or a number with a unit: `90d`, `12h`, `30m`"),
+                );
+                None
+            }
+        },
+    };
+
     if errors.len() > before {
         return None;
     }
@@ -462,7 +606,30 @@ fn apply_flow(
         audit,
         on_cast_error: raw.on_cast_error.unwrap_or_default(),
         tz,
+        apply_as_deletes: raw.apply_as_deletes,
+        source_deletes: raw.source_deletes.unwrap_or_default(),
+        ignore_null_updates: raw.ignore_null_updates,
+        update_columns,
+        filter: raw.filter,
+        tombstone_retention,
     })
+}
+
+/// Parses a duration written as a number and a unit: `90d`, `12h`, `30m`, `45s`, `2w`.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = t.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let secs = match unit.trim() {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60,
+        "h" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86_400,
+        "w" | "week" | "weeks" => 7 * 86_400,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs(n.checked_mul(secs)?))
 }
 
 /// Adds the audit columns to a silver definition when the DDL does not declare them, and

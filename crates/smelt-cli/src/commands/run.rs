@@ -3,9 +3,9 @@
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::EngineError;
-use smelt_engine::apply::{RunContext, run_apply};
+use smelt_engine::apply::{RunContext, run_apply, tombstone_table};
 use smelt_engine::report::{FlowEvent, FlowReport};
-use smelt_spec::FlowKind;
+use smelt_spec::{FlowKind, SourceDeletes};
 
 use super::{load_pipeline, open_lake, select};
 use crate::args::{GlobalArgs, RunArgs};
@@ -34,9 +34,21 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
         let FlowKind::Apply(apply) = &flow.kind;
         let started_at_us = now_us();
         let result: Result<_, EngineError> = async {
-            let source = DeltaSource::open(&lake, &apply.from).await?;
+            let source = DeltaSource::open(&lake, &apply.from)
+                .await?
+                .with_removed_files(apply.source_deletes == SourceDeletes::Apply);
             let mut silver = DeltaSilver::open(&lake, &apply.into).await?;
-            run_apply(&flow.name, apply, &source, &mut silver, &ctx, &progress).await
+            let mut tombstones = DeltaSilver::open(&lake, &tombstone_table(&apply.into)).await?;
+            run_apply(
+                &flow.name,
+                apply,
+                &source,
+                &mut silver,
+                &mut tombstones,
+                &ctx,
+                &progress,
+            )
+            .await
         }
         .await;
         progress.finish();
