@@ -98,3 +98,62 @@ fn truncating_bronze_never_deletes_silver() {
     assert_eq!(p.silver().len(), 3);
     assert!(p.ok(&["run"]).contains("up to date"));
 }
+
+/// The product2 flow with `source_deletes: apply`.
+fn applying_source_deletes(p: &Project) {
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    p.write(
+        "smelt.yaml",
+        &format!("{yaml}      source_deletes: apply\n"),
+    );
+}
+
+#[test]
+fn source_deletes_apply_deletes_silver_rows_from_the_change_feed() {
+    let p = Project::product2();
+    applying_source_deletes(&p);
+    p.bronze_step1();
+    p.ok(&["run"]);
+    runtime().block_on(async {
+        open(&p)
+            .await
+            .delete()
+            .with_predicate(col("\"Id\"").eq(lit("01t000000000002AAA")))
+            .await
+            .unwrap();
+    });
+    let json: serde_json::Value = serde_json::from_str(&p.ok(&["--json", "run"])).unwrap();
+    let f = &json["flows"][0];
+    assert_eq!(
+        (f["deleted"].as_i64(), f["tombstones_written"].as_i64()),
+        (Some(1), Some(1)),
+        "{f}"
+    );
+    let ids: Vec<String> = p
+        .silver()
+        .iter()
+        .map(|r| r["Id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["01t000000000001AAA", "01t000000000003AAA"]);
+}
+
+#[test]
+fn source_deletes_apply_reads_truncated_files_as_deletes() {
+    let p = Project::product2();
+    applying_source_deletes(&p);
+    p.bronze_step1();
+    p.ok(&["run"]);
+    p.ok(&["sql", "TRUNCATE TABLE medallion_demo.product2__bronze"]);
+    let json: serde_json::Value = serde_json::from_str(&p.ok(&["--json", "run"])).unwrap();
+    let f = &json["flows"][0];
+    assert_eq!(
+        (f["deleted"].as_i64(), f["delete_files_ignored"].as_i64()),
+        (Some(3), Some(0)),
+        "{f}"
+    );
+    assert!(p.silver().is_empty());
+    // The rows come back only through newer bronze changes.
+    p.ok(&["sql", "-f", "insert_1.sql"]);
+    p.ok(&["run"]);
+    assert_eq!(p.silver().len(), 3);
+}

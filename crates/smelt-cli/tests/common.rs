@@ -7,33 +7,52 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value;
 
-/// A temp folder holding a copy of `examples/product2` (without its lake).
+/// A temp folder holding a copy of an example (without its lake); commands run in it.
 pub struct Project {
     pub dir: tempfile::TempDir,
+    /// The example's folder inside `dir`.
+    root: PathBuf,
+}
+
+/// Copies the files (not the lake) of `examples/<name>` into `<to>/<name>`.
+fn copy_example(name: &str, to: &Path) -> PathBuf {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
+    let root = to.join(name);
+    std::fs::create_dir_all(&root).unwrap();
+    for entry in std::fs::read_dir(&example).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), root.join(entry.file_name())).unwrap();
+        }
+    }
+    root
 }
 
 impl Project {
+    /// `examples/product2`.
     pub fn product2() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/product2");
-        for f in [
-            "smelt.yaml",
-            "bronze.sql",
-            "insert_1.sql",
-            "insert_2.sql",
-            "silver.sql",
-        ] {
-            std::fs::copy(example.join(f), dir.path().join(f)).unwrap();
-        }
-        Self { dir }
+        let root = copy_example("product2", dir.path());
+        Self { dir, root }
     }
 
+    /// `examples/product2_deletes` (next to the product2 files it uses).
+    pub fn product2_deletes() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        copy_example("product2", dir.path());
+        let root = copy_example("product2_deletes", dir.path());
+        Self { dir, root }
+    }
+
+    /// The example's folder (where commands run).
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.root
     }
 
     pub fn file(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.root.join(name)
     }
 
     pub fn write(&self, name: &str, text: &str) {

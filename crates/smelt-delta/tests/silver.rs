@@ -317,3 +317,43 @@ async fn many_small_runs_are_compacted_without_changing_data_or_the_feed() {
             .num_files();
     assert!(files <= 8, "{files} files after 13 small runs");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_remove_rows_in_the_same_commit_with_delete_change_data() {
+    let (_dir, lake, mut silver) = new_silver().await;
+    let ids: Vec<i64> = (0..300).collect();
+    write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
+
+    // One run: 5 deleted, 150 updated, 1000 inserted; 250 deleted too.
+    let mut silver = open(&lake).await;
+    silver
+        .lookup(keys(&[5, 150, 250, 1000]), &["id".into()])
+        .await
+        .unwrap();
+    let before = silver.version().unwrap();
+    stage(&mut silver, &[150, 1000], "b", &[true, false]).await;
+    silver.stage_deletes(keys(&[5, 250])).await.unwrap();
+    let stats = silver.commit(&["id".into()], &watermark(2)).await.unwrap();
+    assert_eq!(stats.version, before + 1, "one commit");
+    assert_eq!(stats.files_removed, 3, "the files of 5, 150 and 250");
+    assert_eq!(silver.watermark(APP).await.unwrap(), Some(2));
+
+    let table = contents(&lake).await;
+    assert_eq!(table.len(), 299);
+    assert!(!table.contains_key(&5) && !table.contains_key(&250));
+    assert_eq!(table[&150], vec!["b"]);
+    assert_eq!(table[&1000], vec!["b"]);
+
+    let feed = changes(&lake, before).await;
+    assert_eq!(feed["delete"], vec![(5, "a".into()), (250, "a".into())]);
+    assert_eq!(feed["update_preimage"], vec![(150, "a".into())]);
+    assert_eq!(feed["update_postimage"], vec![(150, "b".into())]);
+    assert_eq!(feed["insert"], vec![(1000, "b".into())]);
+
+    // Expiring by a column the table lacks is an error naming the table.
+    let err = silver.expire("no_such_column", 0).await.unwrap_err();
+    assert!(
+        err.to_string().contains("expiring rows of `s.silver`"),
+        "{err}"
+    );
+}
