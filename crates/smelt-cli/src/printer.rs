@@ -99,6 +99,17 @@ pub fn flow_report(r: &FlowReport) -> String {
     }
     for (label, value, note) in [
         ("filtered out", r.filtered, "(latest state fails `where`)"),
+        ("dropped", r.dropped, "(failed an expectation)"),
+        (
+            "quarantined",
+            r.quarantined,
+            "(written to the rejects table)",
+        ),
+        (
+            "sequence conflicts",
+            r.sequence_conflicts,
+            "(keys whose latest changes tie but differ)",
+        ),
         (
             "tombstones written",
             r.tombstones_written,
@@ -117,8 +128,16 @@ pub fn flow_report(r: &FlowReport) -> String {
             ));
         }
     }
+    let cast_note = match r.on_cast_error.as_str() {
+        "quarantine" => "(quarantined)",
+        "fail" => "(the run failed)",
+        _ => "(stored as NULL)",
+    };
     for (column, count) in &r.cast_failures {
-        out.push_str(&format!("    {column:<20}{count:>10}  (stored as NULL)\n"));
+        out.push_str(&format!("    {column:<20}{count:>10}  {cast_note}\n"));
+    }
+    for (name, count) in &r.expectations {
+        out.push_str(&format!("  {:<22}{count:>10}\n", format!("expect {name}")));
     }
     out.push_str(&format!(
         "  {:<22}{:>10}\n",

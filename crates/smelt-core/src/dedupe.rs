@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
-use arrow::array::{ArrayRef, UInt32Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use arrow::compute::SortOptions;
+use arrow::compute::take;
 use arrow::row::{RowConverter, Rows, SortField};
 
 use crate::{CoreError, Result};
@@ -74,6 +75,86 @@ pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32
     let mut winners: Vec<u32> = best.into_values().collect();
     winners.sort_unstable();
     Ok(UInt32Array::from(winners))
+}
+
+/// Equal-sequence conflicts among the changes of one run (see [`sequence_conflicts`]).
+#[derive(Debug, Clone)]
+pub struct SequenceConflicts {
+    /// Per winner: another change of its key has the same sequence and different data.
+    pub conflicted: BooleanArray,
+    /// The input rows tied with a conflicting winner, the winner included, ascending.
+    pub rows: UInt32Array,
+}
+
+/// Finds the keys whose latest changes conflict: two or more changes with the key's
+/// greatest sequence whose `data` differ (NULL-safely). `winners` comes from
+/// [`latest_per_key`] over the same `keys` and `sequence`. Without a conflict [`latest_per_key`]'s
+/// tie-break (the later row) is harmless: the tied changes carry the same data.
+pub fn sequence_conflicts(
+    keys: &[ArrayRef],
+    sequence: &[ArrayRef],
+    data: &[ArrayRef],
+    winners: &UInt32Array,
+) -> Result<SequenceConflicts> {
+    let w = winners.len();
+    let none = || SequenceConflicts {
+        conflicted: BooleanArray::from(vec![false; w]),
+        rows: UInt32Array::from(Vec::<u32>::new()),
+    };
+    let n = keys.first().map_or(0, |k| k.len());
+    if w == n || data.is_empty() {
+        return Ok(none()); // every key has one change: nothing can tie
+    }
+    let probe: Vec<ArrayRef> = keys.iter().chain(sequence).cloned().collect();
+    let winner_cols: Vec<ArrayRef> = probe
+        .iter()
+        .map(|c| take(c.as_ref(), winners, None))
+        .collect::<std::result::Result<_, _>>()?;
+    let positions = KeyIndex::new(&winner_cols)?.positions(&probe)?;
+    // Rows tied with their key's winner, other than the winner itself.
+    let mut tied_rows = Vec::new();
+    let mut tied_winners = Vec::new();
+    for (row, p) in positions.iter().enumerate() {
+        if let Some(p) = p
+            && winners.value(p as usize) as usize != row
+        {
+            tied_rows.push(row as u32);
+            tied_winners.push(winners.value(p as usize));
+        }
+    }
+    if tied_rows.is_empty() {
+        return Ok(none());
+    }
+    let (tied_rows, tied_winners) = (
+        UInt32Array::from(tied_rows),
+        UInt32Array::from(tied_winners),
+    );
+    let mut differs = BooleanArray::from(vec![false; tied_rows.len()]);
+    for c in data {
+        let a = take(c.as_ref(), &tied_rows, None)?;
+        let b = take(c.as_ref(), &tied_winners, None)?;
+        differs = arrow::compute::or(&differs, &arrow::compute::kernels::cmp::distinct(&a, &b)?)?;
+    }
+    if differs.true_count() == 0 {
+        return Ok(none());
+    }
+    let mut conflicted = vec![false; w];
+    for (i, d) in differs.iter().enumerate() {
+        if d == Some(true) {
+            let p = positions.value(tied_rows.value(i) as usize) as usize;
+            conflicted[p] = true;
+        }
+    }
+    let rows: Vec<u32> = positions
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.is_some_and(|p| conflicted[p as usize]))
+        .map(|(row, _)| row as u32)
+        .collect();
+    Ok(SequenceConflicts {
+        conflicted: BooleanArray::from(conflicted),
+        rows: UInt32Array::from(rows),
+    })
 }
 
 /// For every row of `keys`, the row of `candidates` with an equal key (NULL-safe), or
@@ -312,5 +393,29 @@ mod tests {
     fn no_sequence_means_last_row_wins() {
         let keys = s(vec![Some("a"), Some("a")]);
         assert_eq!(latest_per_key(&[keys], &[]).unwrap().values(), &[1]);
+    }
+
+    #[test]
+    fn equal_sequences_with_different_data_conflict() {
+        // key a: seq 2 twice, different data → conflict (rows 1, 2); row 0 is older.
+        // key b: seq 5 twice, same data → no conflict.
+        // key c: one change.
+        let keys: ArrayRef = Arc::new(StringArray::from(vec!["a", "a", "a", "b", "b", "c"]));
+        let seq: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 2, 5, 5, 1]));
+        let data: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("x"),
+            Some("y"),
+            Some("z"),
+            None,
+            None,
+            Some("q"),
+        ]));
+        let keys = [keys];
+        let seq = [seq];
+        let winners = latest_per_key(&keys, &seq).unwrap();
+        assert_eq!(winners.values().to_vec(), vec![2, 4, 5]);
+        let c = sequence_conflicts(&keys, &seq, std::slice::from_ref(&data), &winners).unwrap();
+        assert_eq!(c.conflicted, BooleanArray::from(vec![true, false, false]));
+        assert_eq!(c.rows.values().to_vec(), vec![1, 2]);
     }
 }

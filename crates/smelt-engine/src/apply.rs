@@ -21,12 +21,15 @@ use smelt_core::cast::cast_columns;
 use smelt_core::change::{
     CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, DELETE, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
 };
-use smelt_core::dedupe::{latest_per_key, partition_of, positions_of};
+use smelt_core::dedupe::{latest_per_key, partition_of, positions_of, sequence_conflicts};
 use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
-use smelt_spec::{ApplyFlow, OnCastError, SourceDeletes, did_you_mean};
+use smelt_spec::{
+    ApplyFlow, OnCastError, OnSequenceConflict, OnViolation, SourceDeletes, did_you_mean,
+};
 
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
+use crate::rejects::{Reason, Rejects};
 use crate::report::FlowReport;
 use crate::schema::{arrow_schema, type_name};
 use crate::{EngineError, Result, failpoint};
@@ -162,18 +165,32 @@ fn same_type(a: &DataType, b: &DataType) -> bool {
     }
 }
 
-/// Runs (or plans, with `ctx.dry_run`) one apply flow. `tombstones` is the silver table's
-/// tombstone table ([`tombstone_table`]): the keys deleted so far and the sequence of their
-/// delete; it is created with the first delete.
+/// The tables an apply flow writes.
+pub struct ApplyTables<'a> {
+    /// The silver table.
+    pub silver: &'a mut dyn SilverTable,
+    /// Its tombstone table ([`tombstone_table`]): the keys deleted so far and the sequence
+    /// of their delete. Created with the first delete.
+    pub tombstones: &'a mut dyn SilverTable,
+    /// Its rejects table ([`crate::rejects::rejects_table`]): quarantined changes.
+    /// Created with the first reject.
+    pub rejects: &'a mut dyn SilverTable,
+}
+
+/// Runs (or plans, with `ctx.dry_run`) one apply flow.
 pub async fn run_apply(
     flow_name: &str,
     flow: &ApplyFlow,
     source: &dyn ChangeSource,
-    silver: &mut dyn SilverTable,
-    tombstones: &mut dyn SilverTable,
+    tables: ApplyTables<'_>,
     ctx: &RunContext,
     reporter: &dyn Reporter,
 ) -> Result<FlowReport> {
+    let ApplyTables {
+        silver,
+        tombstones,
+        rejects: rejects_table,
+    } = tables;
     let mut phases = Phases::new();
     let app = app_id(flow_name);
     let schema = silver_schema(flow_name, flow, silver)?;
@@ -298,6 +315,12 @@ pub async fn run_apply(
         from_version: watermark,
         to_version: v,
         silver_version: silver.version(),
+        on_cast_error: match flow.on_cast_error {
+            OnCastError::Null => "null",
+            OnCastError::Fail => "fail",
+            OnCastError::Quarantine => "quarantine",
+        }
+        .to_string(),
         ..FlowReport::default()
     };
     if let Some(w) = watermark {
@@ -325,10 +348,20 @@ pub async fn run_apply(
     let partitions = partitions_for(source.bytes_to_read(watermark).await?, ctx.memory_limit);
     report.partitions = partitions;
     reporter.phase(flow_name, "read changes");
-    let casting = CastPlan::new(&schema, &is_audit, as_deletes, flow.source_deletes);
+    let mut casting = CastPlan::new(&schema, &is_audit, as_deletes, flow.source_deletes);
+    for (name, sql) in &flow.expectations {
+        let predicate = Predicate::compile(
+            sql,
+            &casting.schema,
+            &format!("flow `{flow_name}`: expectation `{name}`"),
+        )?;
+        casting.expectations.push((name.clone(), predicate));
+    }
     let mut store = PartitionStore::new(partitions, Arc::clone(&casting.schema))?;
     let mut cast_ms = 0u64;
     let mut first_failure: Option<CastFailure> = None;
+    let mut first_violation: Option<String> = None;
+    let mut rejects = Rejects::new(&ctx.run_id, flow_name, &flow.from, ctx.run_timestamp_us);
     let mut rows_seen = 0usize;
     let read_started = Instant::now();
     let changes = {
@@ -336,10 +369,22 @@ pub async fn run_apply(
         let mut sink = |batch: RecordBatch| -> Result<()> {
             let started = Instant::now();
             report.changes_read += batch.num_rows();
-            let cast = casting.cast(&batch, flow, rows_seen, report, &mut first_failure)?;
+            let cast = casting.cast(
+                &batch,
+                flow,
+                rows_seen,
+                &mut CastSink {
+                    report,
+                    first_failure: &mut first_failure,
+                    first_violation: &mut first_violation,
+                    rejects: &mut rejects,
+                },
+            )?;
             rows_seen += cast.num_rows();
-            // A run that will fail on a cast error only keeps counting failures.
-            if !(flow.on_cast_error == OnCastError::Fail && first_failure.is_some()) {
+            // A run that will fail only keeps counting failures.
+            let failing = (flow.on_cast_error == OnCastError::Fail && first_failure.is_some())
+                || first_violation.is_some();
+            if !failing {
                 store.push(cast, &flow.keys)?;
             }
             cast_ms += started.elapsed().as_millis() as u64;
@@ -370,6 +415,13 @@ pub async fn run_apply(
             }),
         });
     }
+    if let Some(message) = first_violation {
+        let total: usize = report.expectations.values().sum();
+        return Err(EngineError::user(
+            format!("flow `{flow_name}`: {message}; {total} change(s) failed expectations in all"),
+            "fix the change in bronze, or set `on_violation:` to `warn`, `drop` or `quarantine`",
+        ));
+    }
 
     let work = PartitionWork {
         flow,
@@ -395,7 +447,14 @@ pub async fn run_apply(
         let batch = store.take(p)?;
         phases.add("dedupe", started.elapsed().as_millis() as u64);
         let planned = work
-            .plan(batch, &*silver, &*tombstones, &mut report, &mut phases)
+            .plan(
+                batch,
+                &*silver,
+                &*tombstones,
+                &mut rejects,
+                &mut report,
+                &mut phases,
+            )
             .await?;
         if ctx.dry_run {
             continue;
@@ -425,6 +484,7 @@ pub async fn run_apply(
         phases.add("write", started.elapsed().as_millis() as u64);
     }
 
+    report.quarantined = rejects.len();
     if ctx.dry_run {
         report.status = "planned".into();
         report.phases_ms = phases.done;
@@ -437,7 +497,24 @@ pub async fn run_apply(
         run_id: ctx.run_id.clone(),
     };
     let started = Instant::now();
-    // Tombstones commit first: a crash before the silver commit reruns the same range,
+    // Rejects commit first, then tombstones, then silver with its watermark. A crash in
+    // between reruns the range: rejects of versions the rejects table has recorded are
+    // not written again.
+    if !rejects.is_empty() {
+        reporter.phase(flow_name, "write rejects");
+        let done = rejects_table.watermark(&watermark_out.app_id).await?;
+        let rows = rejects.after(done)?;
+        if rows.num_rows() > 0 {
+            if rejects_table.schema().is_none() {
+                rejects_table.create(rows.schema()).await?;
+            }
+            let replaces = BooleanArray::from(vec![false; rows.num_rows()]);
+            rejects_table.stage(rows, &replaces, &[]).await?;
+            failpoint("before_rejects_commit")?;
+            rejects_table.commit(&[], &watermark_out).await?;
+        }
+    }
+    // Tombstones commit before silver: a crash before the silver commit reruns the same range,
     // which finds its tombstones written and leaves them as they are (the guard is
     // strict), while a crash after it would lose them.
     if tombstones_staged {
@@ -607,6 +684,17 @@ struct CastPlan {
     /// `apply_as_deletes`, over the change batch.
     as_deletes: Option<Predicate>,
     source_deletes: SourceDeletes,
+    /// `expect:`, over the cast batch.
+    expectations: Vec<(String, Predicate)>,
+}
+
+/// Where [`CastPlan::cast`] reports what it found.
+struct CastSink<'a> {
+    report: &'a mut FlowReport,
+    first_failure: &'a mut Option<CastFailure>,
+    /// The first expectation failure under `on_violation: fail`, as a message.
+    first_violation: &'a mut Option<String>,
+    rejects: &'a mut Rejects,
 }
 
 impl CastPlan {
@@ -627,12 +715,14 @@ impl CastPlan {
             .map(|(n, t)| Field::new(n, t.clone(), true))
             .collect();
         fields.push(Field::new(COMMIT_TIMESTAMP, timestamp_utc(), true));
+        fields.push(Field::new(COMMIT_VERSION, DataType::Int64, true));
         fields.push(Field::new(IS_DELETE, DataType::Boolean, false));
         Self {
             schema: Arc::new(Schema::new(fields)),
             targets,
             as_deletes,
             source_deletes,
+            expectations: Vec::new(),
         }
     }
 
@@ -646,9 +736,10 @@ impl CastPlan {
         batch: &RecordBatch,
         flow: &ApplyFlow,
         offset: usize,
-        report: &mut FlowReport,
-        first: &mut Option<CastFailure>,
+        sink: &mut CastSink<'_>,
     ) -> Result<RecordBatch> {
+        let report = &mut *sink.report;
+        let first = &mut *sink.first_failure;
         let kinds = batch
             .column_by_name(CHANGE_TYPE)
             .ok_or_else(|| EngineError::Internal("change batch without _change_type".into()))?;
@@ -689,6 +780,8 @@ impl CastPlan {
             .collect::<Result<_>>()?;
         let outputs = cast_columns(&inputs, flow.tz.as_deref())?;
         let mut columns = Vec::with_capacity(self.targets.len() + 1);
+        // Upserts left out of the apply: quarantined or dropped.
+        let mut left_out = vec![false; batch.num_rows()];
         for ((name, target), out) in self.targets.iter().zip(outputs) {
             let failed: Vec<usize> = if delete.true_count() == 0 {
                 out.failed_rows
@@ -698,6 +791,23 @@ impl CastPlan {
                     .filter(|&r| !delete.value(r))
                     .collect()
             };
+            if !failed.is_empty() && flow.on_cast_error == OnCastError::Quarantine {
+                let rows = UInt32Array::from_iter_values(failed.iter().map(|&r| r as u32));
+                let target_type = type_name(target);
+                sink.rejects.add(
+                    &batch,
+                    &rows,
+                    &Reason {
+                        rule: "cast",
+                        column: Some(name),
+                        target_type: Some(&target_type),
+                        reason: &format!("the value cannot be cast to {target_type}"),
+                    },
+                )?;
+                for &r in &failed {
+                    left_out[r] = true;
+                }
+            }
             if !failed.is_empty() {
                 *report.cast_failures.entry(name.clone()).or_default() += failed.len();
                 if first.is_none() {
@@ -728,8 +838,72 @@ impl CastPlan {
             raw(COMMIT_TIMESTAMP)?,
             &timestamp_utc(),
         )?);
+        columns.push(arrow::compute::cast(
+            raw(COMMIT_VERSION)?,
+            &DataType::Int64,
+        )?);
+        let upsert = arrow::compute::not(&delete)?;
         columns.push(Arc::new(delete));
-        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+        let cast = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+
+        // Expectations hold for upserts (a delete carries only its key and sequence).
+        for (name, predicate) in &self.expectations {
+            let holds = predicate.evaluate(&cast)?;
+            let violated: Vec<usize> = (0..cast.num_rows())
+                .filter(|&r| upsert.value(r) && !left_out[r] && !holds.value(r))
+                .collect();
+            if violated.is_empty() {
+                continue;
+            }
+            *report.expectations.entry(name.clone()).or_default() += violated.len();
+            match flow.on_violation {
+                OnViolation::Warn => {}
+                OnViolation::Drop => {
+                    report.dropped += violated.len();
+                    for &r in &violated {
+                        left_out[r] = true;
+                    }
+                }
+                OnViolation::Quarantine => {
+                    let rows = UInt32Array::from_iter_values(violated.iter().map(|&r| r as u32));
+                    sink.rejects.add(
+                        &batch,
+                        &rows,
+                        &Reason {
+                            rule: name,
+                            column: None,
+                            target_type: None,
+                            reason: &format!("expectation `{name}` failed: {}", predicate.text()),
+                        },
+                    )?;
+                    for &r in &violated {
+                        left_out[r] = true;
+                    }
+                }
+                OnViolation::Fail => {
+                    if sink.first_violation.is_none() {
+                        let r = violated[0];
+                        let key = flow
+                            .keys
+                            .iter()
+                            .map(|k| Ok(format!("{k}={}", array_value_to_string(raw(k)?, r)?)))
+                            .collect::<Result<Vec<_>>>()?
+                            .join(", ");
+                        *sink.first_violation = Some(format!(
+                            "expectation `{name}` (`{}`) failed for the change of key {key} in bronze `{}` version {}",
+                            predicate.text(),
+                            flow.from,
+                            array_value_to_string(raw(COMMIT_VERSION)?, r)?
+                        ));
+                    }
+                }
+            }
+        }
+        if left_out.iter().any(|&l| l) {
+            let keep = BooleanArray::from_iter(left_out.iter().map(|&l| Some(!l)));
+            return Ok(filter_record_batch(&cast, &keep)?);
+        }
+        Ok(cast)
     }
 }
 
@@ -951,6 +1125,7 @@ impl PartitionWork<'_> {
         batch: RecordBatch,
         silver: &dyn SilverTable,
         tombstones: &dyn SilverTable,
+        rejects: &mut Rejects,
         report: &mut FlowReport,
         phases: &mut Phases,
     ) -> Result<Planned> {
@@ -981,12 +1156,72 @@ impl PartitionWork<'_> {
                 .iter()
                 .map(seq_col)
                 .collect::<Result<_>>()?;
-            let winners = if n == 0 {
+            let mut winners = if n == 0 {
                 UInt32Array::from(Vec::<u32>::new())
             } else {
                 latest_per_key(&key_arrays, &seq_arrays)?
             };
             report.duplicates_collapsed += n - winners.len();
+
+            // Equal-sequence conflicts: the latest changes of a key tie on the sequence but
+            // differ in data (or one deletes).
+            let is_sequence = |name: &str| {
+                flow.keys.iter().any(|k| k == name)
+                    || flow.sequence_by.iter().any(|s| s == name)
+                    || name == COMMIT_TIMESTAMP
+                    || name == COMMIT_VERSION
+            };
+            let data: Vec<ArrayRef> = batch
+                .schema()
+                .fields()
+                .iter()
+                .zip(batch.columns())
+                .filter(|(f, _)| !is_sequence(f.name()))
+                .map(|(_, c)| Arc::clone(c))
+                .collect();
+            let conflicts = sequence_conflicts(&key_arrays, &seq_arrays, &data, &winners)?;
+            let conflicted = conflicts.conflicted.true_count();
+            report.sequence_conflicts += conflicted;
+            if conflicted > 0 {
+                let first = conflicts.rows.value(0) as usize;
+                let describe = |names: &[String], arrays: &[ArrayRef]| -> Result<String> {
+                    Ok(names
+                        .iter()
+                        .zip(arrays)
+                        .map(|(n, a)| Ok(format!("{n}={}", array_value_to_string(a, first)?)))
+                        .collect::<Result<Vec<_>>>()?
+                        .join(", "))
+                };
+                match flow.on_sequence_conflict {
+                    OnSequenceConflict::Last => {}
+                    OnSequenceConflict::Quarantine => {
+                        rejects.add(
+                            &batch,
+                            &conflicts.rows,
+                            &Reason {
+                                rule: "sequence_conflict",
+                                column: None,
+                                target_type: None,
+                                reason: "changes of one key share the greatest sequence but differ; none was applied",
+                            },
+                        )?;
+                        winners = filter(&winners, &arrow::compute::not(&conflicts.conflicted)?)?
+                            .as_primitive::<arrow::datatypes::UInt32Type>()
+                            .clone();
+                    }
+                    OnSequenceConflict::Fail => {
+                        return Err(EngineError::user(
+                            format!(
+                                "flow `{}`: changes of key {} share the greatest sequence ({}) but differ; {conflicted} key(s) conflict in all",
+                                report.flow,
+                                describe(&flow.keys, &key_arrays)?,
+                                describe(&flow.sequence_by, &seq_arrays)?,
+                            ),
+                            "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last` (bronze order wins) or `quarantine`",
+                        ));
+                    }
+                }
+            }
 
             // NULL in a NOT NULL key column cannot be stored: reject (counted), never
             // half-write.

@@ -11,6 +11,7 @@ pub mod apply;
 mod error;
 pub mod ports;
 pub mod predicate;
+pub mod rejects;
 pub mod report;
 pub mod schema;
 

@@ -52,6 +52,16 @@ pub struct FlowReport {
     pub rejected: usize,
     /// Values that could not be cast, per silver column (always counted).
     pub cast_failures: BTreeMap<String, usize>,
+    /// What cast failures did (`on_cast_error`): `null`, `quarantine` or `fail`.
+    pub on_cast_error: String,
+    /// Changes that failed each expectation (`expect:`), whatever `on_violation` did.
+    pub expectations: BTreeMap<String, usize>,
+    /// Changes left out by `on_violation: drop`.
+    pub dropped: usize,
+    /// Rows written to the rejects table (cast failures, expectations, sequence conflicts).
+    pub quarantined: usize,
+    /// Keys whose latest changes share a sequence but differ in data.
+    pub sequence_conflicts: usize,
     /// Bronze data files read.
     pub files_read: usize,
     /// Bronze bytes read.

@@ -9,7 +9,7 @@ use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use smelt_core::change::metadata_fields;
-use smelt_engine::apply::{RunContext, run_apply};
+use smelt_engine::apply::{ApplyTables, RunContext, run_apply};
 use smelt_engine::ports::{ChangeSet, ChangeSource, Silent, SilverTable, Watermark, WriteStats};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{FlowKind, Pipeline, TableName};
@@ -137,7 +137,7 @@ impl SilverTable for MemSilver {
         replaces: &arrow::array::BooleanArray,
         keys: &[String],
     ) -> Result<()> {
-        assert_eq!(keys, ["id"]);
+        assert!(keys.is_empty() || keys == ["id"], "{keys:?}");
         assert_eq!(replaces.len(), rows.num_rows());
         self.staged.push(rows);
         Ok(())
@@ -166,13 +166,13 @@ impl SilverTable for MemSilver {
         Ok(expired)
     }
     async fn commit(&mut self, keys: &[String], w: &Watermark) -> Result<WriteStats> {
-        assert_eq!(keys, ["id"]);
         let schema = self.schema.clone().unwrap();
         let new = concat_batches(&schema, &std::mem::take(&mut self.staged))?;
         let deleted = std::mem::take(&mut self.deleted);
         let mut guard = self.rows.lock().unwrap();
         let merged = match guard.take() {
             None => new,
+            Some(old) if keys.is_empty() => concat_batches(&schema, &[old, new])?,
             Some(old) => {
                 let new_ids: Vec<String> = new
                     .column(0)
@@ -197,6 +197,19 @@ impl SilverTable for MemSilver {
             version: self.commits - 1,
             ..WriteStats::default()
         })
+    }
+}
+
+/// Silver, its tombstones and its rejects.
+fn tables<'a>(
+    silver: &'a mut MemSilver,
+    tombstones: &'a mut MemSilver,
+    rejects: &'a mut MemSilver,
+) -> ApplyTables<'a> {
+    ApplyTables {
+        silver,
+        tombstones,
+        rejects,
     }
 }
 
@@ -269,11 +282,18 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
         "null",
         vec![vec![(Some("a"), "1"), (Some("b"), "x"), (None, "3")]],
     );
-    let mut tombs = MemSilver::default();
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let ctx = RunContext::new(false, false);
-    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
-        .await
-        .unwrap();
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        tables(&mut silver, &mut tombs, &mut rejects),
+        &ctx,
+        &Silent,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (
             r.inserted,
@@ -290,9 +310,16 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     source
         .commits
         .push(vec![(Some("a"), "2"), (Some("a"), "2.5"), (Some("c"), "7")]);
-    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
-        .await
-        .unwrap();
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        tables(&mut silver, &mut tombs, &mut rejects),
+        &ctx,
+        &Silent,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (
             r.inserted,
@@ -305,9 +332,16 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     assert_eq!(amounts(&silver)[0], ("a".into(), Some("2.50".into())));
 
     let commits = silver.commits;
-    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
-        .await
-        .unwrap();
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        tables(&mut silver, &mut tombs, &mut rejects),
+        &ctx,
+        &Silent,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, "up_to_date");
     assert_eq!(silver.commits, commits, "no commit when nothing is new");
 
@@ -316,8 +350,7 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
         &name,
         &f,
         &source,
-        &mut silver,
-        &mut tombs,
+        tables(&mut silver, &mut tombs, &mut rejects),
         &RunContext::new(false, true),
         &Silent,
     )
@@ -330,13 +363,12 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
 async fn fail_policy_aborts_before_writing() {
     let (name, f, mut silver, source) =
         fixture("fail", vec![vec![(Some("a"), "1"), (Some("b"), "1e9x")]]);
-    let mut tombs = MemSilver::default();
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let err = run_apply(
         &name,
         &f,
         &source,
-        &mut silver,
-        &mut tombs,
+        tables(&mut silver, &mut tombs, &mut rejects),
         &RunContext::new(false, false),
         &Silent,
     )
@@ -355,13 +387,12 @@ async fn fail_policy_aborts_before_writing() {
 #[tokio::test]
 async fn plan_writes_nothing() {
     let (name, f, mut silver, source) = fixture("null", vec![vec![(Some("a"), "1")]]);
-    let mut tombs = MemSilver::default();
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let r = run_apply(
         &name,
         &f,
         &source,
-        &mut silver,
-        &mut tombs,
+        tables(&mut silver, &mut tombs, &mut rejects),
         &RunContext::new(true, false),
         &Silent,
     )
@@ -415,7 +446,7 @@ async fn run_all(
         name: Some(f.into.clone()),
         ..MemSilver::default()
     };
-    let mut tombs = MemSilver::default();
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let mut ctx = RunContext::new(false, false);
     ctx.memory_limit = limit;
     let mut counts = Vec::new();
@@ -426,9 +457,16 @@ async fn run_all(
             commits: commits[..n].to_vec(),
             bytes: 10_000_000,
         };
-        let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
-            .await
-            .unwrap();
+        let r = run_apply(
+            &name,
+            &f,
+            &source,
+            tables(&mut silver, &mut tombs, &mut rejects),
+            &ctx,
+            &Silent,
+        )
+        .await
+        .unwrap();
         partitions.push(r.partitions);
         counts.push([
             r.inserted,
@@ -486,6 +524,9 @@ const MODEL_VALUES: [&str; 6] = ["1", "2.5", "7", "x", "10", "DEL"];
 struct Model {
     silver: std::collections::BTreeMap<String, (i64, Option<String>)>,
     tombstones: std::collections::BTreeMap<String, i64>,
+    /// `on_sequence_conflict: quarantine`: a key whose latest changes (same version)
+    /// differ is not applied in that run.
+    quarantine_conflicts: bool,
 }
 
 impl Model {
@@ -498,12 +539,32 @@ impl Model {
         to: usize,
     ) {
         let mut latest: Vec<(String, i64, &str)> = Vec::new();
+        let mut conflicted = std::collections::BTreeSet::new();
         for (v, rows) in commits.iter().enumerate().take(to + 1).skip(from) {
             for &(key, raw) in rows {
                 let key = key.expect("model keys are never NULL").to_string();
+                // A change with the same sequence (version) and other typed data conflicts;
+                // a newer version ends the conflict.
+                let typed = |raw: &str| match raw {
+                    "x" | "DEL" => (None, raw == "DEL"),
+                    other => (Some(other.parse::<f64>().unwrap()), false),
+                };
+                match latest.iter().find(|(k, _, _)| *k == key) {
+                    Some((_, seq, old)) if *seq == v as i64 => {
+                        if typed(old) != typed(raw) {
+                            conflicted.insert(key.clone());
+                        }
+                    }
+                    _ => {
+                        conflicted.remove(&key);
+                    }
+                }
                 latest.retain(|(k, _, _)| *k != key);
                 latest.push((key, v as i64, raw));
             }
+        }
+        if self.quarantine_conflicts {
+            latest.retain(|(k, _, _)| !conflicted.contains(k));
         }
         for (key, seq, raw) in latest {
             let stored = self.silver.get(&key).cloned();
@@ -552,14 +613,23 @@ impl Model {
 async fn run_engine_and_model(
     commits: &[Vec<(Option<&'static str>, &'static str)>],
     run_after: &[bool],
+    quarantine_conflicts: bool,
 ) -> Vec<(Vec<(String, Option<String>)>, Vec<(String, Option<String>)>)> {
-    let (name, f) = flow_with(MODEL_OPTIONS);
+    let options = if quarantine_conflicts {
+        format!("{MODEL_OPTIONS}\non_sequence_conflict: quarantine")
+    } else {
+        MODEL_OPTIONS.to_string()
+    };
+    let (name, f) = flow_with(&options);
     let mut silver = MemSilver {
         name: Some(f.into.clone()),
         ..MemSilver::default()
     };
-    let mut tombs = MemSilver::default();
-    let mut model = Model::default();
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let mut model = Model {
+        quarantine_conflicts,
+        ..Model::default()
+    };
     let mut out = Vec::new();
     let mut applied: Option<usize> = None;
     for v in 0..commits.len() {
@@ -575,8 +645,7 @@ async fn run_engine_and_model(
             &name,
             &f,
             &source,
-            &mut silver,
-            &mut tombs,
+            tables(&mut silver, &mut tombs, &mut rejects),
             &RunContext::new(false, false),
             &Silent,
         )
@@ -601,8 +670,7 @@ async fn run_engine_and_model(
         &name,
         &f,
         &source,
-        &mut silver,
-        &mut tombs,
+        tables(&mut silver, &mut tombs, &mut rejects),
         &RunContext::new(false, true),
         &Silent,
     )
@@ -629,7 +697,7 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
         name: Some(f.into.clone()),
         ..MemSilver::default()
     };
-    let mut tombs = MemSilver::default();
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let ctx = RunContext::new(false, false);
     let mut commits = vec![vec![(Some("a"), "1"), (Some("b"), "2.5")]];
     let mut source = MemSource {
@@ -637,16 +705,30 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
         commits: commits.clone(),
         bytes: 0,
     };
-    run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
-        .await
-        .unwrap();
+    run_apply(
+        &name,
+        &f,
+        &source,
+        tables(&mut silver, &mut tombs, &mut rejects),
+        &ctx,
+        &Silent,
+    )
+    .await
+    .unwrap();
 
     // v1: `a` deleted, `b` updated to a value that fails `where`.
     commits.push(vec![(Some("a"), "DEL"), (Some("b"), "10")]);
     source.commits = commits.clone();
-    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
-        .await
-        .unwrap();
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        tables(&mut silver, &mut tombs, &mut rejects),
+        &ctx,
+        &Silent,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (r.deleted, r.filtered, r.tombstones_written),
         (2, 1, 2),
@@ -660,8 +742,7 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
         &name,
         &f,
         &source,
-        &mut silver,
-        &mut tombs,
+        tables(&mut silver, &mut tombs, &mut rejects),
         &RunContext::new(false, true),
         &Silent,
     )
@@ -673,9 +754,16 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
     // v2: a newer upsert brings `a` back; a NULL (cast failure) for a deleted key stays NULL.
     commits.push(vec![(Some("a"), "7"), (Some("b"), "x")]);
     source.commits = commits.clone();
-    let r = run_apply(&name, &f, &source, &mut silver, &mut tombs, &ctx, &Silent)
-        .await
-        .unwrap();
+    let r = run_apply(
+        &name,
+        &f,
+        &source,
+        tables(&mut silver, &mut tombs, &mut rejects),
+        &ctx,
+        &Silent,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.inserted, 2, "{r:?}");
     assert_eq!(
         amounts(&silver),
@@ -692,8 +780,7 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
         &name2,
         &f2,
         &source,
-        &mut silver,
-        &mut tombs,
+        tables(&mut silver, &mut tombs, &mut rejects),
         &late,
         &Silent,
     )
@@ -710,9 +797,9 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
     /// Streams of upserts, soft deletes, cast failures (NULL, kept by
-    /// `ignore_null_updates`) and values failing `where`, applied in runs of one or more
-    /// bronze versions: silver equals the reference model after every run, and a full
-    /// refresh afterwards changes nothing.
+    /// `ignore_null_updates`), values failing `where` and equal-sequence conflicts (both
+    /// policies), applied in runs of one or more bronze versions: silver equals the
+    /// reference model after every run, and a full refresh afterwards changes nothing.
     #[test]
     fn deletes_filters_and_partial_updates_match_the_model(
         picks in proptest::collection::vec(
@@ -720,14 +807,127 @@ proptest::proptest! {
             1..6,
         ),
         run_after in proptest::collection::vec(proptest::bool::ANY, 6),
+        quarantine_conflicts in proptest::bool::ANY,
     ) {
         let commits: Vec<Vec<(Option<&'static str>, &'static str)>> = picks
             .iter()
             .map(|c| c.iter().map(|&(k, a)| (Some(KEYS[k]), MODEL_VALUES[a])).collect())
             .collect();
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        for (got, want) in rt.block_on(run_engine_and_model(&commits, &run_after)) {
+        for (got, want) in rt.block_on(run_engine_and_model(&commits, &run_after, quarantine_conflicts)) {
             proptest::prop_assert_eq!(got, want);
         }
     }
+}
+
+#[tokio::test]
+async fn expectations_and_cast_failures_are_warned_dropped_quarantined_or_fatal() {
+    let commits = vec![vec![
+        (Some("a"), "1"),
+        (Some("b"), "x"),
+        (Some("c"), "500"),
+        (Some("d"), "2"),
+    ]];
+    let run = |options: &'static str| {
+        let commits = commits.clone();
+        async move {
+            let (name, f) = flow_with(options);
+            let mut silver = MemSilver {
+                name: Some(f.into.clone()),
+                ..MemSilver::default()
+            };
+            let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+            let source = MemSource {
+                name: f.from.clone(),
+                commits,
+                bytes: 0,
+            };
+            let ctx = RunContext::new(false, false);
+            let result = run_apply(
+                &name,
+                &f,
+                &source,
+                tables(&mut silver, &mut tombs, &mut rejects),
+                &ctx,
+                &Silent,
+            )
+            .await;
+            let written = silver.rows.lock().unwrap().is_some();
+            let rows = written.then(|| amounts(&silver));
+            let rejected = rejects.rows.lock().unwrap().clone();
+            (result, rows, rejected)
+        }
+    };
+    let text = |b: &RecordBatch, c: &str| -> Vec<Option<String>> {
+        b.column_by_name(c)
+            .unwrap()
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.map(str::to_string))
+            .collect()
+    };
+
+    let (r, rows, rejects) =
+        run("on_cast_error: quarantine\nexpect:\n  small: amount < 100\non_violation: quarantine")
+            .await;
+    let r = r.unwrap();
+    assert_eq!(
+        (
+            r.quarantined,
+            r.expectations["small"],
+            r.cast_failures["amount"]
+        ),
+        (2, 1, 1)
+    );
+    assert_eq!(
+        rows.unwrap(),
+        vec![
+            ("a".into(), Some("1.00".into())),
+            ("d".into(), Some("2.00".into()))
+        ]
+    );
+    let rejects = rejects.unwrap();
+    assert_eq!(
+        text(&rejects, "rule"),
+        [Some("cast".into()), Some("small".into())]
+    );
+    assert_eq!(text(&rejects, "column_name"), [Some("amount".into()), None]);
+    assert_eq!(text(&rejects, "raw_value"), [Some("x".into()), None]);
+    assert_eq!(
+        text(&rejects, "target_type"),
+        [Some("DECIMAL(10,2)".into()), None]
+    );
+    assert_eq!(
+        text(&rejects, "raw_row"),
+        [
+            Some(r#"{"id":"b","amount":"x"}"#.into()),
+            // The raw bronze row, though the expectation reads the typed value.
+            Some(r#"{"id":"c","amount":"500"}"#.into())
+        ]
+    );
+
+    let (r, rows, rejects) = run("expect:\n  small: amount < 100\non_violation: drop").await;
+    let r = r.unwrap();
+    // b's amount is NULL (SAFE_CAST): a predicate that is NULL is a violation too.
+    assert_eq!((r.dropped, r.quarantined), (2, 0));
+    assert_eq!(rows.unwrap().len(), 2, "a and d");
+    assert!(rejects.is_none());
+
+    let (r, rows, _) = run("expect:\n  small: amount < 100").await;
+    assert_eq!(r.unwrap().expectations["small"], 2, "warn: counted, kept");
+    assert_eq!(rows.unwrap().len(), 4);
+
+    let (r, rows, _) = run("expect:\n  small: amount < 100\non_violation: fail").await;
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("expectation `small` (`amount < 100`) failed")
+            && e.contains("key id=b")
+            && e.contains("2 change(s) failed"),
+        "{e}"
+    );
+    assert!(rows.is_none(), "nothing written");
+
+    let (r, _, _) = run("expect:\n  bad: no_such_column > 1").await;
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("expectation `bad`"), "{e}");
 }

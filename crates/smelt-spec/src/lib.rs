@@ -20,5 +20,6 @@ pub mod pipeline;
 pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
 pub use pipeline::{
-    ApplyFlow, AuditColumns, Flow, FlowKind, OnCastError, Pipeline, SourceDeletes, UpdateColumns,
+    ApplyFlow, AuditColumns, Flow, FlowKind, OnCastError, OnSequenceConflict, OnViolation,
+    Pipeline, SourceDeletes, UpdateColumns,
 };

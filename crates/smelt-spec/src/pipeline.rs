@@ -59,6 +59,38 @@ pub enum OnCastError {
     Null,
     /// Abort the run before anything is written, naming the column, value and row.
     Fail,
+    /// Leave the change out and write it to the rejects table (`<silver>__rejects`) with
+    /// the column, raw value and target type.
+    Quarantine,
+}
+
+/// What to do with a change that fails an expectation (`expect:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnViolation {
+    /// Apply it anyway; count the violation per expectation.
+    #[default]
+    Warn,
+    /// Leave it out; counted.
+    Drop,
+    /// Leave it out and write it to the rejects table.
+    Quarantine,
+    /// Abort the run before anything is written, naming the expectation and the row.
+    Fail,
+}
+
+/// What to do when two changes of one key have the same (greatest) sequence and
+/// different data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnSequenceConflict {
+    /// The later one in bronze order wins (commit version, file, row); counted.
+    #[default]
+    Last,
+    /// Neither is applied this run: all of them go to the rejects table.
+    Quarantine,
+    /// Abort the run before anything is written, naming the key and sequence.
+    Fail,
 }
 
 /// Names of the audit columns smelt maintains in silver.
@@ -114,6 +146,12 @@ pub struct ApplyFlow {
     pub filter: Option<String>,
     /// How long tombstones of deleted keys are kept (`None`: forever).
     pub tombstone_retention: Option<std::time::Duration>,
+    /// Named SQL predicates over the typed change (`expect:`), in file order.
+    pub expectations: Vec<(String, String)>,
+    /// What a change failing an expectation does.
+    pub on_violation: OnViolation,
+    /// What equal-sequence conflicts do.
+    pub on_sequence_conflict: OnSequenceConflict,
 }
 
 /// What bronze Change Data Feed deletes do to silver.
@@ -222,6 +260,10 @@ struct RawApply {
     #[serde(rename = "where")]
     filter: Option<String>,
     tombstone_retention: Option<String>,
+    #[serde(default)]
+    expect: IndexMap<String, String>,
+    on_violation: Option<OnViolation>,
+    on_sequence_conflict: Option<OnSequenceConflict>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -357,6 +399,7 @@ fn apply_flow(
     raw: RawApply,
     errors: &mut Vec<SpecError>,
 ) -> Option<ApplyFlow> {
+    let name_of_flow = name;
     let at = |leaf: &str| line_of(text, &["flows", name, "apply", leaf]);
     let field = |leaf: &str| format!("flows.{name}.apply.{leaf}");
     let before = errors.len();
@@ -505,6 +548,22 @@ fn apply_flow(
         );
     }
 
+    for (name, predicate) in &raw.expect {
+        if predicate.trim().is_empty() {
+            errors.push(
+                SpecError::new(
+                    path,
+                    field(&format!("expect.{name}")),
+                    format!("expectation `{name}` is empty"),
+                )
+                .at(line_of(
+                    text,
+                    &["flows", name_of_flow, "apply", "expect", name],
+                ))
+                .hint("write a SQL predicate over silver columns, e.g. `Name IS NOT NULL`"),
+            );
+        }
+    }
     for (leaf, predicate) in [
         ("apply_as_deletes", &raw.apply_as_deletes),
         ("where", &raw.filter),
@@ -612,6 +671,9 @@ fn apply_flow(
         update_columns,
         filter: raw.filter,
         tombstone_retention,
+        expectations: raw.expect.into_iter().collect(),
+        on_violation: raw.on_violation.unwrap_or_default(),
+        on_sequence_conflict: raw.on_sequence_conflict.unwrap_or_default(),
     })
 }
 

@@ -3,7 +3,8 @@
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::EngineError;
-use smelt_engine::apply::{RunContext, run_apply, tombstone_table};
+use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
+use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowEvent, FlowReport};
 use smelt_spec::{FlowKind, SourceDeletes};
 
@@ -39,16 +40,13 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
                 .with_removed_files(apply.source_deletes == SourceDeletes::Apply);
             let mut silver = DeltaSilver::open(&lake, &apply.into).await?;
             let mut tombstones = DeltaSilver::open(&lake, &tombstone_table(&apply.into)).await?;
-            run_apply(
-                &flow.name,
-                apply,
-                &source,
-                &mut silver,
-                &mut tombstones,
-                &ctx,
-                &progress,
-            )
-            .await
+            let mut rejects = DeltaSilver::open(&lake, &rejects_table(&apply.into)).await?;
+            let tables = ApplyTables {
+                silver: &mut silver,
+                tombstones: &mut tombstones,
+                rejects: &mut rejects,
+            };
+            run_apply(&flow.name, apply, &source, tables, &ctx, &progress).await
         }
         .await;
         progress.finish();
