@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod apply;
+pub mod dag;
 mod error;
 pub mod ports;
 pub mod predicate;

@@ -335,6 +335,27 @@ impl Pipeline {
                 ),
             }
         }
+        // One writer per table: two flows merging into one silver would fight over it.
+        for (i, flow) in flows.iter().enumerate() {
+            let FlowKind::Apply(a) = &flow.kind;
+            if let Some(first) = flows[..i].iter().find(|f| {
+                let FlowKind::Apply(b) = &f.kind;
+                b.into == a.into
+            }) {
+                errors.push(
+                    SpecError::new(
+                        path,
+                        format!("flows.{}.apply.into", flow.name),
+                        format!(
+                            "flows `{}` and `{}` both write `{}`",
+                            first.name, flow.name, a.into
+                        ),
+                    )
+                    .at(line_of(text, &["flows", &flow.name, "apply", "into"]))
+                    .hint("give each flow its own `into:` table"),
+                );
+            }
+        }
         if errors.is_empty() {
             Ok(Pipeline {
                 file: path.to_path_buf(),
@@ -796,6 +817,14 @@ mod tests {
             ]
         );
         assert_eq!(err.0[1].line, Some(4));
+    }
+
+    #[test]
+    fn two_flows_cannot_write_one_table() {
+        let err = load("lake: l\nflows:\n  a:\n    apply:\n      from: b.x\n      into: s.t\n      keys: [k]\n  b:\n    apply:\n      from: b.y\n      into: s.t\n      keys: [k]\n").unwrap_err();
+        assert_eq!(err.0[0].field, "flows.b.apply.into");
+        assert_eq!(err.0[0].line, Some(11));
+        assert!(err.0[0].message.contains("`a` and `b` both write `s.t`"));
     }
 
     #[test]

@@ -17,11 +17,12 @@ fn now_us() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
 
-/// Runs (or plans) the selected flows in file order; stops at the first failing flow.
+/// Runs (or plans) the selected flows in dependency order (file order otherwise); stops at
+/// the first failing flow.
 /// Every flow run (not plans) is appended to the lake's event log.
 pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
-    let flows = select(&pipeline, &args.flows)?;
+    let flows = smelt_engine::dag::run_order(&select(&pipeline, &args.flows)?)?;
     let lake = open_lake(&pipeline.lake)?;
     let mut ctx = RunContext::new(dry_run, args.full_refresh);
     if args.memory_limit.is_some() {

@@ -1,0 +1,63 @@
+//! Pipelines of several flows through the real binary: dependency order, a silver feeding
+//! another flow through its change feed, selection by name.
+
+mod common;
+
+use common::Project;
+use serde_json::Value;
+
+/// product2 plus a downstream flow, listed first, that keeps the active products of silver.
+fn project() -> Project {
+    let p = Project::product2();
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    let downstream = "  active:\n    apply:\n      from: medallion_demo.product2__silver\n      into: medallion_demo.product2__active\n      schema: active.sql\n      where: IsActive\n";
+    let yaml = yaml.replace("flows:\n", &format!("flows:\n{downstream}"));
+    p.write("smelt.yaml", &yaml);
+    p.write(
+        "active.sql",
+        "CREATE TABLE medallion_demo.product2__active (Id STRING NOT NULL, Name STRING, IsActive BOOL, PRIMARY KEY (Id))",
+    );
+    p.bronze_step1();
+    p
+}
+
+fn active(p: &Project) -> Vec<String> {
+    p.query("SELECT Id FROM medallion_demo.product2__active ORDER BY Id")
+        .iter()
+        .map(|r| r["Id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_downstream_flow_runs_after_its_upstream_and_reads_its_changes() {
+    let p = project();
+    let out = p.ok(&["--json", "run"]);
+    let flows: Vec<Value> = serde_json::from_str::<Value>(&out).unwrap()["flows"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let order: Vec<&str> = flows.iter().map(|f| f["flow"].as_str().unwrap()).collect();
+    assert_eq!(order, ["product2", "active"], "upstream first");
+    let silver_active: Vec<String> = p
+        .silver()
+        .iter()
+        .filter(|r| r["IsActive"] == true)
+        .map(|r| r["Id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(active(&p), silver_active);
+    assert_eq!(flows[1]["filtered"].as_i64(), Some(1), "{}", flows[1]);
+
+    // Step 2 updates silver (an update and an insert): the downstream flow reads them
+    // from silver's change feed.
+    p.ok(&["sql", "-f", "insert_2.sql"]);
+    let out = p.ok(&["--json", "run"]);
+    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][1];
+    assert_eq!(f["mode"], "incremental", "{f}");
+    assert!(f["ignored"].as_i64().unwrap() >= 1, "pre-images ignored: {f}");
+    assert_eq!(active(&p).len(), silver_active.len() + 1);
+
+    // `smelt run active` runs only that flow: nothing new upstream of it.
+    let out = p.ok(&["run", "active"]);
+    assert!(out.contains("flow active") && !out.contains("flow product2"), "{out}");
+    assert!(out.contains("up to date"), "{out}");
+}
