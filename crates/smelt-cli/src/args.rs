@@ -56,8 +56,20 @@ pub struct RunArgs {
     /// Flows to run (all when none are given).
     pub flows: Vec<String>,
     /// Ignore the watermark: rebuild from the bronze snapshot (still guarded by sequence).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "since")]
     pub full_refresh: bool,
+    /// Replay the bronze versions committed since this time, whatever the watermark: a
+    /// timestamp (`2026-07-21 00:00:00`, `2026-07-21T00:00:00+09:00`) or a duration back
+    /// from now (`2d`, `36h`). Safe to repeat: changes not newer than silver are skipped.
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// End of the replay window (inclusive; default: the latest bronze version).
+    #[arg(long, value_name = "TIME", requires = "since")]
+    pub until: Option<String>,
+    /// Zone of `--since`/`--until` times written without an offset (IANA name or
+    /// `+HH:MM`; default UTC).
+    #[arg(long, value_name = "ZONE")]
+    pub tz: Option<String>,
     /// Memory for changes in flight, e.g. `2GiB`, `512MiB` (default: half the machine's
     /// memory). Larger change sets are applied in key partitions spilled to `$TMPDIR`.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]

@@ -65,6 +65,12 @@ pub fn flow_report(r: &FlowReport) -> String {
         Some(w) => format!("bronze versions ({w}, {}]", r.to_version),
         None => format!("bronze snapshot at version {}", r.to_version),
     };
+    if r.status == "up_to_date" && r.mode == "replay" {
+        return format!(
+            "flow {}: {} -> {}\n  nothing to replay: no bronze version in the window\n",
+            r.flow, r.from, r.into
+        );
+    }
     if r.status == "up_to_date" {
         return format!(
             "flow {}: {} -> {}\n  up to date: bronze version {} is applied; nothing to do\n",

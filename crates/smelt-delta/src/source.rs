@@ -77,6 +77,33 @@ impl DeltaSource {
         })
     }
 
+    /// The last version committed at or before `timestamp_us` (µs since the epoch), `None`
+    /// when the first commit is later. Commit times are read from the log (a binary
+    /// search: they only grow).
+    pub async fn version_at(&self, timestamp_us: i64) -> Result<Option<i64>> {
+        let (mut lo, mut hi) = (0i64, self.version);
+        if self.commit(0).await?.timestamp_us > timestamp_us {
+            return Ok(None);
+        }
+        // Invariant: version `lo` is at or before the instant.
+        while lo < hi {
+            let mid = lo + (hi - lo + 1) / 2;
+            if self.commit(mid).await?.timestamp_us <= timestamp_us {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Ok(Some(lo))
+    }
+
+    /// Pins the source to an earlier `version` (the end of a replay window).
+    pub fn pin(mut self, version: i64) -> Self {
+        self.version = version.min(self.version);
+        *self.plan.lock().expect("not poisoned") = None;
+        self
+    }
+
     /// Also reads the rows of data files removed without change data (`DELETE` or
     /// `TRUNCATE` on a table without the change feed, an overwrite) as `delete` changes,
     /// for flows with `source_deletes: apply`. They come before the commit's added rows.

@@ -45,6 +45,10 @@ pub struct RunContext {
     pub dry_run: bool,
     /// Ignore the watermark and rebuild from the bronze snapshot.
     pub full_refresh: bool,
+    /// Replay a window (`--since`): read the bronze versions after this one, up to the
+    /// source's version, whatever the watermark says. Safe because of the guard. The
+    /// watermark moves forward only when the window leaves no gap after it.
+    pub replay_after: Option<i64>,
     /// Memory the run may use for changes in flight, in bytes; `None`: no limit. Larger
     /// change sets are applied in key partitions spilled to local disk.
     pub memory_limit: Option<u64>,
@@ -295,18 +299,37 @@ pub async fn run_apply(
         }
     }
 
-    let watermark = if ctx.full_refresh || silver.schema().is_none() {
+    let v = source.version();
+    let stored = if silver.schema().is_none() {
         None
     } else {
         silver.watermark(&app).await?
     };
-    let v = source.version();
+    // What to read after, and the watermark to commit.
+    let (watermark, watermark_to) = match ctx.replay_after {
+        Some(after) => {
+            let Some(w) = stored else {
+                return Err(EngineError::user(
+                    format!(
+                        "flow `{flow_name}`: `--since` replays a window into silver `{}`, which no run of this flow has written yet",
+                        flow.into
+                    ),
+                    "run the flow once without `--since`",
+                ));
+            };
+            (Some(after), if after <= w { w.max(v) } else { w })
+        }
+        None if ctx.full_refresh => (None, v),
+        None => (stored, v),
+    };
     let mut report = FlowReport {
         flow: flow_name.to_string(),
         from: flow.from.to_string(),
         into: flow.into.to_string(),
         run_id: ctx.run_id.clone(),
-        mode: if watermark.is_none() {
+        mode: if ctx.replay_after.is_some() {
+            "replay"
+        } else if watermark.is_none() {
             "snapshot"
         } else {
             "incremental"
@@ -324,6 +347,12 @@ pub async fn run_apply(
         ..FlowReport::default()
     };
     if let Some(w) = watermark {
+        if w >= v && ctx.replay_after.is_some() {
+            report.status = "up_to_date".into();
+            phases.end("check");
+            report.phases_ms = phases.done;
+            return Ok(report);
+        }
         if w == v {
             report.status = "up_to_date".into();
             phases.end("check");
@@ -493,7 +522,7 @@ pub async fn run_apply(
 
     let watermark_out = Watermark {
         app_id: app,
-        version: v,
+        version: watermark_to,
         run_id: ctx.run_id.clone(),
     };
     let started = Instant::now();
@@ -628,6 +657,7 @@ impl RunContext {
             run_timestamp_us: chrono::Utc::now().timestamp_micros(),
             dry_run,
             full_refresh,
+            replay_after: None,
             memory_limit: default_memory_limit(),
         }
     }

@@ -29,8 +29,8 @@ pub fn run_order<'a>(flows: &[&'a Flow]) -> Result<Vec<&'a Flow>> {
     let mut order = Vec::with_capacity(flows.len());
     while order.len() < flows.len() {
         // The first flow (in file order) whose upstream flows have all run.
-        let Some(next) = (0..flows.len())
-            .find(|&i| !done[i] && upstream[i].iter().all(|&u| done[u]))
+        let Some(next) =
+            (0..flows.len()).find(|&i| !done[i] && upstream[i].iter().all(|&u| done[u]))
         else {
             let stuck: Vec<&str> = (0..flows.len())
                 .filter(|&i| !done[i])
@@ -84,7 +84,10 @@ mod tests {
             ("silver", "b.orders", "s.orders"),
         ]);
         let all: Vec<&Flow> = p.flows.iter().collect();
-        assert_eq!(names(&run_order(&all).unwrap()), ["other", "silver", "gold"]);
+        assert_eq!(
+            names(&run_order(&all).unwrap()),
+            ["other", "silver", "gold"]
+        );
         // Selecting only the downstream flow runs it alone.
         assert_eq!(names(&run_order(&all[..1]).unwrap()), ["gold"]);
     }

@@ -15,5 +15,6 @@ pub mod predicate;
 pub mod rejects;
 pub mod report;
 pub mod schema;
+pub mod window;
 
 pub use error::{EngineError, Result, failpoint};

@@ -13,6 +13,33 @@ use crate::args::{GlobalArgs, RunArgs};
 use crate::failure::Failure;
 use crate::printer::{Progress, flow_report};
 
+/// The bronze versions of a replay window: read after `after`, up to `to`.
+async fn window(
+    source: &DeltaSource,
+    since: &str,
+    until: Option<&str>,
+    tz: Option<&str>,
+    now_us: i64,
+) -> Result<(i64, i64), EngineError> {
+    use smelt_engine::window::parse_instant;
+    let since_us = parse_instant(since, tz, now_us, "--since")?;
+    let after = source.version_at(since_us - 1).await?.unwrap_or(-1);
+    let to = match until {
+        Some(u) => {
+            let until_us = parse_instant(u, tz, now_us, "--until")?;
+            if until_us < since_us {
+                return Err(EngineError::user(
+                    format!("--until ({u}) is before --since ({since})"),
+                    "swap them",
+                ));
+            }
+            source.version_at(until_us).await?.unwrap_or(-1)
+        }
+        None => smelt_engine::ports::ChangeSource::version(source),
+    };
+    Ok((after, to))
+}
+
 fn now_us() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
@@ -25,6 +52,18 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     let flows = smelt_engine::dag::run_order(&select(&pipeline, &args.flows)?)?;
     let lake = open_lake(&pipeline.lake)?;
     let mut ctx = RunContext::new(dry_run, args.full_refresh);
+    // A window that does not parse is a usage error, found before any flow runs.
+    for (option, value) in [("--since", &args.since), ("--until", &args.until)] {
+        if let Some(value) = value {
+            smelt_engine::window::parse_instant(
+                value,
+                args.tz.as_deref(),
+                ctx.run_timestamp_us,
+                option,
+            )
+            .map_err(|e| Failure::usage(e.to_string(), e.hint().map(str::to_string)))?;
+        }
+    }
     if args.memory_limit.is_some() {
         ctx.memory_limit = args.memory_limit;
     }
@@ -36,9 +75,22 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
         let FlowKind::Apply(apply) = &flow.kind;
         let started_at_us = now_us();
         let result: Result<_, EngineError> = async {
-            let source = DeltaSource::open(&lake, &apply.from)
+            let mut source = DeltaSource::open(&lake, &apply.from)
                 .await?
                 .with_removed_files(apply.source_deletes == SourceDeletes::Apply);
+            let mut ctx = ctx.clone();
+            if let Some(since) = &args.since {
+                let (after, to) = window(
+                    &source,
+                    since,
+                    args.until.as_deref(),
+                    args.tz.as_deref(),
+                    ctx.run_timestamp_us,
+                )
+                .await?;
+                source = source.pin(to);
+                ctx.replay_after = Some(after);
+            }
             let mut silver = DeltaSilver::open(&lake, &apply.into).await?;
             let mut tombstones = DeltaSilver::open(&lake, &tombstone_table(&apply.into)).await?;
             let mut rejects = DeltaSilver::open(&lake, &rejects_table(&apply.into)).await?;
