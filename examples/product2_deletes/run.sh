@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Seed 000 with soft deletes: a delete, late changes that must not resurrect it, a restore.
+# Seed 000 with soft deletes: a delete, late changes that must not resurrect it, a restore;
+# as SCD type 1 (product2__silver) and as SCD type 2 history (product2__history).
 # Uses the product2 example's bronze DDL, first INSERT and silver DDL.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -8,6 +9,7 @@ cargo build --quiet --package smelt-cli
 smelt() { "$CARGO_TARGET_DIR/debug/smelt" "$@"; }
 show() {
   smelt sql "SELECT Id, Name, IsDeleted, SystemModstamp FROM medallion_demo.product2__silver ORDER BY Id"
+  smelt sql "SELECT Id, Name, __START_AT, __END_AT FROM medallion_demo.product2__history ORDER BY Id, __START_AT"
   if [ -d lake/medallion_demo/product2__silver__tombstones ]; then
     smelt sql "SELECT Id, SystemModstamp FROM medallion_demo.product2__silver__tombstones ORDER BY Id"
   fi

@@ -27,5 +27,6 @@ pub mod cast;
 pub mod change;
 pub mod dedupe;
 mod error;
+pub mod scd2;
 
 pub use error::{CoreError, Result};

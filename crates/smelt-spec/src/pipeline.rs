@@ -152,6 +152,31 @@ pub struct ApplyFlow {
     pub on_violation: OnViolation,
     /// What equal-sequence conflicts do.
     pub on_sequence_conflict: OnSequenceConflict,
+    /// SCD type: 1 (one row per key) or 2 (history: one row per version, with
+    /// [`START_AT`] and [`END_AT`]).
+    pub scd: u8,
+    /// SCD2: the columns whose change starts a new version (`track_history`); a change in
+    /// the others updates the current version in place.
+    pub history: UpdateColumns,
+}
+
+/// SCD2: the column holding the sequence at which a version starts.
+pub const START_AT: &str = "__START_AT";
+/// SCD2: the column holding the sequence at which a version ends (NULL: current).
+pub const END_AT: &str = "__END_AT";
+
+/// Adds the SCD2 history columns, typed like the sequence, unless the DDL declares them.
+fn with_history_columns(mut def: TableDef, ty: ColumnType) -> TableDef {
+    for name in [START_AT, END_AT] {
+        if !def.columns.iter().any(|c| c.name == name) {
+            def.columns.push(ddl::ColumnDef {
+                name: name.to_string(),
+                ty,
+                nullable: true,
+            });
+        }
+    }
+    def
 }
 
 /// What bronze Change Data Feed deletes do to silver.
@@ -260,6 +285,8 @@ struct RawApply {
     #[serde(rename = "where")]
     filter: Option<String>,
     tombstone_retention: Option<String>,
+    track_history: Option<Vec<String>>,
+    track_history_except: Option<Vec<String>>,
     #[serde(default)]
     expect: IndexMap<String, String>,
     on_violation: Option<OnViolation>,
@@ -439,17 +466,23 @@ fn apply_flow(
     let from = table("from", &raw.from);
     let into = table("into", &raw.into);
 
-    if let Some(scd) = raw.scd
-        && scd != 1
-    {
+    let scd = raw.scd.unwrap_or(1);
+    if !matches!(scd, 1 | 2) {
+        errors.push(
+            SpecError::new(path, field("scd"), format!("there is no SCD type {scd}"))
+                .at(at("scd"))
+                .hint("use `scd: 1` (one row per key) or `scd: 2` (history)"),
+        );
+    }
+    if scd != 2 && (raw.track_history.is_some() || raw.track_history_except.is_some()) {
         errors.push(
             SpecError::new(
                 path,
-                field("scd"),
-                format!("scd: {scd} is not supported yet"),
+                field("track_history"),
+                "`track_history` needs `scd: 2`",
             )
-            .at(at("scd"))
-            .hint("use `scd: 1` (type 2 history is planned)"),
+            .at(at("track_history").or(at("track_history_except")))
+            .hint("add `scd: 2`, or remove the option"),
         );
     }
 
@@ -520,6 +553,49 @@ fn apply_flow(
     let sequence_by = raw
         .sequence_by
         .unwrap_or_else(|| vec![COMMIT_TIMESTAMP.to_string()]);
+    if scd == 2 && sequence_by.len() != 1 {
+        errors.push(
+            SpecError::new(
+                path,
+                field("sequence_by"),
+                "`scd: 2` needs exactly one `sequence_by` column: it becomes __START_AT and __END_AT",
+            )
+            .at(at("sequence_by"))
+            .hint("sequence by one column, e.g. `sequence_by: [SystemModstamp]`"),
+        );
+    }
+    let history = match (raw.track_history, raw.track_history_except) {
+        (Some(_), Some(_)) => {
+            errors.push(
+                SpecError::new(
+                    path,
+                    field("track_history_except"),
+                    "`track_history` and `track_history_except` are both set",
+                )
+                .at(at("track_history_except"))
+                .hint("keep one"),
+            );
+            UpdateColumns::All
+        }
+        (Some(c), None) => UpdateColumns::Only(c),
+        (None, Some(c)) => UpdateColumns::Except(c),
+        (None, None) => UpdateColumns::All,
+    };
+    let silver = match silver {
+        Some(def) if scd == 2 && sequence_by.len() == 1 => {
+            let ty = if sequence_by[0] == COMMIT_TIMESTAMP {
+                Some(ColumnType::Timestamp)
+            } else {
+                def.columns
+                    .iter()
+                    .find(|c| c.name == sequence_by[0])
+                    .map(|c| c.ty)
+            };
+            ty.map(|ty| with_history_columns(def.clone(), ty))
+                .or(Some(def))
+        }
+        other => other,
+    };
     if sequence_by.iter().any(|s| s == COMMIT_TIMESTAMP) && audit.ingest_timestamp.is_none() {
         errors.push(
             SpecError::new(path, field("sequence_by"), "`_commit_timestamp` orders the changes but `audit.ingest_timestamp` is off, so silver could not store it for the guard")
@@ -550,6 +626,21 @@ fn apply_flow(
         };
         for k in &keys {
             check("keys", k, "key");
+        }
+        for c in match &history {
+            UpdateColumns::Only(c) => c.as_slice(),
+            UpdateColumns::Except(c) => c.as_slice(),
+            UpdateColumns::All => &[],
+        } {
+            check(
+                if matches!(history, UpdateColumns::Only(_)) {
+                    "track_history"
+                } else {
+                    "track_history_except"
+                },
+                c,
+                "history",
+            );
         }
         for s in &sequence_by {
             if s != COMMIT_TIMESTAMP {
@@ -693,6 +784,8 @@ fn apply_flow(
         filter: raw.filter,
         tombstone_retention,
         expectations: raw.expect.into_iter().collect(),
+        scd,
+        history,
         on_violation: raw.on_violation.unwrap_or_default(),
         on_sequence_conflict: raw.on_sequence_conflict.unwrap_or_default(),
     })

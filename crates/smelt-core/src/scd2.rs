@@ -1,0 +1,450 @@
+//! SCD type 2 planning (DESIGN §4): the history of each key, rebuilt from its stored
+//! versions and this run's changes.
+//!
+//! Every stored version is an upsert event at its `__START_AT`; a stored `__END_AT` that no
+//! other version starts at is a delete event. This run's changes are added (a change whose
+//! sequence equals a stored event is a replay and is dropped), the events are sorted by
+//! sequence, and folded: an upsert whose tracked columns equal the open version's updates it
+//! in place; another upsert closes the open version and opens a new one; a delete closes
+//! it. A late change thus lands at its place in history, splitting the version it falls in.
+
+use arrow::array::{Array, ArrayRef, BooleanArray};
+use arrow::row::{RowConverter, Rows, SortField};
+
+use crate::{CoreError, Result};
+
+/// Where a value of an output version comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum From {
+    /// Row `i` of the stored versions.
+    Stored(u32),
+    /// Row `i` of this run's changes.
+    Change(u32),
+}
+
+/// Where a sequence value comes from: a stored version's start or end, or a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqFrom {
+    /// `__START_AT` of stored row `i`.
+    StoredStart(u32),
+    /// `__END_AT` of stored row `i`.
+    StoredEnd(u32),
+    /// The sequence of change `i`.
+    Change(u32),
+}
+
+/// One version of a key's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Version {
+    /// The key group.
+    pub key: u32,
+    /// Where its data columns come from.
+    pub data: From,
+    /// Its `__START_AT`.
+    pub start: SeqFrom,
+    /// Its `__END_AT` (`None`: current).
+    pub end: Option<SeqFrom>,
+}
+
+/// Inputs of [`plan_scd2`]. Keys are given as group numbers `0..keys`.
+pub struct Scd2Input<'a> {
+    /// Number of key groups.
+    pub keys: usize,
+    /// Key group of every stored version.
+    pub stored_key: &'a [u32],
+    /// `__START_AT` of every stored version.
+    pub stored_start: &'a ArrayRef,
+    /// `__END_AT` of every stored version (NULL: current).
+    pub stored_end: &'a ArrayRef,
+    /// Data columns of the stored versions (every column but keys and history bounds).
+    pub stored_data: &'a [ArrayRef],
+    /// Key group of every change, in input order.
+    pub change_key: &'a [u32],
+    /// Sequence of every change (same type as `stored_start`).
+    pub change_seq: &'a ArrayRef,
+    /// True where the change is a delete.
+    pub change_delete: &'a BooleanArray,
+    /// Data columns of the changes (same columns and types as `stored_data`).
+    pub change_data: &'a [ArrayRef],
+    /// Which data columns are tracked: a change in them starts a new version.
+    pub tracked: &'a [usize],
+}
+
+/// The rebuilt history of the keys this run changes.
+#[derive(Debug, Clone, Default)]
+pub struct Scd2Plan {
+    /// Per key group: its history changed, so its stored versions are replaced by
+    /// [`Scd2Plan::versions`] of that key.
+    pub rewrite: Vec<bool>,
+    /// The versions of the rewritten keys, by key then start.
+    pub versions: Vec<Version>,
+    /// Keys with no stored version: inserted.
+    pub inserted: usize,
+    /// Keys with stored versions whose history changed.
+    pub updated: usize,
+    /// Versions closed by a delete of this run.
+    pub deleted: usize,
+    /// Changes dropped: their sequence is already in the stored history (replays), or a later
+    /// change of the key in this run has the same sequence.
+    pub stale: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Upsert { seq: SeqFrom, data: From },
+    Delete { seq: SeqFrom },
+}
+
+impl Event {
+    fn seq(&self) -> SeqFrom {
+        match self {
+            Event::Upsert { seq, .. } | Event::Delete { seq } => *seq,
+        }
+    }
+    fn is_stored(&self) -> bool {
+        !matches!(self.seq(), SeqFrom::Change(_))
+    }
+}
+
+/// Plans an SCD type 2 apply; see the module documentation.
+pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
+    let s = input.stored_key.len();
+    let c = input.change_key.len();
+    if input.stored_start.len() != s
+        || input.stored_end.len() != s
+        || input.change_seq.len() != c
+        || input.change_delete.len() != c
+        || input.stored_data.len() != input.change_data.len()
+        || input.tracked.iter().any(|&t| t >= input.stored_data.len())
+    {
+        return Err(CoreError::Internal(
+            "plan_scd2 inputs differ in length".into(),
+        ));
+    }
+    // One row encoding for every sequence value: stored starts, stored ends, changes.
+    let seqs = encode(&[
+        input.stored_start.as_ref(),
+        input.stored_end.as_ref(),
+        input.change_seq.as_ref(),
+    ])?;
+    let seq_row = |f: SeqFrom| match f {
+        SeqFrom::StoredStart(i) => seqs.row(i as usize),
+        SeqFrom::StoredEnd(i) => seqs.row(s + i as usize),
+        SeqFrom::Change(i) => seqs.row(2 * s + i as usize),
+    };
+    // Row encodings of the tracked columns and of all data columns, stored rows first.
+    let encode_data = |columns: &[usize]| -> Result<Option<Rows>> {
+        if columns.is_empty() {
+            return Ok(None);
+        }
+        let mut all = Vec::with_capacity(columns.len());
+        for &c in columns {
+            all.push(arrow::compute::concat(&[
+                input.stored_data[c].as_ref(),
+                input.change_data[c].as_ref(),
+            ])?);
+        }
+        let converter = RowConverter::new(
+            all.iter()
+                .map(|c| SortField::new(c.data_type().clone()))
+                .collect(),
+        )?;
+        Ok(Some(converter.convert_columns(&all)?))
+    };
+    let tracked = encode_data(input.tracked)?;
+    let every: Vec<usize> = (0..input.stored_data.len()).collect();
+    let data = encode_data(&every)?;
+    let same = |rows: &Option<Rows>, a: From, b: From| match rows {
+        None => true,
+        Some(rows) => {
+            let at = |f: From| match f {
+                From::Stored(i) => rows.row(i as usize),
+                From::Change(i) => rows.row(s + i as usize),
+            };
+            at(a) == at(b)
+        }
+    };
+    let same_tracked = |a: From, b: From| same(&tracked, a, b);
+    let seq_of = |f: Option<SeqFrom>| f.map(&seq_row);
+
+    let mut events: Vec<Vec<Event>> = vec![Vec::new(); input.keys];
+    for (i, &k) in input.stored_key.iter().enumerate() {
+        events[k as usize].push(Event::Upsert {
+            seq: SeqFrom::StoredStart(i as u32),
+            data: From::Stored(i as u32),
+        });
+    }
+    for (i, &k) in input.stored_key.iter().enumerate() {
+        if input.stored_end.is_null(i) {
+            continue;
+        }
+        // A closed version that no stored version follows was closed by a delete.
+        let end = seq_row(SeqFrom::StoredEnd(i as u32));
+        let followed = events[k as usize]
+            .iter()
+            .any(|e| e.is_stored() && seq_row(e.seq()) == end);
+        if !followed {
+            events[k as usize].push(Event::Delete {
+                seq: SeqFrom::StoredEnd(i as u32),
+            });
+        }
+    }
+    let mut has_change = vec![false; input.keys];
+    for (i, &k) in input.change_key.iter().enumerate() {
+        let seq = SeqFrom::Change(i as u32);
+        events[k as usize].push(if input.change_delete.value(i) {
+            Event::Delete { seq }
+        } else {
+            Event::Upsert {
+                seq,
+                data: From::Change(i as u32),
+            }
+        });
+        has_change[k as usize] = true;
+    }
+
+    let mut plan = Scd2Plan {
+        rewrite: vec![false; input.keys],
+        ..Scd2Plan::default()
+    };
+    for (k, mut evs) in events.into_iter().enumerate() {
+        if !has_change[k] {
+            continue;
+        }
+        // By sequence; on ties stored events first, then changes in input order (stable).
+        evs.sort_by(|a, b| {
+            seq_row(a.seq())
+                .cmp(&seq_row(b.seq()))
+                .then(b.is_stored().cmp(&a.is_stored()))
+        });
+        // Per sequence value keep the stored events, else the last change.
+        let mut kept: Vec<Event> = Vec::with_capacity(evs.len());
+        let mut dropped = 0;
+        for e in evs {
+            if let Some(last) = kept.last()
+                && seq_row(last.seq()) == seq_row(e.seq())
+            {
+                if last.is_stored() && !e.is_stored() {
+                    dropped += 1;
+                    continue;
+                }
+                if !last.is_stored() && !e.is_stored() {
+                    dropped += 1;
+                    kept.pop();
+                }
+            }
+            kept.push(e);
+        }
+        plan.stale += dropped;
+        if kept.iter().all(Event::is_stored) {
+            continue; // every change of the key was a replay
+        }
+        let changes_kept = kept.iter().filter(|e| !e.is_stored()).count();
+        let deleted_before = plan.deleted;
+        let stored_before = kept.iter().any(Event::is_stored);
+        let mut open: Option<Version> = None;
+        let mut out = Vec::new();
+        for e in kept {
+            match e {
+                Event::Upsert { seq, data } => {
+                    if let Some(v) = open.as_mut()
+                        && same_tracked(v.data, data)
+                    {
+                        v.data = data;
+                        continue;
+                    }
+                    if let Some(mut v) = open.take() {
+                        v.end = Some(seq);
+                        out.push(v);
+                    }
+                    open = Some(Version {
+                        key: k as u32,
+                        data,
+                        start: seq,
+                        end: None,
+                    });
+                }
+                Event::Delete { seq } => {
+                    if let Some(mut v) = open.take() {
+                        v.end = Some(seq);
+                        out.push(v);
+                        if !e.is_stored() {
+                            plan.deleted += 1;
+                        }
+                    }
+                }
+            }
+        }
+        out.extend(open);
+        let deleted_here = plan.deleted - deleted_before;
+        // Changes that leave every stored version as it was (e.g. a replayed in-place
+        // update) rewrite nothing.
+        let stored_versions: Vec<Version> = input
+            .stored_key
+            .iter()
+            .enumerate()
+            .filter(|(_, key)| **key as usize == k)
+            .map(|(i, _)| Version {
+                key: k as u32,
+                data: From::Stored(i as u32),
+                start: SeqFrom::StoredStart(i as u32),
+                end: (!input.stored_end.is_null(i)).then_some(SeqFrom::StoredEnd(i as u32)),
+            })
+            .collect();
+        let unchanged = stored_versions.len() == out.len()
+            && out.iter().all(|v| {
+                stored_versions.iter().any(|st| {
+                    seq_row(st.start) == seq_row(v.start)
+                        && seq_of(st.end) == seq_of(v.end)
+                        && same(&data, st.data, v.data)
+                })
+            });
+        if unchanged {
+            plan.stale += changes_kept;
+            plan.deleted -= deleted_here;
+            continue;
+        }
+        plan.rewrite[k] = true;
+        if stored_before {
+            plan.updated += 1;
+        } else {
+            plan.inserted += 1;
+        }
+        plan.versions.extend(out);
+    }
+    Ok(plan)
+}
+
+fn encode(columns: &[&dyn Array]) -> Result<Rows> {
+    let all = arrow::compute::concat(columns)?;
+    let converter = RowConverter::new(vec![SortField::new(all.data_type().clone())])?;
+    Ok(converter.convert_columns(&[all])?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+
+    use super::*;
+
+    fn ints(v: Vec<Option<i64>>) -> ArrayRef {
+        Arc::new(Int64Array::from(v))
+    }
+    fn texts(v: Vec<&str>) -> ArrayRef {
+        Arc::new(StringArray::from(v))
+    }
+
+    /// (start, end, data) of each version, data resolved to its text.
+    fn show(
+        plan: &Scd2Plan,
+        input: &Scd2Input<'_>,
+        stored_data: &[&str],
+        change_data: &[&str],
+    ) -> Vec<(i64, Option<i64>, String)> {
+        let seq = |f: SeqFrom| {
+            let (a, i) = match f {
+                SeqFrom::StoredStart(i) => (input.stored_start, i),
+                SeqFrom::StoredEnd(i) => (input.stored_end, i),
+                SeqFrom::Change(i) => (input.change_seq, i),
+            };
+            a.as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(i as usize)
+        };
+        plan.versions
+            .iter()
+            .map(|v| {
+                let data = match v.data {
+                    From::Stored(i) => stored_data[i as usize],
+                    From::Change(i) => change_data[i as usize],
+                };
+                (seq(v.start), v.end.map(seq), data.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_late_change_splits_the_version_it_falls_in_and_replays_are_dropped() {
+        // Stored: A from 10 to 20, B from 20 (current).
+        let stored_start = ints(vec![Some(10), Some(20)]);
+        let stored_end = ints(vec![Some(20), None]);
+        let stored_tracked = [texts(vec!["A", "B"])];
+        // Changes: late C at 15, replay of B at 20, D at 30, delete at 40.
+        let change_seq = ints(vec![Some(15), Some(20), Some(30), Some(40)]);
+        let change_tracked = [texts(vec!["C", "B", "D", "-"])];
+        let delete = BooleanArray::from(vec![false, false, false, true]);
+        let input = Scd2Input {
+            keys: 1,
+            stored_key: &[0, 0],
+            stored_start: &stored_start,
+            stored_end: &stored_end,
+            stored_data: &stored_tracked,
+            change_key: &[0, 0, 0, 0],
+            change_seq: &change_seq,
+            change_delete: &delete,
+            change_data: &change_tracked,
+            tracked: &[0],
+        };
+        let plan = plan_scd2(&input).unwrap();
+        assert_eq!(plan.rewrite, vec![true]);
+        assert_eq!(
+            (plan.inserted, plan.updated, plan.stale, plan.deleted),
+            (0, 1, 1, 1)
+        );
+        assert_eq!(
+            show(&plan, &input, &["A", "B"], &["C", "B", "D", "-"]),
+            vec![
+                (10, Some(15), "A".into()),
+                (15, Some(20), "C".into()),
+                (20, Some(30), "B".into()),
+                (30, Some(40), "D".into()),
+            ]
+        );
+
+        // Replaying the same changes over that history changes nothing, the delete included.
+        let stored_start = ints(vec![Some(10), Some(15), Some(20), Some(30)]);
+        let stored_end = ints(vec![Some(15), Some(20), Some(30), Some(40)]);
+        let stored_tracked = [texts(vec!["A", "C", "B", "D"])];
+        let again = Scd2Input {
+            keys: 1,
+            stored_key: &[0, 0, 0, 0],
+            stored_start: &stored_start,
+            stored_end: &stored_end,
+            stored_data: &stored_tracked,
+            ..input
+        };
+        let plan = plan_scd2(&again).unwrap();
+        assert_eq!(plan.rewrite, vec![false]);
+        assert_eq!(plan.stale, 4);
+    }
+
+    #[test]
+    fn untracked_changes_update_in_place_and_deleted_keys_come_back() {
+        // No stored history. Tracked `t` only: x→x (in place), then delete, then y.
+        let empty = ints(vec![]);
+        let change_seq = ints(vec![Some(1), Some(2), Some(3), Some(4)]);
+        let change_tracked = [texts(vec!["x", "x", "-", "y"])];
+        let delete = BooleanArray::from(vec![false, false, true, false]);
+        let input = Scd2Input {
+            keys: 1,
+            stored_key: &[],
+            stored_start: &empty,
+            stored_end: &empty,
+            stored_data: &[texts(vec![])],
+            change_key: &[0, 0, 0, 0],
+            change_seq: &change_seq,
+            change_delete: &delete,
+            change_data: &change_tracked,
+            tracked: &[0],
+        };
+        let plan = plan_scd2(&input).unwrap();
+        assert_eq!(plan.inserted, 1);
+        assert_eq!(
+            show(&plan, &input, &[], &["x1", "x2", "-", "y"]),
+            vec![(1, Some(3), "x2".into()), (4, None, "y".into())]
+        );
+    }
+}
