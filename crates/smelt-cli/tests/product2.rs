@@ -107,8 +107,9 @@ fn seed_000_two_steps_then_replay() {
     assert!(r2c["_ingest_timestamp"].as_str() > r2b["_ingest_timestamp"].as_str());
     let step2 = step3;
 
-    // Replaying everything from the snapshot is a no-op on the data (the guard).
-    let json: Value = serde_json::from_str(&p.ok(&["--json", "run", "--full-refresh"])).unwrap();
+    // Replaying every bronze version is a no-op on the data (the guard).
+    let json: Value =
+        serde_json::from_str(&p.ok(&["--json", "run", "--since", "2000-01-01"])).unwrap();
     let f = &json["flows"][0];
     assert_eq!(
         (f["inserted"].as_i64(), f["updated"].as_i64()),
@@ -116,6 +117,39 @@ fn seed_000_two_steps_then_replay() {
         "{f}"
     );
     assert_eq!(p.silver(), step2);
+
+    // A full refresh rebuilds silver from the bronze snapshot in one commit: the same rows,
+    // stamped with the rebuild's run time.
+    let version_before = p.status()["silver_version"].as_i64().unwrap();
+    let json: Value = serde_json::from_str(&p.ok(&["--json", "run", "--full-refresh"])).unwrap();
+    let f = &json["flows"][0];
+    assert_eq!(
+        (f["mode"].as_str(), f["inserted"].as_i64()),
+        (Some("rebuild"), Some(4)),
+        "{f}"
+    );
+    assert_eq!(
+        f["silver_version"].as_i64(),
+        Some(version_before + 1),
+        "one commit"
+    );
+    assert!(
+        f["files_removed"].as_i64().unwrap() >= 1,
+        "every old file goes: {f}"
+    );
+    let rebuilt = p.silver();
+    assert_eq!(without_update_time(&rebuilt), without_update_time(&step2));
+}
+
+/// Rows without `_update_timestamp`.
+fn without_update_time(rows: &[Value]) -> Vec<Value> {
+    rows.iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.as_object_mut().unwrap().remove("_update_timestamp");
+            r
+        })
+        .collect()
 }
 
 #[test]

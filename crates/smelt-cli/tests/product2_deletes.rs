@@ -13,11 +13,18 @@ const TOMBSTONES: &str =
 /// The bronze file of each step after the first.
 const STEPS: [&str; 3] = ["soft_delete.sql", "late.sql", "restore.sql"];
 
+const HISTORY: &str = "SELECT Id, Name, IsDeleted, __START_AT, __END_AT FROM medallion_demo.product2__history ORDER BY Id, __START_AT";
+
 /// `examples/product2_deletes/expected/step<step>.json`: silver after that step.
 fn expected(step: usize) -> Vec<Value> {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-        "../../examples/product2_deletes/expected/step{step}.json"
-    ));
+    expected_file(&format!("step{step}.json"))
+}
+
+/// A file of `examples/product2_deletes/expected/`, as JSON rows.
+fn expected_file(name: &str) -> Vec<Value> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/product2_deletes/expected")
+        .join(name);
     let text = std::fs::read_to_string(file).unwrap();
     serde_json::from_str::<Value>(&text)
         .unwrap()
@@ -69,17 +76,42 @@ fn soft_delete_late_changes_and_restore_match_the_expected_tables() {
     assert_eq!(counts(&f, &["inserted", "stale"]), [1, 0]);
     assert_eq!(p.query(SILVER), expected(4));
 
-    // A full refresh replays every version: the tombstone still guards, nothing changes.
-    let out = p.ok(&["--json", "run", "--full-refresh"]);
-    let f: Value = serde_json::from_str::<Value>(&out).unwrap()["flows"][0].clone();
+    // SCD2: late edits split the versions they fall in, the delete closed ...002's
+    // version, the restore opened a new one.
+    assert_eq!(p.query(HISTORY), expected_file("history_step4.json"));
+
+    // Replaying every version is a no-op: the tombstone still guards, the history stays.
+    let out = p.ok(&["--json", "run", "--since", "2000-01-01"]);
+    let flows: Value = serde_json::from_str::<Value>(&out).unwrap()["flows"].clone();
     assert_eq!(
         counts(
-            &f,
+            &flows[0],
             &["inserted", "updated", "deleted", "tombstones_written"]
         ),
         [0, 0, 0, 0]
     );
+    assert_eq!(
+        counts(
+            &flows[1],
+            &["inserted", "updated", "deleted", "files_written"]
+        ),
+        [0, 0, 0, 0]
+    );
     assert_eq!(p.query(SILVER), expected(4));
+    assert_eq!(p.query(HISTORY), expected_file("history_step4.json"));
+
+    // A full refresh rebuilds both from the bronze snapshot, in one commit each: the same
+    // tables. ...002's latest change is the restore, so no tombstone is left.
+    let out = p.ok(&["--json", "run", "--full-refresh"]);
+    let flows: Value = serde_json::from_str::<Value>(&out).unwrap()["flows"].clone();
+    assert_eq!(flows[0]["mode"], "rebuild");
+    assert_eq!(
+        counts(&flows[0], &["inserted", "tombstones_written"]),
+        [4, 0]
+    );
+    assert_eq!(p.query(SILVER), expected(4));
+    assert_eq!(p.query(HISTORY), expected_file("history_step4.json"));
+    assert!(p.query(TOMBSTONES).is_empty());
 }
 
 #[test]

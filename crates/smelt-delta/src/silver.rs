@@ -87,6 +87,8 @@ struct Staged {
     replaced: Vec<Vec<ArrayRef>>,
     /// Key columns of the stored rows to delete.
     deleted: Vec<Vec<ArrayRef>>,
+    /// The commit replaces every stored row.
+    overwrite: bool,
 }
 
 impl DeltaSilver {
@@ -593,8 +595,11 @@ impl SilverTable for DeltaSilver {
             let snapshot = table
                 .snapshot()
                 .context(|| format!("reading `{}`", self.name))?;
+            // An overwrite carries no change data: readers take its removes as deletes
+            // and its adds as inserts.
             if snapshot.table_config().enable_change_data_feed()
                 && snapshot.log_data().num_files() > 0
+                && !self.staged.overwrite
             {
                 let kinds: ArrayRef =
                     Arc::new(StringArray::from_iter_values(replaces.iter().map(|r| {
@@ -619,6 +624,11 @@ impl SilverTable for DeltaSilver {
                 .replaced
                 .push(key_columns(&replaced, keys, &schema)?);
         }
+        Ok(())
+    }
+
+    async fn stage_overwrite(&mut self) -> smelt_engine::Result<()> {
+        self.staged.overwrite = true;
         Ok(())
     }
 
@@ -673,6 +683,24 @@ impl SilverTable for DeltaSilver {
         let staged = std::mem::take(&mut self.staged);
         if let Some(schema) = self.pending.take() {
             return Ok(self.create_with(schema, staged.adds, props).await?);
+        }
+        if staged.overwrite {
+            let table = self.table()?;
+            let snapshot = table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?;
+            let mut actions: Vec<Action> = snapshot
+                .log_data()
+                .iter()
+                .map(|f| Action::Remove(f.remove_action(true)))
+                .collect();
+            actions.extend(staged.adds.into_iter().map(Action::Add));
+            let operation = DeltaOperation::Write {
+                mode: SaveMode::Overwrite,
+                partition_by: None,
+                predicate: None,
+            };
+            return Ok(self.commit_actions(actions, operation, props).await?);
         }
         let mut actions: Vec<Action> = Vec::new();
         if !staged.replaced.is_empty() || !staged.deleted.is_empty() {

@@ -349,6 +349,8 @@ pub async fn run_apply(
         run_id: ctx.run_id.clone(),
         mode: if ctx.replay_after.is_some() {
             "replay"
+        } else if ctx.full_refresh && silver.schema().is_some() {
+            "rebuild"
         } else if watermark.is_none() {
             "snapshot"
         } else {
@@ -481,8 +483,19 @@ pub async fn run_apply(
         audit_ingest: audit_ingest.as_deref(),
         audit_update: audit_update.as_deref(),
         run_timestamp_us: ctx.run_timestamp_us,
+        fresh: ctx.full_refresh,
     };
     let mut tombstones_staged = false;
+    // A rebuild replaces silver and its tombstones whole, in one commit each.
+    if ctx.full_refresh && !ctx.dry_run {
+        if silver.version().is_some() {
+            silver.stage_overwrite().await?;
+        }
+        if tombstones.version().is_some() {
+            tombstones.stage_overwrite().await?;
+            tombstones_staged = true;
+        }
+    }
     for p in 0..partitions {
         if partitions > 1 {
             reporter.phase(
@@ -1123,6 +1136,8 @@ struct PartitionWork<'a> {
     audit_ingest: Option<&'a str>,
     audit_update: Option<&'a str>,
     run_timestamp_us: i64,
+    /// A rebuild: what silver and the tombstones store is not looked at.
+    fresh: bool,
 }
 
 /// What one partition writes.
@@ -1140,16 +1155,18 @@ struct Planned {
 }
 
 /// The stored rows of `table` for `keys`, lined up with them: `matched[i]` and the
-/// `wanted` columns (NULL where unmatched).
+/// `wanted` columns (NULL where unmatched). No table: nothing matches.
 async fn lookup_aligned(
-    table: &dyn SilverTable,
+    table: Option<&dyn SilverTable>,
     table_schema: &SchemaRef,
     keys: &[String],
     new_keys: &[ArrayRef],
     wanted: &[String],
 ) -> Result<(BooleanArray, HashMap<String, ArrayRef>)> {
     let m = new_keys.first().map_or(0, |k| k.len());
-    if table.version().is_some() && m > 0 {
+    if let Some(table) = table.filter(|t| t.version().is_some())
+        && m > 0
+    {
         let key_schema = Arc::new(Schema::new(
             keys.iter()
                 .map(|k| Ok(table_schema.field_with_name(k)?.clone().with_nullable(true)))
@@ -1240,7 +1257,7 @@ impl PartitionWork<'_> {
         let change_key: Vec<u32> = index.positions(&change_keys)?.values().to_vec();
 
         // Every stored version of those keys.
-        let found = if silver.version().is_some() {
+        let found = if silver.version().is_some() && !self.fresh {
             let key_schema = Arc::new(Schema::new(
                 flow.keys
                     .iter()
@@ -1637,6 +1654,11 @@ impl PartitionWork<'_> {
             }
         }
         let new_keys: Vec<ArrayRef> = flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
+        let (silver, tombstones) = if self.fresh {
+            (None, None)
+        } else {
+            (Some(silver), Some(tombstones))
+        };
         let (matched, stored) =
             lookup_aligned(silver, schema, &flow.keys, &new_keys, &wanted).await?;
         let tomb_wanted: Vec<String> = self

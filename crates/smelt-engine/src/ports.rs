@@ -98,6 +98,11 @@ pub trait SilverTable: Send + Sync {
         replaces: &BooleanArray,
         keys: &[String],
     ) -> Result<()>;
+    /// Makes the next [`commit`] replace every stored row with the rows staged in this
+    /// run (a rebuild, `--full-refresh`).
+    ///
+    /// [`commit`]: SilverTable::commit
+    async fn stage_overwrite(&mut self) -> Result<()>;
     /// Removes the stored rows whose key equals a row of `keys` (the key columns), invisible
     /// until [`commit`]. A [`lookup`] at this version returned those rows.
     ///

@@ -90,6 +90,7 @@ struct MemSilver {
     rows: Mutex<Option<RecordBatch>>,
     staged: Vec<RecordBatch>,
     deleted: Vec<String>,
+    overwrite: bool,
     watermark: Option<i64>,
     commits: i64,
 }
@@ -142,6 +143,10 @@ impl SilverTable for MemSilver {
         self.staged.push(rows);
         Ok(())
     }
+    async fn stage_overwrite(&mut self) -> Result<()> {
+        self.overwrite = true;
+        Ok(())
+    }
     async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()> {
         let ids = keys.column_by_name("id").unwrap().as_string::<i32>();
         self.deleted
@@ -169,9 +174,11 @@ impl SilverTable for MemSilver {
         let schema = self.schema.clone().unwrap();
         let new = concat_batches(&schema, &std::mem::take(&mut self.staged))?;
         let deleted = std::mem::take(&mut self.deleted);
+        let overwrite = std::mem::take(&mut self.overwrite);
         let mut guard = self.rows.lock().unwrap();
         let merged = match guard.take() {
             None => new,
+            Some(_) if overwrite => new,
             Some(old) if keys.is_empty() => concat_batches(&schema, &[old, new])?,
             Some(old) => {
                 let new_ids: Vec<String> = new
@@ -345,7 +352,8 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     assert_eq!(r.status, "up_to_date");
     assert_eq!(silver.commits, commits, "no commit when nothing is new");
 
-    // A full refresh re-reads everything; the guard makes it a no-op on the data.
+    // A full refresh rebuilds silver from the bronze snapshot, in one commit.
+    let before = amounts(&silver);
     let r = run_apply(
         &name,
         &f,
@@ -356,7 +364,11 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     )
     .await
     .unwrap();
-    assert_eq!((r.inserted, r.updated, r.stale), (0, 0, 3));
+    assert_eq!(
+        (r.mode.as_str(), r.inserted, r.updated, r.stale),
+        ("rebuild", 3, 0, 0)
+    );
+    assert_eq!(amounts(&silver), before);
 }
 
 #[tokio::test]
@@ -660,12 +672,17 @@ async fn run_engine_and_model(
         };
         out.push((got, model.rows()));
     }
-    // A full refresh replays every version: guarded, it changes nothing.
+    // A full refresh rebuilds silver as one run over every version from scratch.
     let source = MemSource {
         name: f.from.clone(),
         commits: commits.to_vec(),
         bytes: 0,
     };
+    let mut fresh = Model {
+        quarantine_conflicts,
+        ..Model::default()
+    };
+    fresh.run(commits, 0, commits.len() - 1);
     let r = run_apply(
         &name,
         &f,
@@ -677,8 +694,8 @@ async fn run_engine_and_model(
     .await
     .unwrap();
     assert_eq!(
-        (r.inserted, r.updated, r.deleted, r.tombstones_written),
-        (0, 0, 0, 0),
+        (r.mode.as_str(), r.updated, r.deleted, r.inserted),
+        ("rebuild", 0, 0, fresh.silver.len()),
         "{r:?}"
     );
     let got = if silver.rows.lock().unwrap().is_some() {
@@ -686,7 +703,15 @@ async fn run_engine_and_model(
     } else {
         Vec::new()
     };
-    out.push((got, model.rows()));
+    out.push((got, fresh.rows()));
+    // Tombstones are rebuilt too: one per key whose latest change deletes or is filtered.
+    let tombstones = tombs
+        .rows
+        .lock()
+        .unwrap()
+        .as_ref()
+        .map_or(0, |t| t.num_rows());
+    assert_eq!(tombstones, fresh.tombstones.len());
     out
 }
 
@@ -799,7 +824,8 @@ proptest::proptest! {
     /// Streams of upserts, soft deletes, cast failures (NULL, kept by
     /// `ignore_null_updates`), values failing `where` and equal-sequence conflicts (both
     /// policies), applied in runs of one or more bronze versions: silver equals the
-    /// reference model after every run, and a full refresh afterwards changes nothing.
+    /// reference model after every run, and a full refresh afterwards equals the model
+    /// applied once to every version.
     #[test]
     fn deletes_filters_and_partial_updates_match_the_model(
         picks in proptest::collection::vec(
@@ -1019,7 +1045,7 @@ proptest::proptest! {
 
     /// SCD2 over random upserts, deletes, repeated values and cast failures, applied in runs
     /// of one or more bronze versions: the history equals the reference model after every
-    /// run, and a full refresh afterwards rewrites nothing.
+    /// run and after a full refresh.
     #[test]
     fn scd2_history_matches_the_model(
         picks in proptest::collection::vec(
@@ -1048,12 +1074,10 @@ proptest::proptest! {
                 assert_eq!(history(&silver), model_history(&commits[..=v]), "after version {v}");
             }
             let source = MemSource { name: f.from.clone(), commits: commits.clone(), bytes: 0 };
-            let commits_before = silver.commits;
             let r = run_apply(&name, &f, &source, tables(&mut silver, &mut tombs, &mut rejects), &RunContext::new(false, true), &Silent)
                 .await
                 .unwrap();
-            assert_eq!((r.inserted, r.updated, r.deleted), (0, 0, 0), "{r:?}");
-            assert_eq!(silver.commits, commits_before + 1, "a watermark-only commit");
+            assert_eq!((r.mode.as_str(), r.updated), ("rebuild", 0), "{r:?}");
             assert_eq!(history(&silver), model_history(&commits));
         });
     }
