@@ -120,3 +120,55 @@ fn replay_windows_select_bronze_versions_by_commit_time() {
         "{err}"
     );
 }
+
+#[test]
+fn new_bronze_columns_are_reported_then_added_on_request() {
+    let p = Project::product2();
+    let ddl = std::fs::read_to_string(p.file("silver.sql")).unwrap();
+    p.write(
+        "silver.sql",
+        &ddl.replace("`StockKeepingUnit` STRING,\n", ""),
+    );
+    p.bronze_step1();
+    let out = p.ok(&["--json", "run"]);
+    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    assert_eq!(
+        f["new_columns"],
+        serde_json::json!(["StockKeepingUnit"]),
+        "{f}"
+    );
+    assert!(p.silver()[0].get("StockKeepingUnit").is_none());
+
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    p.write(
+        "smelt.yaml",
+        &format!("{yaml}      schema_evolution: add_new_columns\n"),
+    );
+    p.ok(&["sql", "-f", "insert_2.sql"]);
+    let out = p.ok(&["--json", "run"]);
+    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    assert_eq!(
+        f["columns_added"],
+        serde_json::json!(["StockKeepingUnit"]),
+        "{f}"
+    );
+    let rows = p.silver();
+    let sku = |id: &str| {
+        rows.iter()
+            .find(|r| r["Id"] == id)
+            .unwrap()
+            .get("StockKeepingUnit")
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    // Rows written by this run carry the new column; older rows read it as NULL.
+    assert_eq!(sku("01t000000000001AAA"), "SKU-PC-STD-001");
+    assert_eq!(sku("01t000000000004AAA"), "SKU-SVC-PRM-001");
+    assert_eq!(sku("01t000000000002AAA"), Value::Null);
+    assert_eq!(rows.len(), 4);
+    // The next run knows the column.
+    let out = p.ok(&["--json", "run", "--full-refresh"]);
+    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    assert_eq!(f["new_columns"], serde_json::json!([]), "{f}");
+    assert_eq!(p.silver().len(), 4);
+}

@@ -89,6 +89,8 @@ struct Staged {
     deleted: Vec<Vec<ArrayRef>>,
     /// The commit replaces every stored row.
     overwrite: bool,
+    /// The table's schema with the columns the commit adds.
+    evolved: Option<SchemaRef>,
 }
 
 impl DeltaSilver {
@@ -177,8 +179,8 @@ impl DeltaSilver {
     /// A writer of data files for this table (or for the table about to be created).
     fn writer(&self, schema: &SchemaRef, keys: &[String]) -> Result<RecordBatchWriter> {
         let writer = match &self.table {
-            Some(table) => RecordBatchWriter::for_table(table),
-            None => RecordBatchWriter::try_new(
+            Some(table) if self.staged.evolved.is_none() => RecordBatchWriter::for_table(table),
+            _ => RecordBatchWriter::try_new(
                 self.lake.table_url(&self.name)?.as_str(),
                 Arc::clone(schema),
                 None,
@@ -431,6 +433,9 @@ impl SilverTable for DeltaSilver {
         if let Some(pending) = &self.pending {
             return Some(Arc::clone(pending));
         }
+        if let Some(evolved) = &self.staged.evolved {
+            return Some(Arc::clone(evolved));
+        }
         let snapshot = self.table.as_ref()?.snapshot().ok()?;
         Some(snapshot.snapshot().arrow_schema())
     }
@@ -469,11 +474,15 @@ impl SilverTable for DeltaSilver {
         columns: &[String],
     ) -> smelt_engine::Result<RecordBatch> {
         let table = self.table()?;
-        let silver = table
-            .snapshot()
-            .context(|| format!("reading `{}`", self.name))?
-            .snapshot()
-            .arrow_schema();
+        // With columns being added, stored rows read them as NULL.
+        let silver = match &self.staged.evolved {
+            Some(evolved) => Arc::clone(evolved),
+            None => table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?
+                .snapshot()
+                .arrow_schema(),
+        };
         let key_names: Arc<[String]> = keys
             .schema()
             .fields()
@@ -574,11 +583,14 @@ impl SilverTable for DeltaSilver {
                 })?;
                 Arc::clone(schema)
             }
-            (None, Some(table)) => table
-                .snapshot()
-                .context(|| format!("reading `{}`", self.name))?
-                .snapshot()
-                .arrow_schema(),
+            (None, Some(table)) => match &self.staged.evolved {
+                Some(evolved) => Arc::clone(evolved),
+                None => table
+                    .snapshot()
+                    .context(|| format!("reading `{}`", self.name))?
+                    .snapshot()
+                    .arrow_schema(),
+            },
             (None, None) => {
                 return Err(smelt_engine::EngineError::Internal(format!(
                     "stage called for `{}`, which does not exist",
@@ -624,6 +636,27 @@ impl SilverTable for DeltaSilver {
                 .replaced
                 .push(key_columns(&replaced, keys, &schema)?);
         }
+        Ok(())
+    }
+
+    async fn add_columns(&mut self, fields: Vec<Field>) -> smelt_engine::Result<()> {
+        let current = self.schema().ok_or_else(|| {
+            Error::user(
+                format!("silver `{}` does not exist yet", self.name),
+                "run the flow once to create it",
+            )
+        })?;
+        let mut all: Vec<Field> = current
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        for f in fields {
+            if current.field_with_name(f.name()).is_err() {
+                all.push(f.with_nullable(true));
+            }
+        }
+        self.staged.evolved = Some(Arc::new(Schema::new(all)));
         Ok(())
     }
 
@@ -684,16 +717,38 @@ impl SilverTable for DeltaSilver {
         if let Some(schema) = self.pending.take() {
             return Ok(self.create_with(schema, staged.adds, props).await?);
         }
+        // New columns: the table's metadata with the evolved schema, in this commit.
+        let metadata = match &staged.evolved {
+            Some(evolved) => {
+                let snapshot = self
+                    .table()?
+                    .snapshot()
+                    .context(|| format!("reading `{}`", self.name))?;
+                let columns: StructType =
+                    evolved.as_ref().try_into_kernel().map_err(Error::Arrow)?;
+                Some(Action::Metadata(
+                    deltalake::kernel::MetadataExt::with_schema(
+                        snapshot.metadata().clone(),
+                        &columns,
+                    )
+                    .map_err(deltalake::DeltaTableError::from)
+                    .context(|| format!("adding columns to `{}`", self.name))?,
+                ))
+            }
+            None => None,
+        };
         if staged.overwrite {
             let table = self.table()?;
             let snapshot = table
                 .snapshot()
                 .context(|| format!("reading `{}`", self.name))?;
-            let mut actions: Vec<Action> = snapshot
-                .log_data()
-                .iter()
-                .map(|f| Action::Remove(f.remove_action(true)))
-                .collect();
+            let mut actions: Vec<Action> = metadata.into_iter().collect();
+            actions.extend(
+                snapshot
+                    .log_data()
+                    .iter()
+                    .map(|f| Action::Remove(f.remove_action(true))),
+            );
             actions.extend(staged.adds.into_iter().map(Action::Add));
             let operation = DeltaOperation::Write {
                 mode: SaveMode::Overwrite,
@@ -702,7 +757,7 @@ impl SilverTable for DeltaSilver {
             };
             return Ok(self.commit_actions(actions, operation, props).await?);
         }
-        let mut actions: Vec<Action> = Vec::new();
+        let mut actions: Vec<Action> = metadata.into_iter().collect();
         if !staged.replaced.is_empty() || !staged.deleted.is_empty() {
             for r in self
                 .replace(&staged.replaced, &staged.deleted, keys)
@@ -713,7 +768,7 @@ impl SilverTable for DeltaSilver {
                 actions.extend(r.cdc.into_iter().map(Action::Cdc));
             }
         }
-        let rewrote = !actions.is_empty();
+        let rewrote = actions.iter().any(|a| matches!(a, Action::Remove(_)));
         if !staged.adds.is_empty() {
             let rewritten: HashSet<String> = actions
                 .iter()
@@ -885,7 +940,10 @@ impl DeltaSilver {
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
         let change_data = snapshot.table_config().enable_change_data_feed();
-        let schema = snapshot.snapshot().arrow_schema();
+        let schema = match &self.staged.evolved {
+            Some(evolved) => Arc::clone(evolved),
+            None => snapshot.snapshot().arrow_schema(),
+        };
         let version = table.version().map(|v| v as i64).unwrap_or_default();
         let concat_keys = |sets: &mut dyn Iterator<Item = &Vec<ArrayRef>>| {
             let sets: Vec<&Vec<ArrayRef>> = sets.collect();

@@ -24,7 +24,8 @@ use smelt_core::change::{
 use smelt_core::dedupe::{latest_per_key, partition_of, positions_of, sequence_conflicts};
 use smelt_spec::pipeline::{COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP, END_AT, START_AT};
 use smelt_spec::{
-    ApplyFlow, OnCastError, OnSequenceConflict, OnViolation, SourceDeletes, did_you_mean,
+    ApplyFlow, OnCastError, OnSequenceConflict, OnViolation, SchemaEvolution, SourceDeletes,
+    did_you_mean,
 };
 
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
@@ -100,13 +101,15 @@ impl Phases {
 }
 
 /// The silver schema the flow writes: the existing table's, checked against the DDL, or
-/// the DDL's when silver does not exist yet.
+/// the DDL's when silver does not exist yet. With `schema_evolution: add_new_columns`,
+/// DDL columns the table lacks come back in the second value, to be added.
 pub fn silver_schema(
     flow_name: &str,
     flow: &ApplyFlow,
     silver: &dyn SilverTable,
-) -> Result<SchemaRef> {
+) -> Result<(SchemaRef, Vec<Field>)> {
     let declared = flow.silver.as_ref().map(arrow_schema);
+    let mut missing = Vec::new();
     match (silver.schema(), declared) {
         (Some(existing), Some(declared)) => {
             for f in declared.fields() {
@@ -128,6 +131,9 @@ pub fn silver_schema(
                             "make the DDL match the table, or rebuild silver with `smelt run --full-refresh` after dropping it",
                         ));
                     }
+                    Err(_) if flow.schema_evolution == SchemaEvolution::AddNewColumns => {
+                        missing.push(f.as_ref().clone().with_nullable(true));
+                    }
                     Err(_) => {
                         return Err(EngineError::user(
                             format!(
@@ -135,15 +141,15 @@ pub fn silver_schema(
                                 f.name(),
                                 flow.into
                             ),
-                            "schema evolution is not supported yet: drop the column from the DDL or recreate the silver table",
+                            "set `schema_evolution: add_new_columns` to add it, or drop the column from the DDL",
                         ));
                     }
                 }
             }
-            Ok(existing)
+            Ok((existing, missing))
         }
-        (Some(existing), None) => Ok(existing),
-        (None, Some(declared)) => Ok(declared),
+        (Some(existing), None) => Ok((existing, missing)),
+        (None, Some(declared)) => Ok((declared, missing)),
         (None, None) => Err(EngineError::TableNotFound {
             table: flow.into.to_string(),
             location: "the lake".into(),
@@ -197,7 +203,7 @@ pub async fn run_apply(
     } = tables;
     let mut phases = Phases::new();
     let app = app_id(flow_name);
-    let schema = silver_schema(flow_name, flow, silver)?;
+    let (mut schema, mut to_add) = silver_schema(flow_name, flow, silver)?;
     let audit_ingest = flow.audit.ingest_timestamp.clone();
     let audit_update = flow.audit.update_timestamp.clone();
     // Columns smelt fills itself: the audit columns and, for SCD2, the history bounds.
@@ -220,8 +226,26 @@ pub async fn run_apply(
         }
     }
 
-    // Every silver column (except audit columns) must come from bronze.
+    // Schema drift: bronze columns silver lacks are reported, and added on request (with
+    // DDL columns the table lacks) in this run's commit.
     let bronze = source.schema();
+    let new_columns: Vec<Field> = bronze
+        .fields()
+        .iter()
+        .filter(|f| schema.field_with_name(f.name()).is_err())
+        .filter(|f| !to_add.iter().any(|a| a.name() == f.name()))
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    if flow.schema_evolution == SchemaEvolution::AddNewColumns {
+        to_add.extend(new_columns.iter().cloned());
+    }
+    if !to_add.is_empty() {
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(to_add.iter().cloned());
+        schema = Arc::new(Schema::new(fields));
+    }
+
+    // Every silver column (except audit columns) must come from bronze.
     let bronze_names: Vec<&str> = bronze.fields().iter().map(|f| f.name().as_str()).collect();
     for f in schema.fields() {
         if is_audit(f.name()) || bronze.field_with_name(f.name()).is_ok() {
@@ -360,6 +384,8 @@ pub async fn run_apply(
         from_version: watermark,
         to_version: v,
         silver_version: silver.version(),
+        new_columns: new_columns.iter().map(|f| f.name().clone()).collect(),
+        columns_added: to_add.iter().map(|f| f.name().clone()).collect(),
         on_cast_error: match flow.on_cast_error {
             OnCastError::Null => "null",
             OnCastError::Fail => "fail",
@@ -486,6 +512,9 @@ pub async fn run_apply(
         fresh: ctx.full_refresh,
     };
     let mut tombstones_staged = false;
+    if !to_add.is_empty() && !ctx.dry_run && silver.schema().is_some() {
+        silver.add_columns(to_add.clone()).await?;
+    }
     // A rebuild replaces silver and its tombstones whole, in one commit each.
     if ctx.full_refresh && !ctx.dry_run {
         if silver.version().is_some() {

@@ -98,6 +98,11 @@ pub trait SilverTable: Send + Sync {
         replaces: &BooleanArray,
         keys: &[String],
     ) -> Result<()>;
+    /// Adds nullable columns, in the next [`commit`] (stored rows read them as NULL);
+    /// [`SilverTable::schema`] includes them from now on.
+    ///
+    /// [`commit`]: SilverTable::commit
+    async fn add_columns(&mut self, fields: Vec<arrow::datatypes::Field>) -> Result<()>;
     /// Makes the next [`commit`] replace every stored row with the rows staged in this
     /// run (a rebuild, `--full-refresh`).
     ///

@@ -25,6 +25,10 @@ pub struct FlowReport {
     pub to_version: i64,
     /// Change rows read.
     pub changes_read: usize,
+    /// Bronze columns silver does not have (added with `schema_evolution: add_new_columns`).
+    pub new_columns: Vec<String>,
+    /// Columns this run added to silver.
+    pub columns_added: Vec<String>,
     /// Changes ignored by kind (update pre-images, bronze deletes).
     pub ignored: usize,
     /// Bronze data files removed without change data (e.g. `TRUNCATE`): deletes, ignored

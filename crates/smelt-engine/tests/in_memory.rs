@@ -143,6 +143,26 @@ impl SilverTable for MemSilver {
         self.staged.push(rows);
         Ok(())
     }
+    async fn add_columns(&mut self, fields: Vec<Field>) -> Result<()> {
+        let old = self.schema.clone().unwrap();
+        let mut all: Vec<Field> = old.fields().iter().map(|f| f.as_ref().clone()).collect();
+        all.extend(fields);
+        let schema = Arc::new(Schema::new(all));
+        let mut guard = self.rows.lock().unwrap();
+        if let Some(rows) = guard.take() {
+            let columns = schema
+                .fields()
+                .iter()
+                .map(|f| match rows.column_by_name(f.name()) {
+                    Some(c) => Arc::clone(c),
+                    None => arrow::array::new_null_array(f.data_type(), rows.num_rows()),
+                })
+                .collect();
+            *guard = Some(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+        }
+        self.schema = Some(schema);
+        Ok(())
+    }
     async fn stage_overwrite(&mut self) -> Result<()> {
         self.overwrite = true;
         Ok(())

@@ -21,5 +21,5 @@ pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
 pub use pipeline::{
     ApplyFlow, AuditColumns, Flow, FlowKind, OnCastError, OnSequenceConflict, OnViolation,
-    Pipeline, SourceDeletes, UpdateColumns,
+    Pipeline, SchemaEvolution, SourceDeletes, UpdateColumns,
 };

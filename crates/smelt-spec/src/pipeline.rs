@@ -152,6 +152,8 @@ pub struct ApplyFlow {
     pub on_violation: OnViolation,
     /// What equal-sequence conflicts do.
     pub on_sequence_conflict: OnSequenceConflict,
+    /// What new columns do.
+    pub schema_evolution: SchemaEvolution,
     /// SCD type: 1 (one row per key) or 2 (history: one row per version, with
     /// [`START_AT`] and [`END_AT`]).
     pub scd: u8,
@@ -177,6 +179,17 @@ fn with_history_columns(mut def: TableDef, ty: ColumnType) -> TableDef {
         }
     }
     def
+}
+
+/// What new columns (in bronze, or declared in the DDL but missing from silver) do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaEvolution {
+    /// Reported only; a DDL column missing from silver is an error.
+    #[default]
+    None,
+    /// Added to silver in the run's commit: typed as in the DDL, else as in bronze (STRING).
+    AddNewColumns,
 }
 
 /// What bronze Change Data Feed deletes do to silver.
@@ -287,6 +300,7 @@ struct RawApply {
     tombstone_retention: Option<String>,
     track_history: Option<Vec<String>>,
     track_history_except: Option<Vec<String>>,
+    schema_evolution: Option<SchemaEvolution>,
     #[serde(default)]
     expect: IndexMap<String, String>,
     on_violation: Option<OnViolation>,
@@ -786,6 +800,7 @@ fn apply_flow(
         expectations: raw.expect.into_iter().collect(),
         scd,
         history,
+        schema_evolution: raw.schema_evolution.unwrap_or_default(),
         on_violation: raw.on_violation.unwrap_or_default(),
         on_sequence_conflict: raw.on_sequence_conflict.unwrap_or_default(),
     })
