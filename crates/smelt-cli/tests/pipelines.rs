@@ -172,3 +172,28 @@ fn new_bronze_columns_are_reported_then_added_on_request() {
     assert_eq!(f["new_columns"], serde_json::json!([]), "{f}");
     assert_eq!(p.silver().len(), 4);
 }
+
+#[test]
+fn an_event_log_row_lost_to_a_crash_is_written_by_the_next_run() {
+    let p = Project::product2();
+    p.bronze_step1();
+    let out = p.run_with_failpoint("before_event_log");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(p.silver().len(), 3, "silver is committed");
+    assert!(!p.file("lake/_smelt/event_log").exists());
+
+    let rows = |p: &Project| {
+        p.query("SELECT flow, status, inserted FROM _smelt.event_log ORDER BY finished_at")
+    };
+    p.ok(&["run"]);
+    let log = rows(&p);
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(
+        (&log[0]["status"], &log[0]["inserted"]),
+        (&Value::from("applied"), &Value::from(3)),
+        "the crashed run's row, from its silver commit: {log:?}"
+    );
+    assert_eq!(log[1]["status"], "up_to_date");
+    p.ok(&["run"]);
+    assert_eq!(rows(&p).len(), 3, "written once");
+}

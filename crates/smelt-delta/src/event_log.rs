@@ -55,6 +55,36 @@ fn schema() -> SchemaRef {
     ]))
 }
 
+/// True when the event log has a row for `flow` in run `run_id`.
+pub async fn has_run(lake: &Lake, run_id: &str, flow: &str) -> Result<bool> {
+    if lake.open(&table_name()).await?.is_none() {
+        return Ok(false);
+    }
+    let ctx = lake.session().await?;
+    let quote = |s: &str| s.replace('\'', "''");
+    let batches = ctx
+        .sql(&format!(
+            "SELECT count(*) AS n FROM _smelt.event_log WHERE run_id = '{}' AND flow = '{}'",
+            quote(run_id),
+            quote(flow)
+        ))
+        .await
+        .context(|| "reading `_smelt.event_log`".to_string())?
+        .collect()
+        .await
+        .context(|| "reading `_smelt.event_log`".to_string())?;
+    let n = batches
+        .first()
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .map(|a| a.value(0))
+        })
+        .unwrap_or(0);
+    Ok(n > 0)
+}
+
 /// Appends one row per event (a blind append: its own commit).
 pub async fn append(lake: &Lake, events: &[FlowEvent]) -> Result<()> {
     if events.is_empty() {

@@ -42,6 +42,17 @@ pub const ROWS_PER_FILE: usize = 256 * 1024;
 /// commit that writes data.
 pub const SMALL_FILES_TO_COMPACT: usize = 8;
 
+/// The latest commit of a silver table, from its commit info.
+#[derive(Debug, Clone)]
+pub struct LastCommit {
+    /// Commit time, ms since the epoch.
+    pub at_ms: i64,
+    /// The smelt run that made it, if smelt did.
+    pub run_id: Option<String>,
+    /// The flow's run report as JSON, as committed.
+    pub report: Option<String>,
+}
+
 /// A silver Delta table (it may not exist yet).
 pub struct DeltaSilver {
     lake: Lake,
@@ -123,22 +134,27 @@ impl DeltaSilver {
     }
 
     fn commit_properties(watermark: &Watermark) -> CommitProperties {
+        // One `with_metadata` call: a second one would replace the first.
+        let mut metadata = vec![
+            (
+                "smelt.run_id".to_string(),
+                serde_json::json!(watermark.run_id),
+            ),
+            (
+                "smelt.flow".to_string(),
+                serde_json::json!(watermark.app_id),
+            ),
+            (
+                "smelt.source_version".to_string(),
+                serde_json::json!(watermark.version),
+            ),
+        ];
+        if let Some(report) = &watermark.report {
+            metadata.push(("smelt.report".to_string(), serde_json::json!(report)));
+        }
         CommitProperties::default()
             .with_application_transaction(Transaction::new(&watermark.app_id, watermark.version))
-            .with_metadata([
-                (
-                    "smelt.run_id".to_string(),
-                    serde_json::json!(watermark.run_id),
-                ),
-                (
-                    "smelt.flow".to_string(),
-                    serde_json::json!(watermark.app_id),
-                ),
-                (
-                    "smelt.source_version".to_string(),
-                    serde_json::json!(watermark.version),
-                ),
-            ])
+            .with_metadata(metadata)
     }
 
     /// The table's data files. Files with deletion vectors (written by another engine)
@@ -1000,8 +1016,8 @@ impl DeltaSilver {
         Ok(rewrites.into_iter().flatten().collect())
     }
 
-    /// Time (ms since the epoch) and run id of the latest silver commit, if any.
-    pub async fn last_commit(&self) -> Result<Option<(i64, Option<String>)>> {
+    /// The latest silver commit, if any.
+    pub async fn last_commit(&self) -> Result<Option<LastCommit>> {
         let Some(table) = &self.table else {
             return Ok(None);
         };
@@ -1020,15 +1036,20 @@ impl DeltaSilver {
             .context(|| format!("reading the log of `{}`", self.name))?
         {
             if let Action::CommitInfo(info) = a {
-                let run = info
-                    .info
-                    .get("smelt.run_id")
-                    .and_then(|v| v.as_str())
-                    .map(str::to_string);
+                let text = |k: &str| {
+                    info.info
+                        .get(k)
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                };
                 return Ok(info
                     .in_commit_timestamp
                     .or(info.timestamp)
-                    .map(|t| (t, run)));
+                    .map(|at_ms| LastCommit {
+                        at_ms,
+                        run_id: text("smelt.run_id"),
+                        report: text("smelt.report"),
+                    }));
             }
         }
         Ok(None)

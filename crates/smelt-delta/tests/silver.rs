@@ -43,6 +43,7 @@ fn watermark(version: i64) -> Watermark {
         app_id: APP.into(),
         version,
         run_id: format!("run-{version}"),
+        report: None,
     }
 }
 

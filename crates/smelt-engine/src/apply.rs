@@ -586,10 +586,11 @@ pub async fn run_apply(
         return Ok(report);
     }
 
-    let watermark_out = Watermark {
+    let mut watermark_out = Watermark {
         app_id: app,
         version: watermark_to,
         run_id: ctx.run_id.clone(),
+        report: None,
     };
     let started = Instant::now();
     // Rejects commit first, then tombstones, then silver with its watermark. A crash in
@@ -622,6 +623,9 @@ pub async fn run_apply(
         silver.create(Arc::clone(&schema)).await?;
     }
     failpoint("before_silver_commit")?;
+    // The report as of this commit (file counts come after), for the event log.
+    report.status = "applied".into();
+    watermark_out.report = serde_json::to_string(&report).ok();
     let stats = silver.commit(&flow.keys, &watermark_out).await?;
     report.files_written = stats.files_added;
     report.files_removed = stats.files_removed;

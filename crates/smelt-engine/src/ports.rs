@@ -67,6 +67,9 @@ pub struct Watermark {
     pub version: i64,
     /// Run id, recorded in the commit for lineage.
     pub run_id: String,
+    /// The flow's run report as JSON, recorded in the commit so that an event-log row lost
+    /// to a crash can be written later.
+    pub report: Option<String>,
 }
 
 /// The silver table of an apply flow.

@@ -2,10 +2,10 @@
 
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
-use smelt_engine::EngineError;
 use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowEvent, FlowReport};
+use smelt_engine::{EngineError, failpoint};
 use smelt_spec::{FlowKind, SourceDeletes};
 
 use super::{load_pipeline, open_lake, select};
@@ -40,6 +40,34 @@ async fn window(
     Ok((after, to))
 }
 
+/// The event of the last silver commit of `flow`, when the event log lacks it (a crash
+/// between that commit and the event-log append).
+async fn lost_event(
+    lake: &smelt_delta::Lake,
+    flow: &str,
+    apply: &smelt_spec::ApplyFlow,
+) -> Result<Option<FlowEvent>, EngineError> {
+    let silver = DeltaSilver::open(lake, &apply.into).await?;
+    let Some(last) = silver.last_commit().await? else {
+        return Ok(None);
+    };
+    let (Some(run_id), Some(report)) = (last.run_id, last.report) else {
+        return Ok(None);
+    };
+    let Ok(report) = serde_json::from_str::<FlowReport>(&report) else {
+        return Ok(None);
+    };
+    if report.flow != flow || smelt_delta::event_log::has_run(lake, &run_id, flow).await? {
+        return Ok(None);
+    }
+    Ok(Some(FlowEvent {
+        report,
+        started_at_us: last.at_ms * 1000,
+        finished_at_us: last.at_ms * 1000,
+        error: None,
+    }))
+}
+
 fn now_us() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
@@ -70,6 +98,20 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     let progress = Progress::new(!global.quiet && !global.json);
     let mut reports = Vec::new();
     let mut events = Vec::new();
+    // Event-log rows lost to a crash after a silver commit come back from that commit.
+    if !dry_run {
+        for flow in &flows {
+            let FlowKind::Apply(apply) = &flow.kind;
+            match lost_event(&lake, &flow.name, apply).await {
+                Ok(Some(event)) => events.push(event),
+                Ok(None) => {}
+                Err(e) => eprintln!(
+                    "warning: could not check the event log for flow `{}`: {e}",
+                    flow.name
+                ),
+            }
+        }
+    }
     let mut failed = None;
     for flow in flows {
         let FlowKind::Apply(apply) = &flow.kind;
@@ -135,6 +177,9 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
                 break;
             }
         }
+    }
+    if !dry_run {
+        failpoint("before_event_log").map_err(Failure::from)?;
     }
     if !dry_run && let Err(e) = smelt_delta::event_log::append(&lake, &events).await {
         eprintln!(

@@ -56,9 +56,9 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
                 .watermark(&app_id(&flow.name))
                 .await
                 .map_err(Failure::from)?;
-            if let Some((ms, run)) = silver.last_commit().await? {
-                row.last_run_at = chrono_like(ms);
-                row.last_run_id = run;
+            if let Some(last) = silver.last_commit().await? {
+                row.last_run_at = chrono_like(last.at_ms);
+                row.last_run_id = last.run_id;
             }
         } else if row.problem.is_none() {
             row.problem = Some("silver not created yet: run `smelt run`".into());
