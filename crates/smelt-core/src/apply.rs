@@ -99,13 +99,19 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
         }
     }
     let matched = strip_nulls(input.matched);
-    let newer = newer_than(input.new_sequence, input.stored_sequence, n)?;
+    // Sequences are compared only where there is something stored to compare with.
+    let newer = if matched.true_count() == 0 {
+        BooleanArray::from(vec![false; n])
+    } else {
+        newer_than(input.new_sequence, input.stored_sequence, n)?
+    };
     let delete = match input.delete {
         Some(d) => strip_nulls(d),
         None => BooleanArray::from(vec![false; n]),
     };
     // Newer than the tombstone, or no tombstone.
     let past_tombstone = match input.tombstone {
+        Some((exists, _)) if exists.true_count() == 0 => BooleanArray::from(vec![true; n]),
         Some((exists, seq)) => {
             let exists = strip_nulls(exists);
             or(

@@ -41,6 +41,21 @@ pub(crate) fn encode(columns: &[ArrayRef]) -> Result<Option<Rows>> {
 /// Ties on the whole sequence go to the later row, so callers pass rows in input order
 /// (commit version, file, row). Returns the winning row numbers, ascending.
 pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32Array> {
+    Ok(latest_per_key_with_ties(keys, sequence)?.winners)
+}
+
+/// The latest change per key, and the changes tied with it.
+#[derive(Debug, Clone)]
+pub struct Latest {
+    /// The winning row of every key, ascending (see [`latest_per_key`]).
+    pub winners: UInt32Array,
+    /// `(row, winner)` for every other row of a key whose sequence equals the winner's.
+    pub ties: Vec<(u32, u32)>,
+}
+
+/// [`latest_per_key`], also noting the rows tied with their key's winner (same whole
+/// sequence). Found during the same pass, so it costs nothing when nothing ties.
+pub fn latest_per_key_with_ties(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<Latest> {
     let Some(first) = keys.first() else {
         return Err(CoreError::Internal(
             "latest_per_key needs at least one key column".into(),
@@ -56,15 +71,28 @@ pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32
     let seq_rows = encode(sequence)?;
     let mut best: HashMap<arrow::row::Row<'_>, u32, foldhash::fast::RandomState> =
         HashMap::with_capacity_and_hasher(n.min(1 << 22), foldhash::fast::RandomState::default());
+    // (earlier, later) rows whose sequences were equal when the later one arrived.
+    let mut equal: Vec<(u32, u32)> = Vec::new();
     for i in 0..n {
         match best.entry(key_rows.row(i)) {
             Entry::Vacant(e) => {
                 e.insert(i as u32);
             }
             Entry::Occupied(mut e) => {
+                let prev = *e.get() as usize;
                 let later_wins = match &seq_rows {
-                    Some(seq) => seq.row(i) >= seq.row(*e.get() as usize),
-                    None => true,
+                    Some(seq) => match seq.row(i).cmp(&seq.row(prev)) {
+                        std::cmp::Ordering::Greater => true,
+                        std::cmp::Ordering::Equal => {
+                            equal.push((prev as u32, i as u32));
+                            true
+                        }
+                        std::cmp::Ordering::Less => false,
+                    },
+                    None => {
+                        equal.push((prev as u32, i as u32));
+                        true
+                    }
                 };
                 if later_wins {
                     e.insert(i as u32);
@@ -72,9 +100,30 @@ pub fn latest_per_key(keys: &[ArrayRef], sequence: &[ArrayRef]) -> Result<UInt32
             }
         }
     }
+    // Keep the ties at each key's final sequence, as (row, winner).
+    let mut ties = Vec::new();
+    for (earlier, later) in equal {
+        let winner = best[&key_rows.row(later as usize)];
+        let at_winner = match &seq_rows {
+            Some(seq) => seq.row(later as usize) == seq.row(winner as usize),
+            None => true,
+        };
+        if at_winner {
+            for row in [earlier, later] {
+                if row != winner {
+                    ties.push((row, winner));
+                }
+            }
+        }
+    }
+    ties.sort_unstable();
+    ties.dedup();
     let mut winners: Vec<u32> = best.into_values().collect();
     winners.sort_unstable();
-    Ok(UInt32Array::from(winners))
+    Ok(Latest {
+        winners: UInt32Array::from(winners),
+        ties,
+    })
 }
 
 /// Equal-sequence conflicts among the changes of one run (see [`sequence_conflicts`]).
@@ -87,48 +136,21 @@ pub struct SequenceConflicts {
 }
 
 /// Finds the keys whose latest changes conflict: two or more changes with the key's
-/// greatest sequence whose `data` differ (NULL-safely). `winners` comes from
-/// [`latest_per_key`] over the same `keys` and `sequence`. Without a conflict [`latest_per_key`]'s
-/// tie-break (the later row) is harmless: the tied changes carry the same data.
-pub fn sequence_conflicts(
-    keys: &[ArrayRef],
-    sequence: &[ArrayRef],
-    data: &[ArrayRef],
-    winners: &UInt32Array,
-) -> Result<SequenceConflicts> {
+/// greatest sequence whose `data` differ (NULL-safely). `latest` comes from
+/// [`latest_per_key_with_ties`]. Without a conflict the tie-break (the later row) is
+/// harmless: the tied changes carry the same data.
+pub fn sequence_conflicts(data: &[ArrayRef], latest: &Latest) -> Result<SequenceConflicts> {
+    let winners = &latest.winners;
     let w = winners.len();
     let none = || SequenceConflicts {
         conflicted: BooleanArray::from(vec![false; w]),
         rows: UInt32Array::from(Vec::<u32>::new()),
     };
-    let n = keys.first().map_or(0, |k| k.len());
-    if w == n || data.is_empty() {
-        return Ok(none()); // every key has one change: nothing can tie
-    }
-    let probe: Vec<ArrayRef> = keys.iter().chain(sequence).cloned().collect();
-    let winner_cols: Vec<ArrayRef> = probe
-        .iter()
-        .map(|c| take(c.as_ref(), winners, None))
-        .collect::<std::result::Result<_, _>>()?;
-    let positions = KeyIndex::new(&winner_cols)?.positions(&probe)?;
-    // Rows tied with their key's winner, other than the winner itself.
-    let mut tied_rows = Vec::new();
-    let mut tied_winners = Vec::new();
-    for (row, p) in positions.iter().enumerate() {
-        if let Some(p) = p
-            && winners.value(p as usize) as usize != row
-        {
-            tied_rows.push(row as u32);
-            tied_winners.push(winners.value(p as usize));
-        }
-    }
-    if tied_rows.is_empty() {
+    if latest.ties.is_empty() {
         return Ok(none());
     }
-    let (tied_rows, tied_winners) = (
-        UInt32Array::from(tied_rows),
-        UInt32Array::from(tied_winners),
-    );
+    let tied_rows = UInt32Array::from_iter_values(latest.ties.iter().map(|t| t.0));
+    let tied_winners = UInt32Array::from_iter_values(latest.ties.iter().map(|t| t.1));
     let mut differs = BooleanArray::from(vec![false; tied_rows.len()]);
     for c in data {
         let a = take(c.as_ref(), &tied_rows, None)?;
@@ -138,19 +160,26 @@ pub fn sequence_conflicts(
     if differs.true_count() == 0 {
         return Ok(none());
     }
+    let position = |winner: u32| {
+        winners
+            .values()
+            .binary_search(&winner)
+            .expect("a tie's winner is a winner")
+    };
     let mut conflicted = vec![false; w];
     for (i, d) in differs.iter().enumerate() {
         if d == Some(true) {
-            let p = positions.value(tied_rows.value(i) as usize) as usize;
-            conflicted[p] = true;
+            conflicted[position(tied_winners.value(i))] = true;
         }
     }
-    let rows: Vec<u32> = positions
+    let mut rows: Vec<u32> = latest
+        .ties
         .iter()
-        .enumerate()
-        .filter(|(_, p)| p.is_some_and(|p| conflicted[p as usize]))
-        .map(|(row, _)| row as u32)
+        .filter(|t| conflicted[position(t.1)])
+        .flat_map(|t| [t.0, t.1])
         .collect();
+    rows.sort_unstable();
+    rows.dedup();
     Ok(SequenceConflicts {
         conflicted: BooleanArray::from(conflicted),
         rows: UInt32Array::from(rows),
@@ -410,11 +439,14 @@ mod tests {
             None,
             Some("q"),
         ]));
-        let keys = [keys];
-        let seq = [seq];
-        let winners = latest_per_key(&keys, &seq).unwrap();
-        assert_eq!(winners.values().to_vec(), vec![2, 4, 5]);
-        let c = sequence_conflicts(&keys, &seq, std::slice::from_ref(&data), &winners).unwrap();
+        let latest = latest_per_key_with_ties(&[keys], &[seq]).unwrap();
+        assert_eq!(latest.winners.values().to_vec(), vec![2, 4, 5]);
+        assert_eq!(
+            latest.ties,
+            vec![(1, 2), (3, 4)],
+            "row 0 is older, not tied"
+        );
+        let c = sequence_conflicts(std::slice::from_ref(&data), &latest).unwrap();
         assert_eq!(c.conflicted, BooleanArray::from(vec![true, false, false]));
         assert_eq!(c.rows.values().to_vec(), vec![1, 2]);
     }

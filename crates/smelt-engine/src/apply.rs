@@ -21,7 +21,10 @@ use smelt_core::cast::cast_columns;
 use smelt_core::change::{
     CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, DELETE, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
 };
-use smelt_core::dedupe::{latest_per_key, partition_of, positions_of, sequence_conflicts};
+use smelt_core::dedupe::{
+    Latest, latest_per_key, latest_per_key_with_ties, partition_of, positions_of,
+    sequence_conflicts,
+};
 use smelt_spec::pipeline::{COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP, END_AT, START_AT};
 use smelt_spec::{
     ApplyFlow, OnCastError, OnSequenceConflict, OnViolation, SchemaEvolution, SourceDeletes,
@@ -1555,11 +1558,15 @@ impl PartitionWork<'_> {
                 .iter()
                 .map(seq_col)
                 .collect::<Result<_>>()?;
-            let mut winners = if n == 0 {
-                UInt32Array::from(Vec::<u32>::new())
+            let latest = if n == 0 {
+                Latest {
+                    winners: UInt32Array::from(Vec::<u32>::new()),
+                    ties: Vec::new(),
+                }
             } else {
-                latest_per_key(&key_arrays, &seq_arrays)?
+                latest_per_key_with_ties(&key_arrays, &seq_arrays)?
             };
+            let mut winners = latest.winners.clone();
             report.duplicates_collapsed += n - winners.len();
 
             // Equal-sequence conflicts: the latest changes of a key tie on the sequence but
@@ -1578,7 +1585,7 @@ impl PartitionWork<'_> {
                 .filter(|(f, _)| !is_sequence(f.name()))
                 .map(|(_, c)| Arc::clone(c))
                 .collect();
-            let conflicts = sequence_conflicts(&key_arrays, &seq_arrays, &data, &winners)?;
+            let conflicts = sequence_conflicts(&data, &latest)?;
             let conflicted = conflicts.conflicted.true_count();
             report.sequence_conflicts += conflicted;
             if conflicted > 0 {

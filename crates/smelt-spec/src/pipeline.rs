@@ -234,38 +234,45 @@ struct RawPipeline {
     flows: OrderedFlows,
 }
 
-/// `flows:` in file order (a map whose order matters).
-#[derive(Debug, Default)]
-struct OrderedFlows(IndexMap<String, RawFlow>);
+/// A YAML map in file order, names unique (`flows:`, `expect:`).
+#[derive(Debug)]
+struct Ordered<T>(IndexMap<String, T>);
 
-impl<'de> Deserialize<'de> for OrderedFlows {
+impl<T> Default for Ordered<T> {
+    fn default() -> Self {
+        Self(IndexMap::new())
+    }
+}
+
+/// `flows:`: flow names to flows.
+type OrderedFlows = Ordered<RawFlow>;
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Ordered<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = OrderedFlows;
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = Ordered<T>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a map of flow names to flows")
+                f.write_str("a map of names to entries")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
             ) -> std::result::Result<Self::Value, A::Error> {
                 let mut out = IndexMap::new();
-                while let Some((k, v)) = map.next_entry::<String, RawFlow>()? {
+                while let Some((k, v)) = map.next_entry::<String, T>()? {
                     if out.contains_key(&k) {
-                        return Err(serde::de::Error::custom(format!(
-                            "flow `{k}` is defined twice"
-                        )));
+                        return Err(serde::de::Error::custom(format!("`{k}` is defined twice")));
                     }
                     out.insert(k, v);
                 }
-                Ok(OrderedFlows(out))
+                Ok(Ordered(out))
             }
             fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
-                Ok(OrderedFlows::default())
+                Ok(Ordered::default())
             }
         }
-        d.deserialize_any(Visit)
+        d.deserialize_any(Visit(std::marker::PhantomData))
     }
 }
 
@@ -302,7 +309,7 @@ struct RawApply {
     track_history_except: Option<Vec<String>>,
     schema_evolution: Option<SchemaEvolution>,
     #[serde(default)]
-    expect: IndexMap<String, String>,
+    expect: Ordered<String>,
     on_violation: Option<OnViolation>,
     on_sequence_conflict: Option<OnSequenceConflict>,
 }
@@ -674,7 +681,7 @@ fn apply_flow(
         );
     }
 
-    for (name, predicate) in &raw.expect {
+    for (name, predicate) in &raw.expect.0 {
         if predicate.trim().is_empty() {
             errors.push(
                 SpecError::new(
@@ -797,7 +804,7 @@ fn apply_flow(
         update_columns,
         filter: raw.filter,
         tombstone_retention,
-        expectations: raw.expect.into_iter().collect(),
+        expectations: raw.expect.0.into_iter().collect(),
         scd,
         history,
         schema_evolution: raw.schema_evolution.unwrap_or_default(),
