@@ -197,3 +197,77 @@ fn an_event_log_row_lost_to_a_crash_is_written_by_the_next_run() {
     p.ok(&["run"]);
     assert_eq!(rows(&p).len(), 3, "written once");
 }
+
+#[test]
+fn a_wider_ddl_type_rewrites_silver_on_request() {
+    let p = Project::product2();
+    p.write(
+        "smelt.yaml",
+        "lake: ./lake\nflows:\n  orders:\n    apply:\n      from: shop.orders__bronze\n      into: shop.orders\n      schema: orders.sql\n",
+    );
+    p.write(
+        "orders.sql",
+        "CREATE TABLE shop.orders (id STRING NOT NULL, qty INT, PRIMARY KEY (id))",
+    );
+    p.ok(&[
+        "sql",
+        "CREATE TABLE shop.orders__bronze (id STRING, qty STRING)",
+    ]);
+    p.ok(&[
+        "sql",
+        "INSERT INTO shop.orders__bronze VALUES ('a', '1'), ('b', '2147483647')",
+    ]);
+    p.ok(&["run"]);
+
+    // The DDL now says BIGINT: refused with the option to use, until it is set.
+    p.write(
+        "orders.sql",
+        "CREATE TABLE shop.orders (id STRING NOT NULL, qty BIGINT, PRIMARY KEY (id))",
+    );
+    p.ok(&[
+        "sql",
+        "INSERT INTO shop.orders__bronze VALUES ('c', '9999999999')",
+    ]);
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(
+        err.contains("`qty` of `shop.orders` is INT in the table but INT64")
+            && err.contains("widen_types: true"),
+        "{err}"
+    );
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    p.write("smelt.yaml", &format!("{yaml}      widen_types: true\n"));
+    let out = p.ok(&["--json", "run"]);
+    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    assert_eq!(
+        (f["types_widened"].as_bool(), f["inserted"].as_i64()),
+        (Some(true), Some(1)),
+        "{f}"
+    );
+    let rows = p.query("SELECT id, qty, arrow_typeof(qty) AS t FROM shop.orders ORDER BY id");
+    let got: Vec<(String, i64, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_string(),
+                r["qty"].as_i64().unwrap(),
+                r["t"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a".into(), 1, "Int64".into()),
+            ("b".into(), 2147483647, "Int64".into()),
+            ("c".into(), 9999999999, "Int64".into())
+        ]
+    );
+    // A type that is not wider stays an error.
+    p.write(
+        "orders.sql",
+        "CREATE TABLE shop.orders (id STRING NOT NULL, qty INT, PRIMARY KEY (id))",
+    );
+    p.ok(&["sql", "INSERT INTO shop.orders__bronze VALUES ('d', '4')"]);
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(err.contains("rebuild silver"), "{err}");
+}

@@ -194,8 +194,16 @@ impl DeltaSilver {
 
     /// A writer of data files for this table (or for the table about to be created).
     fn writer(&self, schema: &SchemaRef, keys: &[String]) -> Result<RecordBatchWriter> {
+        let same_schema = |table: &DeltaTable| {
+            table
+                .snapshot()
+                .map(|s| s.snapshot().arrow_schema().fields() == schema.fields())
+                .unwrap_or(false)
+        };
         let writer = match &self.table {
-            Some(table) if self.staged.evolved.is_none() => RecordBatchWriter::for_table(table),
+            Some(table) if self.staged.evolved.is_none() && same_schema(table) => {
+                RecordBatchWriter::for_table(table)
+            }
             _ => RecordBatchWriter::try_new(
                 self.lake.table_url(&self.name)?.as_str(),
                 Arc::clone(schema),
@@ -674,6 +682,47 @@ impl SilverTable for DeltaSilver {
         }
         self.staged.evolved = Some(Arc::new(Schema::new(all)));
         Ok(())
+    }
+
+    async fn widen(
+        &mut self,
+        schema: SchemaRef,
+        keys: &[String],
+    ) -> smelt_engine::Result<WriteStats> {
+        let table = self.table()?.clone();
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let columns: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
+        let metadata =
+            deltalake::kernel::MetadataExt::with_schema(snapshot.metadata().clone(), &columns)
+                .map_err(deltalake::DeltaTableError::from)
+                .context(|| format!("widening the columns of `{}`", self.name))?;
+        let mut actions = vec![Action::Metadata(metadata)];
+        // Every file again, cast to the wider types: the values do not change
+        // (`dataChange: false`, so change-feed readers skip the commit).
+        let store = table.object_store();
+        let name = self.name.to_string();
+        for f in self.active_files(&table)? {
+            let rows = read_whole(Arc::clone(&store), &name, &f.file, None, None, &schema).await?;
+            let mut remove = f.remove;
+            remove.data_change = false;
+            actions.push(Action::Remove(remove));
+            for mut add in self.write_data(&rows, keys).await? {
+                add.data_change = false;
+                actions.push(Action::Add(add));
+            }
+        }
+        let props = CommitProperties::default().with_metadata([(
+            "smelt.operation".to_string(),
+            serde_json::json!("widen column types"),
+        )]);
+        let operation = DeltaOperation::Write {
+            mode: SaveMode::Overwrite,
+            partition_by: None,
+            predicate: None,
+        };
+        Ok(self.commit_actions(actions, operation, props).await?)
     }
 
     async fn stage_overwrite(&mut self) -> smelt_engine::Result<()> {

@@ -35,7 +35,7 @@ use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
 use crate::rejects::{Reason, Rejects};
 use crate::report::FlowReport;
-use crate::schema::{arrow_schema, type_name};
+use crate::schema::{arrow_schema, is_widening, type_name};
 use crate::{EngineError, Result, failpoint};
 
 /// Settings shared by every flow of one run.
@@ -103,21 +103,36 @@ impl Phases {
     }
 }
 
+/// The silver schema the flow writes and how the table must change to get there.
+pub struct SilverSchema {
+    /// The schema (wider types applied; columns to add not yet).
+    pub schema: SchemaRef,
+    /// DDL columns the table lacks, to add (`schema_evolution: add_new_columns`).
+    pub missing: Vec<Field>,
+    /// True when some column gets a wider type (`widen_types`).
+    pub widen: bool,
+}
+
 /// The silver schema the flow writes: the existing table's, checked against the DDL, or
 /// the DDL's when silver does not exist yet. With `schema_evolution: add_new_columns`,
-/// DDL columns the table lacks come back in the second value, to be added.
+/// DDL columns the table lacks are to be added; with `widen_types`, DDL types wider than
+/// the table's replace them.
 pub fn silver_schema(
     flow_name: &str,
     flow: &ApplyFlow,
     silver: &dyn SilverTable,
-) -> Result<(SchemaRef, Vec<Field>)> {
+) -> Result<SilverSchema> {
     let declared = flow.silver.as_ref().map(arrow_schema);
     let mut missing = Vec::new();
+    let mut widened: Vec<Field> = Vec::new();
     match (silver.schema(), declared) {
         (Some(existing), Some(declared)) => {
             for f in declared.fields() {
                 match existing.field_with_name(f.name()) {
                     Ok(e) if same_type(e.data_type(), f.data_type()) => {}
+                    Ok(e) if flow.widen_types && is_widening(e.data_type(), f.data_type()) => {
+                        widened.push(f.as_ref().clone().with_nullable(e.is_nullable()));
+                    }
                     Ok(e) => {
                         return Err(EngineError::user(
                             format!(
@@ -131,7 +146,11 @@ pub fn silver_schema(
                                     .map(|p| p.display().to_string())
                                     .unwrap_or_default()
                             ),
-                            "make the DDL match the table, or rebuild silver with `smelt run --full-refresh` after dropping it",
+                            if is_widening(e.data_type(), f.data_type()) {
+                                "set `widen_types: true` to rewrite silver with the wider type"
+                            } else {
+                                "make the DDL match the table, or rebuild silver with `smelt run --full-refresh` after dropping it"
+                            },
                         ));
                     }
                     Err(_) if flow.schema_evolution == SchemaEvolution::AddNewColumns => {
@@ -149,10 +168,40 @@ pub fn silver_schema(
                     }
                 }
             }
-            Ok((existing, missing))
+            let widen = !widened.is_empty();
+            let schema = if widen {
+                Arc::new(Schema::new(
+                    existing
+                        .fields()
+                        .iter()
+                        .map(|f| {
+                            widened
+                                .iter()
+                                .find(|w| w.name() == f.name())
+                                .cloned()
+                                .unwrap_or_else(|| f.as_ref().clone())
+                        })
+                        .collect::<Vec<_>>(),
+                ))
+            } else {
+                existing
+            };
+            Ok(SilverSchema {
+                schema,
+                missing,
+                widen,
+            })
         }
-        (Some(existing), None) => Ok((existing, missing)),
-        (None, Some(declared)) => Ok((declared, missing)),
+        (Some(existing), None) => Ok(SilverSchema {
+            schema: existing,
+            missing,
+            widen: false,
+        }),
+        (None, Some(declared)) => Ok(SilverSchema {
+            schema: declared,
+            missing,
+            widen: false,
+        }),
         (None, None) => Err(EngineError::TableNotFound {
             table: flow.into.to_string(),
             location: "the lake".into(),
@@ -206,7 +255,11 @@ pub async fn run_apply(
     } = tables;
     let mut phases = Phases::new();
     let app = app_id(flow_name);
-    let (mut schema, mut to_add) = silver_schema(flow_name, flow, silver)?;
+    let SilverSchema {
+        mut schema,
+        missing: mut to_add,
+        widen,
+    } = silver_schema(flow_name, flow, silver)?;
     let audit_ingest = flow.audit.ingest_timestamp.clone();
     let audit_update = flow.audit.update_timestamp.clone();
     // Columns smelt fills itself: the audit columns and, for SCD2, the history bounds.
@@ -515,6 +568,21 @@ pub async fn run_apply(
         fresh: ctx.full_refresh,
     };
     let mut tombstones_staged = false;
+    if widen && !ctx.dry_run {
+        // Its own commit, before the data: a crash after it leaves a table the DDL matches.
+        reporter.phase(flow_name, "widen column types");
+        let widened = Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .filter(|f| !to_add.iter().any(|a| a.name() == f.name()))
+                .map(|f| f.as_ref().clone())
+                .collect::<Vec<_>>(),
+        ));
+        failpoint("before_widen_commit")?;
+        silver.widen(widened, &flow.keys).await?;
+        report.types_widened = true;
+    }
     if !to_add.is_empty() && !ctx.dry_run && silver.schema().is_some() {
         silver.add_columns(to_add.clone()).await?;
     }

@@ -106,6 +106,9 @@ pub trait SilverTable: Send + Sync {
     ///
     /// [`commit`]: SilverTable::commit
     async fn add_columns(&mut self, fields: Vec<arrow::datatypes::Field>) -> Result<()>;
+    /// Rewrites every stored row with `schema` — the table's columns, some of a wider
+    /// type — in a commit of its own that changes no data (`keys` orders the files).
+    async fn widen(&mut self, schema: SchemaRef, keys: &[String]) -> Result<WriteStats>;
     /// Makes the next [`commit`] replace every stored row with the rows staged in this
     /// run (a rebuild, `--full-refresh`).
     ///

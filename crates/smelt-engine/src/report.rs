@@ -30,6 +30,8 @@ pub struct FlowReport {
     pub new_columns: Vec<String>,
     /// Columns this run added to silver.
     pub columns_added: Vec<String>,
+    /// This run rewrote silver with wider column types (`widen_types`).
+    pub types_widened: bool,
     /// Changes ignored by kind (update pre-images, bronze deletes).
     pub ignored: usize,
     /// Bronze data files removed without change data (e.g. `TRUNCATE`): deletes, ignored

@@ -54,3 +54,61 @@ pub fn type_name(dt: &DataType) -> String {
         other => other.to_string(),
     }
 }
+
+/// True when every value of type `from` is exactly a value of type `to`: integers to wider
+/// integers, FLOAT to FLOAT64, DECIMAL to a DECIMAL with as many integer digits and as
+/// many fraction digits or more, INT to a DECIMAL wide enough, DATE to TIMESTAMP_NTZ.
+pub fn is_widening(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    let int_digits = |t: &DataType| match t {
+        Int8 => Some(3),
+        Int16 => Some(5),
+        Int32 => Some(10),
+        Int64 => Some(19),
+        _ => None,
+    };
+    match (from, to) {
+        (Int8, Int16 | Int32 | Int64) | (Int16, Int32 | Int64) | (Int32, Int64) => true,
+        (Float32, Float64) => true,
+        (Decimal128(p1, s1), Decimal128(p2, s2)) => {
+            s2 >= s1
+                && (*p2 as i16 - *s2 as i16) >= (*p1 as i16 - *s1 as i16)
+                && (p1, s1) != (p2, s2)
+        }
+        (Int8 | Int16 | Int32 | Int64, Decimal128(p, s)) => {
+            int_digits(from).is_some_and(|d| (*p as i16 - *s as i16) >= d)
+        }
+        (Date32, Timestamp(TimeUnit::Microsecond, None)) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn widenings() {
+        use DataType::*;
+        for (a, b) in [
+            (Int32, Int64),
+            (Int8, Int32),
+            (Float32, Float64),
+            (Decimal128(10, 2), Decimal128(12, 2)),
+            (Decimal128(10, 2), Decimal128(12, 4)),
+            (Int32, Decimal128(12, 2)),
+        ] {
+            assert!(is_widening(&a, &b), "{a} -> {b}");
+        }
+        for (a, b) in [
+            (Int64, Int32),
+            (Decimal128(10, 2), Decimal128(10, 3)),
+            (Decimal128(12, 2), Decimal128(10, 2)),
+            (Int64, Decimal128(18, 0)),
+            (Utf8, Int64),
+            (Int64, Float64),
+        ] {
+            assert!(!is_widening(&a, &b), "{a} -> {b}");
+        }
+    }
+}

@@ -163,6 +163,22 @@ impl SilverTable for MemSilver {
         self.schema = Some(schema);
         Ok(())
     }
+    async fn widen(&mut self, schema: SchemaRef, _keys: &[String]) -> Result<WriteStats> {
+        let mut guard = self.rows.lock().unwrap();
+        if let Some(rows) = guard.take() {
+            let columns = schema
+                .fields()
+                .iter()
+                .map(|f| {
+                    arrow::compute::cast(rows.column_by_name(f.name()).unwrap(), f.data_type())
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            *guard = Some(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+        }
+        self.schema = Some(schema);
+        self.commits += 1;
+        Ok(WriteStats::default())
+    }
     async fn stage_overwrite(&mut self) -> Result<()> {
         self.overwrite = true;
         Ok(())

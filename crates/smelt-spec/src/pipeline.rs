@@ -154,6 +154,9 @@ pub struct ApplyFlow {
     pub on_sequence_conflict: OnSequenceConflict,
     /// What new columns do.
     pub schema_evolution: SchemaEvolution,
+    /// A DDL type wider than the table's (INT → BIGINT, DECIMAL precision up) rewrites
+    /// silver with the wider type instead of failing.
+    pub widen_types: bool,
     /// SCD type: 1 (one row per key) or 2 (history: one row per version, with
     /// [`START_AT`] and [`END_AT`]).
     pub scd: u8,
@@ -308,6 +311,8 @@ struct RawApply {
     track_history: Option<Vec<String>>,
     track_history_except: Option<Vec<String>>,
     schema_evolution: Option<SchemaEvolution>,
+    #[serde(default)]
+    widen_types: bool,
     #[serde(default)]
     expect: Ordered<String>,
     on_violation: Option<OnViolation>,
@@ -808,6 +813,7 @@ fn apply_flow(
         scd,
         history,
         schema_evolution: raw.schema_evolution.unwrap_or_default(),
+        widen_types: raw.widen_types,
         on_violation: raw.on_violation.unwrap_or_default(),
         on_sequence_conflict: raw.on_sequence_conflict.unwrap_or_default(),
     })
