@@ -107,6 +107,15 @@ pub fn flow_report(r: &FlowReport) -> String {
         ("filtered out", r.filtered, "(latest state fails `where`)"),
         ("dropped", r.dropped, "(failed an expectation)"),
         (
+            "truncates",
+            r.truncates,
+            if r.truncated {
+                "(silver emptied as of the latest)"
+            } else {
+                "(not newer than the last truncate)"
+            },
+        ),
+        (
             "quarantined",
             r.quarantined,
             "(written to the rejects table)",

@@ -271,3 +271,41 @@ fn a_wider_ddl_type_rewrites_silver_on_request() {
     let (_, err) = p.fails(&["run"], 1);
     assert!(err.contains("rebuild silver"), "{err}");
 }
+
+#[test]
+fn a_truncate_in_bronze_empties_silver_for_good() {
+    let p = Project::product2();
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    p.write(
+        "smelt.yaml",
+        &format!("{yaml}      apply_as_truncates: Name = 'TRUNCATE'\n"),
+    );
+    p.bronze_step1();
+    p.ok(&["run"]);
+    assert_eq!(p.silver().len(), 3);
+    p.ok(&[
+        "sql",
+        "INSERT INTO medallion_demo.product2__bronze (Id, Name) VALUES ('-', 'TRUNCATE')",
+    ]);
+    let out = p.ok(&["--json", "run"]);
+    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    assert_eq!(
+        (f["truncates"].as_i64(), f["truncated"].as_bool()),
+        (Some(1), Some(true)),
+        "{f}"
+    );
+    assert!(p.silver().is_empty());
+
+    p.ok(&["sql", "-f", "insert_2.sql"]);
+    p.ok(&["run"]);
+    assert_eq!(p.silver().len(), 2, "only the changes after the truncate");
+    // Replaying everything keeps the changes before the truncate out, across runs.
+    let out = p.ok(&["--json", "run", "--since", "2000-01-01"]);
+    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    assert_eq!(
+        (f["truncated"].as_bool(), f["inserted"].as_i64()),
+        (Some(false), Some(0)),
+        "{f}"
+    );
+    assert_eq!(p.silver().len(), 2);
+}

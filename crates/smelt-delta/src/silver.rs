@@ -102,6 +102,8 @@ struct Staged {
     overwrite: bool,
     /// The table's schema with the columns the commit adds.
     evolved: Option<SchemaRef>,
+    /// Table properties the commit sets.
+    properties: Vec<(String, String)>,
 }
 
 impl DeltaSilver {
@@ -663,6 +665,21 @@ impl SilverTable for DeltaSilver {
         Ok(())
     }
 
+    fn property(&self, key: &str) -> Option<String> {
+        if let Some((_, v)) = self.staged.properties.iter().rev().find(|(k, _)| k == key) {
+            return Some(v.clone());
+        }
+        let snapshot = self.table.as_ref()?.snapshot().ok()?;
+        snapshot.metadata().configuration().get(key).cloned()
+    }
+
+    async fn set_property(&mut self, key: &str, value: &str) -> smelt_engine::Result<()> {
+        self.staged
+            .properties
+            .push((key.to_string(), value.to_string()));
+        Ok(())
+    }
+
     async fn add_columns(&mut self, fields: Vec<Field>) -> smelt_engine::Result<()> {
         let current = self.schema().ok_or_else(|| {
             Error::user(
@@ -780,27 +797,33 @@ impl SilverTable for DeltaSilver {
         let props = Self::commit_properties(watermark);
         let staged = std::mem::take(&mut self.staged);
         if let Some(schema) = self.pending.take() {
-            return Ok(self.create_with(schema, staged.adds, props).await?);
+            return Ok(self
+                .create_with(schema, staged.adds, staged.properties, props)
+                .await?);
         }
-        // New columns: the table's metadata with the evolved schema, in this commit.
-        let metadata = match &staged.evolved {
-            Some(evolved) => {
-                let snapshot = self
-                    .table()?
-                    .snapshot()
-                    .context(|| format!("reading `{}`", self.name))?;
+        // New columns or properties: the table's metadata, changed, in this commit.
+        let metadata = if staged.evolved.is_some() || !staged.properties.is_empty() {
+            let snapshot = self
+                .table()?
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?;
+            let mut metadata = snapshot.metadata().clone();
+            if let Some(evolved) = &staged.evolved {
                 let columns: StructType =
                     evolved.as_ref().try_into_kernel().map_err(Error::Arrow)?;
-                Some(Action::Metadata(
-                    deltalake::kernel::MetadataExt::with_schema(
-                        snapshot.metadata().clone(),
-                        &columns,
-                    )
+                metadata = deltalake::kernel::MetadataExt::with_schema(metadata, &columns)
                     .map_err(deltalake::DeltaTableError::from)
-                    .context(|| format!("adding columns to `{}`", self.name))?,
-                ))
+                    .context(|| format!("adding columns to `{}`", self.name))?;
             }
-            None => None,
+            for (k, v) in &staged.properties {
+                metadata =
+                    deltalake::kernel::MetadataExt::add_config_key(metadata, k.clone(), v.clone())
+                        .map_err(deltalake::DeltaTableError::from)
+                        .context(|| format!("setting `{k}` on `{}`", self.name))?;
+            }
+            Some(Action::Metadata(metadata))
+        } else {
+            None
         };
         if staged.overwrite {
             let table = self.table()?;
@@ -899,6 +922,7 @@ impl DeltaSilver {
         &mut self,
         schema: SchemaRef,
         adds: Vec<Add>,
+        properties: Vec<(String, String)>,
         props: CommitProperties,
     ) -> Result<WriteStats> {
         let path = self.lake.table_path(&self.name);
@@ -925,6 +949,7 @@ impl DeltaSilver {
                 deltalake::TableProperty::EnableChangeDataFeed,
                 Some("true"),
             )
+            .with_configuration(properties.into_iter().map(|(k, v)| (k, Some(v))))
             .with_actions(adds.into_iter().map(Action::Add))
             .with_commit_properties(props)
             .await

@@ -339,16 +339,13 @@ pub async fn run_apply(
         }
     }
 
-    let mut change_fields: Vec<Field> =
-        bronze.fields().iter().map(|f| f.as_ref().clone()).collect();
-    change_fields.extend(smelt_core::change::metadata_fields());
     let as_deletes = flow
         .apply_as_deletes
         .as_deref()
         .map(|sql| {
             Predicate::compile(
                 sql,
-                &Arc::new(Schema::new(change_fields)),
+                &source_change_schema(&bronze),
                 &format!("flow `{flow_name}`: `apply_as_deletes`"),
             )
         })
@@ -481,7 +478,32 @@ pub async fn run_apply(
     let partitions = partitions_for(source.bytes_to_read(watermark).await?, ctx.memory_limit);
     report.partitions = partitions;
     reporter.phase(flow_name, "read changes");
+    let as_truncates = flow
+        .apply_as_truncates
+        .as_deref()
+        .map(|sql| {
+            Predicate::compile(
+                sql,
+                &source_change_schema(&bronze),
+                &format!("flow `{flow_name}`: `apply_as_truncates`"),
+            )
+        })
+        .transpose()?;
     let mut casting = CastPlan::new(&schema, &is_audit, as_deletes, flow.source_deletes);
+    casting.as_truncates = as_truncates;
+    let cast_sequence: Vec<String> = flow
+        .sequence_by
+        .iter()
+        .map(|s| {
+            if s == SEQ_COMMIT_TIMESTAMP {
+                COMMIT_TIMESTAMP.to_string()
+            } else {
+                s.clone()
+            }
+        })
+        .collect();
+    casting.sequence = cast_sequence.clone();
+    let mut truncates: Vec<RecordBatch> = Vec::new();
     for (name, sql) in &flow.expectations {
         let predicate = Predicate::compile(
             sql,
@@ -511,6 +533,7 @@ pub async fn run_apply(
                     first_failure: &mut first_failure,
                     first_violation: &mut first_violation,
                     rejects: &mut rejects,
+                    truncates: &mut truncates,
                 },
             )?;
             rows_seen += cast.num_rows();
@@ -556,6 +579,55 @@ pub async fn run_apply(
         ));
     }
 
+    // Truncates: the greatest one of this run empties silver as of its sequence, unless an
+    // earlier run already truncated through a later one. Changes up to the greatest
+    // truncate known are stale.
+    let run_truncate = greatest(&truncates)?;
+    drop(truncates);
+    let stored_truncate = match &run_truncate {
+        Some(t) => truncated_through(&*silver, t, flow_name)?,
+        None if flow.apply_as_truncates.is_some()
+            || silver.property(TRUNCATED_THROUGH).is_some() =>
+        {
+            // Types of the sequence columns, from an empty cast batch.
+            let idx = cast_sequence
+                .iter()
+                .map(|n| casting.schema.index_of(n))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let like = RecordBatch::new_empty(Arc::clone(&casting.schema)).project(&idx)?;
+            truncated_through(&*silver, like.columns(), flow_name)?
+        }
+        None => None,
+    };
+    let truncate_now = match (&run_truncate, &stored_truncate) {
+        (Some(run), Some(stored)) => smelt_core::apply::newer_than(run, stored, 1)?.value(0),
+        (Some(_), None) => true,
+        _ => false,
+    };
+    let stale_through = if truncate_now {
+        run_truncate.clone()
+    } else {
+        stored_truncate
+    };
+    if truncate_now && !ctx.dry_run {
+        let run = run_truncate.as_ref().expect("truncate_now");
+        let text: Vec<Option<String>> = run
+            .iter()
+            .map(|a| {
+                (!a.is_null(0))
+                    .then(|| array_value_to_string(a, 0))
+                    .transpose()
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        silver
+            .set_property(
+                TRUNCATED_THROUGH,
+                &serde_json::to_string(&text).expect("text"),
+            )
+            .await?;
+    }
+    report.truncated = truncate_now;
+
     let work = PartitionWork {
         flow,
         schema: &schema,
@@ -565,7 +637,9 @@ pub async fn run_apply(
         audit_ingest: audit_ingest.as_deref(),
         audit_update: audit_update.as_deref(),
         run_timestamp_us: ctx.run_timestamp_us,
-        fresh: ctx.full_refresh,
+        fresh: ctx.full_refresh || truncate_now,
+        stale_through: stale_through.as_deref(),
+        cast_sequence: &cast_sequence,
     };
     let mut tombstones_staged = false;
     if widen && !ctx.dry_run {
@@ -586,8 +660,8 @@ pub async fn run_apply(
     if !to_add.is_empty() && !ctx.dry_run && silver.schema().is_some() {
         silver.add_columns(to_add.clone()).await?;
     }
-    // A rebuild replaces silver and its tombstones whole, in one commit each.
-    if ctx.full_refresh && !ctx.dry_run {
+    // A rebuild (or a truncate) replaces silver and its tombstones whole, in one commit each.
+    if (ctx.full_refresh || truncate_now) && !ctx.dry_run {
         if silver.version().is_some() {
             silver.stage_overwrite().await?;
         }
@@ -724,6 +798,76 @@ pub async fn run_apply(
     Ok(report)
 }
 
+/// The table property holding the sequence a truncate emptied silver through (JSON array of
+/// the sequence values as text); older changes are stale forever after.
+pub const TRUNCATED_THROUGH: &str = "smelt.truncatedThrough";
+
+/// The change batch schema: bronze columns, then the change metadata.
+fn source_change_schema(bronze: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = bronze.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.extend(smelt_core::change::metadata_fields());
+    Arc::new(Schema::new(fields))
+}
+
+/// The greatest row (lexicographic over the columns) of `batches`, as one-row arrays.
+fn greatest(batches: &[RecordBatch]) -> Result<Option<Vec<ArrayRef>>> {
+    let Some(first) = batches.first() else {
+        return Ok(None);
+    };
+    let all = arrow::compute::concat_batches(&first.schema(), batches)?;
+    if all.num_rows() == 0 {
+        return Ok(None);
+    }
+    let converter = arrow::row::RowConverter::new(
+        all.columns()
+            .iter()
+            .map(|c| arrow::row::SortField::new(c.data_type().clone()))
+            .collect(),
+    )?;
+    let rows = converter.convert_columns(all.columns())?;
+    let best = (0..rows.num_rows())
+        .max_by(|&a, &b| rows.row(a).cmp(&rows.row(b)))
+        .expect("not empty");
+    Ok(Some(
+        all.columns().iter().map(|c| c.slice(best, 1)).collect(),
+    ))
+}
+
+/// The sequence silver was truncated through, read back from [`TRUNCATED_THROUGH`] into
+/// the types of `like` (one-row arrays).
+fn truncated_through(
+    silver: &dyn SilverTable,
+    like: &[ArrayRef],
+    flow_name: &str,
+) -> Result<Option<Vec<ArrayRef>>> {
+    let Some(text) = silver.property(TRUNCATED_THROUGH) else {
+        return Ok(None);
+    };
+    let bad = || {
+        EngineError::user(
+            format!(
+                "flow `{flow_name}`: table property `{TRUNCATED_THROUGH}` of `{}` is not what smelt wrote: {text}",
+                silver.table()
+            ),
+            "restore it, or remove it if silver was rebuilt since the truncate",
+        )
+    };
+    let values: Vec<Option<String>> = serde_json::from_str(&text).map_err(|_| bad())?;
+    if values.len() != like.len() {
+        return Err(bad());
+    }
+    let mut out = Vec::with_capacity(like.len());
+    for (v, l) in values.iter().zip(like) {
+        let input: ArrayRef = Arc::new(arrow::array::StringArray::from(vec![v.as_deref()]));
+        let cast = smelt_core::cast::cast_column(&input, l.data_type(), Some("UTC"))?;
+        if !cast.failed_rows.is_empty() {
+            return Err(bad());
+        }
+        out.push(cast.array);
+    }
+    Ok(Some(out))
+}
+
 /// The tombstone table's columns: the keys, the sequence columns as silver stores them,
 /// and [`DELETED_AT`].
 fn tombstone_schema(
@@ -857,6 +1001,10 @@ struct CastPlan {
     source_deletes: SourceDeletes,
     /// `expect:`, over the cast batch.
     expectations: Vec<(String, Predicate)>,
+    /// `apply_as_truncates`, over the change batch.
+    as_truncates: Option<Predicate>,
+    /// The sequence columns in the cast batch.
+    sequence: Vec<String>,
 }
 
 /// Where [`CastPlan::cast`] reports what it found.
@@ -866,6 +1014,8 @@ struct CastSink<'a> {
     /// The first expectation failure under `on_violation: fail`, as a message.
     first_violation: &'a mut Option<String>,
     rejects: &'a mut Rejects,
+    /// The sequence columns of every truncate seen.
+    truncates: &'a mut Vec<RecordBatch>,
 }
 
 impl CastPlan {
@@ -894,6 +1044,8 @@ impl CastPlan {
             as_deletes,
             source_deletes,
             expectations: Vec::new(),
+            as_truncates: None,
+            sequence: Vec::new(),
         }
     }
 
@@ -939,6 +1091,13 @@ impl CastPlan {
             )
         };
         report.ignored += keep.len() - batch.num_rows();
+        // Truncates are upserts matching `apply_as_truncates`; like deletes they need only
+        // their sequence.
+        let truncate = match &self.as_truncates {
+            Some(p) => arrow::compute::and_not(&p.evaluate(&batch)?, &delete)?,
+            None => BooleanArray::from(vec![false; batch.num_rows()]),
+        };
+        let not_upsert = arrow::compute::or(&delete, &truncate)?;
         let raw = |name: &str| -> Result<&ArrayRef> {
             batch
                 .column_by_name(name)
@@ -954,12 +1113,12 @@ impl CastPlan {
         // Upserts left out of the apply: quarantined or dropped.
         let mut left_out = vec![false; batch.num_rows()];
         for ((name, target), out) in self.targets.iter().zip(outputs) {
-            let failed: Vec<usize> = if delete.true_count() == 0 {
+            let failed: Vec<usize> = if not_upsert.true_count() == 0 {
                 out.failed_rows
             } else {
                 out.failed_rows
                     .into_iter()
-                    .filter(|&r| !delete.value(r))
+                    .filter(|&r| !not_upsert.value(r))
                     .collect()
             };
             if !failed.is_empty() && flow.on_cast_error == OnCastError::Quarantine {
@@ -1013,9 +1172,22 @@ impl CastPlan {
             raw(COMMIT_VERSION)?,
             &DataType::Int64,
         )?);
-        let upsert = arrow::compute::not(&delete)?;
+        let upsert = arrow::compute::not(&not_upsert)?;
         columns.push(Arc::new(delete));
         let cast = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        if truncate.true_count() > 0 {
+            let idx = self
+                .sequence
+                .iter()
+                .map(|n| self.schema.index_of(n))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            sink.truncates
+                .push(filter_record_batch(&cast.project(&idx)?, &truncate)?);
+            report.truncates += truncate.true_count();
+            for (r, l) in left_out.iter_mut().enumerate() {
+                *l |= truncate.value(r);
+            }
+        }
 
         // Expectations hold for upserts (a delete carries only its key and sequence).
         for (name, predicate) in &self.expectations {
@@ -1240,8 +1412,12 @@ struct PartitionWork<'a> {
     audit_ingest: Option<&'a str>,
     audit_update: Option<&'a str>,
     run_timestamp_us: i64,
-    /// A rebuild: what silver and the tombstones store is not looked at.
+    /// A rebuild or a truncate: what silver and the tombstones store is not looked at.
     fresh: bool,
+    /// Changes with a sequence up to this one (a truncate's) are stale.
+    stale_through: Option<&'a [ArrayRef]>,
+    /// The sequence columns of the cast batch.
+    cast_sequence: &'a [String],
 }
 
 /// What one partition writes.
@@ -1602,6 +1778,34 @@ impl PartitionWork<'_> {
         let started = Instant::now();
         let flow = self.flow;
         let schema = self.schema;
+        // Changes a truncate came after are stale.
+        let batch = match self.stale_through {
+            Some(through) if batch.num_rows() > 0 => {
+                let n = batch.num_rows();
+                let seq: Vec<ArrayRef> = self
+                    .cast_sequence
+                    .iter()
+                    .map(|c| {
+                        batch.column_by_name(c).cloned().ok_or_else(|| {
+                            EngineError::Internal(format!("cast batch without `{c}`"))
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                let zeros = UInt32Array::from(vec![0u32; n]);
+                let bound: Vec<ArrayRef> = through
+                    .iter()
+                    .map(|t| take(t.as_ref(), &zeros, None))
+                    .collect::<std::result::Result<_, _>>()?;
+                let after = smelt_core::apply::newer_than(&seq, &bound, n)?;
+                report.stale += n - after.true_count();
+                if after.true_count() == n {
+                    batch
+                } else {
+                    filter_record_batch(&batch, &after)?
+                }
+            }
+            _ => batch,
+        };
         let n = batch.num_rows();
         let winners = {
             // The key and sequence arrays share the batch's buffers: scoped, so the batch can

@@ -101,6 +101,12 @@ pub trait SilverTable: Send + Sync {
         replaces: &BooleanArray,
         keys: &[String],
     ) -> Result<()>;
+    /// A table property (Delta: the table configuration), `None` when unset.
+    fn property(&self, key: &str) -> Option<String>;
+    /// Sets a table property in the next [`commit`].
+    ///
+    /// [`commit`]: SilverTable::commit
+    async fn set_property(&mut self, key: &str, value: &str) -> Result<()>;
     /// Adds nullable columns, in the next [`commit`] (stored rows read them as NULL);
     /// [`SilverTable::schema`] includes them from now on.
     ///

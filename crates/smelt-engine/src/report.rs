@@ -51,6 +51,10 @@ pub struct FlowReport {
     pub deleted: usize,
     /// Keys whose latest state fails `where` (removed from silver where stored).
     pub filtered: usize,
+    /// Changes matching `apply_as_truncates`.
+    pub truncates: usize,
+    /// This run emptied silver as of its greatest truncate.
+    pub truncated: bool,
     /// Tombstones written: deleted keys, kept with the sequence of their delete.
     pub tombstones_written: usize,
     /// Tombstones older than `tombstone_retention`, removed after the run.

@@ -59,7 +59,7 @@ impl ChangeSource for MemSource {
             .commits
             .iter()
             .enumerate()
-            .skip(after.map(|a| a as usize + 1).unwrap_or(0))
+            .skip(after.map(|a| (a + 1) as usize).unwrap_or(0))
         {
             let n = rows.len();
             let columns: Vec<ArrayRef> = vec![
@@ -91,6 +91,7 @@ struct MemSilver {
     staged: Vec<RecordBatch>,
     deleted: Vec<String>,
     overwrite: bool,
+    properties: std::collections::HashMap<String, String>,
     watermark: Option<i64>,
     commits: i64,
 }
@@ -161,6 +162,13 @@ impl SilverTable for MemSilver {
             *guard = Some(RecordBatch::try_new(Arc::clone(&schema), columns)?);
         }
         self.schema = Some(schema);
+        Ok(())
+    }
+    fn property(&self, key: &str) -> Option<String> {
+        self.properties.get(key).cloned()
+    }
+    async fn set_property(&mut self, key: &str, value: &str) -> Result<()> {
+        self.properties.insert(key.to_string(), value.to_string());
         Ok(())
     }
     async fn widen(&mut self, schema: SchemaRef, _keys: &[String]) -> Result<WriteStats> {
@@ -1117,4 +1125,100 @@ proptest::proptest! {
             assert_eq!(history(&silver), model_history(&commits));
         });
     }
+}
+
+/// Runs the flow once over `commits` with `ctx`.
+async fn run_once(
+    (name, f): &(String, smelt_spec::ApplyFlow),
+    commits: &[Vec<(Option<&'static str>, &'static str)>],
+    silver: &mut MemSilver,
+    tombs: &mut MemSilver,
+    rejects: &mut MemSilver,
+    ctx: RunContext,
+) -> smelt_engine::report::FlowReport {
+    let source = MemSource {
+        name: f.from.clone(),
+        commits: commits.to_vec(),
+        bytes: 0,
+    };
+    run_apply(
+        name,
+        f,
+        &source,
+        tables(silver, tombs, rejects),
+        &ctx,
+        &Silent,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_truncate_empties_silver_and_older_changes_never_come_back() {
+    let flow = flow_with("apply_as_truncates: amount = 'TRUNC'");
+    let mut silver = MemSilver {
+        name: Some(flow.1.into.clone()),
+        ..MemSilver::default()
+    };
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let fresh = || RunContext::new(false, false);
+    let mut commits = vec![vec![(Some("a"), "1"), (Some("b"), "2")]];
+    run_once(
+        &flow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        fresh(),
+    )
+    .await;
+
+    // v1: a truncate between two upserts of the same commit (same sequence: both stale).
+    commits.push(vec![
+        (Some("c"), "3"),
+        (Some("x"), "TRUNC"),
+        (Some("d"), "4"),
+    ]);
+    let r = run_once(
+        &flow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        fresh(),
+    )
+    .await;
+    assert_eq!(
+        (r.truncates, r.truncated, r.stale, r.cast_failures_total()),
+        (1, true, 2, 0),
+        "{r:?}"
+    );
+    assert_eq!(amounts(&silver), vec![]);
+    // v2: a newer change lands in the emptied table.
+    commits.push(vec![(Some("e"), "5")]);
+    run_once(
+        &flow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        fresh(),
+    )
+    .await;
+    // Replaying every version: changes up to the truncate stay out, and the truncate is not
+    // applied again.
+    let mut replay = fresh();
+    replay.replay_after = Some(-1);
+    let r = run_once(
+        &flow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        replay,
+    )
+    .await;
+    assert_eq!((r.truncated, r.inserted, r.stale), (false, 0, 5), "{r:?}");
+    assert_eq!(amounts(&silver), vec![("e".into(), Some("5.00".into()))]);
+    assert!(silver.properties.contains_key("smelt.truncatedThrough"));
 }

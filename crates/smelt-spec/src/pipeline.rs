@@ -138,6 +138,9 @@ pub struct ApplyFlow {
     pub apply_as_deletes: Option<String>,
     /// What bronze change-feed deletes do.
     pub source_deletes: SourceDeletes,
+    /// SQL predicate over the bronze row that makes a change a truncate: silver is emptied
+    /// as of its sequence (SCD1 only).
+    pub apply_as_truncates: Option<String>,
     /// A NULL in a change keeps the stored value instead of overwriting it.
     pub ignore_null_updates: bool,
     /// Which silver columns an update of an existing key sets.
@@ -300,6 +303,7 @@ struct RawApply {
     on_cast_error: Option<OnCastError>,
     tz: Option<String>,
     apply_as_deletes: Option<String>,
+    apply_as_truncates: Option<String>,
     source_deletes: Option<SourceDeletes>,
     #[serde(default)]
     ignore_null_updates: bool,
@@ -702,8 +706,20 @@ fn apply_flow(
             );
         }
     }
+    if scd == 2 && raw.apply_as_truncates.is_some() {
+        errors.push(
+            SpecError::new(
+                path,
+                field("apply_as_truncates"),
+                "`apply_as_truncates` works with `scd: 1` only: a truncate would erase history",
+            )
+            .at(at("apply_as_truncates"))
+            .hint("use `apply_as_deletes` to close versions, or `scd: 1`"),
+        );
+    }
     for (leaf, predicate) in [
         ("apply_as_deletes", &raw.apply_as_deletes),
+        ("apply_as_truncates", &raw.apply_as_truncates),
         ("where", &raw.filter),
     ] {
         if predicate.as_deref().is_some_and(|p| p.trim().is_empty()) {
@@ -804,6 +820,7 @@ fn apply_flow(
         on_cast_error: raw.on_cast_error.unwrap_or_default(),
         tz,
         apply_as_deletes: raw.apply_as_deletes,
+        apply_as_truncates: raw.apply_as_truncates,
         source_deletes: raw.source_deletes.unwrap_or_default(),
         ignore_null_updates: raw.ignore_null_updates,
         update_columns,
