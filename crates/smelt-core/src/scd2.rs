@@ -84,6 +84,8 @@ pub struct Scd2Plan {
     pub updated: usize,
     /// Versions closed by a delete of this run.
     pub deleted: usize,
+    /// Keys with two changes of one sequence whose data differ (the later one is kept).
+    pub sequence_conflicts: usize,
     /// Changes dropped: their sequence is already in the stored history (replays), or a later
     /// change of the key in this run has the same sequence.
     pub stale: usize,
@@ -220,6 +222,7 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         // Per sequence value keep the stored events, else the last change.
         let mut kept: Vec<Event> = Vec::with_capacity(evs.len());
         let mut dropped = 0;
+        let mut conflict = false;
         for e in evs {
             if let Some(last) = kept.last()
                 && seq_row(last.seq()) == seq_row(e.seq())
@@ -229,6 +232,14 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
                     continue;
                 }
                 if !last.is_stored() && !e.is_stored() {
+                    let differs = match (*last, e) {
+                        (Event::Upsert { data: a, .. }, Event::Upsert { data: b, .. }) => {
+                            !same(&data, a, b)
+                        }
+                        (Event::Delete { .. }, Event::Delete { .. }) => false,
+                        _ => true,
+                    };
+                    conflict |= differs;
                     dropped += 1;
                     kept.pop();
                 }
@@ -236,6 +247,7 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
             kept.push(e);
         }
         plan.stale += dropped;
+        plan.sequence_conflicts += usize::from(conflict);
         if kept.iter().all(Event::is_stored) {
             continue; // every change of the key was a replay
         }
@@ -394,6 +406,7 @@ mod tests {
             (plan.inserted, plan.updated, plan.stale, plan.deleted),
             (0, 1, 1, 1)
         );
+        assert_eq!(plan.sequence_conflicts, 0);
         assert_eq!(
             show(&plan, &input, &["A", "B"], &["C", "B", "D", "-"]),
             vec![
@@ -445,6 +458,32 @@ mod tests {
         assert_eq!(
             show(&plan, &input, &[], &["x1", "x2", "-", "y"]),
             vec![(1, Some(3), "x2".into()), (4, None, "y".into())]
+        );
+    }
+
+    #[test]
+    fn two_changes_of_one_sequence_keep_the_later_and_count_a_conflict_if_they_differ() {
+        let empty = ints(vec![]);
+        let change_seq = ints(vec![Some(1), Some(1), Some(2), Some(2)]);
+        let change_data = [texts(vec!["a", "b", "c", "c"])];
+        let delete = BooleanArray::from(vec![false; 4]);
+        let input = Scd2Input {
+            keys: 1,
+            stored_key: &[],
+            stored_start: &empty,
+            stored_end: &empty,
+            stored_data: &[texts(vec![])],
+            change_key: &[0, 0, 0, 0],
+            change_seq: &change_seq,
+            change_delete: &delete,
+            change_data: &change_data,
+            tracked: &[0],
+        };
+        let plan = plan_scd2(&input).unwrap();
+        assert_eq!((plan.sequence_conflicts, plan.stale), (1, 2));
+        assert_eq!(
+            show(&plan, &input, &[], &["a", "b", "c", "c"]),
+            vec![(1, Some(2), "b".into()), (2, None, "c".into())]
         );
     }
 }

@@ -1652,6 +1652,16 @@ impl PartitionWork<'_> {
         report.updated += plan.updated;
         report.stale += plan.stale;
         report.deleted += plan.deleted;
+        report.sequence_conflicts += plan.sequence_conflicts;
+        if plan.sequence_conflicts > 0 && flow.on_sequence_conflict == OnSequenceConflict::Fail {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{}`: {} key(s) have two changes with one sequence and different data",
+                    report.flow, plan.sequence_conflicts
+                ),
+                "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last`",
+            ));
+        }
         if plan.versions.is_empty() && !plan.rewrite.iter().any(|&r| r) {
             return Ok(empty());
         }

@@ -706,6 +706,17 @@ fn apply_flow(
             );
         }
     }
+    if scd == 2 && raw.on_sequence_conflict == Some(OnSequenceConflict::Quarantine) {
+        errors.push(
+            SpecError::new(
+                path,
+                field("on_sequence_conflict"),
+                "`on_sequence_conflict: quarantine` works with `scd: 1` only",
+            )
+            .at(at("on_sequence_conflict"))
+            .hint("with `scd: 2` use `last` (the later change is kept) or `fail`"),
+        );
+    }
     if scd == 2 && raw.apply_as_truncates.is_some() {
         errors.push(
             SpecError::new(
