@@ -1,0 +1,325 @@
+//! SCD type 2 for one partition of cast changes: the history of each key rebuilt by
+//! [`smelt_core::scd2`], the stored versions of rewritten keys deleted, the new ones written.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray,
+};
+use arrow::compute::{filter_record_batch, take};
+use arrow::datatypes::Schema;
+use smelt_core::change::COMMIT_TIMESTAMP;
+use smelt_core::dedupe::latest_per_key;
+use smelt_spec::OnSequenceConflict;
+use smelt_spec::pipeline::{COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP, END_AT, START_AT};
+
+use super::{IS_DELETE, PartitionWork, Phases, Planned};
+use crate::ports::SilverTable;
+use crate::report::FlowReport;
+use crate::{EngineError, Result};
+
+impl PartitionWork<'_> {
+    /// SCD2: the rebuilt history of every key this partition changes
+    /// ([`smelt_core::scd2`]); the stored versions of those keys are deleted and the
+    /// rebuilt ones written.
+    pub(super) async fn plan_scd2(
+        &self,
+        batch: RecordBatch,
+        silver: &dyn SilverTable,
+        report: &mut FlowReport,
+        phases: &mut Phases,
+    ) -> Result<Planned> {
+        use arrow::compute::interleave;
+        use smelt_core::scd2::{From as DataFrom, Scd2Input, SeqFrom, plan_scd2};
+
+        let started = Instant::now();
+        let flow = self.flow;
+        let schema = self.schema;
+        let col_of = |b: &RecordBatch, name: &str| -> Result<ArrayRef> {
+            b.column_by_name(name)
+                .cloned()
+                .ok_or_else(|| EngineError::Internal(format!("SCD2 batch without `{name}`")))
+        };
+        // NULL in a NOT NULL key column cannot be stored: reject (counted).
+        let mut keep = BooleanArray::from(vec![true; batch.num_rows()]);
+        for k in &flow.keys {
+            if !schema.field_with_name(k)?.is_nullable() {
+                keep =
+                    arrow::compute::and(&keep, &arrow::compute::is_not_null(&col_of(&batch, k)?)?)?;
+            }
+        }
+        report.rejected += keep.len() - keep.true_count();
+        let batch = if keep.true_count() == keep.len() {
+            batch
+        } else {
+            filter_record_batch(&batch, &keep)?
+        };
+        let empty = || Planned {
+            rows: RecordBatch::new_empty(Arc::clone(schema)),
+            replaces: BooleanArray::from(Vec::<bool>::new()),
+            removes: RecordBatch::new_empty(Arc::new(Schema::empty())),
+            tombstones: RecordBatch::new_empty(Arc::clone(self.tomb_schema)),
+            tombstone_replaces: BooleanArray::from(Vec::<bool>::new()),
+        };
+        if batch.num_rows() == 0 {
+            return Ok(empty());
+        }
+        let seq_type = schema.field_with_name(START_AT)?.data_type().clone();
+        let seq_name = if flow.sequence_by[0] == SEQ_COMMIT_TIMESTAMP {
+            COMMIT_TIMESTAMP
+        } else {
+            flow.sequence_by[0].as_str()
+        };
+        let change_seq = arrow::compute::cast(&col_of(&batch, seq_name)?, &seq_type)?;
+        let change_keys: Vec<ArrayRef> = flow
+            .keys
+            .iter()
+            .map(|k| col_of(&batch, k))
+            .collect::<Result<_>>()?;
+        // Key groups: one per distinct key.
+        let firsts = latest_per_key(&change_keys, &[])?;
+        let unique: Vec<ArrayRef> = change_keys
+            .iter()
+            .map(|k| Ok(take(k.as_ref(), &firsts, None)?))
+            .collect::<Result<_>>()?;
+        let index = smelt_core::dedupe::KeyIndex::new(&unique)?;
+        let change_key: Vec<u32> = index.positions(&change_keys)?.values().to_vec();
+
+        // Every stored version of those keys.
+        let found = if silver.version().is_some() && !self.fresh {
+            let key_schema = Arc::new(Schema::new(
+                flow.keys
+                    .iter()
+                    .map(|k| Ok(schema.field_with_name(k)?.clone().with_nullable(true)))
+                    .collect::<Result<Vec<_>>>()?,
+            ));
+            let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+            let found = silver
+                .lookup(RecordBatch::try_new(key_schema, unique.clone())?, &names)
+                .await?;
+            let columns = schema
+                .fields()
+                .iter()
+                .map(|f| {
+                    Ok(arrow::compute::cast(
+                        &col_of(&found, f.name())?,
+                        f.data_type(),
+                    )?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            RecordBatch::try_new(
+                Arc::new(Schema::new(
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.as_ref().clone().with_nullable(true))
+                        .collect::<Vec<_>>(),
+                )),
+                columns,
+            )?
+        } else {
+            RecordBatch::new_empty(Arc::new(Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone().with_nullable(true))
+                    .collect::<Vec<_>>(),
+            )))
+        };
+        let stored_keys: Vec<ArrayRef> = flow
+            .keys
+            .iter()
+            .zip(&change_keys)
+            .map(|(k, c)| Ok(arrow::compute::cast(&col_of(&found, k)?, c.data_type())?))
+            .collect::<Result<_>>()?;
+        let stored_key: Vec<u32> = index.positions(&stored_keys)?.values().to_vec();
+
+        let is_data = |n: &str| {
+            !(Some(n) == self.audit_ingest
+                || Some(n) == self.audit_update
+                || n == START_AT
+                || n == END_AT
+                || flow.keys.iter().any(|k| k == n))
+        };
+        let data_names: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|n| is_data(n))
+            .collect();
+
+        // Deletes, and keys whose state fails `where` (their version is closed).
+        let mut delete = col_of(&batch, IS_DELETE)?.as_boolean().clone();
+        if let Some(predicate) = self.filter {
+            let state = RecordBatch::try_new(
+                Arc::clone(self.state_schema),
+                self.state_schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        if Some(f.name().as_str()) == self.audit_ingest {
+                            col_of(&batch, COMMIT_TIMESTAMP)
+                        } else {
+                            col_of(&batch, f.name())
+                        }
+                    })
+                    .collect::<Result<_>>()?,
+            )?;
+            let fails = arrow::compute::not(&predicate.evaluate(&state)?)?;
+            report.filtered += arrow::compute::and_not(&fails, &delete)?.true_count();
+            delete = arrow::compute::or(&delete, &fails)?;
+        }
+        let tracked: Vec<usize> = data_names
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| flow.history.updates(c))
+            .map(|(i, _)| i)
+            .collect();
+        let stored_data: Vec<ArrayRef> = data_names
+            .iter()
+            .map(|c| col_of(&found, c))
+            .collect::<Result<_>>()?;
+        let change_data: Vec<ArrayRef> = data_names
+            .iter()
+            .map(|c| col_of(&batch, c))
+            .collect::<Result<_>>()?;
+        let stored_start = col_of(&found, START_AT)?;
+        let stored_end = col_of(&found, END_AT)?;
+        let plan = plan_scd2(&Scd2Input {
+            keys: unique[0].len(),
+            stored_key: &stored_key,
+            stored_start: &stored_start,
+            stored_end: &stored_end,
+            stored_data: &stored_data,
+            change_key: &change_key,
+            change_seq: &change_seq,
+            change_delete: &delete,
+            change_data: &change_data,
+            tracked: &tracked,
+        })?;
+        report.inserted += plan.inserted;
+        report.updated += plan.updated;
+        report.stale += plan.stale;
+        report.deleted += plan.deleted;
+        report.sequence_conflicts += plan.sequence_conflicts;
+        if plan.sequence_conflicts > 0 && flow.on_sequence_conflict == OnSequenceConflict::Fail {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{}`: {} key(s) have two changes with one sequence and different data",
+                    report.flow, plan.sequence_conflicts
+                ),
+                "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last`",
+            ));
+        }
+        if plan.versions.is_empty() && !plan.rewrite.iter().any(|&r| r) {
+            return Ok(empty());
+        }
+
+        // The rebuilt versions, column by column.
+        let data_at = |v: &smelt_core::scd2::Version| match v.data {
+            DataFrom::Stored(i) => (0, i as usize),
+            DataFrom::Change(i) => (1, i as usize),
+        };
+        let seq_at = |s: SeqFrom| match s {
+            SeqFrom::StoredStart(i) => (0, i as usize),
+            SeqFrom::StoredEnd(i) => (1, i as usize),
+            SeqFrom::Change(i) => (2, i as usize),
+        };
+        let data_index: Vec<(usize, usize)> = plan.versions.iter().map(data_at).collect();
+        let null_seq = arrow::array::new_null_array(&seq_type, 1);
+        let m = plan.versions.len();
+        let run_ts: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(vec![self.run_timestamp_us; m]).with_timezone("UTC"),
+        );
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for f in schema.fields() {
+            let name = f.name().as_str();
+            let array: ArrayRef = if name == START_AT {
+                let idx: Vec<(usize, usize)> =
+                    plan.versions.iter().map(|v| seq_at(v.start)).collect();
+                interleave(
+                    &[
+                        stored_start.as_ref(),
+                        stored_end.as_ref(),
+                        change_seq.as_ref(),
+                    ],
+                    &idx,
+                )?
+            } else if name == END_AT {
+                let idx: Vec<(usize, usize)> = plan
+                    .versions
+                    .iter()
+                    .map(|v| v.end.map_or((3, 0), seq_at))
+                    .collect();
+                interleave(
+                    &[
+                        stored_start.as_ref(),
+                        stored_end.as_ref(),
+                        change_seq.as_ref(),
+                        null_seq.as_ref(),
+                    ],
+                    &idx,
+                )?
+            } else if Some(name) == self.audit_update {
+                Arc::clone(&run_ts)
+            } else {
+                let change = if Some(name) == self.audit_ingest {
+                    col_of(&batch, COMMIT_TIMESTAMP)?
+                } else {
+                    col_of(&batch, name)?
+                };
+                let change = arrow::compute::cast(&change, f.data_type())?;
+                interleave(
+                    &[col_of(&found, name)?.as_ref(), change.as_ref()],
+                    &data_index,
+                )?
+            };
+            columns.push(if array.data_type() == f.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, f.data_type())?
+            });
+        }
+        let rows = RecordBatch::try_new(Arc::clone(schema), columns)?;
+        // Stored versions of rewritten keys are removed.
+        let mut had_stored = vec![false; plan.rewrite.len()];
+        for &k in &stored_key {
+            had_stored[k as usize] = true;
+        }
+        let remove = BooleanArray::from_iter(
+            plan.rewrite
+                .iter()
+                .zip(&had_stored)
+                .map(|(&r, &h)| Some(r && h)),
+        );
+        let key_schema = Arc::new(Schema::new(
+            flow.keys
+                .iter()
+                .map(|k| Ok(schema.field_with_name(k)?.clone()))
+                .collect::<Result<Vec<_>>>()?,
+        ));
+        let unique_typed: Vec<ArrayRef> = flow
+            .keys
+            .iter()
+            .zip(&unique)
+            .map(|(k, u)| {
+                Ok(arrow::compute::cast(
+                    u,
+                    schema.field_with_name(k)?.data_type(),
+                )?)
+            })
+            .collect::<Result<_>>()?;
+        let removes =
+            filter_record_batch(&RecordBatch::try_new(key_schema, unique_typed)?, &remove)?;
+        let replaces = BooleanArray::from(vec![false; rows.num_rows()]);
+        phases.add("history", started.elapsed().as_millis() as u64);
+        Ok(Planned {
+            rows,
+            replaces,
+            removes,
+            tombstones: RecordBatch::new_empty(Arc::clone(self.tomb_schema)),
+            tombstone_replaces: BooleanArray::from(Vec::<bool>::new()),
+        })
+    }
+}
