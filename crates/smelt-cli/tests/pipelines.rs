@@ -145,6 +145,15 @@ fn new_bronze_columns_are_reported_then_added_on_request() {
         &format!("{yaml}      schema_evolution: add_new_columns\n"),
     );
     p.ok(&["sql", "-f", "insert_2.sql"]);
+    // A plan sees the column to add and writes nothing.
+    let out = p.ok(&["--json", "plan"]);
+    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    assert_eq!(
+        f["columns_added"],
+        serde_json::json!(["StockKeepingUnit"]),
+        "{f}"
+    );
+    assert!(p.silver()[0].get("StockKeepingUnit").is_none());
     let out = p.ok(&["--json", "run"]);
     let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
     assert_eq!(

@@ -196,20 +196,22 @@ impl DeltaSilver {
 
     /// A writer of data files for this table (or for the table about to be created).
     fn writer(&self, schema: &SchemaRef, keys: &[String]) -> Result<RecordBatchWriter> {
-        let same_schema = |table: &DeltaTable| {
-            table
-                .snapshot()
-                .map(|s| s.snapshot().arrow_schema().fields() == schema.fields())
-                .unwrap_or(false)
-        };
+        let snapshot = self.table.as_ref().and_then(|t| t.snapshot().ok());
+        let same_schema = snapshot
+            .as_ref()
+            .is_some_and(|s| s.snapshot().arrow_schema().fields() == schema.fields());
         let writer = match &self.table {
-            Some(table) if self.staged.evolved.is_none() && same_schema(table) => {
+            Some(table) if self.staged.evolved.is_none() && same_schema => {
                 RecordBatchWriter::for_table(table)
             }
             _ => RecordBatchWriter::try_new(
                 self.lake.table_url(&self.name)?.as_str(),
                 Arc::clone(schema),
-                None,
+                // New columns or wider types keep the table's partitioning.
+                snapshot
+                    .as_ref()
+                    .map(|s| s.metadata().partition_columns().to_vec())
+                    .filter(|p| !p.is_empty()),
                 None,
             ),
         }

@@ -79,22 +79,39 @@ impl DeltaSource {
 
     /// The last version committed at or before `timestamp_us` (µs since the epoch), `None`
     /// when the first commit is later. Commit times are read from the log (a binary
-    /// search: they only grow).
+    /// search: they only grow); versions whose log entry is gone (log retention) count as
+    /// earlier than any instant.
     pub async fn version_at(&self, timestamp_us: i64) -> Result<Option<i64>> {
-        let (mut lo, mut hi) = (0i64, self.version);
-        if self.commit(0).await?.timestamp_us > timestamp_us {
+        let at_or_before = |ts: Option<i64>| ts.is_none_or(|t| t <= timestamp_us);
+        if !at_or_before(self.commit_time(0).await?) {
             return Ok(None);
         }
+        let (mut lo, mut hi) = (0i64, self.version);
         // Invariant: version `lo` is at or before the instant.
         while lo < hi {
             let mid = lo + (hi - lo + 1) / 2;
-            if self.commit(mid).await?.timestamp_us <= timestamp_us {
+            if at_or_before(self.commit_time(mid).await?) {
                 lo = mid;
             } else {
                 hi = mid - 1;
             }
         }
         Ok(Some(lo))
+    }
+
+    /// The commit time of `version` (µs), `None` when its log entry is gone.
+    async fn commit_time(&self, version: i64) -> Result<Option<i64>> {
+        let present = self
+            .table
+            .log_store()
+            .read_commit_entry(version as u64)
+            .await
+            .context(|| format!("reading the log of `{}` at version {version}", self.name))?
+            .is_some();
+        if !present {
+            return Ok(None);
+        }
+        Ok(Some(self.commit(version).await?.timestamp_us))
     }
 
     /// Pins the source to an earlier `version` (the end of a replay window).

@@ -382,8 +382,29 @@ pub async fn run_apply(
         }
     }
     let tomb_schema = tombstone_schema(&schema, flow, audit_ingest.as_deref())?;
+    // Tombstones follow silver's key and sequence types: after `widen_types` they are
+    // widened too (checked every run, so a crash between the two widenings heals).
+    let mut widen_tombstones = false;
     if let Some(existing) = tombstones.schema() {
         for f in tomb_schema.fields() {
+            if let Ok(e) = existing.field_with_name(f.name())
+                && !same_type(e.data_type(), f.data_type())
+            {
+                if is_widening(e.data_type(), f.data_type()) {
+                    widen_tombstones = true;
+                } else {
+                    return Err(EngineError::user(
+                        format!(
+                            "flow `{flow_name}`: column `{}` of tombstone table `{}` is {}, but silver's is {}",
+                            f.name(),
+                            tombstones.table(),
+                            type_name(e.data_type()),
+                            type_name(f.data_type())
+                        ),
+                        "drop the tombstone table and rebuild silver with `smelt run --full-refresh`",
+                    ));
+                }
+            }
             if existing.field_with_name(f.name()).is_err() {
                 return Err(EngineError::user(
                     format!(
@@ -658,7 +679,14 @@ pub async fn run_apply(
         silver.widen(widened, &flow.keys).await?;
         report.types_widened = true;
     }
-    if !to_add.is_empty() && !ctx.dry_run && silver.schema().is_some() {
+    if widen_tombstones && !ctx.dry_run {
+        tombstones
+            .widen(Arc::clone(&tomb_schema), &flow.keys)
+            .await?;
+        report.types_widened = true;
+    }
+    // Staged only: a plan sees the new columns (as NULL in stored rows) and writes nothing.
+    if !to_add.is_empty() && silver.schema().is_some() {
         silver.add_columns(to_add.clone()).await?;
     }
     // A rebuild (or a truncate) replaces silver and its tombstones whole, in one commit each.
@@ -745,7 +773,7 @@ pub async fn run_apply(
     if !rejects.is_empty() {
         reporter.phase(flow_name, "write rejects");
         let done = rejects_table.watermark(&watermark_out.app_id).await?;
-        let rows = rejects.after(done)?;
+        let rows = rejects.between(done, watermark_to)?;
         if rows.num_rows() > 0 {
             if rejects_table.schema().is_none() {
                 rejects_table.create(rows.schema()).await?;
@@ -1555,14 +1583,23 @@ impl PartitionWork<'_> {
                     || name == COMMIT_TIMESTAMP
                     || name == COMMIT_VERSION
             };
+            // A delete's other columns do not matter: two deletes never conflict.
+            let is_delete = col(IS_DELETE)?;
+            let is_delete = is_delete.as_boolean();
             let data: Vec<ArrayRef> = batch
                 .schema()
                 .fields()
                 .iter()
                 .zip(batch.columns())
                 .filter(|(f, _)| !is_sequence(f.name()))
-                .map(|(_, c)| Arc::clone(c))
-                .collect();
+                .map(|(f, c)| {
+                    if f.name() == IS_DELETE || is_delete.true_count() == 0 {
+                        Ok(Arc::clone(c))
+                    } else {
+                        Ok(arrow::compute::nullif(c, is_delete)?)
+                    }
+                })
+                .collect::<Result<_>>()?;
             let conflicts = sequence_conflicts(&data, &latest)?;
             let conflicted = conflicts.conflicted.true_count();
             report.sequence_conflicts += conflicted;
@@ -1728,6 +1765,7 @@ impl PartitionWork<'_> {
         };
 
         // `where`: a key whose latest state fails it is not kept (deleted, with a tombstone).
+        let mut filtered: Option<BooleanArray> = None;
         if let Some(predicate) = self.filter {
             let state = RecordBatch::try_new(
                 Arc::clone(self.state_schema),
@@ -1738,7 +1776,7 @@ impl PartitionWork<'_> {
                     .collect::<Result<_>>()?,
             )?;
             let fails = arrow::compute::not(&predicate.evaluate(&state)?)?;
-            report.filtered += arrow::compute::and_not(&fails, &delete)?.true_count();
+            filtered = Some(arrow::compute::and_not(&fails, &delete)?);
             delete = arrow::compute::or(&delete, &fails)?;
         }
 
@@ -1757,6 +1795,12 @@ impl PartitionWork<'_> {
         report.deleted += plan.counts.deleted;
         report.stale += plan.counts.stale;
         report.tombstones_written += plan.tombstone.true_count();
+        // Filtered out: upserts that fail `where` and get past the guard (a stale one is
+        // counted as stale only).
+        if let Some(filtered) = filtered {
+            let acted = arrow::compute::or(&plan.remove, &plan.tombstone)?;
+            report.filtered += arrow::compute::and(&filtered, &acted)?.true_count();
+        }
 
         // The rows to write, in silver column order.
         let run_ts: ArrayRef = Arc::new(

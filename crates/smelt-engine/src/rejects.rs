@@ -141,18 +141,22 @@ impl Rejects {
         Ok(())
     }
 
-    /// The collected rows of bronze versions after `after` (rows of earlier versions were
-    /// written by an interrupted run of the same range), as one batch.
-    pub fn after(self, after: Option<i64>) -> Result<RecordBatch> {
+    /// The collected rows of bronze versions in `(after, through]`, as one batch. Rows of
+    /// versions up to `after` were written by an earlier run (or an interrupted run of the
+    /// same range); rows past `through` belong to versions the run does not consume (a replay
+    /// window with a gap), which the next run writes.
+    pub fn between(self, after: Option<i64>, through: i64) -> Result<RecordBatch> {
         let all = arrow::compute::concat_batches(&schema(), &self.batches)?;
-        let Some(after) = after else {
-            return Ok(all);
-        };
         let versions = all
             .column_by_name(SOURCE_VERSION)
             .expect("rejects schema")
             .as_primitive::<arrow::datatypes::Int64Type>();
-        let keep = arrow::compute::kernels::cmp::gt(versions, &Int64Array::new_scalar(after))?;
+        let mut keep =
+            arrow::compute::kernels::cmp::lt_eq(versions, &Int64Array::new_scalar(through))?;
+        if let Some(after) = after {
+            let later = arrow::compute::kernels::cmp::gt(versions, &Int64Array::new_scalar(after))?;
+            keep = arrow::compute::and(&keep, &later)?;
+        }
         Ok(arrow::compute::filter_record_batch(&all, &keep)?)
     }
 }
@@ -220,7 +224,16 @@ mod tests {
         };
         r.add(&batch, &UInt32Array::from(vec![0, 1]), &why).unwrap();
         assert_eq!(r.len(), 2);
-        let out = r.after(Some(3)).unwrap();
+        let mut again = Rejects::new("run", "f", &name, 7);
+        again
+            .add(&batch, &UInt32Array::from(vec![0, 1]), &why)
+            .unwrap();
+        assert_eq!(
+            again.between(None, 3).unwrap().num_rows(),
+            1,
+            "version 4 is past the versions the run consumes"
+        );
+        let out = r.between(Some(3), 4).unwrap();
         assert_eq!(
             out.num_rows(),
             1,

@@ -1296,3 +1296,157 @@ proptest::proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn widening_the_sequence_widens_the_tombstones_and_keeps_them_guarding() {
+    let narrow = flow_with_ddl(
+        "CREATE TABLE s.t (id STRING NOT NULL, amount DECIMAL(10,2), seq INT, PRIMARY KEY (id))",
+        "sequence_by: [seq]\napply_as_deletes: amount = 'DEL'",
+    );
+    let mut silver = MemSilver {
+        name: Some(narrow.1.into.clone()),
+        ..MemSilver::default()
+    };
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let ctx = || RunContext::new(false, false);
+    let mut commits = vec![vec![(Some("a"), "1@5"), (Some("b"), "2@5")]];
+    run_once(
+        &narrow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        ctx(),
+    )
+    .await;
+    commits.push(vec![(Some("a"), "DEL@7")]);
+    run_once(
+        &narrow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        ctx(),
+    )
+    .await;
+
+    let wide = flow_with_ddl(
+        "CREATE TABLE s.t (id STRING NOT NULL, amount DECIMAL(10,2), seq BIGINT, PRIMARY KEY (id))",
+        "sequence_by: [seq]\napply_as_deletes: amount = 'DEL'\nwiden_types: true",
+    );
+    commits.push(vec![(Some("a"), "7@6"), (Some("c"), "3@6")]);
+    let r = run_once(
+        &wide,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        ctx(),
+    )
+    .await;
+    assert!(r.types_widened);
+    assert_eq!(
+        (r.inserted, r.stale),
+        (1, 1),
+        "a's late upsert stays out: {r:?}"
+    );
+    let tomb_schema = tombs.schema.clone().unwrap();
+    assert_eq!(
+        tomb_schema.field_with_name("seq").unwrap().data_type(),
+        &DataType::Int64
+    );
+    assert_eq!(
+        amounts(&silver),
+        vec![
+            ("b".into(), Some("2.00".into())),
+            ("c".into(), Some("3.00".into()))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn two_deletes_of_one_sequence_are_no_conflict() {
+    let flow = flow_with("apply_as_deletes: amount LIKE 'DEL%'\non_sequence_conflict: fail");
+    let mut silver = MemSilver {
+        name: Some(flow.1.into.clone()),
+        ..MemSilver::default()
+    };
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let commits = vec![
+        vec![(Some("a"), "1")],
+        vec![(Some("a"), "DEL-1"), (Some("a"), "DEL-2")],
+    ];
+    let ctx = || RunContext::new(false, false);
+    run_once(
+        &flow,
+        &commits[..1],
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        ctx(),
+    )
+    .await;
+    let r = run_once(
+        &flow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        ctx(),
+    )
+    .await;
+    assert_eq!((r.sequence_conflicts, r.deleted), (0, 1), "{r:?}");
+}
+
+#[tokio::test]
+async fn rejects_of_a_replay_window_with_a_gap_are_written_once_by_the_next_run() {
+    let flow = flow_with("on_cast_error: quarantine");
+    let mut silver = MemSilver {
+        name: Some(flow.1.into.clone()),
+        ..MemSilver::default()
+    };
+    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let ctx = || RunContext::new(false, false);
+    let commits = vec![
+        vec![(Some("a"), "1")],
+        vec![(Some("b"), "x")],
+        vec![(Some("c"), "y")],
+    ];
+    run_once(
+        &flow,
+        &commits[..1],
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        ctx(),
+    )
+    .await;
+    // Replay only version 2: the watermark (0) stays, so its reject waits.
+    let mut window = ctx();
+    window.replay_after = Some(1);
+    let r = run_once(
+        &flow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        window,
+    )
+    .await;
+    assert_eq!(r.quarantined, 1);
+    assert!(
+        rejects.rows.lock().unwrap().is_none(),
+        "nothing written yet"
+    );
+    run_once(
+        &flow,
+        &commits,
+        &mut silver,
+        &mut tombs,
+        &mut rejects,
+        ctx(),
+    )
+    .await;
+    let rows = rejects.rows.lock().unwrap().clone().unwrap();
+    assert_eq!(rows.num_rows(), 2, "b and c, once each");
+}

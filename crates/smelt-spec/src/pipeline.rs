@@ -594,6 +594,19 @@ fn apply_flow(
             .hint("sequence by one column, e.g. `sequence_by: [SystemModstamp]`"),
         );
     }
+    // A truncate empties silver whole, which is right only when nothing stored can be newer
+    // than it: when changes are ordered by bronze commit time.
+    if raw.apply_as_truncates.is_some() && sequence_by != [COMMIT_TIMESTAMP] {
+        errors.push(
+            SpecError::new(
+                path,
+                field("apply_as_truncates"),
+                "`apply_as_truncates` needs `sequence_by: [_commit_timestamp]`: with another sequence a late truncate would erase newer rows",
+            )
+            .at(at("apply_as_truncates"))
+            .hint("sequence by `_commit_timestamp`, or turn truncates into deletes of each key"),
+        );
+    }
     let history = match (raw.track_history, raw.track_history_except) {
         (Some(_), Some(_)) => {
             errors.push(
@@ -974,6 +987,17 @@ mod tests {
         assert_eq!(err.0[0].field, "flows.b.apply.into");
         assert_eq!(err.0[0].line, Some(11));
         assert!(err.0[0].message.contains("`a` and `b` both write `s.t`"));
+    }
+
+    #[test]
+    fn truncates_need_the_commit_time_sequence() {
+        let err = load("lake: l\nflows:\n  p:\n    apply:\n      from: a.b\n      into: c.d\n      keys: [k]\n      sequence_by: [m]\n      apply_as_truncates: op = 'T'\n").unwrap_err();
+        assert_eq!(err.0[0].field, "flows.p.apply.apply_as_truncates");
+        assert!(
+            err.0[0].message.contains("_commit_timestamp"),
+            "{}",
+            err.0[0].message
+        );
     }
 
     #[test]
