@@ -205,6 +205,15 @@ fn strip_nulls(b: &BooleanArray) -> BooleanArray {
     BooleanArray::from_iter(b.iter().map(|v| Some(v.unwrap_or(false))))
 }
 
+/// The row of `columns` that is greatest, comparing the columns in order (a NULL is the
+/// smallest value); `None` when there are no rows or no columns.
+pub fn greatest(columns: &[ArrayRef]) -> Result<Option<usize>> {
+    let Some(rows) = encode(columns)? else {
+        return Ok(None);
+    };
+    Ok((0..rows.num_rows()).max_by(|&a, &b| rows.row(a).cmp(&rows.row(b))))
+}
+
 /// Row-wise "new sequence > stored sequence", lexicographic over the columns; a NULL
 /// is older than any value. With no sequence columns every change is newer.
 pub fn newer_than(new: &[ArrayRef], stored: &[ArrayRef], n: usize) -> Result<BooleanArray> {

@@ -9,8 +9,9 @@
 //! it. A late change thus lands at its place in history, splitting the version it falls in.
 
 use arrow::array::{Array, ArrayRef, BooleanArray};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::Rows;
 
+use crate::dedupe::encode as encode_rows;
 use crate::{CoreError, Result};
 
 /// Where a value of an output version comes from.
@@ -146,12 +147,7 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
                 input.change_data[c].as_ref(),
             ])?);
         }
-        let converter = RowConverter::new(
-            all.iter()
-                .map(|c| SortField::new(c.data_type().clone()))
-                .collect(),
-        )?;
-        Ok(Some(converter.convert_columns(&all)?))
+        encode_rows(&all)
     };
     let tracked = encode_data(input.tracked)?;
     let every: Vec<usize> = (0..input.stored_data.len()).collect();
@@ -327,10 +323,10 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
     Ok(plan)
 }
 
+/// One row encoding of the values of `columns` (same type), one after another.
 fn encode(columns: &[&dyn Array]) -> Result<Rows> {
     let all = arrow::compute::concat(columns)?;
-    let converter = RowConverter::new(vec![SortField::new(all.data_type().clone())])?;
-    Ok(converter.convert_columns(&[all])?)
+    Ok(encode_rows(&[all])?.expect("one column"))
 }
 
 #[cfg(test)]
@@ -434,55 +430,67 @@ mod tests {
         assert_eq!(plan.stale, 4);
     }
 
-    #[test]
-    fn untracked_changes_update_in_place_and_deleted_keys_come_back() {
-        // No stored history. Tracked `t` only: x→x (in place), then delete, then y.
+    /// Plans changes `(seq, tracked value, delete)` of one key with no stored history; the
+    /// versions are shown with `labels` as their data.
+    fn plan_new_key(
+        changes: &[(i64, &str, bool)],
+        labels: &[&str],
+    ) -> (Scd2Plan, Vec<(i64, Option<i64>, String)>) {
         let empty = ints(vec![]);
-        let change_seq = ints(vec![Some(1), Some(2), Some(3), Some(4)]);
-        let change_tracked = [texts(vec!["x", "x", "-", "y"])];
-        let delete = BooleanArray::from(vec![false, false, true, false]);
+        let change_seq = ints(changes.iter().map(|c| Some(c.0)).collect());
+        let change_data = [texts(changes.iter().map(|c| c.1).collect())];
+        let delete = BooleanArray::from(changes.iter().map(|c| c.2).collect::<Vec<_>>());
+        let key = vec![0; changes.len()];
         let input = Scd2Input {
             keys: 1,
             stored_key: &[],
             stored_start: &empty,
             stored_end: &empty,
             stored_data: &[texts(vec![])],
-            change_key: &[0, 0, 0, 0],
-            change_seq: &change_seq,
-            change_delete: &delete,
-            change_data: &change_tracked,
-            tracked: &[0],
-        };
-        let plan = plan_scd2(&input).unwrap();
-        assert_eq!(plan.inserted, 1);
-        assert_eq!(
-            show(&plan, &input, &[], &["x1", "x2", "-", "y"]),
-            vec![(1, Some(3), "x2".into()), (4, None, "y".into())]
-        );
-    }
-
-    #[test]
-    fn two_changes_of_one_sequence_keep_the_later_and_count_a_conflict_if_they_differ() {
-        let empty = ints(vec![]);
-        let change_seq = ints(vec![Some(1), Some(1), Some(2), Some(2)]);
-        let change_data = [texts(vec!["a", "b", "c", "c"])];
-        let delete = BooleanArray::from(vec![false; 4]);
-        let input = Scd2Input {
-            keys: 1,
-            stored_key: &[],
-            stored_start: &empty,
-            stored_end: &empty,
-            stored_data: &[texts(vec![])],
-            change_key: &[0, 0, 0, 0],
+            change_key: &key,
             change_seq: &change_seq,
             change_delete: &delete,
             change_data: &change_data,
             tracked: &[0],
         };
         let plan = plan_scd2(&input).unwrap();
+        let shown = show(&plan, &input, &[], labels);
+        (plan, shown)
+    }
+
+    #[test]
+    fn untracked_changes_update_in_place_and_deleted_keys_come_back() {
+        // Tracked value x, x (in place), then a delete, then y.
+        let (plan, versions) = plan_new_key(
+            &[
+                (1, "x", false),
+                (2, "x", false),
+                (3, "-", true),
+                (4, "y", false),
+            ],
+            &["x1", "x2", "-", "y"],
+        );
+        assert_eq!(plan.inserted, 1);
+        assert_eq!(
+            versions,
+            vec![(1, Some(3), "x2".into()), (4, None, "y".into())]
+        );
+    }
+
+    #[test]
+    fn two_changes_of_one_sequence_keep_the_later_and_count_a_conflict_if_they_differ() {
+        let (plan, versions) = plan_new_key(
+            &[
+                (1, "a", false),
+                (1, "b", false),
+                (2, "c", false),
+                (2, "c", false),
+            ],
+            &["a", "b", "c", "c"],
+        );
         assert_eq!((plan.sequence_conflicts, plan.stale), (1, 2));
         assert_eq!(
-            show(&plan, &input, &[], &["a", "b", "c", "c"]),
+            versions,
             vec![(1, Some(2), "b".into()), (2, None, "c".into())]
         );
     }

@@ -194,6 +194,18 @@ impl DeltaSilver {
         Ok(files)
     }
 
+    /// The schema of the existing `table` as this run writes it: with the columns it adds.
+    fn current_schema(&self, table: &DeltaTable) -> Result<SchemaRef> {
+        match &self.staged.evolved {
+            Some(evolved) => Ok(Arc::clone(evolved)),
+            None => Ok(table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?
+                .snapshot()
+                .arrow_schema()),
+        }
+    }
+
     /// A writer of data files for this table (or for the table about to be created).
     fn writer(&self, schema: &SchemaRef, keys: &[String]) -> Result<RecordBatchWriter> {
         let snapshot = self.table.as_ref().and_then(|t| t.snapshot().ok());
@@ -503,14 +515,7 @@ impl SilverTable for DeltaSilver {
     ) -> smelt_engine::Result<RecordBatch> {
         let table = self.table()?;
         // With columns being added, stored rows read them as NULL.
-        let silver = match &self.staged.evolved {
-            Some(evolved) => Arc::clone(evolved),
-            None => table
-                .snapshot()
-                .context(|| format!("reading `{}`", self.name))?
-                .snapshot()
-                .arrow_schema(),
-        };
+        let silver = self.current_schema(table)?;
         let key_names: Arc<[String]> = keys
             .schema()
             .fields()
@@ -611,14 +616,7 @@ impl SilverTable for DeltaSilver {
                 })?;
                 Arc::clone(schema)
             }
-            (None, Some(table)) => match &self.staged.evolved {
-                Some(evolved) => Arc::clone(evolved),
-                None => table
-                    .snapshot()
-                    .context(|| format!("reading `{}`", self.name))?
-                    .snapshot()
-                    .arrow_schema(),
-            },
+            (None, Some(table)) => self.current_schema(table)?,
             (None, None) => {
                 return Err(smelt_engine::EngineError::Internal(format!(
                     "stage called for `{}`, which does not exist",
@@ -753,12 +751,7 @@ impl SilverTable for DeltaSilver {
         if keys.num_rows() == 0 {
             return Ok(());
         }
-        let table = self.table()?;
-        let schema = table
-            .snapshot()
-            .context(|| format!("reading `{}`", self.name))?
-            .snapshot()
-            .arrow_schema();
+        let schema = self.current_schema(self.table()?)?;
         let names: Vec<String> = keys
             .schema()
             .fields()
@@ -1032,10 +1025,7 @@ impl DeltaSilver {
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
         let change_data = snapshot.table_config().enable_change_data_feed();
-        let schema = match &self.staged.evolved {
-            Some(evolved) => Arc::clone(evolved),
-            None => snapshot.snapshot().arrow_schema(),
-        };
+        let schema = self.current_schema(&table)?;
         let version = table.version().map(|v| v as i64).unwrap_or_default();
         let concat_keys = |sets: &mut dyn Iterator<Item = &Vec<ArrayRef>>| {
             let sets: Vec<&Vec<ArrayRef>> = sets.collect();

@@ -844,19 +844,9 @@ fn greatest(batches: &[RecordBatch]) -> Result<Option<Vec<ArrayRef>>> {
         return Ok(None);
     };
     let all = arrow::compute::concat_batches(&first.schema(), batches)?;
-    if all.num_rows() == 0 {
+    let Some(best) = smelt_core::apply::greatest(all.columns())? else {
         return Ok(None);
-    }
-    let converter = arrow::row::RowConverter::new(
-        all.columns()
-            .iter()
-            .map(|c| arrow::row::SortField::new(c.data_type().clone()))
-            .collect(),
-    )?;
-    let rows = converter.convert_columns(all.columns())?;
-    let best = (0..rows.num_rows())
-        .max_by(|&a, &b| rows.row(a).cmp(&rows.row(b)))
-        .expect("not empty");
+    };
     Ok(Some(
         all.columns().iter().map(|c| c.slice(best, 1)).collect(),
     ))
@@ -895,6 +885,14 @@ fn truncated_through(
         out.push(cast.array);
     }
     Ok(Some(out))
+}
+
+/// Column `name` of a batch the run built itself (a cast change batch): missing is a bug.
+fn column(batch: &RecordBatch, name: &str) -> Result<ArrayRef> {
+    batch
+        .column_by_name(name)
+        .cloned()
+        .ok_or_else(|| EngineError::Internal(format!("cast batch without `{name}`")))
 }
 
 /// The tombstone table's columns: the keys, the sequence columns as silver stores them,
@@ -1140,7 +1138,15 @@ impl CastPlan {
         let outputs = cast_columns(&inputs, flow.tz.as_deref())?;
         let mut columns = Vec::with_capacity(self.targets.len() + 1);
         // Upserts left out of the apply: quarantined or dropped.
-        let mut left_out = vec![false; batch.num_rows()];
+        let mut quarantined_casts = vec![false; batch.num_rows()];
+        let key_of = |row: usize| -> Result<String> {
+            Ok(flow
+                .keys
+                .iter()
+                .map(|k| Ok(format!("{k}={}", array_value_to_string(raw(k)?, row)?)))
+                .collect::<Result<Vec<_>>>()?
+                .join(", "))
+        };
         for ((name, target), out) in self.targets.iter().zip(outputs) {
             let failed: Vec<usize> = if not_upsert.true_count() == 0 {
                 out.failed_rows
@@ -1164,19 +1170,14 @@ impl CastPlan {
                     },
                 )?;
                 for &r in &failed {
-                    left_out[r] = true;
+                    quarantined_casts[r] = true;
                 }
             }
             if !failed.is_empty() {
                 *report.cast_failures.entry(name.clone()).or_default() += failed.len();
                 if first.is_none() {
                     let row = failed[0];
-                    let key = flow
-                        .keys
-                        .iter()
-                        .map(|k| Ok(format!("{k}={}", array_value_to_string(raw(k)?, row)?)))
-                        .collect::<Result<Vec<_>>>()?
-                        .join(", ");
+                    let key = key_of(row)?;
                     *first = Some(CastFailure {
                         column: name.clone(),
                         target: type_name(target),
@@ -1204,6 +1205,7 @@ impl CastPlan {
         let upsert = arrow::compute::not(&not_upsert)?;
         columns.push(Arc::new(delete));
         let cast = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        let mut left_out = BooleanArray::from(quarantined_casts);
         if truncate.true_count() > 0 {
             let idx = self
                 .sequence
@@ -1213,34 +1215,32 @@ impl CastPlan {
             sink.truncates
                 .push(filter_record_batch(&cast.project(&idx)?, &truncate)?);
             report.truncates += truncate.true_count();
-            for (r, l) in left_out.iter_mut().enumerate() {
-                *l |= truncate.value(r);
-            }
+            left_out = arrow::compute::or(&left_out, &truncate)?;
         }
+        let row_numbers = UInt32Array::from_iter_values(0..cast.num_rows() as u32);
 
         // Expectations hold for upserts (a delete carries only its key and sequence).
         for (name, predicate) in &self.expectations {
             let holds = predicate.evaluate(&cast)?;
-            let violated: Vec<usize> = (0..cast.num_rows())
-                .filter(|&r| upsert.value(r) && !left_out[r] && !holds.value(r))
-                .collect();
-            if violated.is_empty() {
+            let violated =
+                arrow::compute::and_not(&arrow::compute::and_not(&upsert, &holds)?, &left_out)?;
+            let count = violated.true_count();
+            if count == 0 {
                 continue;
             }
-            *report.expectations.entry(name.clone()).or_default() += violated.len();
+            *report.expectations.entry(name.clone()).or_default() += count;
+            let rows = filter(&row_numbers, &violated)?;
+            let rows = rows.as_primitive::<arrow::datatypes::UInt32Type>();
             match flow.on_violation {
                 OnViolation::Warn => {}
                 OnViolation::Drop => {
-                    report.dropped += violated.len();
-                    for &r in &violated {
-                        left_out[r] = true;
-                    }
+                    report.dropped += count;
+                    left_out = arrow::compute::or(&left_out, &violated)?;
                 }
                 OnViolation::Quarantine => {
-                    let rows = UInt32Array::from_iter_values(violated.iter().map(|&r| r as u32));
                     sink.rejects.add(
                         &batch,
-                        &rows,
+                        rows,
                         &Reason {
                             rule: name,
                             column: None,
@@ -1248,19 +1248,12 @@ impl CastPlan {
                             reason: &format!("expectation `{name}` failed: {}", predicate.text()),
                         },
                     )?;
-                    for &r in &violated {
-                        left_out[r] = true;
-                    }
+                    left_out = arrow::compute::or(&left_out, &violated)?;
                 }
                 OnViolation::Fail => {
                     if sink.first_violation.is_none() {
-                        let r = violated[0];
-                        let key = flow
-                            .keys
-                            .iter()
-                            .map(|k| Ok(format!("{k}={}", array_value_to_string(raw(k)?, r)?)))
-                            .collect::<Result<Vec<_>>>()?
-                            .join(", ");
+                        let r = rows.value(0) as usize;
+                        let key = key_of(r)?;
                         *sink.first_violation = Some(format!(
                             "expectation `{name}` (`{}`) failed for the change of key {key} in bronze `{}` version {}",
                             predicate.text(),
@@ -1271,9 +1264,11 @@ impl CastPlan {
                 }
             }
         }
-        if left_out.iter().any(|&l| l) {
-            let keep = BooleanArray::from_iter(left_out.iter().map(|&l| Some(!l)));
-            return Ok(filter_record_batch(&cast, &keep)?);
+        if left_out.true_count() > 0 {
+            return Ok(filter_record_batch(
+                &cast,
+                &arrow::compute::not(&left_out)?,
+            )?);
         }
         Ok(cast)
     }
@@ -1519,11 +1514,7 @@ impl PartitionWork<'_> {
                 let seq: Vec<ArrayRef> = self
                     .cast_sequence
                     .iter()
-                    .map(|c| {
-                        batch.column_by_name(c).cloned().ok_or_else(|| {
-                            EngineError::Internal(format!("cast batch without `{c}`"))
-                        })
-                    })
+                    .map(|c| column(&batch, c))
                     .collect::<Result<_>>()?;
                 let zeros = UInt32Array::from(vec![0u32; n]);
                 let bound: Vec<ArrayRef> = through
@@ -1544,25 +1535,13 @@ impl PartitionWork<'_> {
         let winners = {
             // The key and sequence arrays share the batch's buffers: scoped, so the batch can
             // be dropped as soon as the winners are taken.
-            let col = |name: &str| -> Result<ArrayRef> {
-                batch
-                    .column_by_name(name)
-                    .cloned()
-                    .ok_or_else(|| EngineError::Internal(format!("cast batch without `{name}`")))
-            };
-            let seq_col = |s: &String| {
-                if s == SEQ_COMMIT_TIMESTAMP {
-                    col(COMMIT_TIMESTAMP)
-                } else {
-                    col(s)
-                }
-            };
+            let col = |name: &str| column(&batch, name);
             let key_arrays: Vec<ArrayRef> =
                 flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
-            let seq_arrays: Vec<ArrayRef> = flow
-                .sequence_by
+            let seq_arrays: Vec<ArrayRef> = self
+                .cast_sequence
                 .iter()
-                .map(seq_col)
+                .map(|s| col(s))
                 .collect::<Result<_>>()?;
             let latest = if n == 0 {
                 Latest {
@@ -1667,23 +1646,12 @@ impl PartitionWork<'_> {
             arrow::compute::take_record_batch(&all, &winners)?
         };
         let m = batch.num_rows();
-        let col = |name: &str| -> Result<ArrayRef> {
-            batch
-                .column_by_name(name)
-                .cloned()
-                .ok_or_else(|| EngineError::Internal(format!("cast batch without `{name}`")))
-        };
+        let col = |name: &str| column(&batch, name);
         let new_commit_ts = col(COMMIT_TIMESTAMP)?;
-        let new_seq: Vec<ArrayRef> = flow
-            .sequence_by
+        let new_seq: Vec<ArrayRef> = self
+            .cast_sequence
             .iter()
-            .map(|s| {
-                if s == SEQ_COMMIT_TIMESTAMP {
-                    Ok(Arc::clone(&new_commit_ts))
-                } else {
-                    col(s)
-                }
-            })
+            .map(|s| col(s))
             .collect::<Result<_>>()?;
         let mut delete = col(IS_DELETE)?.as_boolean().clone();
         phases.add("dedupe", started.elapsed().as_millis() as u64);

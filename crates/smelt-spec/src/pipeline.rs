@@ -607,23 +607,14 @@ fn apply_flow(
             .hint("sequence by `_commit_timestamp`, or turn truncates into deletes of each key"),
         );
     }
-    let history = match (raw.track_history, raw.track_history_except) {
-        (Some(_), Some(_)) => {
-            errors.push(
-                SpecError::new(
-                    path,
-                    field("track_history_except"),
-                    "`track_history` and `track_history_except` are both set",
-                )
-                .at(at("track_history_except"))
-                .hint("keep one"),
-            );
-            UpdateColumns::All
-        }
-        (Some(c), None) => UpdateColumns::Only(c),
-        (None, Some(c)) => UpdateColumns::Except(c),
-        (None, None) => UpdateColumns::All,
-    };
+    let history = pick_columns(
+        raw.track_history,
+        raw.track_history_except,
+        ("track_history", "track_history_except"),
+        "keep one: the columns whose change starts a new version, or the columns whose change does not",
+        (path, text, name),
+        errors,
+    );
     let silver = match silver {
         Some(def) if scd == 2 && sequence_by.len() == 1 => {
             let ty = if sequence_by[0] == COMMIT_TIMESTAMP {
@@ -755,23 +746,14 @@ fn apply_flow(
         }
     }
 
-    let update_columns = match (raw.column_list, raw.except_column_list) {
-        (Some(_), Some(_)) => {
-            errors.push(
-                SpecError::new(
-                    path,
-                    field("except_column_list"),
-                    "`column_list` and `except_column_list` are both set",
-                )
-                .at(at("except_column_list"))
-                .hint("keep one: the columns an update sets, or the columns it leaves alone"),
-            );
-            UpdateColumns::All
-        }
-        (Some(c), None) => UpdateColumns::Only(c),
-        (None, Some(c)) => UpdateColumns::Except(c),
-        (None, None) => UpdateColumns::All,
-    };
+    let update_columns = pick_columns(
+        raw.column_list,
+        raw.except_column_list,
+        ("column_list", "except_column_list"),
+        "keep one: the columns an update sets, or the columns it leaves alone",
+        (path, text, name),
+        errors,
+    );
     let (list_leaf, listed) = match &update_columns {
         UpdateColumns::Only(c) => ("column_list", c.as_slice()),
         UpdateColumns::Except(c) => ("except_column_list", c.as_slice()),
@@ -858,6 +840,35 @@ fn apply_flow(
         on_violation: raw.on_violation.unwrap_or_default(),
         on_sequence_conflict: raw.on_sequence_conflict.unwrap_or_default(),
     })
+}
+
+/// The columns an option pair picks (`column_list` / `except_column_list`,
+/// `track_history` / `track_history_except`): one of them, never both.
+fn pick_columns(
+    only: Option<Vec<String>>,
+    except: Option<Vec<String>>,
+    (only_leaf, except_leaf): (&str, &str),
+    hint: &str,
+    (path, text, flow): (&Path, &str, &str),
+    errors: &mut Vec<SpecError>,
+) -> UpdateColumns {
+    match (only, except) {
+        (Some(_), Some(_)) => {
+            errors.push(
+                SpecError::new(
+                    path,
+                    format!("flows.{flow}.apply.{except_leaf}"),
+                    format!("`{only_leaf}` and `{except_leaf}` are both set"),
+                )
+                .at(line_of(text, &["flows", flow, "apply", except_leaf]))
+                .hint(hint),
+            );
+            UpdateColumns::All
+        }
+        (Some(c), None) => UpdateColumns::Only(c),
+        (None, Some(c)) => UpdateColumns::Except(c),
+        (None, None) => UpdateColumns::All,
+    }
 }
 
 /// Parses a duration written as a number and a unit: `90d`, `12h`, `30m`, `45s`, `2w`.
@@ -998,6 +1009,19 @@ mod tests {
             "{}",
             err.0[0].message
         );
+    }
+
+    #[test]
+    fn a_name_defined_twice_names_the_map_and_the_line() {
+        let err = load("lake: l\nflows:\n  p:\n    apply:\n      from: a.b\n      into: c.d\n      keys: [k]\n      expect:\n        named: x > 1\n        named: x > 2\n").unwrap_err();
+        let e = &err.0[0];
+        assert!(
+            e.message.contains("`named` is defined twice"),
+            "{}",
+            e.message
+        );
+        assert!(e.field.contains("expect"), "{}", e.field);
+        assert!(e.line.is_some());
     }
 
     #[test]

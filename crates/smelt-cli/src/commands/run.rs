@@ -45,9 +45,8 @@ async fn window(
 async fn lost_event(
     lake: &smelt_delta::Lake,
     flow: &str,
-    apply: &smelt_spec::ApplyFlow,
+    silver: &DeltaSilver,
 ) -> Result<Option<FlowEvent>, EngineError> {
-    let silver = DeltaSilver::open(lake, &apply.into).await?;
     let Some(last) = silver.last_commit().await? else {
         return Ok(None);
     };
@@ -98,20 +97,6 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     let progress = Progress::new(!global.quiet && !global.json);
     let mut reports = Vec::new();
     let mut events = Vec::new();
-    // Event-log rows lost to a crash after a silver commit come back from that commit.
-    if !dry_run {
-        for flow in &flows {
-            let FlowKind::Apply(apply) = &flow.kind;
-            match lost_event(&lake, &flow.name, apply).await {
-                Ok(Some(event)) => events.push(event),
-                Ok(None) => {}
-                Err(e) => eprintln!(
-                    "warning: could not check the event log for flow `{}`: {e}",
-                    flow.name
-                ),
-            }
-        }
-    }
     let mut failed = None;
     for flow in flows {
         let FlowKind::Apply(apply) = &flow.kind;
@@ -134,6 +119,18 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
                 ctx.replay_after = Some(after);
             }
             let mut silver = DeltaSilver::open(&lake, &apply.into).await?;
+            // An event-log row lost to a crash after the last silver commit comes back from
+            // that commit.
+            if !dry_run {
+                match lost_event(&lake, &flow.name, &silver).await {
+                    Ok(Some(event)) => events.push(event),
+                    Ok(None) => {}
+                    Err(e) => eprintln!(
+                        "warning: could not check the event log for flow `{}`: {e}",
+                        flow.name
+                    ),
+                }
+            }
             let mut tombstones = DeltaSilver::open(&lake, &tombstone_table(&apply.into)).await?;
             let mut rejects = DeltaSilver::open(&lake, &rejects_table(&apply.into)).await?;
             let tables = ApplyTables {

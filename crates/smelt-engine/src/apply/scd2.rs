@@ -12,9 +12,9 @@ use arrow::datatypes::Schema;
 use smelt_core::change::COMMIT_TIMESTAMP;
 use smelt_core::dedupe::latest_per_key;
 use smelt_spec::OnSequenceConflict;
-use smelt_spec::pipeline::{COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP, END_AT, START_AT};
+use smelt_spec::pipeline::{END_AT, START_AT};
 
-use super::{IS_DELETE, PartitionWork, Phases, Planned};
+use super::{IS_DELETE, PartitionWork, Phases, Planned, column};
 use crate::ports::SilverTable;
 use crate::report::FlowReport;
 use crate::{EngineError, Result};
@@ -36,11 +36,7 @@ impl PartitionWork<'_> {
         let started = Instant::now();
         let flow = self.flow;
         let schema = self.schema;
-        let col_of = |b: &RecordBatch, name: &str| -> Result<ArrayRef> {
-            b.column_by_name(name)
-                .cloned()
-                .ok_or_else(|| EngineError::Internal(format!("SCD2 batch without `{name}`")))
-        };
+        let col_of = column;
         // NULL in a NOT NULL key column cannot be stored: reject (counted).
         let mut keep = BooleanArray::from(vec![true; batch.num_rows()]);
         for k in &flow.keys {
@@ -66,11 +62,7 @@ impl PartitionWork<'_> {
             return Ok(empty());
         }
         let seq_type = schema.field_with_name(START_AT)?.data_type().clone();
-        let seq_name = if flow.sequence_by[0] == SEQ_COMMIT_TIMESTAMP {
-            COMMIT_TIMESTAMP
-        } else {
-            flow.sequence_by[0].as_str()
-        };
+        let seq_name = self.cast_sequence[0].as_str();
         let change_seq = arrow::compute::cast(&col_of(&batch, seq_name)?, &seq_type)?;
         let change_keys: Vec<ArrayRef> = flow
             .keys
