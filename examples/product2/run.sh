@@ -3,9 +3,7 @@
 # Builds smelt as needed; the lake is recreated under examples/product2/lake each time.
 set -euo pipefail
 cd "$(dirname "$0")"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/smelt-target}"
-cargo build --quiet --package smelt-cli
-smelt() { "$CARGO_TARGET_DIR/debug/smelt" "$@"; }
+source ../smelt.sh
 
 show_silver() {
   smelt sql "SELECT Id, Name, IsActive, IsArchived, CreatedDate, LastViewedDate, LastReferencedDate,

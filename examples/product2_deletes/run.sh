@@ -4,9 +4,7 @@
 # Uses the product2 example's bronze DDL, first INSERT and silver DDL.
 set -euo pipefail
 cd "$(dirname "$0")"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/smelt-target}"
-cargo build --quiet --package smelt-cli
-smelt() { "$CARGO_TARGET_DIR/debug/smelt" "$@"; }
+source ../smelt.sh
 show() {
   smelt sql "SELECT Id, Name, IsDeleted, SystemModstamp FROM medallion_demo.product2__silver ORDER BY Id"
   smelt sql "SELECT Id, Name, __START_AT, __END_AT FROM medallion_demo.product2__history ORDER BY Id, __START_AT"

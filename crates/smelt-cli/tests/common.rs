@@ -82,6 +82,15 @@ impl Project {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// The per-flow reports of `smelt --json <args>` (a run or plan, which must succeed).
+    pub fn flows(&self, args: &[&str]) -> Vec<Value> {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.ok(&all);
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        v["flows"].as_array().unwrap().clone()
+    }
+
     /// Runs `smelt <args>`, requires exit code `code`; returns (stdout, stderr).
     pub fn fails(&self, args: &[&str], code: i32) -> (String, String) {
         let out = self.smelt().args(args).output().unwrap();

@@ -31,11 +31,7 @@ fn active(p: &Project) -> Vec<String> {
 #[test]
 fn a_downstream_flow_runs_after_its_upstream_and_reads_its_changes() {
     let p = project();
-    let out = p.ok(&["--json", "run"]);
-    let flows: Vec<Value> = serde_json::from_str::<Value>(&out).unwrap()["flows"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let flows = p.flows(&["run"]);
     let order: Vec<&str> = flows.iter().map(|f| f["flow"].as_str().unwrap()).collect();
     assert_eq!(order, ["product2", "active"], "upstream first");
     let silver_active: Vec<String> = p
@@ -50,8 +46,7 @@ fn a_downstream_flow_runs_after_its_upstream_and_reads_its_changes() {
     // Step 2 updates silver (an update and an insert): the downstream flow reads them
     // from silver's change feed.
     p.ok(&["sql", "-f", "insert_2.sql"]);
-    let out = p.ok(&["--json", "run"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][1];
+    let f = &p.flows(&["run"])[1];
     assert_eq!(f["mode"], "incremental", "{f}");
     assert!(
         f["ignored"].as_i64().unwrap() >= 1,
@@ -80,15 +75,7 @@ fn replay_windows_select_bronze_versions_by_commit_time() {
     // Silver loses its rows; replaying every version since long ago brings them back.
     p.ok(&["sql", "TRUNCATE TABLE medallion_demo.product2__silver"]);
     assert!(p.silver().is_empty());
-    let out = p.ok(&[
-        "--json",
-        "run",
-        "--since",
-        "2000-01-01",
-        "--tz",
-        "Asia/Tokyo",
-    ]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["run", "--since", "2000-01-01", "--tz", "Asia/Tokyo"])[0];
     assert_eq!(f["mode"], "replay", "{f}");
     assert_eq!(f["from_version"].as_i64(), Some(-1), "{f}");
     assert_eq!(f["inserted"].as_i64(), Some(4), "{f}");
@@ -96,8 +83,7 @@ fn replay_windows_select_bronze_versions_by_commit_time() {
     assert_eq!(p.status()["watermark"], before["watermark"]);
 
     // Replaying again is a no-op (the guard); so is a window with no commits.
-    let out = p.ok(&["--json", "run", "--since", "1d"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["run", "--since", "1d"])[0];
     assert_eq!(
         (f["inserted"].as_i64(), f["updated"].as_i64()),
         (Some(0), Some(0)),
@@ -130,8 +116,7 @@ fn new_bronze_columns_are_reported_then_added_on_request() {
         &ddl.replace("`StockKeepingUnit` STRING,\n", ""),
     );
     p.bronze_step1();
-    let out = p.ok(&["--json", "run"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["run"])[0];
     assert_eq!(
         f["new_columns"],
         serde_json::json!(["StockKeepingUnit"]),
@@ -146,16 +131,14 @@ fn new_bronze_columns_are_reported_then_added_on_request() {
     );
     p.ok(&["sql", "-f", "insert_2.sql"]);
     // A plan sees the column to add and writes nothing.
-    let out = p.ok(&["--json", "plan"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["plan"])[0];
     assert_eq!(
         f["columns_added"],
         serde_json::json!(["StockKeepingUnit"]),
         "{f}"
     );
     assert!(p.silver()[0].get("StockKeepingUnit").is_none());
-    let out = p.ok(&["--json", "run"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["run"])[0];
     assert_eq!(
         f["columns_added"],
         serde_json::json!(["StockKeepingUnit"]),
@@ -176,8 +159,7 @@ fn new_bronze_columns_are_reported_then_added_on_request() {
     assert_eq!(sku("01t000000000002AAA"), Value::Null);
     assert_eq!(rows.len(), 4);
     // The next run knows the column.
-    let out = p.ok(&["--json", "run", "--full-refresh"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["run", "--full-refresh"])[0];
     assert_eq!(f["new_columns"], serde_json::json!([]), "{f}");
     assert_eq!(p.silver().len(), 4);
 }
@@ -245,8 +227,7 @@ fn a_wider_ddl_type_rewrites_silver_on_request() {
     );
     let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
     p.write("smelt.yaml", &format!("{yaml}      widen_types: true\n"));
-    let out = p.ok(&["--json", "run"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["run"])[0];
     assert_eq!(
         (f["types_widened"].as_bool(), f["inserted"].as_i64()),
         (Some(true), Some(1)),
@@ -296,8 +277,7 @@ fn a_truncate_in_bronze_empties_silver_for_good() {
         "sql",
         "INSERT INTO medallion_demo.product2__bronze (Id, Name) VALUES ('-', 'TRUNCATE')",
     ]);
-    let out = p.ok(&["--json", "run"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["run"])[0];
     assert_eq!(
         (f["truncates"].as_i64(), f["truncated"].as_bool()),
         (Some(1), Some(true)),
@@ -309,8 +289,7 @@ fn a_truncate_in_bronze_empties_silver_for_good() {
     p.ok(&["run"]);
     assert_eq!(p.silver().len(), 2, "only the changes after the truncate");
     // Replaying everything keeps the changes before the truncate out, across runs.
-    let out = p.ok(&["--json", "run", "--since", "2000-01-01"]);
-    let f = &serde_json::from_str::<Value>(&out).unwrap()["flows"][0];
+    let f = &p.flows(&["run", "--since", "2000-01-01"])[0];
     assert_eq!(
         (f["truncated"].as_bool(), f["inserted"].as_i64()),
         (Some(false), Some(0)),

@@ -34,9 +34,7 @@ fn expected_file(name: &str) -> Vec<Value> {
 }
 
 fn run_json(p: &Project) -> Value {
-    let out = p.ok(&["--json", "run"]);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["flows"][0].clone()
+    p.flows(&["run"])[0].clone()
 }
 
 fn counts(f: &Value, names: &[&str]) -> Vec<i64> {
@@ -81,8 +79,7 @@ fn soft_delete_late_changes_and_restore_match_the_expected_tables() {
     assert_eq!(p.query(HISTORY), expected_file("history_step4.json"));
 
     // Replaying every version is a no-op: the tombstone still guards, the history stays.
-    let out = p.ok(&["--json", "run", "--since", "2000-01-01"]);
-    let flows: Value = serde_json::from_str::<Value>(&out).unwrap()["flows"].clone();
+    let flows = p.flows(&["run", "--since", "2000-01-01"]);
     assert_eq!(
         counts(
             &flows[0],
@@ -102,8 +99,7 @@ fn soft_delete_late_changes_and_restore_match_the_expected_tables() {
 
     // A full refresh rebuilds both from the bronze snapshot, in one commit each: the same
     // tables. ...002's latest change is the restore, so no tombstone is left.
-    let out = p.ok(&["--json", "run", "--full-refresh"]);
-    let flows: Value = serde_json::from_str::<Value>(&out).unwrap()["flows"].clone();
+    let flows = p.flows(&["run", "--full-refresh"]);
     assert_eq!(flows[0]["mode"], "rebuild");
     assert_eq!(
         counts(&flows[0], &["inserted", "tombstones_written"]),

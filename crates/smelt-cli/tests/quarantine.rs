@@ -4,7 +4,6 @@
 mod common;
 
 use common::Project;
-use serde_json::Value;
 
 const REJECTS: &str = "SELECT rule, column_name, raw_value, target_type, source_version FROM medallion_demo.product2__silver__rejects";
 
@@ -52,8 +51,7 @@ fn rejected_changes_are_written_once_across_crashes() {
             assert_eq!(out.status.code(), Some(1), "{point}");
             assert_eq!(ids(&p).len(), 3, "{point}: silver untouched");
         }
-        let out = p.ok(&["--json", "run"]);
-        let f: Value = serde_json::from_str::<Value>(&out).unwrap()["flows"][0].clone();
+        let f = p.flows(&["run"])[0].clone();
         assert_eq!(f["quarantined"].as_i64(), Some(2), "{point:?}: {f}");
         assert_eq!(f["inserted"].as_i64(), Some(1), "{point:?}: {f}");
         assert!(ids(&p).contains(&"01t000000000008AAA".to_string()));

@@ -268,6 +268,14 @@ impl SilverTable for MemSilver {
     }
 }
 
+/// An empty silver table for flow `f`.
+fn silver_of(f: &smelt_spec::ApplyFlow) -> MemSilver {
+    MemSilver {
+        name: Some(f.into.clone()),
+        ..MemSilver::default()
+    }
+}
+
 /// Silver, its tombstones and its rejects.
 fn tables<'a>(
     silver: &'a mut MemSilver,
@@ -316,10 +324,7 @@ fn fixture(
     commits: Vec<Vec<(Option<&'static str>, &'static str)>>,
 ) -> (String, smelt_spec::ApplyFlow, MemSilver, MemSource) {
     let (name, f) = flow(on_cast_error);
-    let silver = MemSilver {
-        name: Some(f.into.clone()),
-        ..MemSilver::default()
-    };
+    let silver = silver_of(&f);
     let source = MemSource {
         name: f.from.clone(),
         commits,
@@ -519,10 +524,7 @@ async fn run_all(
     limit: Option<u64>,
 ) -> (Outcome, Vec<usize>) {
     let (name, f) = flow("null");
-    let mut silver = MemSilver {
-        name: Some(f.into.clone()),
-        ..MemSilver::default()
-    };
+    let mut silver = silver_of(&f);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let mut ctx = RunContext::new(false, false);
     ctx.memory_limit = limit;
@@ -715,10 +717,7 @@ async fn run_engine_and_model(
     } else {
         flow_with(&options)
     };
-    let mut silver = MemSilver {
-        name: Some(f.into.clone()),
-        ..MemSilver::default()
-    };
+    let mut silver = silver_of(&f);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let mut model = Model {
         quarantine_conflicts,
@@ -802,10 +801,7 @@ async fn run_engine_and_model(
 #[tokio::test]
 async fn a_deleted_key_stays_deleted_until_a_newer_change() {
     let (name, f) = flow_with(MODEL_OPTIONS);
-    let mut silver = MemSilver {
-        name: Some(f.into.clone()),
-        ..MemSilver::default()
-    };
+    let mut silver = silver_of(&f);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let ctx = RunContext::new(false, false);
     let mut commits = vec![vec![(Some("a"), "1"), (Some("b"), "2.5")]];
@@ -902,34 +898,6 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
     );
 }
 
-proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
-
-    /// Streams of upserts, soft deletes, cast failures (NULL, kept by
-    /// `ignore_null_updates`), values failing `where` and equal-sequence conflicts (both
-    /// policies), applied in runs of one or more bronze versions: silver equals the
-    /// reference model after every run, and a full refresh afterwards equals the model
-    /// applied once to every version.
-    #[test]
-    fn deletes_filters_and_partial_updates_match_the_model(
-        picks in proptest::collection::vec(
-            proptest::collection::vec((0usize..4, 0usize..MODEL_VALUES.len()), 0..8),
-            1..6,
-        ),
-        run_after in proptest::collection::vec(proptest::bool::ANY, 6),
-        quarantine_conflicts in proptest::bool::ANY,
-    ) {
-        let commits: Vec<Vec<(Option<&'static str>, &'static str)>> = picks
-            .iter()
-            .map(|c| c.iter().map(|&(k, a)| (Some(KEYS[k]), MODEL_VALUES[a])).collect())
-            .collect();
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        for (got, want) in rt.block_on(run_engine_and_model(&commits, &run_after, quarantine_conflicts, false)) {
-            proptest::prop_assert_eq!(got, want);
-        }
-    }
-}
-
 #[tokio::test]
 async fn expectations_and_cast_failures_are_warned_dropped_quarantined_or_fatal() {
     let commits = vec![vec![
@@ -942,10 +910,7 @@ async fn expectations_and_cast_failures_are_warned_dropped_quarantined_or_fatal(
         let commits = commits.clone();
         async move {
             let (name, f) = flow_with(options);
-            let mut silver = MemSilver {
-                name: Some(f.into.clone()),
-                ..MemSilver::default()
-            };
+            let mut silver = silver_of(&f);
             let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
             let source = MemSource {
                 name: f.from.clone(),
@@ -1196,10 +1161,7 @@ async fn run_once(
 #[tokio::test]
 async fn a_truncate_empties_silver_and_older_changes_never_come_back() {
     let flow = flow_with("apply_as_truncates: amount = 'TRUNC'");
-    let mut silver = MemSilver {
-        name: Some(flow.1.into.clone()),
-        ..MemSilver::default()
-    };
+    let mut silver = silver_of(&flow.1);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let fresh = || RunContext::new(false, false);
     let mut commits = vec![vec![(Some("a"), "1"), (Some("b"), "2")]];
@@ -1272,26 +1234,31 @@ const LATE_VALUES: [&str; 24] = [
 ];
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
 
-    /// Late, early and equal sequences in any commit order, with soft and bronze deletes,
-    /// cast failures, `where` flips and conflicts (both policies), in random run splits:
-    /// silver equals the reference model after every run and after a full refresh.
+    /// Streams of upserts, soft deletes, cast failures (NULL, kept by
+    /// `ignore_null_updates`), values failing `where` and equal-sequence conflicts (both
+    /// policies), applied in runs of one or more bronze versions; with `late`, sequenced by a
+    /// `seq` column independent of the commit (late, early and equal sequences) and with
+    /// bronze deletes applied. Silver equals the reference model after every run, and a full
+    /// refresh afterwards equals the model applied once to every version.
     #[test]
-    fn late_data_and_bronze_deletes_match_the_model(
+    fn deletes_filters_partial_updates_and_late_data_match_the_model(
         picks in proptest::collection::vec(
             proptest::collection::vec((0usize..4, 0usize..LATE_VALUES.len()), 0..8),
             1..6,
         ),
         run_after in proptest::collection::vec(proptest::bool::ANY, 6),
         quarantine_conflicts in proptest::bool::ANY,
+        late in proptest::bool::ANY,
     ) {
+        let values: &[&'static str] = if late { &LATE_VALUES } else { &MODEL_VALUES };
         let commits: Vec<Vec<(Option<&'static str>, &'static str)>> = picks
             .iter()
-            .map(|c| c.iter().map(|&(k, a)| (Some(KEYS[k]), LATE_VALUES[a])).collect())
+            .map(|c| c.iter().map(|&(k, a)| (Some(KEYS[k]), values[a % values.len()])).collect())
             .collect();
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        for (got, want) in rt.block_on(run_engine_and_model(&commits, &run_after, quarantine_conflicts, true)) {
+        for (got, want) in rt.block_on(run_engine_and_model(&commits, &run_after, quarantine_conflicts, late)) {
             proptest::prop_assert_eq!(got, want);
         }
     }
@@ -1303,10 +1270,7 @@ async fn widening_the_sequence_widens_the_tombstones_and_keeps_them_guarding() {
         "CREATE TABLE s.t (id STRING NOT NULL, amount DECIMAL(10,2), seq INT, PRIMARY KEY (id))",
         "sequence_by: [seq]\napply_as_deletes: amount = 'DEL'",
     );
-    let mut silver = MemSilver {
-        name: Some(narrow.1.into.clone()),
-        ..MemSilver::default()
-    };
+    let mut silver = silver_of(&narrow.1);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let ctx = || RunContext::new(false, false);
     let mut commits = vec![vec![(Some("a"), "1@5"), (Some("b"), "2@5")]];
@@ -1367,10 +1331,7 @@ async fn widening_the_sequence_widens_the_tombstones_and_keeps_them_guarding() {
 #[tokio::test]
 async fn two_deletes_of_one_sequence_are_no_conflict() {
     let flow = flow_with("apply_as_deletes: amount LIKE 'DEL%'\non_sequence_conflict: fail");
-    let mut silver = MemSilver {
-        name: Some(flow.1.into.clone()),
-        ..MemSilver::default()
-    };
+    let mut silver = silver_of(&flow.1);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let commits = vec![
         vec![(Some("a"), "1")],
@@ -1401,10 +1362,7 @@ async fn two_deletes_of_one_sequence_are_no_conflict() {
 #[tokio::test]
 async fn rejects_of_a_replay_window_with_a_gap_are_written_once_by_the_next_run() {
     let flow = flow_with("on_cast_error: quarantine");
-    let mut silver = MemSilver {
-        name: Some(flow.1.into.clone()),
-        ..MemSilver::default()
-    };
+    let mut silver = silver_of(&flow.1);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let ctx = || RunContext::new(false, false);
     let commits = vec![
