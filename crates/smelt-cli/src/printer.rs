@@ -41,6 +41,18 @@ impl Reporter for Progress {
             bar.set_message(format!("{flow}: {phase}"));
         }
     }
+
+    fn files(&self, flow: &str, done: (usize, u64), total: (usize, u64)) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!(
+                "{flow}: loading files {}/{} ({} of {})",
+                done.0,
+                total.0,
+                bytes(done.1),
+                bytes(total.1)
+            ));
+        }
+    }
 }
 
 /// Bytes as B / KiB / MiB / GiB.
@@ -61,6 +73,9 @@ pub fn bytes(n: u64) -> String {
 
 /// The human run report of one flow.
 pub fn flow_report(r: &FlowReport) -> String {
+    if r.kind == "ingest" {
+        return ingest_report(r);
+    }
     let range = match r.from_version {
         Some(w) => format!("bronze versions ({w}, {}]", r.to_version),
         None => format!("bronze snapshot at version {}", r.to_version),
@@ -176,6 +191,93 @@ pub fn flow_report(r: &FlowReport) -> String {
             "  {:<22}{:>10}  (spilled to disk to stay within --memory-limit)\n",
             "key partitions", r.partitions
         ));
+    }
+    let phases: Vec<String> = r
+        .phases_ms
+        .iter()
+        .map(|(p, ms)| format!("{p} {ms} ms"))
+        .collect();
+    out.push_str(&format!("  time: {}\n", phases.join(", ")));
+    out
+}
+
+/// The human run report of an ingest flow.
+fn ingest_report(r: &FlowReport) -> String {
+    let mut out = format!("flow {}: {} -> {}\n", r.flow, r.from, r.into);
+    let changed = |out: &mut String| {
+        if !r.files_changed.is_empty() {
+            out.push_str(&format!(
+                "  {:<22}{:>10}  (loaded before, changed since; not reloaded: `on_changed_file`)\n",
+                "files changed",
+                r.files_changed.len()
+            ));
+            for url in r.files_changed.iter().take(5) {
+                out.push_str(&format!("    {url}\n"));
+            }
+        }
+    };
+    if r.status == "up_to_date" {
+        out.push_str(&format!(
+            "  up to date: no new file among {} found\n",
+            r.files_found
+        ));
+        changed(&mut out);
+        return out;
+    }
+    let load = match r.from_version {
+        Some(w) => format!("load {}, after {w}", r.to_version),
+        None => format!("load {}", r.to_version),
+    };
+    out.push_str(&format!("  {} ({}, {load})\n", r.status, r.mode));
+    for (label, value) in [
+        ("files found", r.files_found),
+        ("files new", r.files_new),
+        ("files read", r.files_read),
+        ("rows written", r.rows_written),
+    ] {
+        out.push_str(&format!("  {label:<22}{value:>10}\n"));
+    }
+    for (label, value, note) in [
+        (
+            "files pending",
+            r.files_pending,
+            "(over max_files_per_run; next run)",
+        ),
+        (
+            "malformed rows",
+            r.malformed,
+            "(quarantined in the rejects table)",
+        ),
+        (
+            "rescued rows",
+            r.rescued,
+            "(values kept in the rescued-data column)",
+        ),
+    ] {
+        if value > 0 {
+            out.push_str(&format!("  {label:<22}{value:>10}  {note}\n"));
+        }
+    }
+    changed(&mut out);
+    if !r.columns_added.is_empty() {
+        out.push_str(&format!(
+            "  {:<22}{:>10}  ({})\n",
+            "columns added",
+            r.columns_added.len(),
+            r.columns_added.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "  {:<22}{:>10}\n  {:<22}{:>10}\n  {:<22}{:>10}\n",
+        "bytes read",
+        bytes(r.bytes_read),
+        "files written",
+        r.files_written,
+        "bytes written",
+        bytes(r.bytes_written)
+    ));
+    if let Some(v) = r.silver_version {
+        out.push_str(&format!("  {:<22}{:>10}\n", "bronze version", v));
     }
     let phases: Vec<String> = r
         .phases_ms

@@ -65,6 +65,9 @@ pub struct DeltaSilver {
     looked_up: Mutex<Option<LookedUp>>,
     staged: Staged,
     rows_per_file: usize,
+    /// Fold small files in commits that write data (off for append-only bronze tables, whose
+    /// rows must keep the commit that added them).
+    compact: bool,
 }
 
 /// The keys of the lookups at `version` and the files that hold any of them.
@@ -117,7 +120,15 @@ impl DeltaSilver {
             looked_up: Mutex::new(None),
             staged: Staged::default(),
             rows_per_file: ROWS_PER_FILE,
+            compact: true,
         })
+    }
+
+    /// Never folds small files: for append-only tables (bronze), where a row's commit
+    /// version and time are its change metadata and must not move.
+    pub fn without_compaction(mut self) -> Self {
+        self.compact = false;
+        self
     }
 
     /// Caps the rows of each data file written (default [`ROWS_PER_FILE`]).
@@ -153,6 +164,9 @@ impl DeltaSilver {
         ];
         if let Some(report) = &watermark.report {
             metadata.push(("smelt.report".to_string(), serde_json::json!(report)));
+        }
+        for (key, value) in &watermark.extra {
+            metadata.push((key.clone(), serde_json::json!(value)));
         }
         CommitProperties::default()
             .with_application_transaction(Transaction::new(&watermark.app_id, watermark.version))
@@ -697,7 +711,13 @@ impl SilverTable for DeltaSilver {
                 all.push(f.with_nullable(true));
             }
         }
-        self.staged.evolved = Some(Arc::new(Schema::new(all)));
+        let evolved = Arc::new(Schema::new(all));
+        // A table created by this commit is created with the columns.
+        if self.pending.is_some() {
+            self.pending = Some(evolved);
+        } else {
+            self.staged.evolved = Some(evolved);
+        }
         Ok(())
     }
 
@@ -762,6 +782,23 @@ impl SilverTable for DeltaSilver {
             .deleted
             .push(key_columns(&keys, &names, &schema)?);
         Ok(())
+    }
+
+    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
+        let Some(table) = &self.table else {
+            return Ok(Vec::new());
+        };
+        let infos: Vec<_> = table
+            .history(None)
+            .try_collect()
+            .await
+            .context(|| format!("reading the log of `{}`", self.name))?;
+        // Newest first in the log; oldest first here.
+        Ok(infos
+            .iter()
+            .rev()
+            .filter_map(|i| i.info.get(key)?.as_str().map(str::to_string))
+            .collect())
     }
 
     async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
@@ -852,7 +889,7 @@ impl SilverTable for DeltaSilver {
             }
         }
         let rewrote = actions.iter().any(|a| matches!(a, Action::Remove(_)));
-        if !staged.adds.is_empty() {
+        if !staged.adds.is_empty() && self.compact {
             let rewritten: HashSet<String> = actions
                 .iter()
                 .filter_map(|a| match a {

@@ -44,6 +44,7 @@ fn watermark(version: i64) -> Watermark {
         version,
         run_id: format!("run-{version}"),
         report: None,
+        extra: Vec::new(),
     }
 }
 

@@ -443,6 +443,7 @@ pub async fn run_apply(
     };
     let mut report = FlowReport {
         flow: flow_name.to_string(),
+        kind: "apply".into(),
         from: flow.from.to_string(),
         into: flow.into.to_string(),
         run_id: ctx.run_id.clone(),
@@ -765,6 +766,7 @@ pub async fn run_apply(
         version: watermark_to,
         run_id: ctx.run_id.clone(),
         report: None,
+        extra: Vec::new(),
     };
     let started = Instant::now();
     // Rejects commit first, then tombstones, then silver with its watermark. A crash in

@@ -1,6 +1,6 @@
 //! The order flows run in: a flow that reads a table another flow writes runs after it.
 
-use smelt_spec::{Flow, FlowKind};
+use smelt_spec::Flow;
 
 use crate::{EngineError, Result};
 
@@ -8,19 +8,13 @@ use crate::{EngineError, Result};
 /// runs after it (the downstream flow then reads the upstream table's change feed).
 /// Otherwise file order is kept. A cycle is an error naming its flows.
 pub fn run_order<'a>(flows: &[&'a Flow]) -> Result<Vec<&'a Flow>> {
-    let reads = |f: &Flow| match &f.kind {
-        FlowKind::Apply(a) => a.from.to_string(),
-    };
-    let writes = |f: &Flow| match &f.kind {
-        FlowKind::Apply(a) => a.into.to_string(),
-    };
     let upstream: Vec<Vec<usize>> = flows
         .iter()
         .map(|f| {
             flows
                 .iter()
                 .enumerate()
-                .filter(|(_, g)| writes(g) == reads(f))
+                .filter(|(_, g)| f.reads() == Some(g.writes()))
                 .map(|(i, _)| i)
                 .collect()
         })

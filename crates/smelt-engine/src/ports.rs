@@ -70,6 +70,8 @@ pub struct Watermark {
     /// The flow's run report as JSON, recorded in the commit so that an event-log row lost
     /// to a crash can be written later.
     pub report: Option<String>,
+    /// More commit-info entries (key, JSON text), e.g. the files an ingest flow loaded.
+    pub extra: Vec<(String, String)>,
 }
 
 /// The silver table of an apply flow.
@@ -130,6 +132,9 @@ pub trait SilverTable: Send + Sync {
     /// the deleted ones — and records `watermark`, in one commit. With nothing staged,
     /// commits the watermark alone.
     async fn commit(&mut self, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
+    /// The values of commit-info entry `key` (as given in [`Watermark::extra`]) of every
+    /// commit still in the table's log, oldest first.
+    async fn commit_values(&self, key: &str) -> Result<Vec<String>>;
     /// Deletes the rows whose timestamp column `column` is before `before_us` (µs since the
     /// epoch, UTC), in a commit of its own; returns how many went. Used to expire
     /// tombstones, where deleting early is safe to repeat.
@@ -140,6 +145,10 @@ pub trait SilverTable: Send + Sync {
 pub trait Reporter: Send + Sync {
     /// A flow entered a phase (e.g. "read changes", "merge").
     fn phase(&self, flow: &str, phase: &str);
+    /// Files (and their bytes) done out of those a flow loads.
+    fn files(&self, flow: &str, done: (usize, u64), total: (usize, u64)) {
+        let _ = (flow, done, total);
+    }
     /// The flow finished (successfully or not).
     fn done(&self, flow: &str) {
         let _ = flow;

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 pub struct FlowReport {
     /// Flow name.
     pub flow: String,
+    /// Flow kind: `apply` or `ingest`.
+    pub kind: String,
     /// Bronze table.
     pub from: String,
     /// Silver table.
@@ -86,6 +88,20 @@ pub struct FlowReport {
     /// Key partitions the changes were applied in (more than one when they would not fit
     /// in the memory limit at once).
     pub partitions: usize,
+    /// Ingest: files found in the folder.
+    pub files_found: usize,
+    /// Ingest: files new since the last run (or changed, with `on_changed_file: reload`).
+    pub files_new: usize,
+    /// Ingest: files loaded before that have changed since (URLs).
+    pub files_changed: Vec<String>,
+    /// Ingest: new files left for the next run (`max_files_per_run`).
+    pub files_pending: usize,
+    /// Ingest: rows appended to bronze.
+    pub rows_written: usize,
+    /// Ingest: rows that could not be parsed, quarantined with file, line and reason.
+    pub malformed: usize,
+    /// Ingest: rows with a value kept in the rescued-data column.
+    pub rescued: usize,
     /// Silver version after the run (`None` if nothing exists yet).
     pub silver_version: Option<i64>,
     /// Milliseconds per phase, in order.

@@ -115,6 +115,10 @@ struct MemSilver {
 
 #[async_trait]
 impl SilverTable for MemSilver {
+    async fn commit_values(&self, _: &str) -> smelt_engine::Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
     fn table(&self) -> &TableName {
         self.name.as_ref().unwrap()
     }
@@ -314,7 +318,9 @@ fn flow_with_ddl(ddl: &str, options: &str) -> (String, smelt_spec::ApplyFlow) {
         "lake: .\nflows:\n  f:\n    apply:\n      from: b.t\n      into: s.t\n      schema: s.sql\n{options}"
     );
     let p = Pipeline::from_str(&yaml, &dir.join("smelt.yaml")).unwrap();
-    let FlowKind::Apply(a) = p.flows[0].kind.clone();
+    let FlowKind::Apply(a) = p.flows[0].kind.clone() else {
+        panic!("an apply flow")
+    };
     ("f".into(), a)
 }
 

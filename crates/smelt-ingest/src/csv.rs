@@ -1,146 +1,290 @@
-//! CSV (and `|`-separated TPC-H `.tbl`) files as all-text Arrow batches.
+//! CSV (and `|`-separated TPC-H `.tbl`) files as text columns.
+//!
+//! Parsing is the `csv` crate's; this module decides the columns, keeps the line of each
+//! row, drops a TPC-H trailing separator, and quarantines lines that do not fit instead of
+//! failing the file.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::csv::reader::{Format, ReaderBuilder};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{ArrayRef, RecordBatch, StringBuilder};
+use arrow::datatypes::{DataType, Field, Schema};
+use smelt_spec::CsvLayout;
 
-use crate::{IngestError, Result};
+use crate::{IngestError, Malformed, RawRows, Result, RowSink};
 
-/// How a CSV file is laid out.
-#[derive(Debug, Clone)]
-pub struct CsvOptions {
-    /// The first line names the columns.
-    pub header: bool,
-    /// Field separator (`,` by default; `|` for TPC-H).
-    pub sep: u8,
-    /// Quote character (`"` by default).
-    pub quote: u8,
-    /// Escape character inside quoted fields, if any (else quotes are doubled).
-    pub escape: Option<u8>,
-    /// Column names for files without a header (or to rename the header's).
-    pub columns: Option<Vec<String>>,
-    /// A field equal to this is NULL. Unset, an empty field is NULL (as in Spark); set, an
-    /// empty field is an empty string.
-    pub null_value: Option<String>,
-    /// Rows per batch.
-    pub batch_size: usize,
-}
-
-impl Default for CsvOptions {
-    fn default() -> Self {
-        Self {
-            header: true,
-            sep: b',',
-            quote: b'"',
-            escape: None,
-            columns: None,
-            null_value: None,
-            batch_size: 8192,
-        }
-    }
-}
-
-/// Name of the empty field after a trailing separator (TPC-H lines end with `|`); dropped.
-const TRAILING: &str = "__smelt_trailing";
-
-/// Reads CSV from `input` (named `file` in errors) and hands all-`Utf8` batches to `sink`,
-/// in file order; returns the schema and the number of rows. Column names come from
-/// `columns`, else the header, else `_c0`, `_c1`, … (Spark's names). A trailing separator
-/// at the end of every line (an empty last field the columns do not name) is dropped.
+/// Reads CSV from `input` (named `file` in errors) into `sink`, `batch_size` rows at a
+/// time. Column names come from `layout.columns`, else the header, else `_c0`, `_c1`, …
+/// (Spark's names, from the first line). A line with one field more than the columns,
+/// that field empty, ends with a trailing separator (TPC-H) and loses it. A line with
+/// more fields keeps the others in [`RawRows::extra`] as `{"_c9": "…"}`; a line with
+/// fewer fields, or text that is not in the file's encoding, is [`Malformed`].
 pub fn read_csv<R: Read>(
     input: R,
     file: &str,
-    options: &CsvOptions,
-    mut sink: impl FnMut(RecordBatch) -> Result<()>,
-) -> Result<(SchemaRef, usize)> {
-    // Big enough to hold the first line, which decides the columns.
-    let mut input = BufReader::with_capacity(1 << 20, input);
-    let malformed = |message: String| IngestError::Malformed {
-        file: file.to_string(),
-        message,
+    layout: &CsvLayout,
+    batch_size: usize,
+    sink: &mut dyn RowSink,
+) -> Result<()> {
+    let encoding = encoding_rs::Encoding::for_label(layout.encoding.as_bytes())
+        .ok_or_else(|| IngestError::Options(format!("unknown encoding `{}`", layout.encoding)))?;
+    let input: Box<dyn Read> = if encoding == encoding_rs::UTF_8 {
+        Box::new(input)
+    } else {
+        Box::new(Decode::new(input, encoding))
     };
-    let io = |source| IngestError::Io {
-        file: file.to_string(),
-        source,
+    let mut builder = csv::ReaderBuilder::new();
+    builder
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(layout.sep)
+        .quote(layout.quote)
+        .escape(layout.escape)
+        .buffer_capacity(1 << 16);
+    let mut reader = builder.from_reader(input);
+    let io = |e: csv::Error| match e.into_kind() {
+        csv::ErrorKind::Io(source) => IngestError::Io {
+            file: file.to_string(),
+            source,
+        },
+        other => IngestError::Malformed {
+            file: file.to_string(),
+            message: format!("{other:?}"),
+        },
     };
-    let mut format = Format::default()
-        .with_header(options.header)
-        .with_delimiter(options.sep)
-        .with_quote(options.quote);
-    if let Some(e) = options.escape {
-        format = format.with_escape(e);
-    }
-    // The first record decides the columns: peek at it without consuming the input.
-    let peek = input.fill_buf().map_err(io)?.to_vec();
-    let first_line = match peek.iter().position(|&b| b == b'\n') {
-        Some(end) => &peek[..=end],
-        None => &peek[..],
-    };
-    if first_line.is_empty() {
-        let schema = Arc::new(Schema::empty());
-        return Ok((schema, 0));
-    }
-    let (first, _) = format
-        .infer_schema(first_line, Some(1))
-        .map_err(|e| malformed(format!("line 1: {e}")))?;
-    let header_names: Vec<String> = first.fields().iter().map(|f| f.name().clone()).collect();
-    let fields_in_file = header_names.len();
-    let trailing_empty = first_line
-        .iter()
-        .rev()
-        .find(|&&b| b != b'\n' && b != b'\r')
-        .is_some_and(|&b| b == options.sep);
-    let mut names: Vec<String> = match (&options.columns, options.header) {
-        (Some(c), _) => c.clone(),
-        (None, true) => header_names,
-        (None, false) => (0..fields_in_file).map(|i| format!("_c{i}")).collect(),
-    };
-    if trailing_empty && names.len() + 1 == fields_in_file {
-        names.push(TRAILING.to_string());
-    } else if trailing_empty && options.header && options.columns.is_none() {
-        // A header ending with the separator names an empty last column: drop it too.
-        if let Some(last) = names.last_mut() {
-            *last = TRAILING.to_string();
+    let mut record = csv::ByteRecord::new();
+    let mut names: Option<Vec<String>> = layout.columns.clone();
+    let mut batch = Batch::default();
+    let mut row_number = 0i64;
+    let sep = layout.sep as char;
+    while reader.read_byte_record(&mut record).map_err(io)? {
+        let line = record.position().map(|p| p.line() as i64).unwrap_or(0);
+        if layout.header && row_number == 0 && batch.header_done.is_none() {
+            batch.header_done = Some(());
+            let header = header_names(&record, layout.sep);
+            match &names {
+                Some(given) if given.len() != header.len() => {
+                    return Err(IngestError::Malformed {
+                        file: file.to_string(),
+                        message: format!(
+                            "line {line}: the header has {} columns but `columns` names {}",
+                            header.len(),
+                            given.len()
+                        ),
+                    });
+                }
+                Some(_) => {}
+                None => names = Some(header),
+            }
+            continue;
+        }
+        let names =
+            names.get_or_insert_with(|| (0..record.len()).map(|i| format!("_c{i}")).collect());
+        if batch.columns.is_empty() {
+            batch.columns = names.iter().map(|_| StringBuilder::new()).collect();
+        }
+        row_number += 1;
+        let m = names.len();
+        let mut n = record.len();
+        if n == m + 1 && record.get(m).is_some_and(<[u8]>::is_empty) {
+            n = m; // a trailing separator
+        }
+        let raw = || {
+            record
+                .iter()
+                .map(|f| String::from_utf8_lossy(f).into_owned())
+                .collect::<Vec<_>>()
+                .join(&sep.to_string())
+        };
+        if n < m {
+            sink.malformed(Malformed {
+                line,
+                raw: raw(),
+                reason: format!("{n} fields, but the file has {m} columns"),
+            })?;
+            continue;
+        }
+        let mut text = Vec::with_capacity(n);
+        let mut bad = None;
+        for (i, field) in record.iter().take(n).enumerate() {
+            match std::str::from_utf8(field) {
+                Ok(t) => text.push(t),
+                Err(_) => {
+                    bad = Some(i);
+                    break;
+                }
+            }
+        }
+        if let Some(i) = bad {
+            let column = names.get(i).cloned().unwrap_or_else(|| format!("_c{i}"));
+            sink.malformed(Malformed {
+                line,
+                raw: raw(),
+                reason: format!(
+                    "column `{column}` is not valid {}; set `encoding:` to the file's encoding",
+                    layout.encoding
+                ),
+            })?;
+            continue;
+        }
+        for (b, value) in batch.columns.iter_mut().zip(&text) {
+            let null = match &layout.null_value {
+                Some(null) => value == null,
+                None => value.is_empty(),
+            };
+            if null {
+                b.append_null();
+            } else {
+                b.append_value(value);
+            }
+        }
+        let extra = (n > m).then(|| {
+            let object: serde_json::Map<String, serde_json::Value> = (m..n)
+                .map(|i| (format!("_c{i}"), serde_json::Value::from(text[i])))
+                .collect();
+            serde_json::Value::Object(object).to_string()
+        });
+        batch.push(row_number, extra);
+        if batch.rows.len() >= batch_size.max(1) {
+            sink.rows(batch.take(names)?)?;
         }
     }
-    if names.len() != fields_in_file {
-        return Err(malformed(format!(
-            "line 1 has {fields_in_file} fields but {} column names are given",
-            names.len()
-        )));
+    if let Some(names) = &names
+        && (!batch.rows.is_empty() || row_number == 0)
+    {
+        if batch.columns.is_empty() {
+            batch.columns = names.iter().map(|_| StringBuilder::new()).collect();
+        }
+        sink.rows(batch.take(names)?)?;
     }
-    let schema = Arc::new(Schema::new(
-        names
-            .iter()
-            .map(|n| Field::new(n, DataType::Utf8, true))
-            .collect::<Vec<_>>(),
-    ));
-    let mut builder = ReaderBuilder::new(Arc::clone(&schema))
-        .with_header(options.header)
-        .with_delimiter(options.sep)
-        .with_quote(options.quote)
-        .with_batch_size(options.batch_size.max(1));
-    if let Some(e) = options.escape {
-        builder = builder.with_escape(e);
+    Ok(())
+}
+
+/// The column names of a header line: a trailing empty name (the line ends with the
+/// separator) is dropped, other empty names become `_c<i>`.
+fn header_names(record: &csv::ByteRecord, _sep: u8) -> Vec<String> {
+    let mut names: Vec<String> = record
+        .iter()
+        .map(|f| String::from_utf8_lossy(f).trim().to_string())
+        .collect();
+    if names.len() > 1 && names.last().is_some_and(String::is_empty) {
+        names.pop();
     }
-    if let Some(null) = &options.null_value {
-        let regex = regex::Regex::new(&format!("^{}$", regex::escape(null)))
-            .map_err(|e| IngestError::Options(format!("null_value `{null}`: {e}")))?;
-        builder = builder.with_null_regex(regex);
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| if n.is_empty() { format!("_c{i}") } else { n })
+        .collect()
+}
+
+/// Rows being collected.
+#[derive(Default)]
+struct Batch {
+    header_done: Option<()>,
+    columns: Vec<StringBuilder>,
+    rows: Vec<i64>,
+    extra: Vec<Option<String>>,
+    any_extra: bool,
+}
+
+impl Batch {
+    fn push(&mut self, row: i64, extra: Option<String>) {
+        self.rows.push(row);
+        self.any_extra |= extra.is_some();
+        self.extra.push(extra);
     }
-    let keep: Vec<usize> = (0..names.len()).filter(|&i| names[i] != TRAILING).collect();
-    let out = Arc::new(schema.project(&keep).expect("indices of the schema"));
-    let reader = builder.build(input).map_err(|e| malformed(e.to_string()))?;
-    let mut rows = 0;
-    for batch in reader {
-        let batch = batch.map_err(|e| malformed(format!("after row {rows}: {e}",)))?;
-        rows += batch.num_rows();
-        sink(batch.project(&keep).expect("indices of the schema"))?;
+
+    fn take(&mut self, names: &[String]) -> Result<RawRows> {
+        let schema = Arc::new(Schema::new(
+            names
+                .iter()
+                .map(|n| Field::new(n, DataType::Utf8, true))
+                .collect::<Vec<_>>(),
+        ));
+        let columns: Vec<ArrayRef> = self
+            .columns
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as ArrayRef)
+            .collect();
+        let batch = RecordBatch::try_new_with_options(
+            schema,
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(self.rows.len())),
+        )?;
+        let extra = std::mem::take(&mut self.extra);
+        let any = std::mem::take(&mut self.any_extra);
+        Ok(RawRows {
+            batch,
+            rows: std::mem::take(&mut self.rows),
+            extra: any.then_some(extra),
+        })
     }
-    Ok((out, rows))
+}
+
+/// Decodes a non-UTF-8 text stream to UTF-8 as it is read.
+struct Decode<R> {
+    inner: R,
+    decoder: encoding_rs::Decoder,
+    input: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    output: Vec<u8>,
+    out_start: usize,
+}
+
+impl<R: Read> Decode<R> {
+    fn new(inner: R, encoding: &'static encoding_rs::Encoding) -> Self {
+        Self {
+            inner,
+            decoder: encoding.new_decoder_with_bom_removal(),
+            input: vec![0; 1 << 16],
+            start: 0,
+            end: 0,
+            eof: false,
+            output: Vec::new(),
+            out_start: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for Decode<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.out_start < self.output.len() {
+                let n = buf.len().min(self.output.len() - self.out_start);
+                buf[..n].copy_from_slice(&self.output[self.out_start..self.out_start + n]);
+                self.out_start += n;
+                return Ok(n);
+            }
+            if self.eof && self.start == self.end {
+                return Ok(0);
+            }
+            if self.start == self.end && !self.eof {
+                self.start = 0;
+                self.end = self.inner.read(&mut self.input)?;
+                self.eof = self.end == 0;
+            }
+            let capacity = self
+                .decoder
+                .max_utf8_buffer_length(self.end - self.start)
+                .unwrap_or(1 << 18)
+                .max(16);
+            self.output.clear();
+            self.output.resize(capacity, 0);
+            self.out_start = 0;
+            let (_, read, written, _) = self.decoder.decode_to_utf8(
+                &self.input[self.start..self.end],
+                &mut self.output,
+                self.eof,
+            );
+            self.start += read;
+            self.output.truncate(written);
+            if self.eof && self.start == self.end && written == 0 {
+                return Ok(0);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -149,29 +293,50 @@ mod tests {
 
     use super::*;
 
-    fn read(text: &str, options: &CsvOptions) -> (SchemaRef, Vec<Vec<Option<String>>>) {
-        let mut rows = Vec::new();
-        let (schema, n) = read_csv(text.as_bytes(), "t.csv", options, |b| {
-            for r in 0..b.num_rows() {
-                rows.push(
-                    b.columns()
+    #[derive(Default)]
+    pub(crate) struct Collect {
+        pub names: Vec<String>,
+        pub rows: Vec<Vec<Option<String>>>,
+        pub numbers: Vec<i64>,
+        pub extra: Vec<Option<String>>,
+        pub malformed: Vec<Malformed>,
+    }
+
+    impl RowSink for Collect {
+        fn rows(&mut self, r: RawRows) -> Result<()> {
+            self.names = r
+                .batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            for i in 0..r.batch.num_rows() {
+                self.rows.push(
+                    r.batch
+                        .columns()
                         .iter()
                         .map(|c| {
                             let c = c.as_string::<i32>();
-                            c.is_valid(r).then(|| c.value(r).to_string())
+                            c.is_valid(i).then(|| c.value(i).to_string())
                         })
                         .collect(),
                 );
+                self.extra.push(r.extra.as_ref().and_then(|e| e[i].clone()));
             }
+            self.numbers.extend(r.rows);
             Ok(())
-        })
-        .unwrap();
-        assert_eq!(n, rows.len());
-        (schema, rows)
+        }
+        fn malformed(&mut self, row: Malformed) -> Result<()> {
+            self.malformed.push(row);
+            Ok(())
+        }
     }
 
-    fn names(schema: &SchemaRef) -> Vec<&str> {
-        schema.fields().iter().map(|f| f.name().as_str()).collect()
+    fn read(text: &[u8], layout: &CsvLayout) -> Collect {
+        let mut sink = Collect::default();
+        read_csv(text, "t.csv", layout, 2, &mut sink).unwrap();
+        sink
     }
 
     fn s(v: &str) -> Option<String> {
@@ -180,81 +345,114 @@ mod tests {
 
     #[test]
     fn header_quotes_and_everything_as_text() {
-        let (schema, rows) = read(
-            "id,name,price\n1,\"a, b\",9.50\n2,\"say \"\"hi\"\"\",\n",
-            &CsvOptions::default(),
+        let out = read(
+            b"id,name,price\n1,\"a, b\",9.50\n2,\"say \"\"hi\"\"\",\n3,x,1\n",
+            &CsvLayout::default(),
         );
-        assert_eq!(names(&schema), ["id", "name", "price"]);
-        assert!(
-            schema
-                .fields()
-                .iter()
-                .all(|f| f.data_type() == &DataType::Utf8)
-        );
+        assert_eq!(out.names, ["id", "name", "price"]);
         assert_eq!(
-            rows,
+            out.rows,
             vec![
                 vec![s("1"), s("a, b"), s("9.50")],
                 vec![s("2"), s("say \"hi\""), None],
+                vec![s("3"), s("x"), s("1")],
             ]
         );
+        assert_eq!(out.numbers, [1, 2, 3]);
     }
 
     #[test]
     fn tpch_lines_without_header_with_a_trailing_separator() {
-        let options = CsvOptions {
+        let layout = CsvLayout {
             header: false,
             sep: b'|',
             columns: Some(vec!["p_partkey".into(), "p_name".into(), "p_size".into()]),
-            ..CsvOptions::default()
+            ..CsvLayout::default()
         };
-        let (schema, rows) = read("1|goldenrod lavender|7|\n2|blush thistle|1|\n", &options);
-        assert_eq!(names(&schema), ["p_partkey", "p_name", "p_size"]);
-        assert_eq!(rows[1], vec![s("2"), s("blush thistle"), s("1")]);
+        let out = read(b"1|goldenrod lavender|7|\n2|blush thistle|1|\n", &layout);
+        assert_eq!(out.names, ["p_partkey", "p_name", "p_size"]);
+        assert_eq!(out.rows[1], vec![s("2"), s("blush thistle"), s("1")]);
+        assert!(out.extra.iter().all(Option::is_none));
         // Without names (Spark's `_c0`, `_c1`, …) an empty last field is a column like any
         // other: nothing says it is a trailing separator.
-        let (schema, _) = read(
-            "1|x|\n",
-            &CsvOptions {
+        let out = read(
+            b"1|x|\n",
+            &CsvLayout {
                 header: false,
                 sep: b'|',
-                ..CsvOptions::default()
+                ..CsvLayout::default()
             },
         );
-        assert_eq!(names(&schema), ["_c0", "_c1", "_c2"]);
+        assert_eq!(out.names, ["_c0", "_c1", "_c2"]);
     }
 
     #[test]
-    fn null_value_escape_and_field_count_errors() {
-        let options = CsvOptions {
+    fn null_value_and_escape() {
+        let layout = CsvLayout {
             null_value: Some("\\N".into()),
             escape: Some(b'\\'),
-            ..CsvOptions::default()
+            ..CsvLayout::default()
         };
-        let (_, rows) = read("a,b\n\\N,\"x\\\"y\"\n", &options);
-        assert_eq!(rows, vec![vec![None, s("x\"y")]]);
+        let out = read(b"a,b,c\n\\N,\"x\\\"y\",\n", &layout);
+        // With `null_value` set, an empty field is an empty string.
+        assert_eq!(out.rows, vec![vec![None, s("x\"y"), s("")]]);
+    }
 
-        let err = read_csv(
-            "a,b\n1,2,3\n".as_bytes(),
-            "bad.csv",
-            &CsvOptions::default(),
-            |_| Ok(()),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.starts_with("bad.csv: "), "{err}");
-        let err = read_csv(
-            "1,2\n".as_bytes(),
-            "c.csv",
-            &CsvOptions {
-                header: false,
-                columns: Some(vec!["only".into()]),
-                ..CsvOptions::default()
+    #[test]
+    fn short_lines_are_malformed_long_ones_keep_their_extra_fields() {
+        let out = read(b"a,b\n1,2\n3\n4,5,6,7\n8,9\n", &CsvLayout::default());
+        assert_eq!(out.rows.len(), 3);
+        assert_eq!(
+            out.malformed,
+            vec![Malformed {
+                line: 3,
+                raw: "3".into(),
+                reason: "1 fields, but the file has 2 columns".into()
+            }]
+        );
+        assert_eq!(out.extra[1].as_deref(), Some(r#"{"_c2":"6","_c3":"7"}"#));
+        assert_eq!(out.numbers, [1, 3, 4]);
+    }
+
+    #[test]
+    fn encodings_and_invalid_text() {
+        // "品名,価格\nりんご,100\n" in Shift_JIS.
+        let (sjis, _, _) = encoding_rs::SHIFT_JIS.encode("品名,価格\nりんご,100\n");
+        let out = read(
+            &sjis,
+            &CsvLayout {
+                encoding: "shift_jis".into(),
+                ..CsvLayout::default()
             },
-            |_| Ok(()),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("2 fields but 1 column names"), "{err}");
+        );
+        assert_eq!(out.names, ["品名", "価格"]);
+        assert_eq!(out.rows, vec![vec![s("りんご"), s("100")]]);
+        // The same bytes read as UTF-8: the line is quarantined, naming the option.
+        let out = read(&sjis, &CsvLayout::default());
+        assert_eq!(out.malformed.len(), 1);
+        assert!(
+            out.malformed[0].reason.contains("encoding"),
+            "{:?}",
+            out.malformed
+        );
+    }
+
+    #[test]
+    fn header_and_columns_must_agree_and_empty_files_give_columns() {
+        let layout = CsvLayout {
+            columns: Some(vec!["only".into()]),
+            ..CsvLayout::default()
+        };
+        let mut sink = Collect::default();
+        let err = read_csv(&b"a,b\n1,2\n"[..], "c.csv", &layout, 10, &mut sink)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("c.csv: line 1: the header has 2 columns"),
+            "{err}"
+        );
+        let out = read(b"x,y\n", &CsvLayout::default());
+        assert_eq!(out.names, ["x", "y"]);
+        assert!(out.rows.is_empty());
     }
 }

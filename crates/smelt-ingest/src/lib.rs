@@ -1,16 +1,57 @@
-//! Raw files as Arrow streams, for `ingest` flows (DESIGN §4): the bronze layer keeps every
-//! field as text, so readers here produce all-`Utf8` batches and never guess types.
+//! Raw files into bronze, for `ingest` flows (DESIGN §4): find the files of a landing
+//! folder, read CSV, JSON lines or Parquet a bounded batch at a time, line the rows up
+//! with the bronze table (new columns, rescued fields, audit columns), and load each file
+//! exactly once ([`flow::run_ingest`]).
 //!
-//! Storage-free: readers take any `std::io::Read` and hand batches to a sink, a bounded
-//! batch at a time, so a file is never held in memory whole.
+//! The readers take any `std::io::Read` and hand batches to a [`RowSink`], so a file is
+//! never held in memory whole. Bronze is the raw layer: fields stay text unless the flow
+//! asks for `infer_types`.
 #![deny(missing_docs)]
 
+pub mod conform;
 pub mod csv;
+pub mod files;
+pub mod flow;
+pub mod json;
+pub mod parquet;
+
+use arrow::array::RecordBatch;
+
+/// Rows read from a file: columns named as the file names them.
+#[derive(Debug)]
+pub struct RawRows {
+    /// The columns (text, except Parquet columns kept in their type).
+    pub batch: RecordBatch,
+    /// 1-based row number of each row in its file.
+    pub rows: Vec<i64>,
+    /// Per row, fields that have no column name (a CSV line with more fields than
+    /// columns), as a JSON object text; `None` when no row has any.
+    pub extra: Option<Vec<Option<String>>>,
+}
+
+/// A row that cannot be parsed at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed {
+    /// 1-based line in the file.
+    pub line: i64,
+    /// The line's text, as far as it could be read.
+    pub raw: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Where a reader puts what it reads.
+pub trait RowSink {
+    /// A batch of rows, in file order.
+    fn rows(&mut self, rows: RawRows) -> Result<()>;
+    /// A row that does not parse.
+    fn malformed(&mut self, row: Malformed) -> Result<()>;
+}
 
 /// Errors of file reading.
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
-    /// The file does not parse; `line` is 1-based where known.
+    /// The file does not parse.
     #[error("{file}: {message}")]
     Malformed {
         /// The file.
@@ -18,7 +59,7 @@ pub enum IngestError {
         /// What is wrong, with the line where known.
         message: String,
     },
-    /// The options do not make sense.
+    /// The options or the folder do not make sense.
     #[error("{0}")]
     Options(String),
     /// Reading failed.
@@ -30,6 +71,9 @@ pub enum IngestError {
         #[source]
         source: std::io::Error,
     },
+    /// Arrow failed building a batch.
+    #[error(transparent)]
+    Arrow(#[from] arrow::error::ArrowError),
 }
 
 /// Result alias of this crate.

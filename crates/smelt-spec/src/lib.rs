@@ -14,11 +14,13 @@
 
 pub mod ddl;
 mod error;
+pub mod ingest;
 mod locate;
 pub mod pipeline;
 
 pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
+pub use ingest::{CsvLayout, FileFormat, IngestAudit, IngestEvolution, IngestFlow, OnChangedFile};
 pub use pipeline::{
     ApplyFlow, AuditColumns, Flow, FlowKind, OnCastError, OnSequenceConflict, OnViolation,
     Pipeline, SchemaEvolution, SourceDeletes, UpdateColumns,

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::ddl::{self, ColumnType, TableDef, TableName};
 use crate::error::{Result, SpecError, SpecErrors, did_you_mean};
+use crate::ingest::{IngestFlow, RawIngest, ingest_flow};
 use crate::locate::line_of;
 
 /// The change-metadata column that the default sequence uses.
@@ -42,12 +43,47 @@ pub struct Flow {
     pub kind: FlowKind,
 }
 
-/// The kinds of flow. Only `apply` exists so far; `ingest`, `append`, `replace_where`
-/// and `export` follow (DESIGN §4).
+/// The kinds of flow. `append`, `replace_where` and `export` follow (DESIGN §4).
 #[derive(Debug, Clone)]
 pub enum FlowKind {
     /// Bronze → silver by key.
     Apply(ApplyFlow),
+    /// Files → bronze, each file once.
+    Ingest(IngestFlow),
+}
+
+impl Flow {
+    /// The table the flow reads, if it reads one.
+    pub fn reads(&self) -> Option<&TableName> {
+        match &self.kind {
+            FlowKind::Apply(a) => Some(&a.from),
+            FlowKind::Ingest(_) => None,
+        }
+    }
+
+    /// The table the flow writes.
+    pub fn writes(&self) -> &TableName {
+        match &self.kind {
+            FlowKind::Apply(a) => &a.into,
+            FlowKind::Ingest(i) => &i.into,
+        }
+    }
+
+    /// The flow's kind as written in the file (`apply`, `ingest`).
+    pub fn kind_name(&self) -> &'static str {
+        match &self.kind {
+            FlowKind::Apply(_) => "apply",
+            FlowKind::Ingest(_) => "ingest",
+        }
+    }
+
+    /// Where the flow reads from, for reports: a table or a folder.
+    pub fn source(&self) -> String {
+        match &self.kind {
+            FlowKind::Apply(a) => a.from.to_string(),
+            FlowKind::Ingest(i) => i.from.clone(),
+        }
+    }
 }
 
 /// What to do with a value that cannot be cast to its silver type.
@@ -288,6 +324,7 @@ struct RawFlow {
     #[allow(dead_code)]
     description: Option<String>,
     apply: Option<RawApply>,
+    ingest: Option<RawIngest>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -376,8 +413,8 @@ impl Pipeline {
         let mut flows = Vec::new();
         for (name, flow) in raw.flows.0 {
             let field = format!("flows.{name}");
-            match flow.apply {
-                Some(apply) => {
+            match (flow.apply, flow.ingest) {
+                (Some(apply), None) => {
                     if let Some(f) = apply_flow(path, &dir, text, &name, apply, &mut errors) {
                         flows.push(Flow {
                             name,
@@ -385,30 +422,42 @@ impl Pipeline {
                         });
                     }
                 }
-                None => errors.push(
+                (None, Some(ingest)) => {
+                    if let Some(f) = ingest_flow(path, &dir, text, &name, ingest, &mut errors) {
+                        flows.push(Flow {
+                            name,
+                            kind: FlowKind::Ingest(f),
+                        });
+                    }
+                }
+                (Some(_), Some(_)) => errors.push(
+                    SpecError::new(path, field, "the flow has two kinds: `apply` and `ingest`")
+                        .at(at(&["flows", &name]))
+                        .hint("give each its own flow name"),
+                ),
+                (None, None) => errors.push(
                     SpecError::new(path, field, "the flow has no kind")
                         .at(at(&["flows", &name]))
-                        .hint("give it an `apply:` block (from, into, schema)"),
+                        .hint("give it an `apply:` block (from, into, schema) or an `ingest:` block (from, into, format)"),
                 ),
             }
         }
         // One writer per table: two flows merging into one silver would fight over it.
         for (i, flow) in flows.iter().enumerate() {
-            let FlowKind::Apply(a) = &flow.kind;
-            if let Some(first) = flows[..i].iter().find(|f| {
-                let FlowKind::Apply(b) = &f.kind;
-                b.into == a.into
-            }) {
+            if let Some(first) = flows[..i].iter().find(|f| f.writes() == flow.writes()) {
+                let kind = flow.kind_name();
                 errors.push(
                     SpecError::new(
                         path,
-                        format!("flows.{}.apply.into", flow.name),
+                        format!("flows.{}.{kind}.into", flow.name),
                         format!(
                             "flows `{}` and `{}` both write `{}`",
-                            first.name, flow.name, a.into
+                            first.name,
+                            flow.name,
+                            flow.writes()
                         ),
                     )
-                    .at(line_of(text, &["flows", &flow.name, "apply", "into"]))
+                    .at(line_of(text, &["flows", &flow.name, kind, "into"]))
                     .hint("give each flow its own `into:` table"),
                 );
             }
@@ -944,7 +993,9 @@ mod tests {
     #[test]
     fn minimal_apply_flow_gets_defaults() {
         let p = load("lake: ./lake\nflows:\n  p:\n    apply:\n      from: bronze.p\n      into: silver.p\n      keys: [Id]\n").unwrap();
-        let FlowKind::Apply(a) = &p.flows[0].kind;
+        let FlowKind::Apply(a) = &p.flows[0].kind else {
+            panic!()
+        };
         assert_eq!(a.sequence_by, vec!["_commit_timestamp"]);
         assert_eq!(a.on_cast_error, OnCastError::Null);
         assert_eq!(a.audit, AuditColumns::default());
@@ -954,10 +1005,14 @@ mod tests {
     #[test]
     fn yaml_null_means_the_null_policy() {
         let p = load("lake: l\nflows:\n  p:\n    apply:\n      from: a.b\n      into: c.d\n      keys: [k]\n      on_cast_error: null\n").unwrap();
-        let FlowKind::Apply(a) = &p.flows[0].kind;
+        let FlowKind::Apply(a) = &p.flows[0].kind else {
+            panic!()
+        };
         assert_eq!(a.on_cast_error, OnCastError::Null);
         let p = load("lake: l\nflows:\n  p:\n    apply:\n      from: a.b\n      into: c.d\n      keys: [k]\n      on_cast_error: fail\n").unwrap();
-        let FlowKind::Apply(a) = &p.flows[0].kind;
+        let FlowKind::Apply(a) = &p.flows[0].kind else {
+            panic!()
+        };
         assert_eq!(a.on_cast_error, OnCastError::Fail);
     }
 

@@ -6,7 +6,8 @@ use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowEvent, FlowReport};
 use smelt_engine::{EngineError, failpoint};
-use smelt_spec::{FlowKind, SourceDeletes};
+use smelt_ingest::flow::{IngestTables, run_ingest};
+use smelt_spec::{ApplyFlow, Flow, FlowKind, IngestFlow, SourceDeletes};
 
 use super::{load_pipeline, open_lake, select};
 use crate::args::{GlobalArgs, RunArgs};
@@ -67,6 +68,87 @@ async fn lost_event(
     }))
 }
 
+/// Runs one apply flow.
+async fn run_apply_flow(
+    lake: &smelt_delta::Lake,
+    flow: &Flow,
+    apply: &ApplyFlow,
+    args: &RunArgs,
+    ctx: &RunContext,
+    progress: &Progress,
+    events: &mut Vec<FlowEvent>,
+) -> Result<FlowReport, EngineError> {
+    let mut source = DeltaSource::open(lake, &apply.from)
+        .await?
+        .with_removed_files(apply.source_deletes == SourceDeletes::Apply);
+    let mut ctx = ctx.clone();
+    if let Some(since) = &args.since {
+        let (after, to) = window(
+            &source,
+            since,
+            args.until.as_deref(),
+            args.tz.as_deref(),
+            ctx.run_timestamp_us,
+        )
+        .await?;
+        source = source.pin(to);
+        ctx.replay_after = Some(after);
+    }
+    let mut silver = DeltaSilver::open(lake, &apply.into).await?;
+    recover_event(lake, flow, &silver, ctx.dry_run, events).await;
+    let mut tombstones = DeltaSilver::open(lake, &tombstone_table(&apply.into)).await?;
+    let mut rejects = DeltaSilver::open(lake, &rejects_table(&apply.into)).await?;
+    let tables = ApplyTables {
+        silver: &mut silver,
+        tombstones: &mut tombstones,
+        rejects: &mut rejects,
+    };
+    run_apply(&flow.name, apply, &source, tables, &ctx, progress).await
+}
+
+/// Runs one ingest flow.
+async fn run_ingest_flow(
+    lake: &smelt_delta::Lake,
+    flow: &Flow,
+    ingest: &IngestFlow,
+    ctx: &RunContext,
+    progress: &Progress,
+    events: &mut Vec<FlowEvent>,
+) -> Result<FlowReport, EngineError> {
+    let mut bronze = DeltaSilver::open(lake, &ingest.into)
+        .await?
+        .without_compaction();
+    recover_event(lake, flow, &bronze, ctx.dry_run, events).await;
+    let mut rejects = DeltaSilver::open(lake, &rejects_table(&ingest.into)).await?;
+    let tables = IngestTables {
+        bronze: &mut bronze,
+        rejects: &mut rejects,
+    };
+    run_ingest(&flow.name, ingest, tables, ctx, progress).await
+}
+
+/// An event-log row lost to a crash after the last commit of `table` comes back from
+/// that commit.
+async fn recover_event(
+    lake: &smelt_delta::Lake,
+    flow: &Flow,
+    table: &DeltaSilver,
+    dry_run: bool,
+    events: &mut Vec<FlowEvent>,
+) {
+    if dry_run {
+        return;
+    }
+    match lost_event(lake, &flow.name, table).await {
+        Ok(Some(event)) => events.push(event),
+        Ok(None) => {}
+        Err(e) => eprintln!(
+            "warning: could not check the event log for flow `{}`: {e}",
+            flow.name
+        ),
+    }
+}
+
 fn now_us() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
@@ -99,48 +181,15 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     let mut events = Vec::new();
     let mut failed = None;
     for flow in flows {
-        let FlowKind::Apply(apply) = &flow.kind;
         let started_at_us = now_us();
-        let result: Result<_, EngineError> = async {
-            let mut source = DeltaSource::open(&lake, &apply.from)
-                .await?
-                .with_removed_files(apply.source_deletes == SourceDeletes::Apply);
-            let mut ctx = ctx.clone();
-            if let Some(since) = &args.since {
-                let (after, to) = window(
-                    &source,
-                    since,
-                    args.until.as_deref(),
-                    args.tz.as_deref(),
-                    ctx.run_timestamp_us,
-                )
-                .await?;
-                source = source.pin(to);
-                ctx.replay_after = Some(after);
+        let result: Result<_, EngineError> = match &flow.kind {
+            FlowKind::Apply(apply) => {
+                run_apply_flow(&lake, flow, apply, args, &ctx, &progress, &mut events).await
             }
-            let mut silver = DeltaSilver::open(&lake, &apply.into).await?;
-            // An event-log row lost to a crash after the last silver commit comes back from
-            // that commit.
-            if !dry_run {
-                match lost_event(&lake, &flow.name, &silver).await {
-                    Ok(Some(event)) => events.push(event),
-                    Ok(None) => {}
-                    Err(e) => eprintln!(
-                        "warning: could not check the event log for flow `{}`: {e}",
-                        flow.name
-                    ),
-                }
+            FlowKind::Ingest(ingest) => {
+                run_ingest_flow(&lake, flow, ingest, &ctx, &progress, &mut events).await
             }
-            let mut tombstones = DeltaSilver::open(&lake, &tombstone_table(&apply.into)).await?;
-            let mut rejects = DeltaSilver::open(&lake, &rejects_table(&apply.into)).await?;
-            let tables = ApplyTables {
-                silver: &mut silver,
-                tombstones: &mut tombstones,
-                rejects: &mut rejects,
-            };
-            run_apply(&flow.name, apply, &source, tables, &ctx, &progress).await
-        }
-        .await;
+        };
         progress.finish();
         match result {
             Ok(report) => {
@@ -158,8 +207,9 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
             Err(e) => {
                 let report = FlowReport {
                     flow: flow.name.clone(),
-                    from: apply.from.to_string(),
-                    into: apply.into.to_string(),
+                    kind: flow.kind_name().into(),
+                    from: flow.source(),
+                    into: flow.writes().to_string(),
                     run_id: ctx.run_id.clone(),
                     status: "failed".into(),
                     ..FlowReport::default()

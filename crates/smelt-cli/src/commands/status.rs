@@ -5,6 +5,7 @@ use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::apply::app_id;
 use smelt_engine::ports::{ChangeSource, SilverTable};
+use smelt_ingest::flow::{loaded_files, plan_files};
 use smelt_spec::FlowKind;
 
 use super::{load_pipeline, open_lake, select};
@@ -19,6 +20,8 @@ struct FlowStatus {
     watermark: Option<i64>,
     bronze_version: Option<i64>,
     versions_behind: Option<i64>,
+    /// Ingest flows: files in the folder not loaded yet.
+    files_waiting: Option<usize>,
     silver_version: Option<i64>,
     last_run_at: Option<String>,
     last_run_id: Option<String>,
@@ -32,42 +35,59 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
     let lake = open_lake(&pipeline.lake)?;
     let mut rows = Vec::new();
     for flow in flows {
-        let FlowKind::Apply(apply) = &flow.kind;
         let mut row = FlowStatus {
             flow: flow.name.clone(),
-            from: apply.from.to_string(),
-            into: apply.into.to_string(),
+            from: flow.source(),
+            into: flow.writes().to_string(),
             watermark: None,
             bronze_version: None,
             versions_behind: None,
+            files_waiting: None,
             silver_version: None,
             last_run_at: None,
             last_run_id: None,
             problem: None,
         };
-        match DeltaSource::open(&lake, &apply.from).await {
-            Ok(source) => row.bronze_version = Some(source.version()),
-            Err(e) => row.problem = Some(e.to_string()),
+        let output = DeltaSilver::open(&lake, flow.writes()).await?;
+        if let FlowKind::Apply(apply) = &flow.kind {
+            match DeltaSource::open(&lake, &apply.from).await {
+                Ok(source) => row.bronze_version = Some(source.version()),
+                Err(e) => row.problem = Some(e.to_string()),
+            }
         }
-        let silver = DeltaSilver::open(&lake, &apply.into).await?;
-        if silver.schema().is_some() {
-            row.silver_version = silver.version();
-            row.watermark = silver
+        if let FlowKind::Ingest(ingest) = &flow.kind {
+            let waiting = async {
+                let loaded = loaded_files(&flow.name, &output).await?;
+                plan_files(&flow.name, ingest, &loaded)
+            };
+            match waiting.await {
+                Ok(l) => row.files_waiting = Some(l.to_load.len() + l.pending),
+                Err(e) => row.problem = Some(e.to_string()),
+            }
+        }
+        if output.schema().is_some() {
+            row.silver_version = output.version();
+            row.watermark = output
                 .watermark(&app_id(&flow.name))
                 .await
                 .map_err(Failure::from)?;
-            if let Some(last) = silver.last_commit().await? {
+            if let Some(last) = output.last_commit().await? {
                 row.last_run_at = chrono_like(last.at_ms);
                 row.last_run_id = last.run_id;
             }
         } else if row.problem.is_none() {
-            row.problem = Some("silver not created yet: run `smelt run`".into());
+            row.problem = Some(format!(
+                "`{}` not created yet: run `smelt run`",
+                flow.writes()
+            ));
         }
-        row.versions_behind = match (row.bronze_version, row.watermark) {
-            (Some(b), Some(w)) => Some(b - w),
-            (Some(b), None) => Some(b + 1),
-            _ => None,
-        };
+        if row.bronze_version.is_some() {
+            row.versions_behind = match (row.bronze_version, row.watermark) {
+                (Some(b), Some(w)) => Some(b - w),
+                (Some(b), None) => Some(b + 1),
+                _ => None,
+            };
+        }
         rows.push(row);
     }
     if global.json {
@@ -88,7 +108,7 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
             r.flow,
             opt(r.watermark),
             opt(r.bronze_version),
-            opt(r.versions_behind),
+            opt(r.versions_behind.or(r.files_waiting.map(|f| f as i64))),
             opt(r.silver_version),
             r.last_run_at.clone().unwrap_or_else(|| "-".into()),
             r.problem.clone().unwrap_or_default()

@@ -1,0 +1,550 @@
+//! One run of an `ingest` flow: the folder's new files → one bronze commit.
+//!
+//! Exactly once: the files a commit loads (URL, size, modification time) are recorded in
+//! that commit's commit info, with the flow's watermark (a Delta `txn`, counting the
+//! flow's loads). A run loads the listed files the log does not record, so a crash before
+//! the commit loads them again on the next run, and a crash after it loads nothing twice.
+//! Malformed rows go to `<bronze>__rejects`, committed before bronze; a rerun after a crash
+//! between the two replaces the rows of the attempt that did not finish.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{
+    ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use smelt_core::change::timestamp_utc;
+use smelt_engine::apply::{RunContext, app_id};
+use smelt_engine::ports::{Reporter, SilverTable, Watermark};
+use smelt_engine::rejects::rejects_table;
+use smelt_engine::report::FlowReport;
+use smelt_engine::{EngineError, failpoint};
+use smelt_spec::{FileFormat, IngestFlow, OnChangedFile};
+
+use crate::conform::Conformer;
+use crate::files::{LandingFile, list};
+use crate::{IngestError, Malformed, RawRows, RowSink};
+
+/// Commit-info entry listing the files a commit loaded.
+pub const FILES_KEY: &str = "smelt.ingest.files";
+
+/// Table property that keeps the Delta log (which records the loaded files) from being
+/// cleaned up.
+pub const LOG_CLEANUP: &str = "delta.enableExpiredLogCleanup";
+
+/// Rows read per batch.
+const BATCH_ROWS: usize = 8192;
+
+/// Rows buffered before they are written as a data file.
+const ROWS_PER_WRITE: usize = 256 * 1024;
+
+/// Bytes buffered before they are written as a data file.
+const BYTES_PER_WRITE: usize = 128 << 20;
+
+/// A file as loaded: its identity is the URL, its version the size and time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStamp {
+    /// The file's URL.
+    pub url: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its modification time, µs since the epoch.
+    pub modified_us: i64,
+}
+
+/// What one commit of an ingest flow loaded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Loaded {
+    flow: String,
+    /// The commit replaced bronze (`--full-refresh`): what came before no longer counts.
+    #[serde(default)]
+    refresh: bool,
+    files: Vec<FileStamp>,
+}
+
+/// The tables an ingest flow writes.
+pub struct IngestTables<'a> {
+    /// Bronze.
+    pub bronze: &'a mut dyn SilverTable,
+    /// `<bronze>__rejects`: rows that do not parse.
+    pub rejects: &'a mut dyn SilverTable,
+}
+
+/// The files of `flow` recorded as loaded in `bronze`'s log.
+pub async fn loaded_files(
+    flow_name: &str,
+    bronze: &dyn SilverTable,
+) -> smelt_engine::Result<HashMap<String, FileStamp>> {
+    let mut loaded = HashMap::new();
+    for value in bronze.commit_values(FILES_KEY).await? {
+        let Ok(l) = serde_json::from_str::<Loaded>(&value) else {
+            continue;
+        };
+        if l.flow != flow_name {
+            continue;
+        }
+        if l.refresh {
+            loaded.clear();
+        }
+        loaded.extend(l.files.into_iter().map(|f| (f.url.clone(), f)));
+    }
+    Ok(loaded)
+}
+
+/// The files of the folder and which of them a run loads.
+pub struct Listing {
+    /// Every file found.
+    pub found: Vec<LandingFile>,
+    /// Files to load this run, oldest first.
+    pub to_load: Vec<LandingFile>,
+    /// New files left for later runs (`max_files_per_run`).
+    pub pending: usize,
+    /// Loaded files that have changed since.
+    pub changed: Vec<LandingFile>,
+}
+
+/// Lists the folder of `flow` and compares it with `loaded`.
+pub fn plan_files(
+    flow_name: &str,
+    flow: &IngestFlow,
+    loaded: &HashMap<String, FileStamp>,
+) -> smelt_engine::Result<Listing> {
+    let found = list(&flow.folder, flow.pattern.as_deref()).map_err(|e| user(flow_name, e))?;
+    let mut to_load = Vec::new();
+    let mut changed = Vec::new();
+    for f in &found {
+        match loaded.get(&f.url) {
+            None => to_load.push(f.clone()),
+            Some(l) if l.size != f.size || l.modified_us != f.modified_us => {
+                changed.push(f.clone())
+            }
+            Some(_) => {}
+        }
+    }
+    match flow.on_changed_file {
+        OnChangedFile::Ignore => {}
+        OnChangedFile::Reload => to_load.append(&mut changed.clone()),
+        OnChangedFile::Fail if !changed.is_empty() => {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{flow_name}`: {} loaded file(s) changed since: {}",
+                    changed.len(),
+                    names(&changed)
+                ),
+                "new data belongs in new files; to load a changed file again set `on_changed_file: reload`, or `ignore` to keep its first version",
+            ));
+        }
+        OnChangedFile::Fail => {}
+    }
+    to_load.sort_by(|a, b| (a.modified_us, &a.url).cmp(&(b.modified_us, &b.url)));
+    let mut pending = 0;
+    if let Some(max) = flow.max_files_per_run
+        && to_load.len() > max
+    {
+        pending = to_load.len() - max;
+        to_load.truncate(max);
+    }
+    Ok(Listing {
+        found,
+        to_load,
+        pending,
+        changed,
+    })
+}
+
+/// The first few URLs of `files`, for messages.
+fn names(files: &[LandingFile]) -> String {
+    let mut out: Vec<String> = files.iter().take(3).map(|f| f.url.clone()).collect();
+    if files.len() > 3 {
+        out.push(format!("and {} more", files.len() - 3));
+    }
+    out.join(", ")
+}
+
+fn user(flow_name: &str, e: IngestError) -> EngineError {
+    let hint = match &e {
+        IngestError::Malformed { .. } => {
+            "fix or replace the file (a new name loads as a new file), or move it out of the landing folder"
+        }
+        IngestError::Options(_) => "see docs/pipeline.md for the ingest options",
+        IngestError::Io { .. } => "check that the file exists and can be read",
+        IngestError::Arrow(_) => "this is a bug in smelt; please report it",
+    };
+    EngineError::user(format!("flow `{flow_name}`: {e}"), hint)
+}
+
+/// Loads the new files of `flow` into bronze, in one commit with the loaded-file list and
+/// the watermark. Returns the report (a plan when `ctx.dry_run`).
+pub async fn run_ingest(
+    flow_name: &str,
+    flow: &IngestFlow,
+    tables: IngestTables<'_>,
+    ctx: &RunContext,
+    reporter: &dyn Reporter,
+) -> smelt_engine::Result<FlowReport> {
+    let IngestTables { bronze, rejects } = tables;
+    let started = Instant::now();
+    let mut phases = Vec::new();
+    reporter.phase(flow_name, "list files");
+    let loaded = if ctx.full_refresh {
+        HashMap::new()
+    } else {
+        loaded_files(flow_name, bronze).await?
+    };
+    let listing = plan_files(flow_name, flow, &loaded)?;
+    let app = app_id(flow_name);
+    let done = bronze.watermark(&app).await?.unwrap_or(0);
+    let mut report = FlowReport {
+        flow: flow_name.to_string(),
+        kind: "ingest".into(),
+        from: flow.from.clone(),
+        into: flow.into.to_string(),
+        run_id: ctx.run_id.clone(),
+        mode: if ctx.full_refresh && bronze.schema().is_some() {
+            "rebuild"
+        } else {
+            "incremental"
+        }
+        .into(),
+        from_version: bronze.schema().is_some().then_some(done),
+        to_version: done,
+        files_found: listing.found.len(),
+        files_new: listing.to_load.len(),
+        files_changed: listing.changed.iter().map(|f| f.url.clone()).collect(),
+        files_pending: listing.pending,
+        bytes_read: listing.to_load.iter().map(|f| f.size).sum(),
+        silver_version: bronze.version(),
+        ..FlowReport::default()
+    };
+    phases.push((
+        "list files".to_string(),
+        started.elapsed().as_millis() as u64,
+    ));
+    if ctx.dry_run {
+        report.status = "planned".into();
+        report.phases_ms = phases;
+        return Ok(report);
+    }
+    if listing.to_load.is_empty() {
+        report.status = "up_to_date".into();
+        report.phases_ms = phases;
+        return Ok(report);
+    }
+    let batch = done + 1;
+    report.to_version = batch;
+
+    // Read every file into staged bronze data files.
+    let started = Instant::now();
+    reporter.phase(flow_name, "load files");
+    if ctx.full_refresh && bronze.schema().is_some() {
+        bronze.stage_overwrite().await?;
+    }
+    let mut sink = Loader {
+        conformer: Conformer::new(flow, bronze.schema()),
+        bronze,
+        buffer: Vec::new(),
+        buffered: (0, 0),
+        malformed: Vec::new(),
+        file: None,
+        rows_written: 0,
+        rescued: 0,
+        columns_added: Vec::new(),
+        error: None,
+    };
+    let total = (
+        listing.to_load.len(),
+        listing.to_load.iter().map(|f| f.size).sum::<u64>(),
+    );
+    let mut done_bytes = 0;
+    for (i, file) in listing.to_load.iter().enumerate() {
+        reporter.files(flow_name, (i, done_bytes), total);
+        sink.file = Some(file.clone());
+        let read = tokio::task::block_in_place(|| read_file(flow, file, &mut sink));
+        if let Some(e) = sink.error.take() {
+            return Err(e);
+        }
+        read.map_err(|e| user(flow_name, e))?;
+        done_bytes += file.size;
+    }
+    reporter.files(flow_name, total, total);
+    sink.flush_async().await?;
+    let Loader {
+        conformer,
+        malformed,
+        rows_written,
+        rescued,
+        columns_added,
+        ..
+    } = sink;
+    report.rows_written = rows_written;
+    report.rescued = rescued;
+    report.malformed = malformed.len();
+    report.files_read = listing.to_load.len();
+    report.columns_added = columns_added;
+    phases.push((
+        "load files".to_string(),
+        started.elapsed().as_millis() as u64,
+    ));
+
+    // Nothing to create a table from (every file empty, without a header): nothing to record
+    // either; the files are seen again next run, and are still empty.
+    if conformer.schema().is_none() {
+        report.status = "applied".into();
+        report.phases_ms = phases;
+        return Ok(report);
+    }
+    let started = Instant::now();
+    let watermark = |report: Option<String>, extra| Watermark {
+        app_id: app.clone(),
+        version: batch,
+        run_id: ctx.run_id.clone(),
+        report,
+        extra,
+    };
+    if !malformed.is_empty() || (ctx.full_refresh && rejects.schema().is_some()) {
+        reporter.phase(flow_name, "write rejects");
+        failpoint("before_ingest_rejects_commit")?;
+        write_rejects(flow_name, &flow.into, rejects, batch, &malformed, ctx).await?;
+        report.quarantined = malformed.len();
+    }
+    reporter.phase(flow_name, "commit");
+    if bronze.property(LOG_CLEANUP).as_deref() != Some("false") {
+        bronze.set_property(LOG_CLEANUP, "false").await?;
+    }
+    let files = Loaded {
+        flow: flow_name.to_string(),
+        refresh: ctx.full_refresh,
+        files: listing
+            .to_load
+            .iter()
+            .map(|f| FileStamp {
+                url: f.url.clone(),
+                size: f.size,
+                modified_us: f.modified_us,
+            })
+            .collect(),
+    };
+    report.status = "applied".into();
+    let files = serde_json::to_string(&files).expect("serialisable");
+    let mut committed = report.clone();
+    committed.phases_ms = phases.clone();
+    let report_json = serde_json::to_string(&committed).expect("serialisable");
+    failpoint("before_bronze_commit")?;
+    let stats = bronze
+        .commit(
+            &[],
+            &watermark(Some(report_json), vec![(FILES_KEY.to_string(), files)]),
+        )
+        .await?;
+    report.silver_version = Some(stats.version);
+    report.files_written = stats.files_added;
+    report.bytes_written = stats.bytes_written;
+    phases.push(("commit".to_string(), started.elapsed().as_millis() as u64));
+    report.phases_ms = phases;
+    Ok(report)
+}
+
+/// Reads one file into `sink`.
+fn read_file(flow: &IngestFlow, file: &LandingFile, sink: &mut dyn RowSink) -> crate::Result<()> {
+    let open = File::open(&file.path).map_err(|source| IngestError::Io {
+        file: file.url.clone(),
+        source,
+    })?;
+    match flow.format {
+        // Only the bytes listed: a file that grows while it is read loads as listed (and
+        // counts as changed next run).
+        FileFormat::Csv => {
+            crate::csv::read_csv(open.take(file.size), &file.url, &flow.csv, BATCH_ROWS, sink)
+        }
+        FileFormat::Json => {
+            crate::json::read_json(open.take(file.size), &file.url, BATCH_ROWS, sink)
+        }
+        FileFormat::Parquet => {
+            crate::parquet::read_parquet(open, &file.url, flow.infer_types, BATCH_ROWS, sink)
+        }
+    }
+}
+
+/// Conforms what the readers produce and writes it to bronze a few hundred thousand
+/// rows at a time.
+struct Loader<'a, 'b> {
+    conformer: Conformer<'a>,
+    bronze: &'b mut dyn SilverTable,
+    buffer: Vec<RecordBatch>,
+    /// Rows and bytes in `buffer`.
+    buffered: (usize, usize),
+    malformed: Vec<(String, Malformed)>,
+    file: Option<LandingFile>,
+    rows_written: usize,
+    rescued: usize,
+    columns_added: Vec<String>,
+    /// An error of the bronze table, raised from inside a reader's callback.
+    error: Option<EngineError>,
+}
+
+impl Loader<'_, '_> {
+    async fn flush_async(&mut self) -> smelt_engine::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let batches = std::mem::take(&mut self.buffer);
+        self.buffered = (0, 0);
+        let rows = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
+        self.rows_written += rows.num_rows();
+        let replaces = BooleanArray::from(vec![false; rows.num_rows()]);
+        self.bronze.stage(rows, &replaces, &[]).await
+    }
+
+    /// Runs a bronze call from a reader's (blocking) callback.
+    fn block_on<T>(
+        &mut self,
+        f: impl AsyncFnOnce(&mut Self) -> smelt_engine::Result<T>,
+    ) -> crate::Result<T> {
+        let handle = tokio::runtime::Handle::current();
+        handle.block_on(f(self)).map_err(|e| {
+            let message = e.to_string();
+            self.error = Some(e);
+            IngestError::Options(message)
+        })
+    }
+}
+
+impl RowSink for Loader<'_, '_> {
+    fn rows(&mut self, rows: RawRows) -> crate::Result<()> {
+        let file = self.file.clone().expect("set before reading");
+        let out = self.conformer.conform(rows, &file)?;
+        if !out.new_fields.is_empty() {
+            // Rows of the old shape are written before the table changes shape.
+            self.block_on(async |l| l.flush_async().await)?;
+            let fields = out.new_fields.clone();
+            let schema = Arc::clone(self.conformer.schema().expect("conformed"));
+            self.block_on(async move |l| {
+                if l.bronze.schema().is_none() {
+                    l.bronze.create(schema).await
+                } else {
+                    l.columns_added
+                        .extend(fields.iter().map(|f| f.name().clone()));
+                    l.bronze.add_columns(fields).await
+                }
+            })?;
+        }
+        self.rescued += out.rescued;
+        if out.batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.buffered.0 += out.batch.num_rows();
+        self.buffered.1 += out.batch.get_array_memory_size();
+        self.buffer.push(out.batch);
+        if self.buffered.0 >= ROWS_PER_WRITE || self.buffered.1 >= BYTES_PER_WRITE {
+            self.block_on(async |l| l.flush_async().await)?;
+        }
+        Ok(())
+    }
+
+    fn malformed(&mut self, row: Malformed) -> crate::Result<()> {
+        let file = self.file.as_ref().expect("set before reading").url.clone();
+        self.malformed.push((file, row));
+        Ok(())
+    }
+}
+
+/// Column of the ingest rejects table holding the load (watermark) a row belongs to.
+pub const INGEST_BATCH: &str = "ingest_batch";
+
+/// The ingest rejects table's columns.
+pub fn rejects_schema() -> SchemaRef {
+    let text = |n: &str, null| Field::new(n, DataType::Utf8, null);
+    Arc::new(Schema::new(vec![
+        text("run_id", false),
+        text("flow", false),
+        Field::new(INGEST_BATCH, DataType::Int64, false),
+        text("file", false),
+        Field::new("line", DataType::Int64, false),
+        text("reason", false),
+        text("raw_line", false),
+        Field::new("rejected_at", timestamp_utc(), false),
+    ]))
+}
+
+/// Writes the malformed rows of load `batch`, replacing those an unfinished attempt at the
+/// same load left behind.
+async fn write_rejects(
+    flow_name: &str,
+    bronze: &smelt_spec::TableName,
+    rejects: &mut dyn SilverTable,
+    batch: i64,
+    malformed: &[(String, Malformed)],
+    ctx: &RunContext,
+) -> smelt_engine::Result<()> {
+    let schema = rejects_schema();
+    match rejects.schema() {
+        None => rejects.create(Arc::clone(&schema)).await?,
+        Some(s) if s.fields() != schema.fields() => {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{flow_name}`: `{}` exists but is not an ingest rejects table",
+                    rejects_table(bronze)
+                ),
+                "rename or drop that table; smelt keeps the rows of files that do not parse there",
+            ));
+        }
+        Some(_) => {
+            let app = app_id(flow_name);
+            if ctx.full_refresh {
+                rejects.stage_overwrite().await?;
+            } else if rejects.watermark(&app).await?.is_some_and(|w| w >= batch) {
+                let key = RecordBatch::try_new(
+                    Arc::new(Schema::new(vec![Field::new(
+                        INGEST_BATCH,
+                        DataType::Int64,
+                        false,
+                    )])),
+                    vec![Arc::new(Int64Array::from(vec![batch]))],
+                )?;
+                rejects.stage_deletes(key).await?;
+            }
+        }
+    }
+    let n = malformed.len();
+    if n > 0 {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![ctx.run_id.as_str(); n])),
+            Arc::new(StringArray::from(vec![flow_name; n])),
+            Arc::new(Int64Array::from(vec![batch; n])),
+            Arc::new(StringArray::from_iter_values(
+                malformed.iter().map(|(f, _)| f),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                malformed.iter().map(|(_, m)| m.line),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                malformed.iter().map(|(_, m)| &m.reason),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                malformed.iter().map(|(_, m)| &m.raw),
+            )),
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![ctx.run_timestamp_us; n]).with_timezone("UTC"),
+            ),
+        ];
+        let rows = RecordBatch::try_new(schema, columns)?;
+        let replaces = BooleanArray::from(vec![false; n]);
+        rejects.stage(rows, &replaces, &[]).await?;
+    }
+    let watermark = Watermark {
+        app_id: app_id(flow_name),
+        version: batch,
+        run_id: ctx.run_id.clone(),
+        report: None,
+        extra: Vec::new(),
+    };
+    rejects
+        .commit(&[INGEST_BATCH.to_string()], &watermark)
+        .await?;
+    Ok(())
+}

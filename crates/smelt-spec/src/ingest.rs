@@ -1,0 +1,408 @@
+//! The `ingest` flow: raw files in a folder → a bronze table, each file exactly once.
+//!
+//! ```yaml
+//! flows:
+//!   part_files:
+//!     ingest:
+//!       from: ./landing/part/*.tbl
+//!       into: bronze.part
+//!       format: csv
+//!       header: false
+//!       sep: "|"
+//!       columns: [p_partkey, p_name, p_mfgr, p_brand, p_type, p_size, p_container, p_retailprice, p_comment]
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::ddl::TableName;
+use crate::error::SpecError;
+use crate::locate::line_of;
+
+/// The file formats an ingest flow reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileFormat {
+    /// Delimited text (CSV, TSV, TPC-H `.tbl`).
+    Csv,
+    /// Apache Parquet.
+    Parquet,
+    /// JSON lines: one object per line.
+    Json,
+}
+
+/// What to do with columns a file has and bronze does not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IngestEvolution {
+    /// Add them to bronze (nullable; earlier rows read NULL).
+    #[default]
+    AddNewColumns,
+    /// Keep their values in the rescued-data column, as JSON.
+    Rescue,
+    /// Fail the run before anything is written, naming the file and column.
+    Fail,
+}
+
+/// What to do with a file loaded before that has changed since (same path, other size or
+/// modification time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnChangedFile {
+    /// Report it and leave it (its first version stays loaded).
+    #[default]
+    Ignore,
+    /// Load it again (its rows are appended once more, with the new modification time).
+    Reload,
+    /// Fail the run, naming the file.
+    Fail,
+}
+
+/// How CSV files are laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvLayout {
+    /// The first line names the columns.
+    pub header: bool,
+    /// Field separator.
+    pub sep: u8,
+    /// Quote character.
+    pub quote: u8,
+    /// Escape character inside quotes (else quotes are doubled).
+    pub escape: Option<u8>,
+    /// Text encoding label (`utf-8`, `shift_jis`, `windows-1252`, …).
+    pub encoding: String,
+    /// Column names, for files without a header (or to rename the header's).
+    pub columns: Option<Vec<String>>,
+    /// The text that means NULL (unset: an empty field is NULL).
+    pub null_value: Option<String>,
+}
+
+impl Default for CsvLayout {
+    fn default() -> Self {
+        Self {
+            header: true,
+            sep: b',',
+            quote: b'"',
+            escape: None,
+            encoding: "utf-8".into(),
+            columns: None,
+            null_value: None,
+        }
+    }
+}
+
+/// Names of the columns an ingest flow adds to each row; `None` leaves one out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestAudit {
+    /// The file's URL (`file:///…`).
+    pub datasource: Option<String>,
+    /// The file's modification time (TIMESTAMP, UTC).
+    pub ingest_timestamp: Option<String>,
+    /// The row's 1-based number in its file (BIGINT).
+    pub file_row: Option<String>,
+}
+
+impl Default for IngestAudit {
+    fn default() -> Self {
+        Self {
+            datasource: Some("_datasource".into()),
+            ingest_timestamp: Some("_ingest_timestamp".into()),
+            file_row: None,
+        }
+    }
+}
+
+/// A validated `ingest` flow.
+#[derive(Debug, Clone)]
+pub struct IngestFlow {
+    /// `from` as written.
+    pub from: String,
+    /// The folder files are found under (resolved against the pipeline file's folder).
+    pub folder: PathBuf,
+    /// Pattern the paths below `folder` must match (`*.tbl`, `**/*.parquet`); `None` = every file.
+    pub pattern: Option<String>,
+    /// The bronze table.
+    pub into: TableName,
+    /// File format.
+    pub format: FileFormat,
+    /// CSV layout (defaults for other formats).
+    pub csv: CsvLayout,
+    /// Guess column types from the first file instead of keeping text.
+    pub infer_types: bool,
+    /// Audit column names.
+    pub audit: IngestAudit,
+    /// Column for fields bronze has no column for (JSON text); `None` = none.
+    pub rescued_data: Option<String>,
+    /// What new columns do.
+    pub schema_evolution: IngestEvolution,
+    /// What changed files do.
+    pub on_changed_file: OnChangedFile,
+    /// Files loaded per run at most (the rest wait for the next run).
+    pub max_files_per_run: Option<usize>,
+}
+
+impl IngestFlow {
+    /// The columns the flow adds itself: audit and rescued-data columns, in that order.
+    pub fn own_columns(&self) -> Vec<&str> {
+        [
+            &self.audit.datasource,
+            &self.audit.ingest_timestamp,
+            &self.audit.file_row,
+            &self.rescued_data,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect()
+    }
+}
+
+/// A `false` (leave the column out) or a column name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum NameOrOff {
+    Off(bool),
+    Name(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIngest {
+    from: String,
+    into: String,
+    format: FileFormat,
+    header: Option<bool>,
+    sep: Option<String>,
+    quote: Option<String>,
+    escape: Option<String>,
+    encoding: Option<String>,
+    columns: Option<Vec<String>>,
+    null_value: Option<String>,
+    #[serde(default)]
+    infer_types: bool,
+    audit: Option<RawIngestAudit>,
+    rescued_data: Option<NameOrOff>,
+    schema_evolution: Option<IngestEvolution>,
+    on_changed_file: Option<OnChangedFile>,
+    max_files_per_run: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIngestAudit {
+    datasource: Option<NameOrOff>,
+    ingest_timestamp: Option<NameOrOff>,
+    file_row: Option<NameOrOff>,
+}
+
+/// The column name an audit option gives: `unset` when unset, `on` for `true`, none for
+/// `false`.
+fn name_or(value: Option<NameOrOff>, unset: Option<&str>, on: &str) -> Option<String> {
+    match value {
+        None => unset.map(str::to_string),
+        Some(NameOrOff::Off(true)) => Some(on.to_string()),
+        Some(NameOrOff::Off(false)) => None,
+        Some(NameOrOff::Name(n)) => Some(n),
+    }
+}
+
+/// Splits `from` into the folder and the pattern below it: the folder is every leading
+/// path component without a glob character.
+fn split_glob(from: &str) -> (String, Option<String>) {
+    let is_glob = |c: &str| c.contains(['*', '?', '[', '{']);
+    let parts: Vec<&str> = from.split('/').collect();
+    match parts.iter().position(|p| is_glob(p)) {
+        None => (from.to_string(), None),
+        Some(i) => {
+            let folder = if i == 0 {
+                ".".to_string()
+            } else {
+                parts[..i].join("/")
+            };
+            (folder, Some(parts[i..].join("/")))
+        }
+    }
+}
+
+pub(crate) fn ingest_flow(
+    path: &Path,
+    dir: &Path,
+    text: &str,
+    name: &str,
+    raw: RawIngest,
+    errors: &mut Vec<SpecError>,
+) -> Option<IngestFlow> {
+    let at = |leaf: &str| line_of(text, &["flows", name, "ingest", leaf]);
+    let field = |leaf: &str| format!("flows.{name}.ingest.{leaf}");
+    let before = errors.len();
+    let mut error = |leaf: &str, message: String, hint: &str| {
+        errors.push(
+            SpecError::new(path, field(leaf), message)
+                .at(at(leaf))
+                .hint(hint),
+        )
+    };
+
+    let into = TableName::parse(&raw.into);
+    if into.is_none() {
+        error(
+            "into",
+            format!("`{}` is not a table name", raw.into),
+            "write tables as `schema.table`, e.g. `bronze.part`",
+        );
+    }
+    let from = raw.from.strip_prefix("file://").unwrap_or(&raw.from);
+    if let Some((scheme, _)) = from.split_once("://") {
+        error(
+            "from",
+            format!("`{scheme}://` folders are not supported yet: ingest reads local folders"),
+            "copy the files to a local folder (or mount the bucket) and point `from:` at it",
+        );
+    }
+    let (folder, pattern) = split_glob(from);
+    if let Some(p) = &pattern
+        && let Err(e) = glob::Pattern::new(p)
+    {
+        error(
+            "from",
+            format!("`{p}` is not a valid pattern: {e}"),
+            "use `*` for any name, `**` for any folders, e.g. `landing/**/*.csv`",
+        );
+    }
+
+    let csv_only = [
+        ("header", raw.header.is_some()),
+        ("sep", raw.sep.is_some()),
+        ("quote", raw.quote.is_some()),
+        ("escape", raw.escape.is_some()),
+        ("encoding", raw.encoding.is_some()),
+        ("columns", raw.columns.is_some()),
+        ("null_value", raw.null_value.is_some()),
+    ];
+    if raw.format != FileFormat::Csv {
+        for (leaf, set) in csv_only {
+            if set {
+                error(
+                    leaf,
+                    format!("`{leaf}` applies to CSV files only"),
+                    "remove it, or set `format: csv`",
+                );
+            }
+        }
+    }
+    let mut byte = |leaf: &str, value: Option<String>, default: Option<u8>| match value {
+        None => default,
+        Some(v) if v.len() == 1 && v.is_ascii() => Some(v.as_bytes()[0]),
+        Some(v) => {
+            error(
+                leaf,
+                format!("`{leaf}` must be one ASCII character, not `{v}`"),
+                "quote it, e.g. `sep: \"|\"` or `sep: \"\\t\"`",
+            );
+            default
+        }
+    };
+    let defaults = CsvLayout::default();
+    let sep = byte("sep", raw.sep, Some(defaults.sep)).unwrap_or(b',');
+    let quote = byte("quote", raw.quote, Some(defaults.quote)).unwrap_or(b'"');
+    let escape = byte("escape", raw.escape, None);
+    let encoding = raw.encoding.unwrap_or(defaults.encoding);
+    if encoding_rs::Encoding::for_label(encoding.as_bytes()).is_none() {
+        error(
+            "encoding",
+            format!("`{encoding}` is not a text encoding"),
+            "use a WHATWG label such as `utf-8`, `shift_jis`, `euc-jp`, `windows-1252` or `utf-16le`",
+        );
+    }
+    if raw.columns.as_ref().is_some_and(Vec::is_empty) {
+        error(
+            "columns",
+            "`columns` is empty".into(),
+            "name every column of the file, in order, or remove the option",
+        );
+    }
+    if raw.max_files_per_run == Some(0) {
+        error(
+            "max_files_per_run",
+            "`max_files_per_run` is 0: no file would ever load".into(),
+            "use a positive number, or remove it to load every new file",
+        );
+    }
+
+    let audit_raw = raw.audit.unwrap_or_default();
+    let dflt = IngestAudit::default();
+    let audit = IngestAudit {
+        datasource: name_or(
+            audit_raw.datasource,
+            dflt.datasource.as_deref(),
+            "_datasource",
+        ),
+        ingest_timestamp: name_or(
+            audit_raw.ingest_timestamp,
+            dflt.ingest_timestamp.as_deref(),
+            "_ingest_timestamp",
+        ),
+        // Opt-in: unset is off.
+        file_row: name_or(audit_raw.file_row, None, "_file_row"),
+    };
+    let rescued_data = name_or(raw.rescued_data, Some("_rescued_data"), "_rescued_data");
+    let flow = IngestFlow {
+        from: raw.from.clone(),
+        folder: dir.join(&folder),
+        pattern,
+        into: into?,
+        format: raw.format,
+        csv: CsvLayout {
+            header: raw.header.unwrap_or(defaults.header),
+            sep,
+            quote,
+            escape,
+            encoding,
+            columns: raw.columns,
+            null_value: raw.null_value,
+        },
+        infer_types: raw.infer_types,
+        audit,
+        rescued_data,
+        schema_evolution: raw.schema_evolution.unwrap_or_default(),
+        on_changed_file: raw.on_changed_file.unwrap_or_default(),
+        max_files_per_run: raw.max_files_per_run,
+    };
+    let own = flow.own_columns();
+    for (i, c) in own.iter().enumerate() {
+        let named_twice = own[..i].contains(c)
+            || flow
+                .csv
+                .columns
+                .as_ref()
+                .is_some_and(|cols| cols.iter().any(|x| x == c));
+        if named_twice {
+            errors.push(
+                SpecError::new(path, field("audit"), format!("column `{c}` is named twice"))
+                    .at(at("audit").or(at("ingest")))
+                    .hint("give the audit, rescued-data and file columns different names"),
+            );
+        }
+    }
+    (errors.len() == before).then_some(flow)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_split_at_the_first_pattern_component() {
+        assert_eq!(split_glob("./landing"), ("./landing".into(), None));
+        assert_eq!(
+            split_glob("./landing/part/*.tbl"),
+            ("./landing/part".into(), Some("*.tbl".into()))
+        );
+        assert_eq!(
+            split_glob("/data/**/x=*/f.parquet"),
+            ("/data".into(), Some("**/x=*/f.parquet".into()))
+        );
+        assert_eq!(split_glob("*.csv"), (".".into(), Some("*.csv".into())));
+    }
+}
