@@ -1,0 +1,4 @@
+//! Test and benchmark data for smelt: TPC-H `part` files for the `tpch_part` example
+//! (seed 002), made by the `tpchgen` crate (a port of the TPC-H `dbgen`).
+
+pub mod tpch;
