@@ -146,7 +146,10 @@ mod tests {
         let d2 = day2(0.01);
         assert_eq!(d2.len(), 100 + NEW_PARTS);
         assert_eq!(d2[0].p_partkey, 20);
-        assert_eq!(d2[0].p_retailprice_cents, d1[19].p_retailprice_cents * 11 / 10);
+        assert_eq!(
+            d2[0].p_retailprice_cents,
+            d1[19].p_retailprice_cents * 11 / 10
+        );
         assert_eq!(d2[100].p_partkey, 2001);
         assert_eq!(after_day2(0.01).len(), 2100);
     }

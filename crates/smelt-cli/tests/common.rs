@@ -46,6 +46,30 @@ impl Project {
         Self { dir, root }
     }
 
+    /// An empty project folder, with `smelt.yaml` as given.
+    pub fn with_pipeline(yaml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("project");
+        std::fs::create_dir_all(&root).unwrap();
+        let p = Self { dir, root };
+        p.write("smelt.yaml", yaml);
+        p
+    }
+
+    /// `examples/tpch_part`.
+    pub fn tpch_part() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = copy_example("tpch_part", dir.path());
+        std::fs::create_dir_all(root.join("silver")).unwrap();
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tpch_part");
+        std::fs::copy(
+            example.join("silver/part.sql"),
+            root.join("silver/part.sql"),
+        )
+        .unwrap();
+        Self { dir, root }
+    }
+
     /// The example's folder (where commands run).
     pub fn path(&self) -> &Path {
         &self.root
@@ -56,7 +80,14 @@ impl Project {
     }
 
     pub fn write(&self, name: &str, text: &str) {
-        std::fs::write(self.file(name), text).unwrap();
+        self.write_bytes(name, text.as_bytes());
+    }
+
+    /// Writes a file (creating its folders).
+    pub fn write_bytes(&self, name: &str, bytes: &[u8]) {
+        let path = self.file(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
     }
 
     /// `smelt` in the project folder, with no failpoint set.

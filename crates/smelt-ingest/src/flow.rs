@@ -108,11 +108,13 @@ pub struct Listing {
     pub changed: Vec<LandingFile>,
 }
 
-/// Lists the folder of `flow` and compares it with `loaded`.
+/// Lists the folder of `flow` and compares it with `loaded`. `all` ignores
+/// `max_files_per_run` (a rebuild replaces bronze with every file, in one commit).
 pub fn plan_files(
     flow_name: &str,
     flow: &IngestFlow,
     loaded: &HashMap<String, FileStamp>,
+    all: bool,
 ) -> smelt_engine::Result<Listing> {
     let found = list(&flow.folder, flow.pattern.as_deref()).map_err(|e| user(flow_name, e))?;
     let mut to_load = Vec::new();
@@ -144,6 +146,7 @@ pub fn plan_files(
     to_load.sort_by(|a, b| (a.modified_us, &a.url).cmp(&(b.modified_us, &b.url)));
     let mut pending = 0;
     if let Some(max) = flow.max_files_per_run
+        && !all
         && to_load.len() > max
     {
         pending = to_load.len() - max;
@@ -196,7 +199,7 @@ pub async fn run_ingest(
     } else {
         loaded_files(flow_name, bronze).await?
     };
-    let listing = plan_files(flow_name, flow, &loaded)?;
+    let listing = plan_files(flow_name, flow, &loaded, ctx.full_refresh)?;
     let app = app_id(flow_name);
     let done = bronze.watermark(&app).await?.unwrap_or(0);
     let mut report = FlowReport {

@@ -351,7 +351,11 @@ pub(crate) fn ingest_flow(
         from: raw.from.clone(),
         folder: dir.join(&folder),
         pattern,
-        into: into?,
+        // A bad name is reported above; the other checks still run.
+        into: into.clone().unwrap_or(TableName {
+            schema: String::new(),
+            table: String::new(),
+        }),
         format: raw.format,
         csv: CsvLayout {
             header: raw.header.unwrap_or(defaults.header),
@@ -369,6 +373,17 @@ pub(crate) fn ingest_flow(
         on_changed_file: raw.on_changed_file.unwrap_or_default(),
         max_files_per_run: raw.max_files_per_run,
     };
+    if flow.schema_evolution == IngestEvolution::Rescue && flow.rescued_data.is_none() {
+        errors.push(
+            SpecError::new(
+                path,
+                field("schema_evolution"),
+                "`schema_evolution: rescue` keeps new columns in the rescued-data column, which `rescued_data: false` turns off",
+            )
+            .at(at("schema_evolution"))
+            .hint("name a rescued-data column (`rescued_data: _rescued_data`), or use `add_new_columns` or `fail`"),
+        );
+    }
     let own = flow.own_columns();
     for (i, c) in own.iter().enumerate() {
         let named_twice = own[..i].contains(c)
@@ -385,7 +400,7 @@ pub(crate) fn ingest_flow(
             );
         }
     }
-    (errors.len() == before).then_some(flow)
+    (errors.len() == before && into.is_some()).then_some(flow)
 }
 
 #[cfg(test)]
@@ -404,5 +419,55 @@ mod tests {
             ("/data".into(), Some("**/x=*/f.parquet".into()))
         );
         assert_eq!(split_glob("*.csv"), (".".into(), Some("*.csv".into())));
+    }
+
+    fn load(body: &str) -> crate::error::Result<crate::Pipeline> {
+        let yaml = format!("lake: ./lake\nflows:\n  f:\n    ingest:\n{body}");
+        crate::Pipeline::from_str(&yaml, Path::new("/p/smelt.yaml"))
+    }
+
+    #[test]
+    fn defaults() {
+        let p = load("      from: landing/*.tbl\n      into: bronze.part\n      format: csv\n")
+            .unwrap();
+        let crate::FlowKind::Ingest(f) = &p.flows[0].kind else {
+            panic!("an ingest flow")
+        };
+        assert_eq!(f.folder, Path::new("/p/landing"));
+        assert_eq!(f.pattern.as_deref(), Some("*.tbl"));
+        assert_eq!(f.csv, CsvLayout::default());
+        assert_eq!(
+            f.own_columns(),
+            ["_datasource", "_ingest_timestamp", "_rescued_data"]
+        );
+        assert_eq!(f.schema_evolution, IngestEvolution::AddNewColumns);
+        assert_eq!(f.on_changed_file, OnChangedFile::Ignore);
+        assert_eq!(p.flows[0].writes().to_string(), "bronze.part");
+        assert!(p.flows[0].reads().is_none());
+    }
+
+    #[test]
+    fn problems_are_collected_with_fixes() {
+        let err = load(
+            "      from: s3://bucket/landing\n      into: part\n      format: json\n      sep: \"||\"\n      rescued_data: false\n      schema_evolution: rescue\n      max_files_per_run: 0\n      audit: {datasource: _rescued_data, file_row: true}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "`s3://` folders are not supported yet",
+            "`part` is not a table name",
+            "`sep` applies to CSV files only",
+            "`sep` must be one ASCII character",
+            "`schema_evolution: rescue` keeps new columns",
+            "`max_files_per_run` is 0",
+        ] {
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+        let err = load(
+            "      from: in\n      into: b.t\n      format: csv\n      columns: [a, _datasource]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("column `_datasource` is named twice"), "{err}");
     }
 }

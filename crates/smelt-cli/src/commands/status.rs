@@ -58,7 +58,7 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
         if let FlowKind::Ingest(ingest) = &flow.kind {
             let waiting = async {
                 let loaded = loaded_files(&flow.name, &output).await?;
-                plan_files(&flow.name, ingest, &loaded)
+                plan_files(&flow.name, ingest, &loaded, false)
             };
             match waiting.await {
                 Ok(l) => row.files_waiting = Some(l.to_load.len() + l.pending),

@@ -1,0 +1,84 @@
+//! Files that appear or grow while an ingest run is loading: the run loads what it listed
+//! (a growing file up to its listed size), the next run loads the new files.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use smelt_delta::Lake;
+use smelt_delta::silver::DeltaSilver;
+use smelt_engine::apply::RunContext;
+use smelt_engine::ports::Reporter;
+use smelt_engine::rejects::rejects_table;
+use smelt_ingest::flow::{IngestTables, run_ingest};
+use smelt_spec::{FlowKind, Pipeline};
+
+/// Writes a new file and appends to a listed one when the run starts loading.
+struct Meddler {
+    landing: PathBuf,
+    done: AtomicBool,
+}
+
+impl Reporter for Meddler {
+    fn phase(&self, _: &str, _: &str) {}
+
+    fn files(&self, _: &str, done: (usize, u64), _: (usize, u64)) {
+        if done.0 == 0 && !self.done.swap(true, Ordering::SeqCst) {
+            std::fs::write(self.landing.join("c.csv"), "id\n5\n").unwrap();
+            let mut b = std::fs::read_to_string(self.landing.join("b.csv")).unwrap();
+            b.push_str("4\n");
+            std::fs::write(self.landing.join("b.csv"), b).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_added_or_growing_during_a_run_wait_for_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let landing = dir.path().join("landing");
+    std::fs::create_dir_all(&landing).unwrap();
+    std::fs::write(landing.join("a.csv"), "id\n1\n").unwrap();
+    std::fs::write(landing.join("b.csv"), "id\n2\n3\n").unwrap();
+    let yaml = "lake: ./lake\nflows:\n  f:\n    ingest:\n      from: ./landing/*.csv\n      into: raw.t\n      format: csv\n";
+    let pipeline = Pipeline::from_str(yaml, &dir.path().join("smelt.yaml")).unwrap();
+    let FlowKind::Ingest(flow) = &pipeline.flows[0].kind else {
+        panic!("an ingest flow")
+    };
+    let lake = Lake::new(&dir.path().join("lake")).unwrap();
+    let meddler = Meddler {
+        landing: landing.clone(),
+        done: AtomicBool::new(false),
+    };
+    let run = async |reporter: &dyn Reporter| {
+        let mut bronze = DeltaSilver::open(&lake, &flow.into)
+            .await
+            .unwrap()
+            .without_compaction();
+        let mut rejects = DeltaSilver::open(&lake, &rejects_table(&flow.into))
+            .await
+            .unwrap();
+        let tables = IngestTables {
+            bronze: &mut bronze,
+            rejects: &mut rejects,
+        };
+        run_ingest("f", flow, tables, &RunContext::new(false, false), reporter)
+            .await
+            .unwrap()
+    };
+
+    let first = run(&meddler).await;
+    assert!(meddler.done.load(Ordering::SeqCst));
+    assert_eq!(first.files_found, 2);
+    assert_eq!(
+        first.rows_written, 3,
+        "a.csv and b.csv as listed: the line appended during the run is not read"
+    );
+
+    let second = run(&smelt_engine::ports::Silent).await;
+    assert_eq!((second.files_found, second.files_read), (3, 1));
+    assert_eq!(
+        second.rows_written, 1,
+        "c.csv, written during the first run"
+    );
+    assert_eq!(second.files_changed.len(), 1, "b.csv grew: reported");
+    assert!(second.files_changed[0].ends_with("/landing/b.csv"));
+}
