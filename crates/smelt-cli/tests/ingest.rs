@@ -531,3 +531,70 @@ fn tpch_part_example_matches_the_generator() {
         (Some("up_to_date"), Some("up_to_date"))
     );
 }
+
+/// `from:` as a URL goes through the object store (here `file://`, the same code as
+/// `s3://` and the others): listing, hidden names, Hive folders, streamed CSV, ranged
+/// Parquet reads, exactly once.
+#[test]
+fn object_store_urls_read_like_folders() {
+    let p = Project::with_pipeline("");
+    let landing = p.file("landing");
+    let url = url::Url::from_directory_path(&landing).unwrap();
+    p.write(
+        "smelt.yaml",
+        &pipeline(&[
+            ingest(
+                "csv",
+                &format!(
+                    "      from: {url}csv/**/*.csv\n      into: raw.csv\n      format: csv\n      audit: {{file_row: true}}\n"
+                ),
+            ),
+            ingest(
+                "pq",
+                &format!("      from: {url}pq\n      into: raw.pq\n      format: parquet\n"),
+            ),
+        ]),
+    );
+    p.write("landing/csv/day=1/a.csv", "id,name\n1,a\n2,b\nbroken\n");
+    p.write("landing/csv/day=1/.b.csv", "id,name\n9,hidden\n");
+    p.write("landing/csv/day=2/c.csv", "id,name\n3,c\n");
+    parquet_file(&p.file("landing/pq/region=jp/x.parquet"), &[7, 8]);
+    let flows = p.flows(&["run"]);
+    assert_eq!(
+        (
+            flows[0]["files_read"].as_i64(),
+            flows[0]["malformed"].as_i64()
+        ),
+        (Some(2), Some(1))
+    );
+    assert_eq!(
+        rows(
+            &p,
+            "SELECT * FROM raw.csv ORDER BY id",
+            &["id", "name", "day", "_file_row"]
+        ),
+        [
+            ["1", "a", "1", "1"],
+            ["2", "b", "1", "2"],
+            ["3", "c", "2", "1"]
+        ]
+    );
+    let source = p.query("SELECT _datasource FROM raw.csv WHERE id = '3'");
+    assert_eq!(
+        source[0]["_datasource"].as_str().unwrap(),
+        format!("{url}csv/day=2/c.csv")
+    );
+    assert_eq!(
+        rows(
+            &p,
+            "SELECT * FROM raw.pq ORDER BY id",
+            &["id", "amount", "region"]
+        ),
+        [["7", "7.50", "jp"], ["8", "8.50", "jp"]]
+    );
+    let flows = p.flows(&["run"]);
+    assert_eq!(
+        (flows[0]["status"].as_str(), flows[1]["status"].as_str()),
+        (Some("up_to_date"), Some("up_to_date"))
+    );
+}

@@ -286,6 +286,7 @@ mod tests {
         IngestFlow {
             from: "landing".into(),
             folder: "landing".into(),
+            url: None,
             pattern: None,
             into: smelt_spec::TableName::parse("bronze.t").unwrap(),
             format: FileFormat::Csv,
@@ -310,6 +311,7 @@ mod tests {
             size: 10,
             modified_us: 1_000_000,
             partitions: vec![("day".into(), "2026-07-21".into())],
+            object: None,
         }
     }
 

@@ -289,49 +289,8 @@ impl<R: Read> Read for Decode<R> {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Array, AsArray};
-
     use super::*;
-
-    #[derive(Default)]
-    pub(crate) struct Collect {
-        pub names: Vec<String>,
-        pub rows: Vec<Vec<Option<String>>>,
-        pub numbers: Vec<i64>,
-        pub extra: Vec<Option<String>>,
-        pub malformed: Vec<Malformed>,
-    }
-
-    impl RowSink for Collect {
-        fn rows(&mut self, r: RawRows) -> Result<()> {
-            self.names = r
-                .batch
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect();
-            for i in 0..r.batch.num_rows() {
-                self.rows.push(
-                    r.batch
-                        .columns()
-                        .iter()
-                        .map(|c| {
-                            let c = c.as_string::<i32>();
-                            c.is_valid(i).then(|| c.value(i).to_string())
-                        })
-                        .collect(),
-                );
-                self.extra.push(r.extra.as_ref().and_then(|e| e[i].clone()));
-            }
-            self.numbers.extend(r.rows);
-            Ok(())
-        }
-        fn malformed(&mut self, row: Malformed) -> Result<()> {
-            self.malformed.push(row);
-            Ok(())
-        }
-    }
+    use crate::testing::Collect;
 
     fn read(text: &[u8], layout: &CsvLayout) -> Collect {
         let mut sink = Collect::default();
@@ -349,16 +308,16 @@ mod tests {
             b"id,name,price\n1,\"a, b\",9.50\n2,\"say \"\"hi\"\"\",\n3,x,1\n",
             &CsvLayout::default(),
         );
-        assert_eq!(out.names, ["id", "name", "price"]);
+        assert_eq!(out.names(), ["id", "name", "price"]);
         assert_eq!(
-            out.rows,
+            out.rows(),
             vec![
                 vec![s("1"), s("a, b"), s("9.50")],
                 vec![s("2"), s("say \"hi\""), None],
                 vec![s("3"), s("x"), s("1")],
             ]
         );
-        assert_eq!(out.numbers, [1, 2, 3]);
+        assert_eq!(out.numbers(), [1, 2, 3]);
     }
 
     #[test]
@@ -370,9 +329,9 @@ mod tests {
             ..CsvLayout::default()
         };
         let out = read(b"1|goldenrod lavender|7|\n2|blush thistle|1|\n", &layout);
-        assert_eq!(out.names, ["p_partkey", "p_name", "p_size"]);
-        assert_eq!(out.rows[1], vec![s("2"), s("blush thistle"), s("1")]);
-        assert!(out.extra.iter().all(Option::is_none));
+        assert_eq!(out.names(), ["p_partkey", "p_name", "p_size"]);
+        assert_eq!(out.rows()[1], vec![s("2"), s("blush thistle"), s("1")]);
+        assert!(out.extra().iter().all(Option::is_none));
         // Without names (Spark's `_c0`, `_c1`, …) an empty last field is a column like any
         // other: nothing says it is a trailing separator.
         let out = read(
@@ -383,7 +342,7 @@ mod tests {
                 ..CsvLayout::default()
             },
         );
-        assert_eq!(out.names, ["_c0", "_c1", "_c2"]);
+        assert_eq!(out.names(), ["_c0", "_c1", "_c2"]);
     }
 
     #[test]
@@ -395,13 +354,13 @@ mod tests {
         };
         let out = read(b"a,b,c\n\\N,\"x\\\"y\",\n", &layout);
         // With `null_value` set, an empty field is an empty string.
-        assert_eq!(out.rows, vec![vec![None, s("x\"y"), s("")]]);
+        assert_eq!(out.rows(), vec![vec![None, s("x\"y"), s("")]]);
     }
 
     #[test]
     fn short_lines_are_malformed_long_ones_keep_their_extra_fields() {
         let out = read(b"a,b\n1,2\n3\n4,5,6,7\n8,9\n", &CsvLayout::default());
-        assert_eq!(out.rows.len(), 3);
+        assert_eq!(out.rows().len(), 3);
         assert_eq!(
             out.malformed,
             vec![Malformed {
@@ -410,8 +369,8 @@ mod tests {
                 reason: "1 fields, but the file has 2 columns".into()
             }]
         );
-        assert_eq!(out.extra[1].as_deref(), Some(r#"{"_c2":"6","_c3":"7"}"#));
-        assert_eq!(out.numbers, [1, 3, 4]);
+        assert_eq!(out.extra()[1].as_deref(), Some(r#"{"_c2":"6","_c3":"7"}"#));
+        assert_eq!(out.numbers(), [1, 3, 4]);
     }
 
     #[test]
@@ -425,8 +384,8 @@ mod tests {
                 ..CsvLayout::default()
             },
         );
-        assert_eq!(out.names, ["品名", "価格"]);
-        assert_eq!(out.rows, vec![vec![s("りんご"), s("100")]]);
+        assert_eq!(out.names(), ["品名", "価格"]);
+        assert_eq!(out.rows(), vec![vec![s("りんご"), s("100")]]);
         // The same bytes read as UTF-8: the line is quarantined, naming the option.
         let out = read(&sjis, &CsvLayout::default());
         assert_eq!(out.malformed.len(), 1);
@@ -452,7 +411,7 @@ mod tests {
             "{err}"
         );
         let out = read(b"x,y\n", &CsvLayout::default());
-        assert_eq!(out.names, ["x", "y"]);
-        assert!(out.rows.is_empty());
+        assert_eq!(out.names(), ["x", "y"]);
+        assert!(out.rows().is_empty());
     }
 }

@@ -1,9 +1,17 @@
-//! Finding the files of an ingest flow: a folder, a pattern below it, Hive-style
-//! `key=value` folders as columns.
+//! Finding and opening the files of an ingest flow: a local folder or an object-store
+//! prefix, a pattern below it, Hive-style `key=value` folders as columns.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
 use glob::{MatchOptions, Pattern};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme};
+use parquet::file::reader::{ChunkReader, Length};
+use smelt_spec::IngestFlow;
 
 use crate::{IngestError, Result};
 
@@ -23,6 +31,240 @@ pub struct LandingFile {
     /// Values of Hive-style partition folders (`export_timestamp=2026-07-21 10:00:00+09:00/`)
     /// on its path, percent-decoded, outermost first.
     pub partitions: Vec<(String, String)>,
+    /// Its path in the object store, for files listed from a URL.
+    pub object: Option<ObjectPath>,
+}
+
+/// Where an ingest flow's files are.
+pub enum Landing {
+    /// A local folder, read with the file system.
+    Local(PathBuf),
+    /// An object-store prefix.
+    Store {
+        /// The store.
+        store: Arc<dyn ObjectStore>,
+        /// The prefix files are listed under.
+        prefix: ObjectPath,
+        /// `scheme://host/` of file URLs.
+        base: String,
+    },
+}
+
+const MATCH: MatchOptions = MatchOptions {
+    case_sensitive: true,
+    require_literal_separator: true,
+    require_literal_leading_dot: true,
+};
+
+impl Landing {
+    /// The landing of `flow`: its URL's store (credentials from the environment, as the
+    /// cloud SDKs read them: `AWS_*`, `GOOGLE_*`, `AZURE_*`), else its local folder.
+    pub fn of(flow: &IngestFlow) -> Result<Self> {
+        let Some(text) = &flow.url else {
+            return Ok(Self::Local(flow.folder.clone()));
+        };
+        let bad = |e: &dyn std::fmt::Display| {
+            IngestError::Options(format!("`{text}` cannot be opened: {e}"))
+        };
+        let url = url::Url::parse(text).map_err(|e| bad(&e))?;
+        let (scheme, prefix) = ObjectStoreScheme::parse(&url).map_err(|e| bad(&e))?;
+        let store: Arc<dyn ObjectStore> = match scheme {
+            ObjectStoreScheme::Local => Arc::new(object_store::local::LocalFileSystem::new()),
+            ObjectStoreScheme::Memory => Arc::new(object_store::memory::InMemory::new()),
+            ObjectStoreScheme::AmazonS3 => Arc::new(
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(text)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
+            ObjectStoreScheme::GoogleCloudStorage => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(text)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
+            ObjectStoreScheme::MicrosoftAzure => Arc::new(
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(text)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
+            ObjectStoreScheme::Http => Arc::new(
+                object_store::http::HttpBuilder::new()
+                    .with_url(text)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
+            other => return Err(bad(&format!("{other:?} is not supported"))),
+        };
+        let base = match url.host_str() {
+            Some(host) => format!("{}://{host}/", url.scheme()),
+            None => format!("{}:///", url.scheme()),
+        };
+        Ok(Self::Store {
+            store,
+            prefix,
+            base,
+        })
+    }
+
+    /// The files whose path below the folder matches `pattern` (every file when `None`),
+    /// sorted by path. Hidden files and folders (`.x`, `_x`) are skipped.
+    pub async fn list(&self, pattern: Option<&str>) -> Result<Vec<LandingFile>> {
+        let (store, prefix, base) = match self {
+            Self::Local(folder) => return list(folder, pattern),
+            Self::Store {
+                store,
+                prefix,
+                base,
+            } => (store, prefix, base),
+        };
+        let pattern = compile(pattern)?;
+        let mut objects = store.list(Some(prefix));
+        let mut files = Vec::new();
+        while let Some(meta) = objects.next().await {
+            let meta = meta.map_err(|e| {
+                IngestError::Options(format!("listing `{base}{prefix}` failed: {e}"))
+            })?;
+            let location = meta.location.as_ref();
+            let relative = location
+                .strip_prefix(prefix.as_ref())
+                .unwrap_or(location)
+                .trim_start_matches('/')
+                .to_string();
+            if relative.split('/').any(hidden)
+                || pattern
+                    .as_ref()
+                    .is_some_and(|p| !p.matches_with(&relative, MATCH))
+            {
+                continue;
+            }
+            files.push(LandingFile {
+                path: PathBuf::from(location),
+                partitions: partitions(&relative),
+                relative,
+                url: format!("{base}{location}"),
+                size: meta.size,
+                modified_us: meta.last_modified.timestamp_micros(),
+                object: Some(meta.location.clone()),
+            });
+        }
+        files.sort_by(|a, b| a.relative.cmp(&b.relative));
+        Ok(files)
+    }
+
+    /// The first `file.size` bytes of `file`, streamed. Store reads block on `handle`: call
+    /// from a blocking context.
+    pub fn open(
+        &self,
+        file: &LandingFile,
+        handle: &tokio::runtime::Handle,
+    ) -> Result<Box<dyn Read + Send>> {
+        let io = |source| IngestError::Io {
+            file: file.url.clone(),
+            source,
+        };
+        match (self, &file.object) {
+            (Self::Store { store, .. }, Some(object)) => {
+                let get = handle
+                    .block_on(store.get(object))
+                    .map_err(|e| io(std::io::Error::other(e)))?;
+                let stream = get.into_stream();
+                Ok(Box::new(
+                    StoreRead {
+                        handle: handle.clone(),
+                        stream,
+                        chunk: Bytes::new(),
+                    }
+                    .take(file.size),
+                ))
+            }
+            _ => {
+                let f = std::fs::File::open(&file.path).map_err(io)?;
+                Ok(Box::new(f.take(file.size)))
+            }
+        }
+    }
+
+    /// Ranged reads of `file` for a Parquet reader, for a file in an object store (`None`
+    /// for a local file: read it with `std::fs::File`).
+    pub fn store_chunks(
+        &self,
+        file: &LandingFile,
+        handle: &tokio::runtime::Handle,
+    ) -> Option<StoreChunks> {
+        match (self, &file.object) {
+            (Self::Store { store, .. }, Some(object)) => Some(StoreChunks {
+                store: Arc::clone(store),
+                object: object.clone(),
+                size: file.size,
+                handle: handle.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A byte stream from an object store as a blocking reader.
+struct StoreRead {
+    handle: tokio::runtime::Handle,
+    stream: BoxStream<'static, object_store::Result<Bytes>>,
+    chunk: Bytes,
+}
+
+impl Read for StoreRead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.handle.block_on(self.stream.next()) {
+                None => return Ok(0),
+                Some(Ok(chunk)) => self.chunk = chunk,
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
+}
+
+/// A Parquet file in an object store, read in ranges (the footer, then column chunks).
+pub struct StoreChunks {
+    store: Arc<dyn ObjectStore>,
+    object: ObjectPath,
+    size: u64,
+    handle: tokio::runtime::Handle,
+}
+
+impl Length for StoreChunks {
+    fn len(&self) -> u64 {
+        self.size
+    }
+}
+
+impl ChunkReader for StoreChunks {
+    type T = std::io::Cursor<Bytes>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        Ok(std::io::Cursor::new(self.get_bytes(
+            start,
+            (self.size.saturating_sub(start)) as usize,
+        )?))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        self.handle
+            .block_on(
+                self.store
+                    .get_range(&self.object, start..start + length as u64),
+            )
+            .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+    }
+}
+
+fn compile(pattern: Option<&str>) -> Result<Option<Pattern>> {
+    pattern
+        .map(|p| Pattern::new(p).map_err(|e| IngestError::Options(format!("`{p}`: {e}"))))
+        .transpose()
 }
 
 /// A name that writers use for files that are not complete yet (`.part-0.tmp`,
@@ -32,8 +274,8 @@ fn hidden(name: &str) -> bool {
     name.starts_with('.') || name.starts_with('_')
 }
 
-/// The files under `folder` whose relative path matches `pattern` (every file when
-/// `None`), sorted by path. Hidden files and folders (`.x`, `_x`) are skipped.
+/// The files under the local `folder` whose relative path matches `pattern` (every file
+/// when `None`), sorted by path. Hidden files and folders (`.x`, `_x`) are skipped.
 pub fn list(folder: &Path, pattern: Option<&str>) -> Result<Vec<LandingFile>> {
     let io = |e: std::io::Error| IngestError::Io {
         file: folder.display().to_string(),
@@ -51,14 +293,7 @@ pub fn list(folder: &Path, pattern: Option<&str>) -> Result<Vec<LandingFile>> {
             folder.display()
         )));
     }
-    let pattern = pattern
-        .map(|p| Pattern::new(p).map_err(|e| IngestError::Options(format!("`{p}`: {e}"))))
-        .transpose()?;
-    let options = MatchOptions {
-        case_sensitive: true,
-        require_literal_separator: true,
-        require_literal_leading_dot: true,
-    };
+    let pattern = compile(pattern)?;
     let root = std::fs::canonicalize(folder).map_err(io)?;
     let mut files = Vec::new();
     let walk = walkdir::WalkDir::new(&root)
@@ -86,7 +321,7 @@ pub fn list(folder: &Path, pattern: Option<&str>) -> Result<Vec<LandingFile>> {
             .collect();
         let relative = relative.join("/");
         if let Some(p) = &pattern
-            && !p.matches_with(&relative, options)
+            && !p.matches_with(&relative, MATCH)
         {
             continue;
         }
@@ -110,6 +345,7 @@ pub fn list(folder: &Path, pattern: Option<&str>) -> Result<Vec<LandingFile>> {
             url,
             size: meta.len(),
             modified_us,
+            object: None,
         });
     }
     Ok(files)

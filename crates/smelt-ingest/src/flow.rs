@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,7 +26,7 @@ use smelt_engine::{EngineError, failpoint};
 use smelt_spec::{FileFormat, IngestFlow, OnChangedFile};
 
 use crate::conform::Conformer;
-use crate::files::{LandingFile, list};
+use crate::files::{Landing, LandingFile};
 use crate::{IngestError, Malformed, RawRows, RowSink};
 
 /// Commit-info entry listing the files a commit loaded.
@@ -108,15 +107,19 @@ pub struct Listing {
     pub changed: Vec<LandingFile>,
 }
 
-/// Lists the folder of `flow` and compares it with `loaded`. `all` ignores
+/// Lists the landing of `flow` and compares it with `loaded`. `all` ignores
 /// `max_files_per_run` (a rebuild replaces bronze with every file, in one commit).
-pub fn plan_files(
+pub async fn plan_files(
     flow_name: &str,
     flow: &IngestFlow,
+    landing: &Landing,
     loaded: &HashMap<String, FileStamp>,
     all: bool,
 ) -> smelt_engine::Result<Listing> {
-    let found = list(&flow.folder, flow.pattern.as_deref()).map_err(|e| user(flow_name, e))?;
+    let found = landing
+        .list(flow.pattern.as_deref())
+        .await
+        .map_err(|e| user(flow_name, e))?;
     let mut to_load = Vec::new();
     let mut changed = Vec::new();
     for f in &found {
@@ -199,7 +202,8 @@ pub async fn run_ingest(
     } else {
         loaded_files(flow_name, bronze).await?
     };
-    let listing = plan_files(flow_name, flow, &loaded, ctx.full_refresh)?;
+    let landing = Landing::of(flow).map_err(|e| user(flow_name, e))?;
+    let listing = plan_files(flow_name, flow, &landing, &loaded, ctx.full_refresh).await?;
     let app = app_id(flow_name);
     let done = bronze.watermark(&app).await?.unwrap_or(0);
     let mut report = FlowReport {
@@ -267,7 +271,7 @@ pub async fn run_ingest(
     for (i, file) in listing.to_load.iter().enumerate() {
         reporter.files(flow_name, (i, done_bytes), total);
         sink.file = Some(file.clone());
-        let read = tokio::task::block_in_place(|| read_file(flow, file, &mut sink));
+        let read = tokio::task::block_in_place(|| read_file(flow, &landing, file, &mut sink));
         if let Some(e) = sink.error.take() {
             return Err(e);
         }
@@ -352,24 +356,39 @@ pub async fn run_ingest(
     Ok(report)
 }
 
-/// Reads one file into `sink`.
-fn read_file(flow: &IngestFlow, file: &LandingFile, sink: &mut dyn RowSink) -> crate::Result<()> {
-    let open = File::open(&file.path).map_err(|source| IngestError::Io {
-        file: file.url.clone(),
-        source,
-    })?;
+/// Reads one file into `sink` (from a blocking context).
+fn read_file(
+    flow: &IngestFlow,
+    landing: &Landing,
+    file: &LandingFile,
+    sink: &mut dyn RowSink,
+) -> crate::Result<()> {
+    let handle = tokio::runtime::Handle::current();
     match flow.format {
         // Only the bytes listed: a file that grows while it is read loads as listed (and
         // counts as changed next run).
-        FileFormat::Csv => {
-            crate::csv::read_csv(open.take(file.size), &file.url, &flow.csv, BATCH_ROWS, sink)
-        }
+        FileFormat::Csv => crate::csv::read_csv(
+            landing.open(file, &handle)?,
+            &file.url,
+            &flow.csv,
+            BATCH_ROWS,
+            sink,
+        ),
         FileFormat::Json => {
-            crate::json::read_json(open.take(file.size), &file.url, BATCH_ROWS, sink)
+            crate::json::read_json(landing.open(file, &handle)?, &file.url, BATCH_ROWS, sink)
         }
-        FileFormat::Parquet => {
-            crate::parquet::read_parquet(open, &file.url, flow.infer_types, BATCH_ROWS, sink)
-        }
+        FileFormat::Parquet => match landing.store_chunks(file, &handle) {
+            Some(chunks) => {
+                crate::parquet::read_parquet(chunks, &file.url, flow.infer_types, BATCH_ROWS, sink)
+            }
+            None => {
+                let open = File::open(&file.path).map_err(|source| IngestError::Io {
+                    file: file.url.clone(),
+                    source,
+                })?;
+                crate::parquet::read_parquet(open, &file.url, flow.infer_types, BATCH_ROWS, sink)
+            }
+        },
     }
 }
 

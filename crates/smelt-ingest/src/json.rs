@@ -155,45 +155,8 @@ impl Batch {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Array, AsArray};
-
     use super::*;
-
-    #[derive(Default)]
-    struct Collect {
-        batches: Vec<(Vec<String>, Vec<Vec<Option<String>>>, Vec<i64>)>,
-        malformed: Vec<Malformed>,
-    }
-
-    impl RowSink for Collect {
-        fn rows(&mut self, r: RawRows) -> Result<()> {
-            let names = r
-                .batch
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect();
-            let rows = (0..r.batch.num_rows())
-                .map(|i| {
-                    r.batch
-                        .columns()
-                        .iter()
-                        .map(|c| {
-                            let c = c.as_string::<i32>();
-                            c.is_valid(i).then(|| c.value(i).to_string())
-                        })
-                        .collect()
-                })
-                .collect();
-            self.batches.push((names, rows, r.rows));
-            Ok(())
-        }
-        fn malformed(&mut self, row: Malformed) -> Result<()> {
-            self.malformed.push(row);
-            Ok(())
-        }
-    }
+    use crate::testing::Collect;
 
     fn s(v: &str) -> Option<String> {
         Some(v.to_string())
@@ -210,16 +173,16 @@ mod tests {
         );
         let mut sink = Collect::default();
         read_json(text.as_bytes(), "f.json", 100, &mut sink).unwrap();
-        let (names, rows, numbers) = &sink.batches[0];
-        assert_eq!(names, &["z", "id", "ok", "tags", "new"]);
+        let b = &sink.batches[0];
+        assert_eq!(b.names, ["z", "id", "ok", "tags", "new"]);
         assert_eq!(
-            rows,
-            &vec![
+            b.rows,
+            vec![
                 vec![s("a"), s("1"), s("true"), None, None],
                 vec![None, s("2.5"), None, s("[1,\"x\"]"), s("{\"a\":1}")],
             ]
         );
-        assert_eq!(numbers, &[1, 3]);
+        assert_eq!(b.numbers, [1, 3]);
         assert_eq!(
             sink.malformed.iter().map(|m| m.line).collect::<Vec<_>>(),
             [4, 5]
@@ -233,6 +196,6 @@ mod tests {
         let mut sink = Collect::default();
         read_json(text.as_bytes(), "f.json", 2, &mut sink).unwrap();
         assert_eq!(sink.batches.len(), 2);
-        assert_eq!(sink.batches[1].0, ["b"]);
+        assert_eq!(sink.batches[1].names, ["b"]);
     }
 }

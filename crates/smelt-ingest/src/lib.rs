@@ -78,3 +78,88 @@ pub enum IngestError {
 
 /// Result alias of this crate.
 pub type Result<T, E = IngestError> = std::result::Result<T, E>;
+
+/// A sink that keeps what it is given, as text, for the readers' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use arrow::array::{Array, AsArray};
+
+    use super::{Malformed, RawRows, Result, RowSink};
+
+    /// One batch as text.
+    #[derive(Debug, Default)]
+    pub struct Batch {
+        pub names: Vec<String>,
+        pub rows: Vec<Vec<Option<String>>>,
+        pub numbers: Vec<i64>,
+        pub extra: Vec<Option<String>>,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct Collect {
+        pub batches: Vec<Batch>,
+        pub malformed: Vec<Malformed>,
+    }
+
+    impl Collect {
+        /// Column names of the last batch.
+        pub fn names(&self) -> &[String] {
+            self.batches
+                .last()
+                .map(|b| b.names.as_slice())
+                .unwrap_or(&[])
+        }
+        /// Every row, in order.
+        pub fn rows(&self) -> Vec<Vec<Option<String>>> {
+            self.batches.iter().flat_map(|b| b.rows.clone()).collect()
+        }
+        /// Every row number, in order.
+        pub fn numbers(&self) -> Vec<i64> {
+            self.batches
+                .iter()
+                .flat_map(|b| b.numbers.clone())
+                .collect()
+        }
+        /// Every row's extra fields, in order.
+        pub fn extra(&self) -> Vec<Option<String>> {
+            self.batches.iter().flat_map(|b| b.extra.clone()).collect()
+        }
+    }
+
+    impl RowSink for Collect {
+        fn rows(&mut self, r: RawRows) -> Result<()> {
+            let n = r.batch.num_rows();
+            self.batches.push(Batch {
+                names: r
+                    .batch
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect(),
+                rows: (0..n)
+                    .map(|i| {
+                        r.batch
+                            .columns()
+                            .iter()
+                            .map(|c| {
+                                let c = c.as_string::<i32>();
+                                c.is_valid(i).then(|| c.value(i).to_string())
+                            })
+                            .collect()
+                    })
+                    .collect(),
+                numbers: r.rows,
+                extra: (0..n)
+                    .map(|i| r.extra.as_ref().and_then(|e| e[i].clone()))
+                    .collect(),
+            });
+            Ok(())
+        }
+
+        fn malformed(&mut self, row: Malformed) -> Result<()> {
+            self.malformed.push(row);
+            Ok(())
+        }
+    }
+}

@@ -1,7 +1,6 @@
 //! Parquet files, a row group's batch at a time: columns as text (bronze's raw layer), or
 //! in their own types with `infer_types`.
 
-use std::fs::File;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, RecordBatchReader, StringBuilder};
@@ -9,14 +8,15 @@ use arrow::compute::{can_cast_types, cast};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::reader::ChunkReader;
 
 use crate::{IngestError, RawRows, Result, RowSink};
 
 /// Reads the Parquet file `input` (named `file` in errors) into `sink`, `batch_size`
 /// rows at a time. With `keep_types` false every column becomes text: what a cast to
 /// STRING gives, nested values as displayed by Arrow.
-pub fn read_parquet(
-    input: File,
+pub fn read_parquet<T: ChunkReader + 'static>(
+    input: T,
     file: &str,
     keep_types: bool,
     batch_size: usize,
@@ -101,6 +101,8 @@ fn as_text(batch: &RecordBatch) -> Result<RecordBatch> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
+
     use arrow::array::{Array, AsArray, Int64Array, StringArray};
     use parquet::arrow::ArrowWriter;
 

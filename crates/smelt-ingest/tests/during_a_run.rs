@@ -43,7 +43,7 @@ async fn files_added_or_growing_during_a_run_wait_for_the_next() {
     let FlowKind::Ingest(flow) = &pipeline.flows[0].kind else {
         panic!("an ingest flow")
     };
-    let lake = Lake::new(&dir.path().join("lake")).unwrap();
+    let lake = Lake::new(dir.path().join("lake")).unwrap();
     let meddler = Meddler {
         landing: landing.clone(),
         done: AtomicBool::new(false),

@@ -118,8 +118,12 @@ impl Default for IngestAudit {
 pub struct IngestFlow {
     /// `from` as written.
     pub from: String,
-    /// The folder files are found under (resolved against the pipeline file's folder).
+    /// The local folder files are found under (resolved against the pipeline file's
+    /// folder); unused when `url` is set.
     pub folder: PathBuf,
+    /// The object-store URL files are found under (`s3://bucket/landing`, `gs://…`,
+    /// `az://…`, `https://…`, `file:///…`), when `from` is a URL.
+    pub url: Option<String>,
     /// Pattern the paths below `folder` must match (`*.tbl`, `**/*.parquet`); `None` = every file.
     pub pattern: Option<String>,
     /// The bronze table.
@@ -252,15 +256,29 @@ pub(crate) fn ingest_flow(
             "write tables as `schema.table`, e.g. `bronze.part`",
         );
     }
-    let from = raw.from.strip_prefix("file://").unwrap_or(&raw.from);
-    if let Some((scheme, _)) = from.split_once("://") {
-        error(
-            "from",
-            format!("`{scheme}://` folders are not supported yet: ingest reads local folders"),
-            "copy the files to a local folder (or mount the bucket) and point `from:` at it",
-        );
-    }
-    let (folder, pattern) = split_glob(from);
+    let (folder, pattern) = split_glob(&raw.from);
+    let url = match folder.split_once("://") {
+        None => None,
+        Some((scheme, _)) => {
+            let known = [
+                "file", "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https",
+            ];
+            if !known.contains(&scheme) {
+                error(
+                    "from",
+                    format!("`{scheme}://` is not a storage smelt can list"),
+                    "use a local folder, or a `file://`, `s3://`, `gs://`, `az://`, `abfss://` or `https://` URL",
+                );
+            } else if url::Url::parse(&folder).is_err() {
+                error(
+                    "from",
+                    format!("`{folder}` is not a valid URL"),
+                    "write it as `s3://bucket/folder/*.csv`, or `file:///absolute/folder`",
+                );
+            }
+            Some(folder.clone())
+        }
+    };
     if let Some(p) = &pattern
         && let Err(e) = glob::Pattern::new(p)
     {
@@ -349,7 +367,12 @@ pub(crate) fn ingest_flow(
     let rescued_data = name_or(raw.rescued_data, Some("_rescued_data"), "_rescued_data");
     let flow = IngestFlow {
         from: raw.from.clone(),
-        folder: dir.join(&folder),
+        folder: if url.is_some() {
+            PathBuf::new()
+        } else {
+            dir.join(&folder)
+        },
+        url,
         pattern,
         // A bad name is reported above; the other checks still run.
         into: into.clone().unwrap_or(TableName {
@@ -434,6 +457,7 @@ mod tests {
             panic!("an ingest flow")
         };
         assert_eq!(f.folder, Path::new("/p/landing"));
+        assert_eq!(f.url, None);
         assert_eq!(f.pattern.as_deref(), Some("*.tbl"));
         assert_eq!(f.csv, CsvLayout::default());
         assert_eq!(
@@ -444,17 +468,24 @@ mod tests {
         assert_eq!(f.on_changed_file, OnChangedFile::Ignore);
         assert_eq!(p.flows[0].writes().to_string(), "bronze.part");
         assert!(p.flows[0].reads().is_none());
+        let p = load("      from: s3://bucket/in/**/*.json\n      into: b.t\n      format: json\n")
+            .unwrap();
+        let crate::FlowKind::Ingest(f) = &p.flows[0].kind else {
+            panic!("an ingest flow")
+        };
+        assert_eq!(f.url.as_deref(), Some("s3://bucket/in"));
+        assert_eq!(f.pattern.as_deref(), Some("**/*.json"));
     }
 
     #[test]
     fn problems_are_collected_with_fixes() {
         let err = load(
-            "      from: s3://bucket/landing\n      into: part\n      format: json\n      sep: \"||\"\n      rescued_data: false\n      schema_evolution: rescue\n      max_files_per_run: 0\n      audit: {datasource: _rescued_data, file_row: true}\n",
+            "      from: ftp://host/landing\n      into: part\n      format: json\n      sep: \"||\"\n      rescued_data: false\n      schema_evolution: rescue\n      max_files_per_run: 0\n      audit: {datasource: _rescued_data, file_row: true}\n",
         )
         .unwrap_err()
         .to_string();
         for expected in [
-            "`s3://` folders are not supported yet",
+            "`ftp://` is not a storage smelt can list",
             "`part` is not a table name",
             "`sep` applies to CSV files only",
             "`sep` must be one ASCII character",

@@ -5,6 +5,7 @@ use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::apply::app_id;
 use smelt_engine::ports::{ChangeSource, SilverTable};
+use smelt_ingest::files::Landing;
 use smelt_ingest::flow::{loaded_files, plan_files};
 use smelt_spec::FlowKind;
 
@@ -57,8 +58,10 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
         }
         if let FlowKind::Ingest(ingest) = &flow.kind {
             let waiting = async {
+                let landing = Landing::of(ingest)
+                    .map_err(|e| smelt_engine::EngineError::user(e.to_string(), "fix `from:`"))?;
                 let loaded = loaded_files(&flow.name, &output).await?;
-                plan_files(&flow.name, ingest, &loaded, false)
+                plan_files(&flow.name, ingest, &landing, &loaded, false).await
             };
             match waiting.await {
                 Ok(l) => row.files_waiting = Some(l.to_load.len() + l.pending),
