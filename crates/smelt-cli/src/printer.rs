@@ -17,10 +17,7 @@ impl Progress {
     pub fn new(enabled: bool) -> Self {
         let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::new_spinner();
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
-                    .expect("valid template"),
-            );
+            bar.set_style(spinner());
             bar.enable_steady_tick(Duration::from_millis(120));
             bar
         });
@@ -38,21 +35,36 @@ impl Progress {
 impl Reporter for Progress {
     fn phase(&self, flow: &str, phase: &str) {
         if let Some(bar) = &self.bar {
+            bar.set_style(spinner());
+            bar.unset_length();
             bar.set_message(format!("{flow}: {phase}"));
         }
     }
 
     fn files(&self, flow: &str, done: (usize, u64), total: (usize, u64)) {
         if let Some(bar) = &self.bar {
+            if bar.length() != Some(total.1) {
+                bar.set_style(
+                    ProgressStyle::with_template(
+                        "{spinner} {elapsed:>4} {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
+                    )
+                    .expect("valid template")
+                    .progress_chars("=> "),
+                );
+                bar.set_length(total.1);
+            }
+            bar.set_position(done.1.min(total.1));
             bar.set_message(format!(
-                "{flow}: loading files {}/{} ({} of {})",
-                done.0,
-                total.0,
-                bytes(done.1),
-                bytes(total.1)
+                "{flow}: file {}/{}",
+                (done.0 + 1).min(total.0),
+                total.0
             ));
         }
     }
+}
+
+fn spinner() -> ProgressStyle {
+    ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template")
 }
 
 /// Bytes as B / KiB / MiB / GiB.

@@ -9,7 +9,9 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use arrow::array::{
@@ -251,7 +253,19 @@ pub async fn run_ingest(
     if ctx.full_refresh && bronze.schema().is_some() {
         bronze.stage_overwrite().await?;
     }
+    let total = (
+        listing.to_load.len(),
+        listing.to_load.iter().map(|f| f.size).sum::<u64>(),
+    );
     let mut sink = Loader {
+        progress: Progress {
+            reporter,
+            flow: flow_name,
+            file: 0,
+            before: 0,
+            total,
+            read: Arc::new(AtomicU64::new(0)),
+        },
         conformer: Conformer::new(flow, bronze.schema()),
         bronze,
         buffer: Vec::new(),
@@ -263,15 +277,16 @@ pub async fn run_ingest(
         columns_added: Vec::new(),
         error: None,
     };
-    let total = (
-        listing.to_load.len(),
-        listing.to_load.iter().map(|f| f.size).sum::<u64>(),
-    );
     let mut done_bytes = 0;
     for (i, file) in listing.to_load.iter().enumerate() {
         reporter.files(flow_name, (i, done_bytes), total);
         sink.file = Some(file.clone());
-        let read = tokio::task::block_in_place(|| read_file(flow, &landing, file, &mut sink));
+        sink.progress.file = i;
+        sink.progress.before = done_bytes;
+        sink.progress.read.store(0, Ordering::Relaxed);
+        let read_bytes = Arc::clone(&sink.progress.read);
+        let read =
+            tokio::task::block_in_place(|| read_file(flow, &landing, file, read_bytes, &mut sink));
         if let Some(e) = sink.error.take() {
             return Err(e);
         }
@@ -361,22 +376,21 @@ fn read_file(
     flow: &IngestFlow,
     landing: &Landing,
     file: &LandingFile,
+    read_bytes: Arc<AtomicU64>,
     sink: &mut dyn RowSink,
 ) -> crate::Result<()> {
     let handle = tokio::runtime::Handle::current();
+    let open = || -> crate::Result<Counting> {
+        Ok(Counting {
+            inner: landing.open(file, &handle)?,
+            read: Arc::clone(&read_bytes),
+        })
+    };
     match flow.format {
         // Only the bytes listed: a file that grows while it is read loads as listed (and
         // counts as changed next run).
-        FileFormat::Csv => crate::csv::read_csv(
-            landing.open(file, &handle)?,
-            &file.url,
-            &flow.csv,
-            BATCH_ROWS,
-            sink,
-        ),
-        FileFormat::Json => {
-            crate::json::read_json(landing.open(file, &handle)?, &file.url, BATCH_ROWS, sink)
-        }
+        FileFormat::Csv => crate::csv::read_csv(open()?, &file.url, &flow.csv, BATCH_ROWS, sink),
+        FileFormat::Json => crate::json::read_json(open()?, &file.url, BATCH_ROWS, sink),
         FileFormat::Parquet => match landing.store_chunks(file, &handle) {
             Some(chunks) => {
                 crate::parquet::read_parquet(chunks, &file.url, flow.infer_types, BATCH_ROWS, sink)
@@ -392,9 +406,36 @@ fn read_file(
     }
 }
 
+/// A reader that counts the bytes read, for progress.
+struct Counting {
+    inner: Box<dyn Read + Send>,
+    read: Arc<AtomicU64>,
+}
+
+impl Read for Counting {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Where the load is: files and bytes done.
+struct Progress<'r> {
+    reporter: &'r dyn Reporter,
+    flow: &'r str,
+    /// The file being read (0-based) and the bytes of the files before it.
+    file: usize,
+    before: u64,
+    total: (usize, u64),
+    /// Bytes of the current file read so far (text formats).
+    read: Arc<AtomicU64>,
+}
+
 /// Conforms what the readers produce and writes it to bronze a few hundred thousand
 /// rows at a time.
 struct Loader<'a, 'b> {
+    progress: Progress<'b>,
     conformer: Conformer<'a>,
     bronze: &'b mut dyn SilverTable,
     buffer: Vec<RecordBatch>,
@@ -456,6 +497,12 @@ impl RowSink for Loader<'_, '_> {
             })?;
         }
         self.rescued += out.rescued;
+        let p = &self.progress;
+        p.reporter.files(
+            p.flow,
+            (p.file, p.before + p.read.load(Ordering::Relaxed)),
+            p.total,
+        );
         if out.batch.num_rows() == 0 {
             return Ok(());
         }
