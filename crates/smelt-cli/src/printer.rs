@@ -88,6 +88,9 @@ pub fn flow_report(r: &FlowReport) -> String {
     if r.kind == "ingest" {
         return ingest_report(r);
     }
+    if matches!(r.kind.as_str(), "append" | "replace_where" | "export") {
+        return move_report(r);
+    }
     let range = match r.from_version {
         Some(w) => format!("bronze versions ({w}, {}]", r.to_version),
         None => format!("bronze snapshot at version {}", r.to_version),
@@ -219,7 +222,7 @@ fn ingest_report(r: &FlowReport) -> String {
     let changed = |out: &mut String| {
         if !r.files_changed.is_empty() {
             out.push_str(&format!(
-                "  {:<22}{:>10}  (loaded before, changed since; not reloaded: `on_changed_file`)\n",
+                "  {:<22}{:>10}  (loaded before, changed since; see `on_changed_file`)\n",
                 "files changed",
                 r.files_changed.len()
             ));
@@ -235,6 +238,12 @@ fn ingest_report(r: &FlowReport) -> String {
         ));
         changed(&mut out);
         return out;
+    }
+    if r.status == "no_columns" {
+        out.push_str(&format!(
+            "  no columns yet: the {} new file(s) name none (empty, or every line malformed); nothing is recorded\n",
+            r.files_new
+        ));
     }
     let load = match r.from_version {
         Some(w) => format!("load {}, after {w}", r.to_version),
@@ -290,6 +299,83 @@ fn ingest_report(r: &FlowReport) -> String {
     ));
     if let Some(v) = r.silver_version {
         out.push_str(&format!("  {:<22}{:>10}\n", "bronze version", v));
+    }
+    let phases: Vec<String> = r
+        .phases_ms
+        .iter()
+        .map(|(p, ms)| format!("{p} {ms} ms"))
+        .collect();
+    out.push_str(&format!("  time: {}\n", phases.join(", ")));
+    out
+}
+
+/// The human run report of an append, replace_where or export flow.
+fn move_report(r: &FlowReport) -> String {
+    let mut out = format!("flow {}: {} -> {}\n", r.flow, r.from, r.into);
+    if r.status == "up_to_date" {
+        out.push_str(&match r.kind.as_str() {
+            "replace_where" => "  up to date: no new batch\n".to_string(),
+            _ => format!(
+                "  up to date: source version {} is done; nothing to do\n",
+                r.to_version
+            ),
+        });
+        return out;
+    }
+    let range = match (r.kind.as_str(), r.from_version) {
+        ("replace_where", _) => format!("batch {}", r.to_version),
+        (_, Some(w)) if r.mode == "incremental" => {
+            format!("source versions ({w}, {}]", r.to_version)
+        }
+        _ => format!("source snapshot at version {}", r.to_version),
+    };
+    out.push_str(&format!("  {} ({}, {range})\n", r.status, r.mode));
+    if let Some(p) = &r.predicate {
+        out.push_str(&format!("  predicate             {p}\n"));
+    }
+    if let Some(p) = &r.partition {
+        out.push_str(&format!("  partition             {p}\n"));
+    }
+    for (label, value) in [
+        ("rows read", r.changes_read),
+        ("rows written", r.rows_written),
+    ] {
+        out.push_str(&format!("  {label:<22}{value:>10}\n"));
+    }
+    for (label, value, note) in [
+        (
+            "rows replaced",
+            r.rows_replaced,
+            "(target rows the predicate matched)",
+        ),
+        ("filtered out", r.filtered, "(`where` is not true)"),
+        (
+            "ignored",
+            r.ignored,
+            "(not new rows: update images, deletes)",
+        ),
+        ("cast failures", r.cast_failures_total(), "(stored as NULL)"),
+        ("files new", r.files_new, "(files of the batch)"),
+    ] {
+        if value > 0 {
+            out.push_str(&format!("  {label:<22}{value:>10}  {note}\n"));
+        }
+    }
+    if !r.skipped_versions.is_empty() {
+        out.push_str(&format!(
+            "  skipped versions      {:?}  (they rewrite rows; `on_rewrite: skip`)\n",
+            r.skipped_versions
+        ));
+    }
+    out.push_str(&format!(
+        "  {:<22}{:>10}\n  {:<22}{:>10}\n",
+        "files written",
+        r.files_written,
+        "bytes written",
+        bytes(r.bytes_written)
+    ));
+    if let Some(v) = r.silver_version {
+        out.push_str(&format!("  {:<22}{:>10}\n", "target version", v));
     }
     let phases: Vec<String> = r
         .phases_ms

@@ -27,6 +27,7 @@ use futures::{StreamExt, TryStreamExt};
 use smelt_core::change::{CHANGE_TYPE, DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE};
 use smelt_core::dedupe::KeyIndex;
 use smelt_engine::ports::{SilverTable, Watermark, WriteStats};
+use smelt_engine::predicate::Predicate;
 use smelt_spec::TableName;
 
 use crate::Lake;
@@ -107,6 +108,8 @@ struct Staged {
     evolved: Option<SchemaRef>,
     /// Table properties the commit sets.
     properties: Vec<(String, String)>,
+    /// Stored rows matching this predicate are removed (replace_where).
+    delete_where: Option<Predicate>,
 }
 
 impl DeltaSilver {
@@ -649,9 +652,13 @@ impl SilverTable for DeltaSilver {
                 .context(|| format!("reading `{}`", self.name))?;
             // An overwrite carries no change data: readers take its removes as deletes
             // and its adds as inserts.
+            // A commit that only appends needs none: readers take its adds as inserts.
+            let only_appends =
+                keys.is_empty() && replaces.true_count() == 0 && self.staged.delete_where.is_none();
             if snapshot.table_config().enable_change_data_feed()
                 && snapshot.log_data().num_files() > 0
                 && !self.staged.overwrite
+                && !only_appends
             {
                 let kinds: ArrayRef =
                     Arc::new(StringArray::from_iter_values(replaces.iter().map(|r| {
@@ -764,6 +771,11 @@ impl SilverTable for DeltaSilver {
 
     async fn stage_overwrite(&mut self) -> smelt_engine::Result<()> {
         self.staged.overwrite = true;
+        Ok(())
+    }
+
+    async fn stage_delete_where(&mut self, predicate: Predicate) -> smelt_engine::Result<()> {
+        self.staged.delete_where = Some(predicate);
         Ok(())
     }
 
@@ -888,6 +900,18 @@ impl SilverTable for DeltaSilver {
                 actions.extend(r.cdc.into_iter().map(Action::Cdc));
             }
         }
+        let mut rows_removed = 0;
+        if let Some(predicate) = &staged.delete_where
+            && self.table.is_some()
+        {
+            let (rewrites, rows) = self.delete_where(predicate).await?;
+            rows_removed = rows;
+            for r in rewrites {
+                actions.push(Action::Remove(r.remove));
+                actions.extend(r.adds.into_iter().map(Action::Add));
+                actions.extend(r.cdc.into_iter().map(Action::Cdc));
+            }
+        }
         let rewrote = actions.iter().any(|a| matches!(a, Action::Remove(_)));
         if !staged.adds.is_empty() && self.compact {
             let rewritten: HashSet<String> = actions
@@ -901,7 +925,13 @@ impl SilverTable for DeltaSilver {
         }
         actions.extend(staged.adds.into_iter().map(Action::Add));
         actions.extend(staged.cdc.into_iter().map(Action::Cdc));
-        let operation = if rewrote {
+        let operation = if let Some(predicate) = &staged.delete_where {
+            DeltaOperation::Write {
+                mode: SaveMode::Overwrite,
+                partition_by: None,
+                predicate: Some(predicate.text().to_string()),
+            }
+        } else if rewrote {
             DeltaOperation::Merge {
                 predicate: None,
                 merge_predicate: Some(
@@ -921,7 +951,9 @@ impl SilverTable for DeltaSilver {
                 predicate: None,
             }
         };
-        Ok(self.commit_actions(actions, operation, props).await?)
+        let mut stats = self.commit_actions(actions, operation, props).await?;
+        stats.rows_removed = rows_removed;
+        Ok(stats)
     }
 }
 
@@ -967,6 +999,7 @@ impl DeltaSilver {
             files_added: adds.len(),
             files_removed: 0,
             bytes_written: adds.iter().map(|a| a.size.max(0) as u64).sum(),
+            rows_removed: 0,
         };
         let columns: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
         let table = DeltaTable::try_from_url(self.lake.table_url(&self.name)?)
@@ -1046,6 +1079,78 @@ impl DeltaSilver {
         }
         tracing::debug!(table = %self.name, files = actions.len() - 1, rows = total, "compacted small files");
         Ok(actions)
+    }
+
+    /// Rewrites the files holding rows where `predicate` is true without them (`delete`
+    /// change data for the rows removed); returns the rewrites and the rows removed.
+    async fn delete_where(&self, predicate: &Predicate) -> Result<(Vec<Rewrite>, usize)> {
+        let table = self.table()?.clone();
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let change_data = snapshot.table_config().enable_change_data_feed();
+        let schema = self.current_schema(&table)?;
+        let store = table.object_store();
+        let name = self.name.to_string();
+        let tasks = self
+            .active_files(&table)?
+            .into_iter()
+            .map(|active| {
+                let writer = self.writer(&schema, &[])?;
+                let (store, name, schema, predicate) = (
+                    Arc::clone(&store),
+                    name.clone(),
+                    Arc::clone(&schema),
+                    predicate.clone(),
+                );
+                Ok(async move {
+                    let stored =
+                        read_whole(Arc::clone(&store), &name, &active.file, None, None, &schema)
+                            .await?;
+                    let hit = predicate.evaluate(&stored).map_err(|e| {
+                        Error::user(
+                            format!("`{name}` file `{}`: {e}", active.file.path),
+                            "check the predicate against the table's columns",
+                        )
+                    })?;
+                    let n = hit.true_count();
+                    if n == 0 {
+                        return Ok(None);
+                    }
+                    let survivors = filter_record_batch(&stored, &not(&hit)?)?;
+                    let adds = if survivors.num_rows() > 0 {
+                        write_file(writer, survivors, name.clone()).await?
+                    } else {
+                        Vec::new()
+                    };
+                    let cdc = if change_data {
+                        let gone = filter_record_batch(&stored, &hit)?;
+                        let kinds: ArrayRef = Arc::new(StringArray::from(vec![DELETE; n]));
+                        Some(
+                            parquet::write_change_data(
+                                store,
+                                &name,
+                                &with_change_type(&gone, kinds)?,
+                            )
+                            .await?,
+                        )
+                    } else {
+                        None
+                    };
+                    Ok(Some((
+                        Rewrite {
+                            remove: active.remove,
+                            adds,
+                            cdc,
+                        },
+                        n,
+                    )))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let done = on_cores(&name, tasks).await?;
+        let rows = done.iter().flatten().map(|(_, n)| n).sum();
+        Ok((done.into_iter().flatten().map(|(r, _)| r).collect(), rows))
     }
 
     /// Rewrites the files holding any of the keys `replaced` or `deleted` (key columns,

@@ -53,6 +53,8 @@ pub struct DeltaSource {
     plan: std::sync::Mutex<Option<Planned>>,
     /// Read whole-file removes without change data as `delete` rows (`source_deletes: apply`).
     read_removed: bool,
+    /// Versions left out of incremental reads.
+    skipped: std::sync::Mutex<std::collections::HashSet<i64>>,
 }
 
 impl DeltaSource {
@@ -74,6 +76,7 @@ impl DeltaSource {
             schema,
             plan: std::sync::Mutex::new(None),
             read_removed: false,
+            skipped: Default::default(),
         })
     }
 
@@ -231,6 +234,9 @@ impl DeltaSource {
         };
         let mut files = Vec::new();
         for v in (after + 1)..=self.version {
+            if self.skipped.lock().expect("not poisoned").contains(&v) {
+                continue;
+            }
             let c = self.commit(v).await?;
             let adds: Vec<_> = c.adds.into_iter().filter(|a| a.data_change).collect();
             let removes = c.removes.iter().filter(|r| r.data_change).count();
@@ -342,6 +348,25 @@ fn normalize_schema(schema: &Schema) -> SchemaRef {
 impl ChangeSource for DeltaSource {
     fn table(&self) -> &TableName {
         &self.name
+    }
+
+    async fn rewrites(&self, after: i64) -> smelt_engine::Result<Vec<(i64, String)>> {
+        let mut out = Vec::new();
+        for v in (after + 1)..=self.version {
+            let c = self.commit(v).await?;
+            if c.removes.iter().any(|r| r.data_change) {
+                out.push((v, c.operation));
+            }
+        }
+        Ok(out)
+    }
+
+    fn skip_versions(&self, versions: &[i64]) {
+        self.skipped
+            .lock()
+            .expect("not poisoned")
+            .extend(versions.iter().copied());
+        *self.plan.lock().expect("not poisoned") = None;
     }
 
     fn version(&self) -> i64 {

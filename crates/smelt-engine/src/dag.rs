@@ -14,7 +14,7 @@ pub fn run_order<'a>(flows: &[&'a Flow]) -> Result<Vec<&'a Flow>> {
             flows
                 .iter()
                 .enumerate()
-                .filter(|(_, g)| f.reads() == Some(g.writes()))
+                .filter(|(_, g)| f.reads().is_some() && f.reads() == g.writes())
                 .map(|(i, _)| i)
                 .collect()
         })

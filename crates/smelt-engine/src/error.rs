@@ -95,6 +95,12 @@ impl From<arrow::error::ArrowError> for EngineError {
     }
 }
 
+impl From<datafusion::error::DataFusionError> for EngineError {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        EngineError::Internal(format!("datafusion: {e}"))
+    }
+}
+
 /// Result alias of the engine.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 

@@ -7,14 +7,17 @@
 //! `smelt-core`; this crate wires them into the run contract of DESIGN §3.
 #![deny(missing_docs)]
 
+pub mod append;
 pub mod apply;
 pub mod dag;
 mod error;
 pub mod ports;
 pub mod predicate;
 pub mod rejects;
+pub mod replace;
 pub mod report;
 pub mod schema;
+pub mod stage;
 pub mod window;
 
 pub use error::{EngineError, Result, failpoint};

@@ -43,6 +43,17 @@ pub trait ChangeSource: Send + Sync {
         after: Option<i64>,
         sink: &mut (dyn FnMut(RecordBatch) -> Result<()> + Send),
     ) -> Result<ChangeSet>;
+    /// The commits in `(after, version]` that rewrite rows (remove data files: update,
+    /// delete, merge, overwrite), as (version, operation). A source that is only appended
+    /// to has none.
+    async fn rewrites(&self, after: i64) -> Result<Vec<(i64, String)>> {
+        let _ = after;
+        Ok(Vec::new())
+    }
+    /// Leaves the commits `versions` out of every later [`ChangeSource::read_changes`].
+    fn skip_versions(&self, versions: &[i64]) {
+        let _ = versions;
+    }
 }
 
 /// What a silver write did.
@@ -56,6 +67,8 @@ pub struct WriteStats {
     pub files_removed: usize,
     /// Bytes of the files added.
     pub bytes_written: u64,
+    /// Stored rows removed by [`SilverTable::stage_delete_where`].
+    pub rows_removed: usize,
 }
 
 /// The watermark to commit with the data: bronze version `version` is applied by `app_id`.
@@ -128,6 +141,17 @@ pub trait SilverTable: Send + Sync {
     /// [`commit`]: SilverTable::commit
     /// [`lookup`]: SilverTable::lookup
     async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()>;
+    /// Removes the stored rows where `predicate` (over the table's columns) is true, in the
+    /// next [`commit`], which also adds the rows staged in this run (Delta's
+    /// `replaceWhere`).
+    ///
+    /// [`commit`]: SilverTable::commit
+    async fn stage_delete_where(&mut self, predicate: crate::predicate::Predicate) -> Result<()> {
+        let _ = predicate;
+        Err(crate::EngineError::Internal(
+            "this table does not support replace_where".into(),
+        ))
+    }
     /// Makes the staged rows visible — replacing the stored rows they replace, removing
     /// the deleted ones — and records `watermark`, in one commit. With nothing staged,
     /// commits the watermark alone.

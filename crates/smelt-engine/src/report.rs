@@ -88,6 +88,14 @@ pub struct FlowReport {
     /// Key partitions the changes were applied in (more than one when they would not fit
     /// in the memory limit at once).
     pub partitions: usize,
+    /// Append: source versions left out because they rewrite rows (`on_rewrite: skip`).
+    pub skipped_versions: Vec<i64>,
+    /// Replace where: the predicate, placeholders filled in.
+    pub predicate: Option<String>,
+    /// Replace where: target rows the batch replaced (removed).
+    pub rows_replaced: usize,
+    /// Export: the partition folder written.
+    pub partition: Option<String>,
     /// Ingest: files found in the folder.
     pub files_found: usize,
     /// Ingest: files new since the last run (or changed, with `on_changed_file: reload`).
@@ -96,7 +104,7 @@ pub struct FlowReport {
     pub files_changed: Vec<String>,
     /// Ingest: new files left for the next run (`max_files_per_run`).
     pub files_pending: usize,
-    /// Ingest: rows appended to bronze.
+    /// Ingest, append, replace_where, export: rows written.
     pub rows_written: usize,
     /// Ingest: rows that could not be parsed, quarantined with file, line and reason.
     pub malformed: usize,

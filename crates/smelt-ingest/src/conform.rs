@@ -110,6 +110,13 @@ impl<'a> Conformer<'a> {
             Some(schema) => {
                 let mut fields: Vec<Field> =
                     schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+                // Audit or rescued-data columns turned on after bronze was created.
+                for own in self.own_fields() {
+                    if schema.field_with_name(own.name()).is_err() {
+                        fields.push(own.clone());
+                        new_fields.push(own);
+                    }
+                }
                 for (f, c) in &input {
                     if schema.field_with_name(f.name()).is_ok() && !self.is_own(f.name()) {
                         continue;
@@ -211,7 +218,13 @@ impl<'a> Conformer<'a> {
                         ),
                         raw.rows[rows[0]],
                     ),
-                    (None, Some((c, _))) => (format!("column `{c}` has no place in bronze"), 0),
+                    (None, Some((c, values))) => {
+                        let row = (0..n).find(|&i| values.is_valid(i)).unwrap_or(0);
+                        (
+                            format!("column `{c}` has no place in bronze"),
+                            raw.rows.get(row).copied().unwrap_or(0),
+                        )
+                    }
                     (None, None) => {
                         let row = objects.iter().position(|o| !o.is_empty()).unwrap_or(0);
                         (

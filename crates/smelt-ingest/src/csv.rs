@@ -28,7 +28,8 @@ pub fn read_csv<R: Read>(
 ) -> Result<()> {
     let encoding = encoding_rs::Encoding::for_label(layout.encoding.as_bytes())
         .ok_or_else(|| IngestError::Options(format!("unknown encoding `{}`", layout.encoding)))?;
-    let input: Box<dyn Read> = if encoding == encoding_rs::UTF_8 {
+    let decoded = encoding != encoding_rs::UTF_8;
+    let input: Box<dyn Read> = if !decoded {
         Box::new(input)
     } else {
         Box::new(Decode::new(input, encoding))
@@ -56,6 +57,7 @@ pub fn read_csv<R: Read>(
     let mut names: Option<Vec<String>> = layout.columns.clone();
     let mut batch = Batch::default();
     let mut row_number = 0i64;
+    let mut emitted = false;
     let sep = layout.sep as char;
     while reader.read_byte_record(&mut record).map_err(io)? {
         let line = record.position().map(|p| p.line() as i64).unwrap_or(0);
@@ -108,8 +110,9 @@ pub fn read_csv<R: Read>(
         let mut bad = None;
         for (i, field) in record.iter().take(n).enumerate() {
             match std::str::from_utf8(field) {
-                Ok(t) => text.push(t),
-                Err(_) => {
+                // A byte the file's encoding does not have decodes as U+FFFD.
+                Ok(t) if !(decoded && t.contains('\u{FFFD}')) => text.push(t),
+                _ => {
                     bad = Some(i);
                     break;
                 }
@@ -147,10 +150,13 @@ pub fn read_csv<R: Read>(
         batch.push(row_number, extra);
         if batch.rows.len() >= batch_size.max(1) {
             sink.rows(batch.take(names)?)?;
+            emitted = true;
         }
     }
+    // The last rows; or, when no row came out (an empty file, every line malformed), the
+    // columns alone.
     if let Some(names) = &names
-        && (!batch.rows.is_empty() || row_number == 0)
+        && (!batch.rows.is_empty() || !emitted)
     {
         if batch.columns.is_empty() {
             batch.columns = names.iter().map(|_| StringBuilder::new()).collect();

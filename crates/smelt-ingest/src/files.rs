@@ -45,7 +45,7 @@ pub enum Landing {
         store: Arc<dyn ObjectStore>,
         /// The prefix files are listed under.
         prefix: ObjectPath,
-        /// `scheme://host/` of file URLs.
+        /// The folder's URL as written (file URLs are it, `/`, and their path below it).
         base: String,
     },
 }
@@ -89,18 +89,16 @@ impl Landing {
                     .build()
                     .map_err(|e| bad(&e))?,
             ),
+            // The store at the server's root: paths are listed below it.
             ObjectStoreScheme::Http => Arc::new(
                 object_store::http::HttpBuilder::new()
-                    .with_url(text)
+                    .with_url(url.origin().ascii_serialization())
                     .build()
                     .map_err(|e| bad(&e))?,
             ),
             other => return Err(bad(&format!("{other:?} is not supported"))),
         };
-        let base = match url.host_str() {
-            Some(host) => format!("{}://{host}/", url.scheme()),
-            None => format!("{}:///", url.scheme()),
-        };
+        let base = text.trim_end_matches('/').to_string();
         Ok(Self::Store {
             store,
             prefix,
@@ -123,9 +121,8 @@ impl Landing {
         let mut objects = store.list(Some(prefix));
         let mut files = Vec::new();
         while let Some(meta) = objects.next().await {
-            let meta = meta.map_err(|e| {
-                IngestError::Options(format!("listing `{base}{prefix}` failed: {e}"))
-            })?;
+            let meta =
+                meta.map_err(|e| IngestError::Options(format!("listing `{base}` failed: {e}")))?;
             let location = meta.location.as_ref();
             let relative = location
                 .strip_prefix(prefix.as_ref())
@@ -142,8 +139,8 @@ impl Landing {
             files.push(LandingFile {
                 path: PathBuf::from(location),
                 partitions: partitions(&relative),
+                url: format!("{base}/{relative}"),
                 relative,
-                url: format!("{base}{location}"),
                 size: meta.size,
                 modified_us: meta.last_modified.timestamp_micros(),
                 object: Some(meta.location.clone()),
@@ -151,6 +148,28 @@ impl Landing {
         }
         files.sort_by(|a, b| a.relative.cmp(&b.relative));
         Ok(files)
+    }
+
+    /// The size and modification time (µs) of `file` now, `None` when it is gone.
+    pub async fn stat(&self, file: &LandingFile) -> Result<Option<(u64, i64)>> {
+        match (self, &file.object) {
+            (Self::Store { store, .. }, Some(object)) => match store.head(object).await {
+                Ok(meta) => Ok(Some((meta.size, meta.last_modified.timestamp_micros()))),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(IngestError::Io {
+                    file: file.url.clone(),
+                    source: std::io::Error::other(e),
+                }),
+            },
+            _ => match std::fs::metadata(&file.path) {
+                Ok(meta) => Ok(Some((meta.len(), modified_us(&meta)))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(source) => Err(IngestError::Io {
+                    file: file.url.clone(),
+                    source,
+                }),
+            },
+        }
     }
 
     /// The first `file.size` bytes of `file`, streamed. Store reads block on `handle`: call
@@ -242,13 +261,19 @@ impl Length for StoreChunks {
 }
 
 impl ChunkReader for StoreChunks {
-    type T = std::io::Cursor<Bytes>;
+    type T = RangeRead;
 
+    /// A reader from `start` that fetches 1 MiB ranges as it is read (the reader asks for
+    /// one before each page, and reads only the page).
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
-        Ok(std::io::Cursor::new(self.get_bytes(
-            start,
-            (self.size.saturating_sub(start)) as usize,
-        )?))
+        Ok(RangeRead {
+            store: Arc::clone(&self.store),
+            object: self.object.clone(),
+            handle: self.handle.clone(),
+            position: start,
+            end: self.size,
+            chunk: Bytes::new(),
+        })
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
@@ -258,6 +283,35 @@ impl ChunkReader for StoreChunks {
                     .get_range(&self.object, start..start + length as u64),
             )
             .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+    }
+}
+
+/// Reads an object from a position, a bounded range at a time.
+pub struct RangeRead {
+    store: Arc<dyn ObjectStore>,
+    object: ObjectPath,
+    handle: tokio::runtime::Handle,
+    position: u64,
+    end: u64,
+    chunk: Bytes,
+}
+
+impl Read for RangeRead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.chunk.is_empty() {
+            if self.position >= self.end {
+                return Ok(0);
+            }
+            let to = self.end.min(self.position + (1 << 20));
+            self.chunk = self
+                .handle
+                .block_on(self.store.get_range(&self.object, self.position..to))
+                .map_err(std::io::Error::other)?;
+            self.position = to;
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
     }
 }
 
@@ -329,12 +383,7 @@ pub fn list(folder: &Path, pattern: Option<&str>) -> Result<Vec<LandingFile>> {
             file: entry.path().display().to_string(),
             source: e.into(),
         })?;
-        let modified_us = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_micros() as i64)
-            .unwrap_or_default();
+        let modified_us = modified_us(&meta);
         let url = url::Url::from_file_path(entry.path())
             .map(|u| u.to_string())
             .unwrap_or_else(|_| entry.path().display().to_string());
@@ -349,6 +398,15 @@ pub fn list(folder: &Path, pattern: Option<&str>) -> Result<Vec<LandingFile>> {
         });
     }
     Ok(files)
+}
+
+/// A file's modification time, µs since the epoch.
+fn modified_us(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
 }
 
 /// `key=value` folders of a relative path, percent-decoded (Spark and BigQuery write

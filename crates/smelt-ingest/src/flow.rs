@@ -38,6 +38,10 @@ pub const FILES_KEY: &str = "smelt.ingest.files";
 /// cleaned up.
 pub const LOG_CLEANUP: &str = "delta.enableExpiredLogCleanup";
 
+/// Malformed rows a run keeps for the rejects table at most; more fails the run (a wrong
+/// `sep`, `columns` or `format` makes every line malformed).
+const MAX_MALFORMED: usize = 100_000;
+
 /// Rows read per batch.
 const BATCH_ROWS: usize = 8192;
 
@@ -68,6 +72,27 @@ struct Loaded {
     files: Vec<FileStamp>,
 }
 
+/// The commit-info entry recording `files` as loaded by `flow_name` (`refresh`: the
+/// commit replaces the table, and what came before no longer counts).
+pub fn files_entry(flow_name: &str, refresh: bool, files: &[LandingFile]) -> (String, String) {
+    let loaded = Loaded {
+        flow: flow_name.to_string(),
+        refresh,
+        files: files
+            .iter()
+            .map(|f| FileStamp {
+                url: f.url.clone(),
+                size: f.size,
+                modified_us: f.modified_us,
+            })
+            .collect(),
+    };
+    (
+        FILES_KEY.to_string(),
+        serde_json::to_string(&loaded).expect("serialisable"),
+    )
+}
+
 /// The tables an ingest flow writes.
 pub struct IngestTables<'a> {
     /// Bronze.
@@ -76,9 +101,9 @@ pub struct IngestTables<'a> {
     pub rejects: &'a mut dyn SilverTable,
 }
 
-/// The files of `flow` recorded as loaded in `bronze`'s log.
+/// The files recorded as loaded in `bronze`'s log (by whichever flow: one flow writes a
+/// table, and a renamed flow must not load its files again).
 pub async fn loaded_files(
-    flow_name: &str,
     bronze: &dyn SilverTable,
 ) -> smelt_engine::Result<HashMap<String, FileStamp>> {
     let mut loaded = HashMap::new();
@@ -86,9 +111,6 @@ pub async fn loaded_files(
         let Ok(l) = serde_json::from_str::<Loaded>(&value) else {
             continue;
         };
-        if l.flow != flow_name {
-            continue;
-        }
         if l.refresh {
             loaded.clear();
         }
@@ -202,7 +224,7 @@ pub async fn run_ingest(
     let loaded = if ctx.full_refresh {
         HashMap::new()
     } else {
-        loaded_files(flow_name, bronze).await?
+        loaded_files(bronze).await?
     };
     let landing = Landing::of(flow).map_err(|e| user(flow_name, e))?;
     let listing = plan_files(flow_name, flow, &landing, &loaded, ctx.full_refresh).await?;
@@ -239,12 +261,20 @@ pub async fn run_ingest(
         report.phases_ms = phases;
         return Ok(report);
     }
+    let batch = done + 1;
+    // Rejects an unfinished load left behind (a crash between the two commits) go, whatever
+    // this run finds.
+    let stale_rejects = !ctx.dry_run
+        && rejects.schema().is_some()
+        && rejects.watermark(&app).await?.is_some_and(|w| w >= batch);
     if listing.to_load.is_empty() {
+        if stale_rejects {
+            write_rejects(flow_name, &flow.into, rejects, batch, &[], ctx).await?;
+        }
         report.status = "up_to_date".into();
         report.phases_ms = phases;
         return Ok(report);
     }
-    let batch = done + 1;
     report.to_version = batch;
 
     // Read every file into staged bronze data files.
@@ -291,6 +321,17 @@ pub async fn run_ingest(
             return Err(e);
         }
         read.map_err(|e| user(flow_name, e))?;
+        if let Some(now) = landing.stat(file).await.map_err(|e| user(flow_name, e))?
+            && (now.0 != file.size || now.1 != file.modified_us)
+        {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{flow_name}`: `{}` changed while it was read (size {} → {}): it is being written",
+                    file.url, file.size, now.0
+                ),
+                "nothing was committed; run again once the file is complete. Writers should write under a hidden name (`.name` or `_name`) and rename the file when done",
+            ));
+        }
         done_bytes += file.size;
     }
     reporter.files(flow_name, total, total);
@@ -313,13 +354,6 @@ pub async fn run_ingest(
         started.elapsed().as_millis() as u64,
     ));
 
-    // Nothing to create a table from (every file empty, without a header): nothing to record
-    // either; the files are seen again next run, and are still empty.
-    if conformer.schema().is_none() {
-        report.status = "applied".into();
-        report.phases_ms = phases;
-        return Ok(report);
-    }
     let started = Instant::now();
     let watermark = |report: Option<String>, extra| Watermark {
         app_id: app.clone(),
@@ -328,40 +362,31 @@ pub async fn run_ingest(
         report,
         extra,
     };
-    if !malformed.is_empty() || (ctx.full_refresh && rejects.schema().is_some()) {
+    if !malformed.is_empty() || stale_rejects || (ctx.full_refresh && rejects.schema().is_some()) {
         reporter.phase(flow_name, "write rejects");
         failpoint("before_ingest_rejects_commit")?;
         write_rejects(flow_name, &flow.into, rejects, batch, &malformed, ctx).await?;
         report.quarantined = malformed.len();
     }
+    // Nothing to create bronze from (no file named a column: empty, or every line
+    // malformed): nothing to record either, and the files are read again next run.
+    if conformer.schema().is_none() {
+        report.status = "no_columns".into();
+        report.phases_ms = phases;
+        return Ok(report);
+    }
     reporter.phase(flow_name, "commit");
     if bronze.property(LOG_CLEANUP).as_deref() != Some("false") {
         bronze.set_property(LOG_CLEANUP, "false").await?;
     }
-    let files = Loaded {
-        flow: flow_name.to_string(),
-        refresh: ctx.full_refresh,
-        files: listing
-            .to_load
-            .iter()
-            .map(|f| FileStamp {
-                url: f.url.clone(),
-                size: f.size,
-                modified_us: f.modified_us,
-            })
-            .collect(),
-    };
+    let files = files_entry(flow_name, ctx.full_refresh, &listing.to_load);
     report.status = "applied".into();
-    let files = serde_json::to_string(&files).expect("serialisable");
     let mut committed = report.clone();
     committed.phases_ms = phases.clone();
     let report_json = serde_json::to_string(&committed).expect("serialisable");
     failpoint("before_bronze_commit")?;
     let stats = bronze
-        .commit(
-            &[],
-            &watermark(Some(report_json), vec![(FILES_KEY.to_string(), files)]),
-        )
+        .commit(&[], &watermark(Some(report_json), vec![files]))
         .await?;
     report.silver_version = Some(stats.version);
     report.files_written = stats.files_added;
@@ -372,7 +397,7 @@ pub async fn run_ingest(
 }
 
 /// Reads one file into `sink` (from a blocking context).
-fn read_file(
+pub(crate) fn read_file(
     flow: &IngestFlow,
     landing: &Landing,
     file: &LandingFile,
@@ -517,6 +542,15 @@ impl RowSink for Loader<'_, '_> {
 
     fn malformed(&mut self, row: Malformed) -> crate::Result<()> {
         let file = self.file.as_ref().expect("set before reading").url.clone();
+        if self.malformed.len() >= MAX_MALFORMED {
+            return Err(IngestError::Malformed {
+                file,
+                message: format!(
+                    "more than {MAX_MALFORMED} malformed rows in this run (the last: line {}, {}); the files do not look like the flow says",
+                    row.line, row.reason
+                ),
+            });
+        }
         self.malformed.push((file, row));
         Ok(())
     }

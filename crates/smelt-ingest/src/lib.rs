@@ -8,8 +8,10 @@
 //! asks for `infer_types`.
 #![deny(missing_docs)]
 
+pub mod batch;
 pub mod conform;
 pub mod csv;
+pub mod export;
 pub mod files;
 pub mod flow;
 pub mod json;

@@ -192,6 +192,41 @@ pub(crate) struct RawIngest {
     max_files_per_run: Option<usize>,
 }
 
+impl RawIngest {
+    /// Files read by another flow (`replace_where`): the ingest listing and formats,
+    /// without audit or rescued-data columns.
+    pub(crate) fn for_files(
+        from: &str,
+        into: &str,
+        format: FileFormat,
+        header: Option<bool>,
+        sep: Option<String>,
+    ) -> Self {
+        Self {
+            from: from.to_string(),
+            into: into.to_string(),
+            format,
+            header,
+            sep,
+            quote: None,
+            escape: None,
+            encoding: None,
+            columns: None,
+            null_value: None,
+            infer_types: true,
+            audit: Some(RawIngestAudit {
+                datasource: Some(NameOrOff::Off(false)),
+                ingest_timestamp: Some(NameOrOff::Off(false)),
+                file_row: None,
+            }),
+            rescued_data: Some(NameOrOff::Off(false)),
+            schema_evolution: Some(IngestEvolution::AddNewColumns),
+            on_changed_file: None,
+            max_files_per_run: None,
+        }
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawIngestAudit {
@@ -466,7 +501,7 @@ mod tests {
         );
         assert_eq!(f.schema_evolution, IngestEvolution::AddNewColumns);
         assert_eq!(f.on_changed_file, OnChangedFile::Ignore);
-        assert_eq!(p.flows[0].writes().to_string(), "bronze.part");
+        assert_eq!(p.flows[0].target(), "bronze.part");
         assert!(p.flows[0].reads().is_none());
         let p = load("      from: s3://bucket/in/**/*.json\n      into: b.t\n      format: json\n")
             .unwrap();

@@ -14,12 +14,16 @@
 
 pub mod ddl;
 mod error;
+pub mod flows;
 pub mod ingest;
 mod locate;
 pub mod pipeline;
 
 pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
+pub use flows::{
+    AppendFlow, ChangedBy, Compression, ExportFlow, OnRewrite, ReplaceSource, ReplaceWhereFlow,
+};
 pub use ingest::{CsvLayout, FileFormat, IngestAudit, IngestEvolution, IngestFlow, OnChangedFile};
 pub use pipeline::{
     ApplyFlow, AuditColumns, Flow, FlowKind, OnCastError, OnSequenceConflict, OnViolation,

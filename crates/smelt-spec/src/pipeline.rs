@@ -17,6 +17,10 @@ use serde::Deserialize;
 
 use crate::ddl::{self, ColumnType, TableDef, TableName};
 use crate::error::{Result, SpecError, SpecErrors, did_you_mean};
+use crate::flows::{
+    AppendFlow, ExportFlow, RawAppend, RawExport, RawReplaceWhere, ReplaceSource, ReplaceWhereFlow,
+    append_flow, export_flow, replace_where_flow,
+};
 use crate::ingest::{IngestFlow, RawIngest, ingest_flow};
 use crate::locate::line_of;
 
@@ -43,13 +47,19 @@ pub struct Flow {
     pub kind: FlowKind,
 }
 
-/// The kinds of flow. `append`, `replace_where` and `export` follow (DESIGN §4).
+/// The kinds of flow (DESIGN §4).
 #[derive(Debug, Clone)]
 pub enum FlowKind {
     /// Bronze → silver by key.
     Apply(ApplyFlow),
     /// Files → bronze, each file once.
     Ingest(IngestFlow),
+    /// Rows added to a table → appended to another.
+    Append(AppendFlow),
+    /// A batch replaces the rows of a table matching a predicate.
+    ReplaceWhere(ReplaceWhereFlow),
+    /// Changed rows → Parquet files.
+    Export(ExportFlow),
 }
 
 impl Flow {
@@ -57,31 +67,52 @@ impl Flow {
     pub fn reads(&self) -> Option<&TableName> {
         match &self.kind {
             FlowKind::Apply(a) => Some(&a.from),
+            FlowKind::Append(a) => Some(&a.from),
+            FlowKind::Export(e) => Some(&e.from),
+            FlowKind::ReplaceWhere(r) => match &r.from {
+                ReplaceSource::Table(t) => Some(t),
+                ReplaceSource::Files(_) => None,
+            },
             FlowKind::Ingest(_) => None,
         }
     }
 
-    /// The table the flow writes.
-    pub fn writes(&self) -> &TableName {
+    /// The table the flow writes (`None` for an export, which writes files).
+    pub fn writes(&self) -> Option<&TableName> {
         match &self.kind {
-            FlowKind::Apply(a) => &a.into,
-            FlowKind::Ingest(i) => &i.into,
+            FlowKind::Apply(a) => Some(&a.into),
+            FlowKind::Ingest(i) => Some(&i.into),
+            FlowKind::Append(a) => Some(&a.into),
+            FlowKind::ReplaceWhere(r) => Some(&r.into),
+            FlowKind::Export(_) => None,
         }
     }
 
-    /// The flow's kind as written in the file (`apply`, `ingest`).
+    /// The flow's kind as written in the file (`apply`, `ingest`, …).
     pub fn kind_name(&self) -> &'static str {
         match &self.kind {
             FlowKind::Apply(_) => "apply",
             FlowKind::Ingest(_) => "ingest",
+            FlowKind::Append(_) => "append",
+            FlowKind::ReplaceWhere(_) => "replace_where",
+            FlowKind::Export(_) => "export",
         }
     }
 
     /// Where the flow reads from, for reports: a table or a folder.
     pub fn source(&self) -> String {
         match &self.kind {
-            FlowKind::Apply(a) => a.from.to_string(),
             FlowKind::Ingest(i) => i.from.clone(),
+            FlowKind::ReplaceWhere(r) => r.from_text.clone(),
+            _ => self.reads().map(|t| t.to_string()).unwrap_or_default(),
+        }
+    }
+
+    /// Where the flow writes, for reports: a table or a folder.
+    pub fn target(&self) -> String {
+        match &self.kind {
+            FlowKind::Export(e) => e.to.clone(),
+            _ => self.writes().map(|t| t.to_string()).unwrap_or_default(),
         }
     }
 }
@@ -325,6 +356,9 @@ struct RawFlow {
     description: Option<String>,
     apply: Option<RawApply>,
     ingest: Option<RawIngest>,
+    append: Option<RawAppend>,
+    replace_where: Option<RawReplaceWhere>,
+    export: Option<RawExport>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -413,38 +447,50 @@ impl Pipeline {
         let mut flows = Vec::new();
         for (name, flow) in raw.flows.0 {
             let field = format!("flows.{name}");
-            match (flow.apply, flow.ingest) {
-                (Some(apply), None) => {
-                    if let Some(f) = apply_flow(path, &dir, text, &name, apply, &mut errors) {
-                        flows.push(Flow {
-                            name,
-                            kind: FlowKind::Apply(f),
-                        });
-                    }
-                }
-                (None, Some(ingest)) => {
-                    if let Some(f) = ingest_flow(path, &dir, text, &name, ingest, &mut errors) {
-                        flows.push(Flow {
-                            name,
-                            kind: FlowKind::Ingest(f),
-                        });
-                    }
-                }
-                (Some(_), Some(_)) => errors.push(
-                    SpecError::new(path, field, "the flow has two kinds: `apply` and `ingest`")
+            let kinds = [
+                flow.apply.is_some(),
+                flow.ingest.is_some(),
+                flow.append.is_some(),
+                flow.replace_where.is_some(),
+                flow.export.is_some(),
+            ];
+            if kinds.iter().filter(|k| **k).count() > 1 {
+                errors.push(
+                    SpecError::new(path, field, "the flow has more than one kind")
                         .at(at(&["flows", &name]))
-                        .hint("give each its own flow name"),
-                ),
-                (None, None) => errors.push(
+                        .hint("give each `apply:` / `ingest:` / `append:` / `replace_where:` / `export:` block its own flow name"),
+                );
+                continue;
+            }
+            let kind = if let Some(raw) = flow.apply {
+                apply_flow(path, &dir, text, &name, raw, &mut errors).map(FlowKind::Apply)
+            } else if let Some(raw) = flow.ingest {
+                ingest_flow(path, &dir, text, &name, raw, &mut errors).map(FlowKind::Ingest)
+            } else if let Some(raw) = flow.append {
+                append_flow(path, &dir, text, &name, raw, &mut errors).map(FlowKind::Append)
+            } else if let Some(raw) = flow.replace_where {
+                replace_where_flow(path, &dir, text, &name, raw, &mut errors)
+                    .map(FlowKind::ReplaceWhere)
+            } else if let Some(raw) = flow.export {
+                export_flow(path, &dir, text, &name, raw, &mut errors).map(FlowKind::Export)
+            } else {
+                errors.push(
                     SpecError::new(path, field, "the flow has no kind")
                         .at(at(&["flows", &name]))
-                        .hint("give it an `apply:` block (from, into, schema) or an `ingest:` block (from, into, format)"),
-                ),
+                        .hint("give it an `apply:` block (from, into, schema), or `ingest:`, `append:`, `replace_where:` or `export:`"),
+                );
+                None
+            };
+            if let Some(kind) = kind {
+                flows.push(Flow { name, kind });
             }
         }
         // One writer per table: two flows merging into one silver would fight over it.
         for (i, flow) in flows.iter().enumerate() {
-            if let Some(first) = flows[..i].iter().find(|f| f.writes() == flow.writes()) {
+            if let Some(first) = flows[..i]
+                .iter()
+                .find(|f| f.writes().is_some() && f.writes() == flow.writes())
+            {
                 let kind = flow.kind_name();
                 errors.push(
                     SpecError::new(
@@ -454,7 +500,7 @@ impl Pipeline {
                             "flows `{}` and `{}` both write `{}`",
                             first.name,
                             flow.name,
-                            flow.writes()
+                            flow.target()
                         ),
                     )
                     .at(line_of(text, &["flows", &flow.name, kind, "into"]))
@@ -576,31 +622,17 @@ fn apply_flow(
     let schema_file = raw.schema.as_ref().map(|s| dir.join(s));
     let mut silver = None;
     let errors_before_schema = errors.len();
-    if let Some(file) = &schema_file {
-        match std::fs::read_to_string(file) {
-            Ok(sql) => match ddl::parse_table(&sql, file) {
-                Ok(def) => {
-                    silver = Some(with_audit_columns(
-                        def,
-                        &audit,
-                        path,
-                        &field("audit"),
-                        at("audit"),
-                        errors,
-                    ))
-                }
-                Err(es) => errors.extend(es.0),
-            },
-            Err(e) => errors.push(
-                SpecError::new(
-                    path,
-                    field("schema"),
-                    format!("cannot read `{}`: {e}", file.display()),
-                )
-                .at(at("schema"))
-                .hint("`schema:` is a path to a CREATE TABLE file, relative to the pipeline file"),
-            ),
-        }
+    if let Some(file) = &schema_file
+        && let Some(def) = read_table_def(path, file, &field("schema"), at("schema"), errors)
+    {
+        silver = Some(with_audit_columns(
+            def,
+            &audit,
+            path,
+            &field("audit"),
+            at("audit"),
+            errors,
+        ));
     }
 
     let keys = match (raw.keys, &silver) {
@@ -937,6 +969,37 @@ pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_secs(n.checked_mul(secs)?))
 }
 
+/// Reads the CREATE TABLE file `file` named by option `field` (at `line`) of `path`.
+pub(crate) fn read_table_def(
+    path: &Path,
+    file: &Path,
+    field: &str,
+    line: Option<usize>,
+    errors: &mut Vec<SpecError>,
+) -> Option<TableDef> {
+    match std::fs::read_to_string(file) {
+        Ok(sql) => match ddl::parse_table(&sql, file) {
+            Ok(def) => Some(def),
+            Err(es) => {
+                errors.extend(es.0);
+                None
+            }
+        },
+        Err(e) => {
+            errors.push(
+                SpecError::new(
+                    path,
+                    field,
+                    format!("cannot read `{}`: {e}", file.display()),
+                )
+                .at(line)
+                .hint("`schema:` is a path to a CREATE TABLE file, relative to the pipeline file"),
+            );
+            None
+        }
+    }
+}
+
 /// Adds the audit columns to a silver definition when the DDL does not declare them, and
 /// checks their type when it does.
 fn with_audit_columns(
@@ -972,7 +1035,7 @@ fn with_audit_columns(
     def
 }
 
-fn valid_zone(zone: &str) -> bool {
+pub(crate) fn valid_zone(zone: &str) -> bool {
     if zone.parse::<chrono_tz::Tz>().is_ok() {
         return true;
     }

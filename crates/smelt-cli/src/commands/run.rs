@@ -2,12 +2,22 @@
 
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
+use smelt_engine::append::run_append;
+use smelt_engine::apply::app_id;
 use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
+use smelt_engine::ports::{ChangeSource, SilverTable, Watermark};
 use smelt_engine::rejects::rejects_table;
+use smelt_engine::replace::{TableBatch, run_replace_where};
 use smelt_engine::report::{FlowEvent, FlowReport};
 use smelt_engine::{EngineError, failpoint};
-use smelt_ingest::flow::{IngestTables, run_ingest};
-use smelt_spec::{ApplyFlow, Flow, FlowKind, IngestFlow, SourceDeletes};
+use smelt_ingest::batch::FileBatch;
+use smelt_ingest::export::run_export;
+use smelt_ingest::files::Landing;
+use smelt_ingest::flow::{IngestTables, files_entry, loaded_files, plan_files, run_ingest};
+use smelt_spec::{
+    AppendFlow, ApplyFlow, Flow, FlowKind, IngestFlow, ReplaceSource, ReplaceWhereFlow,
+    SourceDeletes,
+};
 
 use super::{load_pipeline, open_lake, select};
 use crate::args::{GlobalArgs, RunArgs};
@@ -127,6 +137,96 @@ async fn run_ingest_flow(
     run_ingest(&flow.name, ingest, tables, ctx, progress).await
 }
 
+/// Runs one append flow.
+async fn run_append_flow(
+    lake: &smelt_delta::Lake,
+    flow: &Flow,
+    append: &AppendFlow,
+    ctx: &RunContext,
+    progress: &Progress,
+    events: &mut Vec<FlowEvent>,
+) -> Result<FlowReport, EngineError> {
+    let source = DeltaSource::open(lake, &append.from).await?;
+    let mut target = DeltaSilver::open(lake, &append.into).await?;
+    recover_event(lake, flow, &target, ctx.dry_run, events).await;
+    run_append(&flow.name, append, &source, &mut target, ctx, progress).await
+}
+
+/// Runs one replace_where flow: the batch is the source table's snapshot when its version
+/// moved, or the files not applied yet.
+async fn run_replace_flow(
+    lake: &smelt_delta::Lake,
+    flow: &Flow,
+    replace: &ReplaceWhereFlow,
+    ctx: &RunContext,
+    progress: &Progress,
+    events: &mut Vec<FlowEvent>,
+) -> Result<FlowReport, EngineError> {
+    let mut target = DeltaSilver::open(lake, &replace.into).await?;
+    recover_event(lake, flow, &target, ctx.dry_run, events).await;
+    let app = app_id(&flow.name);
+    let applied = target.watermark(&app).await?;
+    let up_to_date = |to_version| FlowReport {
+        flow: flow.name.clone(),
+        kind: "replace_where".into(),
+        from: replace.from_text.clone(),
+        into: replace.into.to_string(),
+        run_id: ctx.run_id.clone(),
+        status: "up_to_date".into(),
+        from_version: applied,
+        to_version,
+        silver_version: target.version(),
+        ..FlowReport::default()
+    };
+    let watermark = |version, extra| Watermark {
+        app_id: app.clone(),
+        version,
+        run_id: ctx.run_id.clone(),
+        report: None,
+        extra,
+    };
+    match &replace.from {
+        ReplaceSource::Table(table) => {
+            let source = DeltaSource::open(lake, table).await?;
+            let v = ChangeSource::version(&source);
+            if applied == Some(v) && !ctx.full_refresh {
+                return Ok(up_to_date(v));
+            }
+            let batch = TableBatch(&source);
+            let w = watermark(v, Vec::new());
+            run_replace_where(&flow.name, replace, &batch, &mut target, w, ctx, progress).await
+        }
+        ReplaceSource::Files(files) => {
+            let landing =
+                Landing::of(files).map_err(|e| EngineError::user(e.to_string(), "fix `from:`"))?;
+            let loaded = if ctx.full_refresh {
+                Default::default()
+            } else {
+                loaded_files(&target).await?
+            };
+            let listing = plan_files(&flow.name, files, &landing, &loaded, false).await?;
+            let next = applied.unwrap_or(0) + 1;
+            if listing.to_load.is_empty() {
+                return Ok(up_to_date(applied.unwrap_or(0)));
+            }
+            let batch = FileBatch {
+                flow: files,
+                landing: &landing,
+                files: &listing.to_load,
+            };
+            let entry = files_entry(&flow.name, false, &listing.to_load);
+            let w = watermark(next, vec![entry]);
+            let mut report =
+                run_replace_where(&flow.name, replace, &batch, &mut target, w, ctx, progress)
+                    .await?;
+            report.files_found = listing.found.len();
+            report.files_new = listing.to_load.len();
+            report.files_read = listing.to_load.len();
+            Ok(report)
+        }
+    }
+}
+
 /// An event-log row lost to a crash after the last commit of `table` comes back from
 /// that commit.
 async fn recover_event(
@@ -189,6 +289,19 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
             FlowKind::Ingest(ingest) => {
                 run_ingest_flow(&lake, flow, ingest, &ctx, &progress, &mut events).await
             }
+            FlowKind::Append(append) => {
+                run_append_flow(&lake, flow, append, &ctx, &progress, &mut events).await
+            }
+            FlowKind::ReplaceWhere(replace) => {
+                run_replace_flow(&lake, flow, replace, &ctx, &progress, &mut events).await
+            }
+            FlowKind::Export(export) => {
+                let source = DeltaSource::open(&lake, &export.from).await;
+                match source {
+                    Ok(source) => run_export(&flow.name, export, &source, &ctx, &progress).await,
+                    Err(e) => Err(e.into()),
+                }
+            }
         };
         progress.finish();
         match result {
@@ -209,7 +322,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
                     flow: flow.name.clone(),
                     kind: flow.kind_name().into(),
                     from: flow.source(),
-                    into: flow.writes().to_string(),
+                    into: flow.target(),
                     run_id: ctx.run_id.clone(),
                     status: "failed".into(),
                     ..FlowReport::default()

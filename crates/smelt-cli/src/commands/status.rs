@@ -5,9 +5,10 @@ use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::apply::app_id;
 use smelt_engine::ports::{ChangeSource, SilverTable};
+use smelt_ingest::export::export_state;
 use smelt_ingest::files::Landing;
 use smelt_ingest::flow::{loaded_files, plan_files};
-use smelt_spec::FlowKind;
+use smelt_spec::{FlowKind, ReplaceSource};
 
 use super::{load_pipeline, open_lake, select};
 use crate::args::{GlobalArgs, StatusArgs};
@@ -39,7 +40,7 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
         let mut row = FlowStatus {
             flow: flow.name.clone(),
             from: flow.source(),
-            into: flow.writes().to_string(),
+            into: flow.target(),
             watermark: None,
             bronze_version: None,
             versions_behind: None,
@@ -49,19 +50,39 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
             last_run_id: None,
             problem: None,
         };
-        let output = DeltaSilver::open(&lake, flow.writes()).await?;
-        if let FlowKind::Apply(apply) = &flow.kind {
-            match DeltaSource::open(&lake, &apply.from).await {
+        // The table the flow reads (its version says how far behind the flow is).
+        if let Some(source) = flow.reads() {
+            match DeltaSource::open(&lake, source).await {
                 Ok(source) => row.bronze_version = Some(source.version()),
                 Err(e) => row.problem = Some(e.to_string()),
             }
         }
-        if let FlowKind::Ingest(ingest) = &flow.kind {
+        if let FlowKind::Export(export) = &flow.kind {
+            match export_state(&flow.name, export).await {
+                Ok(state) => row.watermark = state.version,
+                Err(e) => row.problem = Some(e.to_string()),
+            }
+            rows.push(behind(row));
+            continue;
+        }
+        let Some(table) = flow.writes() else {
+            continue;
+        };
+        let output = DeltaSilver::open(&lake, table).await?;
+        let files = match &flow.kind {
+            FlowKind::Ingest(ingest) => Some(ingest),
+            FlowKind::ReplaceWhere(r) => match &r.from {
+                ReplaceSource::Files(f) => Some(f.as_ref()),
+                ReplaceSource::Table(_) => None,
+            },
+            _ => None,
+        };
+        if let Some(files) = files {
             let waiting = async {
-                let landing = Landing::of(ingest)
+                let landing = Landing::of(files)
                     .map_err(|e| smelt_engine::EngineError::user(e.to_string(), "fix `from:`"))?;
-                let loaded = loaded_files(&flow.name, &output).await?;
-                plan_files(&flow.name, ingest, &landing, &loaded, false).await
+                let loaded = loaded_files(&output).await?;
+                plan_files(&flow.name, files, &landing, &loaded, false).await
             };
             match waiting.await {
                 Ok(l) => row.files_waiting = Some(l.to_load.len() + l.pending),
@@ -79,19 +100,9 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
                 row.last_run_id = last.run_id;
             }
         } else if row.problem.is_none() {
-            row.problem = Some(format!(
-                "`{}` not created yet: run `smelt run`",
-                flow.writes()
-            ));
+            row.problem = Some(format!("`{table}` not created yet: run `smelt run`"));
         }
-        if row.bronze_version.is_some() {
-            row.versions_behind = match (row.bronze_version, row.watermark) {
-                (Some(b), Some(w)) => Some(b - w),
-                (Some(b), None) => Some(b + 1),
-                _ => None,
-            };
-        }
-        rows.push(row);
+        rows.push(behind(row));
     }
     if global.json {
         println!(
@@ -118,6 +129,16 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
         );
     }
     Ok(0)
+}
+
+/// `row` with how many source versions it is behind.
+fn behind(mut row: FlowStatus) -> FlowStatus {
+    row.versions_behind = match (row.bronze_version, row.watermark) {
+        (Some(b), Some(w)) => Some(b - w),
+        (Some(b), None) => Some(b + 1),
+        _ => None,
+    };
+    row
 }
 
 fn chrono_like(ms: i64) -> Option<String> {

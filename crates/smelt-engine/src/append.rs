@@ -1,0 +1,233 @@
+//! The `append` flow (seed 004's append-only incremental transform): rows added to the
+//! source since the watermark, filtered and cast, appended to the target, with the
+//! watermark in the same commit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{Int64Type, Schema, SchemaRef};
+use smelt_core::change::{CHANGE_TYPE, COMMIT_VERSION, INSERT};
+use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
+
+use crate::apply::{RunContext, app_id};
+use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
+use crate::predicate::Predicate;
+use crate::report::FlowReport;
+use crate::stage::{Buffered, CastMiss, block_on, cast_to};
+
+/// The error of `on_cast_error: fail`.
+pub(crate) fn cast_failed(
+    flow_name: &str,
+    source: &impl std::fmt::Display,
+    miss: CastMiss,
+    version: i64,
+) -> EngineError {
+    EngineError::Cast {
+        flow: flow_name.to_string(),
+        source: Box::new(smelt_core::CoreError::CastFailed {
+            column: miss.column,
+            target: miss.target,
+            value: miss.value,
+            row: miss.row,
+            context: format!(" (`{source}` version {version})"),
+        }),
+    }
+}
+use crate::{EngineError, Result, failpoint};
+
+/// Appends the rows `source` gained since the watermark of `flow_name` in `target` (all
+/// rows of the source snapshot on the first run, or with `--full-refresh`, replacing the
+/// target's). Needs a multi-threaded runtime: rows are written while they are read.
+pub async fn run_append(
+    flow_name: &str,
+    flow: &AppendFlow,
+    source: &dyn ChangeSource,
+    target: &mut dyn SilverTable,
+    ctx: &RunContext,
+    reporter: &dyn Reporter,
+) -> Result<FlowReport> {
+    let app = app_id(flow_name);
+    let v = source.version();
+    let stored = target.watermark(&app).await?;
+    let mut rebuild = ctx.full_refresh || stored.is_none();
+    let mut report = FlowReport {
+        flow: flow_name.to_string(),
+        kind: "append".into(),
+        from: flow.from.to_string(),
+        into: flow.into.to_string(),
+        run_id: ctx.run_id.clone(),
+        from_version: stored,
+        to_version: v,
+        silver_version: target.version(),
+        ..FlowReport::default()
+    };
+    if stored == Some(v) && !ctx.full_refresh {
+        report.status = "up_to_date".into();
+        report.mode = "incremental".into();
+        return Ok(report);
+    }
+    let started = Instant::now();
+    if let (Some(after), false) = (stored, rebuild) {
+        reporter.phase(flow_name, "check source commits");
+        let rewrites = source.rewrites(after).await?;
+        if let Some((version, operation)) = rewrites.first() {
+            match flow.on_rewrite {
+                OnRewrite::Fail => {
+                    return Err(EngineError::user(
+                        format!(
+                            "flow `{flow_name}`: `{}` version {version} rewrites rows ({}), and an append flow only appends{}",
+                            flow.from,
+                            if operation.is_empty() {
+                                "unknown operation"
+                            } else {
+                                operation
+                            },
+                            if rewrites.len() > 1 {
+                                format!(" ({} such versions after {after})", rewrites.len())
+                            } else {
+                                String::new()
+                            }
+                        ),
+                        "set `on_rewrite: skip` to leave such commits out, or `on_rewrite: full_refresh` (or run `smelt run --full-refresh`) to rebuild the target from the source",
+                    ));
+                }
+                OnRewrite::Skip => {
+                    let versions: Vec<i64> = rewrites.iter().map(|(v, _)| *v).collect();
+                    source.skip_versions(&versions);
+                    report.skipped_versions = versions;
+                }
+                OnRewrite::FullRefresh => rebuild = true,
+            }
+        }
+    }
+    report.mode = if rebuild && target.schema().is_some() {
+        "rebuild"
+    } else if rebuild {
+        "snapshot"
+    } else {
+        "incremental"
+    }
+    .into();
+
+    // The target's columns: the table's, else the DDL's, else the source's.
+    let source_schema = source.schema();
+    let schema: SchemaRef = match (target.schema(), &flow.target) {
+        (Some(s), _) => s,
+        (None, Some(def)) => crate::schema::arrow_schema(def),
+        (None, None) => Arc::new(Schema::new(source_schema.fields().clone())),
+    };
+    let what = format!("flow `{flow_name}`");
+    let filter = flow
+        .filter
+        .as_deref()
+        .map(|sql| Predicate::compile(sql, &source_schema, &format!("{what}: `where`")))
+        .transpose()?;
+    if let Some(missing) = schema
+        .fields()
+        .iter()
+        .find(|f| source_schema.field_with_name(f.name()).is_err())
+    {
+        return Err(EngineError::user(
+            format!(
+                "{what}: target column `{}` is not a column of `{}`",
+                missing.name(),
+                flow.from
+            ),
+            "add it to the source, or remove it from the target's CREATE TABLE",
+        ));
+    }
+    if ctx.dry_run {
+        report.status = "planned".into();
+        return Ok(report);
+    }
+    if target.schema().is_none() {
+        target.create(Arc::clone(&schema)).await?;
+    } else if rebuild {
+        target.stage_overwrite().await?;
+    }
+
+    reporter.phase(flow_name, "read and append");
+    let mut buffer = Buffered::default();
+    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+    let mut read = 0usize;
+    let mut filtered = 0usize;
+    let mut ignored = 0usize;
+    let after = if rebuild { None } else { stored };
+    let mut sink = |batch: RecordBatch| -> Result<()> {
+        read += batch.num_rows();
+        // Appended rows only: update images and deletes of kept commits are not new rows.
+        let kinds = batch
+            .column_by_name(CHANGE_TYPE)
+            .ok_or_else(|| EngineError::Internal("change batch without kind".into()))?;
+        let mut keep = arrow::compute::kernels::cmp::eq(
+            kinds,
+            &arrow::array::StringArray::new_scalar(INSERT),
+        )?;
+        ignored += batch.num_rows() - keep.true_count();
+        if let Some(p) = &filter {
+            let both = arrow::compute::and(&keep, &p.evaluate(&batch)?)?;
+            filtered += keep.true_count() - both.true_count();
+            keep = both;
+        }
+        if keep.true_count() == 0 {
+            return Ok(());
+        }
+        let rows = filter_record_batch(&batch, &keep)?;
+        let cast = cast_to(&rows, &schema, flow.tz.as_deref(), &what)?;
+        for (c, n) in cast.failures {
+            *failures.entry(c).or_default() += n;
+        }
+        if let (OnCastError::Fail, Some(miss)) = (flow.on_cast_error, cast.first) {
+            let version = rows
+                .column_by_name(COMMIT_VERSION)
+                .map(|c| c.as_primitive::<Int64Type>().value(miss.row))
+                .unwrap_or_default();
+            return Err(cast_failed(flow_name, &flow.from, miss, version));
+        }
+        if buffer.push(cast.batch) {
+            block_on(buffer.flush(target))?;
+        }
+        Ok(())
+    };
+    source.read_changes(after, &mut sink).await?;
+    buffer.flush(target).await?;
+    report.changes_read = read;
+    report.ignored = ignored;
+    report.filtered = filtered;
+    report.rows_written = buffer.rows_written;
+    report.inserted = buffer.rows_written;
+    report.cast_failures = failures;
+    report.on_cast_error = format!("{:?}", flow.on_cast_error).to_lowercase();
+    let read_ms = started.elapsed().as_millis() as u64;
+
+    reporter.phase(flow_name, "commit");
+    let started = Instant::now();
+    report.status = "applied".into();
+    let mut committed = report.clone();
+    committed.phases_ms = vec![("read and append".into(), read_ms)];
+    failpoint("before_target_commit")?;
+    let stats = target
+        .commit(
+            &[],
+            &Watermark {
+                app_id: app,
+                version: v,
+                run_id: ctx.run_id.clone(),
+                report: Some(serde_json::to_string(&committed).expect("serialisable")),
+                extra: Vec::new(),
+            },
+        )
+        .await?;
+    report.silver_version = Some(stats.version);
+    report.files_written = stats.files_added;
+    report.files_removed = stats.files_removed;
+    report.bytes_written = stats.bytes_written;
+    report.phases_ms = vec![
+        ("read and append".into(), read_ms),
+        ("commit".into(), started.elapsed().as_millis() as u64),
+    ];
+    Ok(report)
+}

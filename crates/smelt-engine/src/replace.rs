@@ -1,0 +1,322 @@
+//! The `replace_where` flow (seed 003's Delta `replaceWhere`): a batch atomically replaces
+//! the target rows matching a predicate. Every batch row must match it (else nothing is
+//! committed, and the error names the row); the predicate may use the batch's bounds.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{Array, RecordBatch};
+use arrow::datatypes::SchemaRef;
+use arrow::util::display::array_value_to_string;
+use async_trait::async_trait;
+use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
+use datafusion::logical_expr::Accumulator;
+use datafusion::scalar::ScalarValue;
+use smelt_spec::{OnCastError, ReplaceWhereFlow};
+
+use crate::append::cast_failed;
+use crate::apply::RunContext;
+use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
+use crate::predicate::Predicate;
+use crate::report::FlowReport;
+use crate::stage::{Buffered, block_on, cast_to};
+use crate::{EngineError, Result, failpoint};
+
+/// Where rows of a batch come from, for error messages: a file or table, and each row's
+/// 1-based number in it.
+pub struct Origin<'a> {
+    /// The file's URL, or `table version N`.
+    pub source: &'a str,
+    /// Row numbers, one per row of the batch.
+    pub rows: &'a [i64],
+}
+
+/// A sink of batch rows.
+pub type BatchSink<'a> = dyn FnMut(RecordBatch, Origin<'_>) -> Result<()> + Send + 'a;
+
+/// A `replace_where` batch, readable as often as asked.
+#[async_trait]
+pub trait BatchSource: Send + Sync {
+    /// Streams every row of the batch to `sink`, in order.
+    async fn read(&self, sink: &mut BatchSink<'_>) -> Result<()>;
+}
+
+/// A table's snapshot as a batch.
+pub struct TableBatch<'a>(pub &'a dyn ChangeSource);
+
+#[async_trait]
+impl BatchSource for TableBatch<'_> {
+    async fn read(&self, sink: &mut BatchSink<'_>) -> Result<()> {
+        let label = format!("`{}` version {}", self.0.table(), self.0.version());
+        let mut next = 1i64;
+        let mut each = |batch: RecordBatch| {
+            let rows: Vec<i64> = (next..next + batch.num_rows() as i64).collect();
+            next += batch.num_rows() as i64;
+            sink(
+                batch,
+                Origin {
+                    source: &label,
+                    rows: &rows,
+                },
+            )
+        };
+        self.0.read_changes(None, &mut each).await?;
+        Ok(())
+    }
+}
+
+/// A `{min(col)}` or `{max(col)}` placeholder of a predicate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Placeholder {
+    text: String,
+    max: bool,
+    column: String,
+}
+
+fn placeholders(predicate: &str) -> Vec<Placeholder> {
+    let mut out = Vec::new();
+    let mut rest = predicate;
+    while let Some(start) = rest.find('{') {
+        let Some(len) = rest[start..].find('}') else {
+            break;
+        };
+        let text = &rest[start..start + len + 1];
+        let inner = text[1..text.len() - 1].trim();
+        let call = inner
+            .strip_prefix("min(")
+            .map(|c| (false, c))
+            .or_else(|| inner.strip_prefix("max(").map(|c| (true, c)));
+        if let Some((max, column)) = call
+            && let Some(column) = column.strip_suffix(')')
+        {
+            out.push(Placeholder {
+                text: text.to_string(),
+                max,
+                column: column.trim().trim_matches('"').to_string(),
+            });
+        }
+        rest = &rest[start + len + 1..];
+    }
+    out
+}
+
+/// A value as a SQL literal: numbers as they are, the rest quoted (the comparison casts it
+/// to the column's type).
+pub fn literal(value: &ScalarValue) -> Result<String> {
+    if value.is_null() {
+        return Ok("NULL".into());
+    }
+    let text = array_value_to_string(&value.to_array()?, 0)?;
+    let numeric = value.data_type().is_numeric();
+    Ok(if numeric {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "''"))
+    })
+}
+
+/// `row` of `batch` as `col = value, …`.
+fn describe(batch: &RecordBatch, row: usize) -> String {
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, c)| {
+            let v = if c.is_null(row) {
+                "NULL".to_string()
+            } else {
+                array_value_to_string(c, row).unwrap_or_default()
+            };
+            format!("{} = {v}", f.name())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Replaces the rows of `target` matching `flow.predicate` with the rows of `batch`, in one
+/// commit carrying `watermark`. Needs a multi-threaded runtime.
+pub async fn run_replace_where(
+    flow_name: &str,
+    flow: &ReplaceWhereFlow,
+    batch: &dyn BatchSource,
+    target: &mut dyn SilverTable,
+    watermark: Watermark,
+    ctx: &RunContext,
+    reporter: &dyn Reporter,
+) -> Result<FlowReport> {
+    let what = format!("flow `{flow_name}`");
+    let mut report = FlowReport {
+        flow: flow_name.to_string(),
+        kind: "replace_where".into(),
+        from: flow.from_text.clone(),
+        into: flow.into.to_string(),
+        run_id: ctx.run_id.clone(),
+        mode: "batch".into(),
+        to_version: watermark.version,
+        silver_version: target.version(),
+        ..FlowReport::default()
+    };
+    let schema: SchemaRef = match (target.schema(), &flow.target) {
+        (Some(s), _) => s,
+        (None, Some(def)) => crate::schema::arrow_schema(def),
+        (None, None) => {
+            return Err(EngineError::user(
+                format!(
+                    "{what}: `{}` does not exist and the flow has no `schema:`",
+                    flow.into
+                ),
+                "add `schema: <CREATE TABLE file>` to the flow, or create the table first",
+            ));
+        }
+    };
+    let tz = flow.tz.as_deref();
+
+    // Pass 1: the batch's bounds, for the placeholders.
+    let started = Instant::now();
+    let holes = placeholders(&flow.predicate);
+    let mut text = flow.predicate.clone();
+    if !holes.is_empty() {
+        reporter.phase(flow_name, "batch bounds");
+        let mut accumulators: Vec<Box<dyn Accumulator>> = Vec::new();
+        for h in &holes {
+            let field = schema.field_with_name(&h.column).map_err(|_| {
+                EngineError::user(
+                    format!("{what}: `{}` names no column of `{}`", h.text, flow.into),
+                    "use a target column, e.g. `{min(updated_at)}`",
+                )
+            })?;
+            let ty = field.data_type();
+            accumulators.push(if h.max {
+                Box::new(MaxAccumulator::try_new(ty)?)
+            } else {
+                Box::new(MinAccumulator::try_new(ty)?)
+            });
+        }
+        let mut sink = |rows: RecordBatch, _: Origin<'_>| -> Result<()> {
+            let cast = cast_to(&rows, &schema, tz, &what)?;
+            for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
+                let column = cast
+                    .batch
+                    .column_by_name(&h.column)
+                    .expect("a target column");
+                acc.update_batch(&[Arc::clone(column)])?;
+            }
+            Ok(())
+        };
+        batch.read(&mut sink).await?;
+        for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
+            text = text.replace(&h.text, &literal(&acc.evaluate()?)?);
+        }
+    }
+    let predicate = Predicate::compile(&text, &schema, &format!("{what}: `predicate`"))?;
+    report.predicate = Some(text.clone());
+    if ctx.dry_run {
+        report.status = "planned".into();
+        return Ok(report);
+    }
+
+    // Pass 2: check every row against the predicate, cast, and stage.
+    reporter.phase(flow_name, "check and write the batch");
+    if target.schema().is_none() {
+        target.create(Arc::clone(&schema)).await?;
+    }
+    // Before the rows: their commit removes rows, so they go with change data.
+    target.stage_delete_where(predicate.clone()).await?;
+    let mut buffer = Buffered::default();
+    let mut read = 0;
+    let mut sink = |rows: RecordBatch, origin: Origin<'_>| -> Result<()> {
+        read += rows.num_rows();
+        let cast = cast_to(&rows, &schema, tz, &what)?;
+        for (c, n) in &cast.failures {
+            *report.cast_failures.entry(c.clone()).or_default() += n;
+        }
+        if let (OnCastError::Fail, Some(miss)) = (flow.on_cast_error, cast.first) {
+            let row = origin.rows[miss.row];
+            return Err(cast_failed(flow_name, &origin.source, miss, row));
+        }
+        let pass = predicate.evaluate(&cast.batch)?;
+        if pass.true_count() < pass.len() {
+            let i = (0..pass.len())
+                .find(|&i| !pass.value(i))
+                .expect("a failing row");
+            return Err(EngineError::user(
+                format!(
+                    "{what}: row {} of {} is outside the predicate `{text}`, so replacing the rows it matches would not replace this one: {}",
+                    origin.rows[i],
+                    origin.source,
+                    describe(&cast.batch, i)
+                ),
+                "widen the predicate to cover the whole batch (e.g. with `{min(col)}`), or leave such rows out of the batch; nothing was committed",
+            ));
+        }
+        if buffer.push(cast.batch) {
+            block_on(buffer.flush(target))?;
+        }
+        Ok(())
+    };
+    batch.read(&mut sink).await?;
+    buffer.flush(target).await?;
+    report.changes_read = read;
+    report.rows_written = buffer.rows_written;
+    report.inserted = buffer.rows_written;
+    report.on_cast_error = format!("{:?}", flow.on_cast_error).to_lowercase();
+    let read_ms = started.elapsed().as_millis() as u64;
+
+    reporter.phase(flow_name, "commit");
+    let started = Instant::now();
+    report.status = "applied".into();
+    let mut committed = report.clone();
+    committed.phases_ms = vec![("read and check".into(), read_ms)];
+    let watermark = Watermark {
+        report: Some(serde_json::to_string(&committed).expect("serialisable")),
+        ..watermark
+    };
+    failpoint("before_target_commit")?;
+    let stats = target.commit(&[], &watermark).await?;
+    report.silver_version = Some(stats.version);
+    report.rows_replaced = stats.rows_removed;
+    report.files_written = stats.files_added;
+    report.files_removed = stats.files_removed;
+    report.bytes_written = stats.bytes_written;
+    report.phases_ms = vec![
+        ("read and check".into(), read_ms),
+        ("commit".into(), started.elapsed().as_millis() as u64),
+    ];
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_found_and_filled() {
+        let p = placeholders("updated_at >= {min(updated_at)} AND id <= { max(\"Id\") } {x}");
+        assert_eq!(
+            p,
+            vec![
+                Placeholder {
+                    text: "{min(updated_at)}".into(),
+                    max: false,
+                    column: "updated_at".into()
+                },
+                Placeholder {
+                    text: "{ max(\"Id\") }".into(),
+                    max: true,
+                    column: "Id".into()
+                },
+            ]
+        );
+        assert_eq!(literal(&ScalarValue::Int64(Some(3))).unwrap(), "3");
+        assert_eq!(
+            literal(&ScalarValue::Utf8(Some("it's".into()))).unwrap(),
+            "'it''s'"
+        );
+        assert_eq!(
+            literal(&ScalarValue::TimestampMicrosecond(Some(0), None)).unwrap(),
+            "'1970-01-01T00:00:00'"
+        );
+        assert_eq!(literal(&ScalarValue::Int64(None)).unwrap(), "NULL");
+    }
+}
