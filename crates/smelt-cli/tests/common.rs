@@ -46,6 +46,13 @@ impl Project {
         Self { dir, root }
     }
 
+    /// `examples/<name>` (its files, not its lake).
+    pub fn example(name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = copy_example(name, dir.path());
+        Self { dir, root }
+    }
+
     /// An empty project folder, with `smelt.yaml` as given.
     pub fn with_pipeline(yaml: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();

@@ -409,7 +409,13 @@ pub async fn run_export(
     };
     failpoint("before_export_state")?;
     target.save(flow_name, &next).await?;
+    let published: Vec<String> = next.pending.iter().map(|(_, to)| to.clone()).collect();
     target.finish(flow_name, &mut next).await?;
+    for name in published {
+        if let Ok(meta) = target.store.head(&target.path(&name)).await {
+            report.bytes_written += meta.size;
+        }
+    }
     report.status = "applied".into();
     report.phases_ms = vec![
         ("write files".into(), write_ms),
