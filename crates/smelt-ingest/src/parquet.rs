@@ -36,7 +36,11 @@ pub fn read_parquet<T: ChunkReader + 'static>(
     let schema = reader.schema();
     for batch in reader {
         let batch = batch.map_err(|e| malformed(&e))?;
-        let batch = if keep_types { batch } else { as_text(&batch)? };
+        let batch = if keep_types {
+            delta_safe(&batch)?
+        } else {
+            as_text(&batch)?
+        };
         let rows: Vec<i64> = (row + 1..=row + batch.num_rows() as i64).collect();
         row += batch.num_rows() as i64;
         any = true;
@@ -49,7 +53,11 @@ pub fn read_parquet<T: ChunkReader + 'static>(
     if !any {
         // An empty file still names its columns.
         let empty = RecordBatch::new_empty(schema);
-        let batch = if keep_types { empty } else { as_text(&empty)? };
+        let batch = if keep_types {
+            delta_safe(&empty)?
+        } else {
+            as_text(&empty)?
+        };
         sink.rows(RawRows {
             batch,
             rows: Vec::new(),
@@ -57,6 +65,60 @@ pub fn read_parquet<T: ChunkReader + 'static>(
         })?;
     }
     Ok(())
+}
+
+/// A type a Delta table can hold for `dt`, when `dt` is not one: timestamps in µs (UTC
+/// when zoned), unsigned integers as wider signed ones (or DECIMAL(20,0)), views and large
+/// variants as plain strings and bytes.
+fn delta_type(dt: &DataType) -> Option<DataType> {
+    use arrow::datatypes::TimeUnit;
+    Some(match dt {
+        DataType::Timestamp(TimeUnit::Microsecond, None) => return None,
+        DataType::Timestamp(TimeUnit::Microsecond, Some(tz)) if tz.as_ref() == "UTC" => {
+            return None;
+        }
+        DataType::Timestamp(_, tz) => {
+            DataType::Timestamp(TimeUnit::Microsecond, tz.as_ref().map(|_| "UTC".into()))
+        }
+        DataType::UInt8 => DataType::Int16,
+        DataType::UInt16 => DataType::Int32,
+        DataType::UInt32 => DataType::Int64,
+        DataType::UInt64 => DataType::Decimal128(20, 0),
+        DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+        DataType::BinaryView | DataType::LargeBinary => DataType::Binary,
+        _ => return None,
+    })
+}
+
+/// `batch` with the columns whose type Delta lacks cast to one it has.
+fn delta_safe(batch: &RecordBatch) -> Result<RecordBatch> {
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| delta_type(f.data_type()).is_some())
+    {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::new();
+    let mut columns = Vec::new();
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        match delta_type(f.data_type()) {
+            Some(to) => {
+                columns.push(cast(c, &to)?);
+                fields.push(Field::new(f.name(), to, true));
+            }
+            None => {
+                columns.push(Arc::clone(c));
+                fields.push(f.as_ref().clone());
+            }
+        }
+    }
+    Ok(RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
 }
 
 /// Every column as text.
@@ -68,7 +130,15 @@ fn as_text(batch: &RecordBatch) -> Result<RecordBatch> {
             if c.data_type() == &DataType::Utf8 {
                 return Ok(Arc::clone(c));
             }
-            if can_cast_types(c.data_type(), &DataType::Utf8) {
+            // Bytes are shown as hex (a cast would make invalid UTF-8 NULL).
+            let bytes = matches!(
+                c.data_type(),
+                DataType::Binary
+                    | DataType::LargeBinary
+                    | DataType::BinaryView
+                    | DataType::FixedSizeBinary(_)
+            );
+            if !bytes && can_cast_types(c.data_type(), &DataType::Utf8) {
                 return Ok(cast(c, &DataType::Utf8)?);
             }
             let format = FormatOptions::default().with_null("");
@@ -164,5 +234,39 @@ mod tests {
             err.starts_with("f.parquet: not a readable Parquet file"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn types_delta_lacks_are_cast_and_bytes_shown_as_hex() {
+        use arrow::array::{BinaryArray, TimestampNanosecondArray, UInt32Array};
+        use arrow::datatypes::TimeUnit;
+        let batch = RecordBatch::try_from_iter([
+            (
+                "ts",
+                Arc::new(
+                    TimestampNanosecondArray::from(vec![1_500_000_000]).with_timezone("Asia/Tokyo"),
+                ) as ArrayRef,
+            ),
+            ("n", Arc::new(UInt32Array::from(vec![7])) as ArrayRef),
+            (
+                "b",
+                Arc::new(BinaryArray::from(vec![&[0xff_u8, 0x00][..]])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let safe = delta_safe(&batch).unwrap();
+        assert_eq!(
+            safe.column(0).data_type(),
+            &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+        );
+        assert_eq!(
+            safe.column(0)
+                .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                .value(0),
+            1_500_000
+        );
+        assert_eq!(safe.column(1).data_type(), &DataType::Int64);
+        let text = as_text(&batch).unwrap();
+        assert_eq!(text.column(2).as_string::<i32>().value(0), "ff00");
     }
 }
