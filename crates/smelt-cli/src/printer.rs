@@ -250,35 +250,35 @@ fn ingest_report(r: &FlowReport) -> String {
         None => format!("load {}", r.to_version),
     };
     out.push_str(&format!("  {} ({}, {load})\n", r.status, r.mode));
-    for (label, value) in [
-        ("files found", r.files_found),
-        ("files new", r.files_new),
-        ("files read", r.files_read),
-        ("rows written", r.rows_written),
-    ] {
-        out.push_str(&format!("  {label:<22}{value:>10}\n"));
-    }
-    for (label, value, note) in [
-        (
-            "files pending",
-            r.files_pending,
-            "(over max_files_per_run; next run)",
-        ),
-        (
-            "malformed rows",
-            r.malformed,
-            "(quarantined in the rejects table)",
-        ),
-        (
-            "rescued rows",
-            r.rescued,
-            "(values kept in the rescued-data column)",
-        ),
-    ] {
-        if value > 0 {
-            out.push_str(&format!("  {label:<22}{value:>10}  {note}\n"));
-        }
-    }
+    counts(
+        &mut out,
+        &[
+            ("files found", r.files_found),
+            ("files new", r.files_new),
+            ("files read", r.files_read),
+            ("rows written", r.rows_written),
+        ],
+    );
+    noted(
+        &mut out,
+        &[
+            (
+                "files pending",
+                r.files_pending,
+                "(over max_files_per_run; next run)",
+            ),
+            (
+                "malformed rows",
+                r.malformed,
+                "(quarantined in the rejects table)",
+            ),
+            (
+                "rescued rows",
+                r.rescued,
+                "(values kept in the rescued-data column)",
+            ),
+        ],
+    );
     changed(&mut out);
     if !r.columns_added.is_empty() {
         out.push_str(&format!(
@@ -289,16 +289,42 @@ fn ingest_report(r: &FlowReport) -> String {
         ));
     }
     out.push_str(&format!(
-        "  {:<22}{:>10}\n  {:<22}{:>10}\n  {:<22}{:>10}\n",
+        "  {:<22}{:>10}\n",
         "bytes read",
-        bytes(r.bytes_read),
+        bytes(r.bytes_read)
+    ));
+    footer(&mut out, r, "bronze version");
+    out
+}
+
+/// One count a line.
+fn counts(out: &mut String, rows: &[(&str, usize)]) {
+    for (label, value) in rows {
+        out.push_str(&format!("  {label:<22}{value:>10}\n"));
+    }
+}
+
+/// One count a line, with a note, for the counts that are not zero.
+fn noted(out: &mut String, rows: &[(&str, usize, &str)]) {
+    for (label, value, note) in rows {
+        if *value > 0 {
+            out.push_str(&format!("  {label:<22}{value:>10}  {note}\n"));
+        }
+    }
+}
+
+/// Files and bytes written, the output's version (`version` names it) and the time per
+/// phase.
+fn footer(out: &mut String, r: &FlowReport, version: &str) {
+    out.push_str(&format!(
+        "  {:<22}{:>10}\n  {:<22}{:>10}\n",
         "files written",
         r.files_written,
         "bytes written",
         bytes(r.bytes_written)
     ));
     if let Some(v) = r.silver_version {
-        out.push_str(&format!("  {:<22}{:>10}\n", "bronze version", v));
+        out.push_str(&format!("  {version:<22}{v:>10}\n"));
     }
     let phases: Vec<String> = r
         .phases_ms
@@ -306,7 +332,6 @@ fn ingest_report(r: &FlowReport) -> String {
         .map(|(p, ms)| format!("{p} {ms} ms"))
         .collect();
     out.push_str(&format!("  time: {}\n", phases.join(", ")));
-    out
 }
 
 /// The human run report of an append, replace_where or export flow.
@@ -336,52 +361,37 @@ fn move_report(r: &FlowReport) -> String {
     if let Some(p) = &r.partition {
         out.push_str(&format!("  partition             {p}\n"));
     }
-    for (label, value) in [
-        ("rows read", r.changes_read),
-        ("rows written", r.rows_written),
-    ] {
-        out.push_str(&format!("  {label:<22}{value:>10}\n"));
-    }
-    for (label, value, note) in [
-        (
-            "rows replaced",
-            r.rows_replaced,
-            "(target rows the predicate matched)",
-        ),
-        ("filtered out", r.filtered, "(`where` is not true)"),
-        (
-            "ignored",
-            r.ignored,
-            "(not new rows: update images, deletes)",
-        ),
-        ("cast failures", r.cast_failures_total(), "(stored as NULL)"),
-        ("files new", r.files_new, "(files of the batch)"),
-    ] {
-        if value > 0 {
-            out.push_str(&format!("  {label:<22}{value:>10}  {note}\n"));
-        }
-    }
+    counts(
+        &mut out,
+        &[
+            ("rows read", r.changes_read),
+            ("rows written", r.rows_written),
+        ],
+    );
+    noted(
+        &mut out,
+        &[
+            (
+                "rows replaced",
+                r.rows_replaced,
+                "(target rows the predicate matched)",
+            ),
+            ("filtered out", r.filtered, "(`where` is not true)"),
+            (
+                "ignored",
+                r.ignored,
+                "(not new rows: update images, deletes)",
+            ),
+            ("cast failures", r.cast_failures_total(), "(stored as NULL)"),
+            ("files new", r.files_new, "(files of the batch)"),
+        ],
+    );
     if !r.skipped_versions.is_empty() {
         out.push_str(&format!(
             "  skipped versions      {:?}  (they rewrite rows; `on_rewrite: skip`)\n",
             r.skipped_versions
         ));
     }
-    out.push_str(&format!(
-        "  {:<22}{:>10}\n  {:<22}{:>10}\n",
-        "files written",
-        r.files_written,
-        "bytes written",
-        bytes(r.bytes_written)
-    ));
-    if let Some(v) = r.silver_version {
-        out.push_str(&format!("  {:<22}{:>10}\n", "target version", v));
-    }
-    let phases: Vec<String> = r
-        .phases_ms
-        .iter()
-        .map(|(p, ms)| format!("{p} {ms} ms"))
-        .collect();
-    out.push_str(&format!("  time: {}\n", phases.join(", ")));
+    footer(&mut out, r, "target version");
     out
 }

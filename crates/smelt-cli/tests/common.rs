@@ -195,3 +195,20 @@ pub fn without_audit(rows: &[Value]) -> Vec<Value> {
         })
         .collect()
 }
+
+/// A value of a JSON query row as text (`NULL` for null).
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "NULL".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Rows of `sql` as text, columns in `columns` order.
+pub fn rows(p: &Project, sql: &str, columns: &[&str]) -> Vec<Vec<String>> {
+    p.query(sql)
+        .iter()
+        .map(|r| columns.iter().map(|c| text(&r[*c])).collect())
+        .collect()
+}

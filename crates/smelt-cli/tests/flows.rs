@@ -9,24 +9,9 @@ use std::fs::File;
 
 use arrow::array::{Array, AsArray, RecordBatchReader};
 use arrow::datatypes::{DataType, TimeUnit};
-use common::Project;
+use common::{Project, rows};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::Value;
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "NULL".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-fn rows(p: &Project, sql: &str, columns: &[&str]) -> Vec<Vec<String>> {
-    p.query(sql)
-        .iter()
-        .map(|r| columns.iter().map(|c| text(&r[*c])).collect())
-        .collect()
-}
 
 // ---------------------------------------------------------------- append (seed 004)
 

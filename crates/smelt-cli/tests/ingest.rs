@@ -8,25 +8,8 @@ use std::fs::File;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use common::Project;
+use common::{Project, rows};
 use serde_json::Value;
-
-/// A value of a JSON query row as text (`NULL` for null).
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "NULL".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Rows of `sql` as text, columns in `columns` order.
-fn rows(p: &Project, sql: &str, columns: &[&str]) -> Vec<Vec<String>> {
-    p.query(sql)
-        .iter()
-        .map(|r| columns.iter().map(|c| text(&r[*c])).collect())
-        .collect()
-}
 
 fn count(p: &Project, table: &str) -> i64 {
     p.query(&format!("SELECT count(*) AS n FROM {table}"))[0]["n"]

@@ -450,34 +450,61 @@ async fn rewrite(
         return Ok(None);
     }
     let hit = arrow::compute::is_not_null(&positions)?;
-    let survivors = filter_record_batch(&stored, &not(&hit)?)?;
-    let adds = if survivors.num_rows() > 0 {
-        write_file(writer, survivors, table.clone()).await?
-    } else {
-        Vec::new()
-    };
-    let cdc = if change_data {
-        let before = filter_record_batch(&stored, &hit)?;
-        // Rows of deleted keys are `delete`s; the others are pre-images of updates.
-        let kinds: ArrayRef = match &deleted {
+    // Rows of deleted keys are `delete`s; the others are pre-images of updates.
+    let kinds = |before: &RecordBatch| -> Result<ArrayRef> {
+        Ok(match &deleted {
             Some(deleted) => {
-                let gone = deleted.positions(&key_columns(&before, &keys, &schema)?)?;
+                let gone = deleted.positions(&key_columns(before, &keys, &schema)?)?;
                 Arc::new(StringArray::from_iter_values(
                     gone.iter()
                         .map(|p| if p.is_some() { DELETE } else { UPDATE_PREIMAGE }),
                 ))
             }
             None => Arc::new(StringArray::from(vec![UPDATE_PREIMAGE; before.num_rows()])),
-        };
-        Some(parquet::write_change_data(store, &table, &with_change_type(&before, kinds)?).await?)
+        })
+    };
+    let kinds = if change_data {
+        Some(kinds(&filter_record_batch(&stored, &hit)?)?)
     } else {
         None
     };
-    Ok(Some(Rewrite {
+    Ok(Some(
+        rewrite_without(store, table, active, &stored, &hit, kinds, writer).await?,
+    ))
+}
+
+/// Rewrites `active` (whose rows are `stored`) without the rows `hit` marks; with `kinds`
+/// (their change types), writes them as change data too.
+async fn rewrite_without(
+    store: ObjectStoreRef,
+    table: String,
+    active: ActiveFile,
+    stored: &RecordBatch,
+    hit: &BooleanArray,
+    kinds: Option<ArrayRef>,
+    writer: RecordBatchWriter,
+) -> Result<Rewrite> {
+    let survivors = filter_record_batch(stored, &not(hit)?)?;
+    let adds = if survivors.num_rows() > 0 {
+        write_file(writer, survivors, table.clone()).await?
+    } else {
+        Vec::new()
+    };
+    let cdc = match kinds {
+        Some(kinds) => {
+            let before = filter_record_batch(stored, hit)?;
+            Some(
+                parquet::write_change_data(store, &table, &with_change_type(&before, kinds)?)
+                    .await?,
+            )
+        }
+        None => None,
+    };
+    Ok(Rewrite {
         remove: active.remove,
         adds,
         cdc,
-    }))
+    })
 }
 
 #[async_trait]
@@ -1117,34 +1144,11 @@ impl DeltaSilver {
                     if n == 0 {
                         return Ok(None);
                     }
-                    let survivors = filter_record_batch(&stored, &not(&hit)?)?;
-                    let adds = if survivors.num_rows() > 0 {
-                        write_file(writer, survivors, name.clone()).await?
-                    } else {
-                        Vec::new()
-                    };
-                    let cdc = if change_data {
-                        let gone = filter_record_batch(&stored, &hit)?;
-                        let kinds: ArrayRef = Arc::new(StringArray::from(vec![DELETE; n]));
-                        Some(
-                            parquet::write_change_data(
-                                store,
-                                &name,
-                                &with_change_type(&gone, kinds)?,
-                            )
-                            .await?,
-                        )
-                    } else {
-                        None
-                    };
-                    Ok(Some((
-                        Rewrite {
-                            remove: active.remove,
-                            adds,
-                            cdc,
-                        },
-                        n,
-                    )))
+                    let kinds = change_data
+                        .then(|| Arc::new(StringArray::from(vec![DELETE; n])) as ArrayRef);
+                    let rewrite =
+                        rewrite_without(store, name, active, &stored, &hit, kinds, writer).await?;
+                    Ok(Some((rewrite, n)))
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -16,7 +16,7 @@ use crate::apply::{RunContext, app_id};
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
 use crate::report::FlowReport;
-use crate::stage::{Buffered, CastMiss, block_on, cast_to};
+use crate::stage::{Buffered, CastMiss, block_on, cast_to, commit_report};
 
 /// The error of `on_cast_error: fail`.
 pub(crate) fn cast_failed(
@@ -36,7 +36,7 @@ pub(crate) fn cast_failed(
         }),
     }
 }
-use crate::{EngineError, Result, failpoint};
+use crate::{EngineError, Result};
 
 /// Appends the rows `source` gained since the watermark of `flow_name` in `target` (all
 /// rows of the source snapshot on the first run, or with `--full-refresh`, replacing the
@@ -204,30 +204,12 @@ pub async fn run_append(
     let read_ms = started.elapsed().as_millis() as u64;
 
     reporter.phase(flow_name, "commit");
-    let started = Instant::now();
-    report.status = "applied".into();
-    let mut committed = report.clone();
-    committed.phases_ms = vec![("read and append".into(), read_ms)];
-    failpoint("before_target_commit")?;
-    let stats = target
-        .commit(
-            &[],
-            &Watermark {
-                app_id: app,
-                version: v,
-                run_id: ctx.run_id.clone(),
-                report: Some(serde_json::to_string(&committed).expect("serialisable")),
-                extra: Vec::new(),
-            },
-        )
-        .await?;
-    report.silver_version = Some(stats.version);
-    report.files_written = stats.files_added;
-    report.files_removed = stats.files_removed;
-    report.bytes_written = stats.bytes_written;
-    report.phases_ms = vec![
-        ("read and append".into(), read_ms),
-        ("commit".into(), started.elapsed().as_millis() as u64),
-    ];
-    Ok(report)
+    let watermark = Watermark {
+        app_id: app,
+        version: v,
+        run_id: ctx.run_id.clone(),
+        report: None,
+        extra: Vec::new(),
+    };
+    commit_report(target, watermark, report, ("read and append", read_ms)).await
 }

@@ -19,8 +19,8 @@ use crate::apply::RunContext;
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
 use crate::report::FlowReport;
-use crate::stage::{Buffered, block_on, cast_to};
-use crate::{EngineError, Result, failpoint};
+use crate::stage::{Buffered, block_on, cast_to, commit_report};
+use crate::{EngineError, Result};
 
 /// Where rows of a batch come from, for error messages: a file or table, and each row's
 /// 1-based number in it.
@@ -264,26 +264,7 @@ pub async fn run_replace_where(
     let read_ms = started.elapsed().as_millis() as u64;
 
     reporter.phase(flow_name, "commit");
-    let started = Instant::now();
-    report.status = "applied".into();
-    let mut committed = report.clone();
-    committed.phases_ms = vec![("read and check".into(), read_ms)];
-    let watermark = Watermark {
-        report: Some(serde_json::to_string(&committed).expect("serialisable")),
-        ..watermark
-    };
-    failpoint("before_target_commit")?;
-    let stats = target.commit(&[], &watermark).await?;
-    report.silver_version = Some(stats.version);
-    report.rows_replaced = stats.rows_removed;
-    report.files_written = stats.files_added;
-    report.files_removed = stats.files_removed;
-    report.bytes_written = stats.bytes_written;
-    report.phases_ms = vec![
-        ("read and check".into(), read_ms),
-        ("commit".into(), started.elapsed().as_millis() as u64),
-    ];
-    Ok(report)
+    commit_report(target, watermark, report, ("read and check", read_ms)).await
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@ use arrow::datatypes::SchemaRef;
 use arrow::util::display::array_value_to_string;
 use smelt_core::cast::cast_columns;
 
-use crate::ports::SilverTable;
-use crate::{EngineError, Result};
+use crate::ports::{SilverTable, Watermark};
+use crate::report::FlowReport;
+use crate::{EngineError, Result, failpoint};
 
 /// Rows buffered before they are written as a data file.
 pub const ROWS_PER_WRITE: usize = 256 * 1024;
@@ -133,4 +134,35 @@ pub fn cast_to(
         failures,
         first,
     })
+}
+
+/// Commits what `target` has staged with `watermark` and the `report` (status `applied`,
+/// the phase `read` took `read_ms`) in its commit info, then fills the report's write
+/// counts and phase times. Fails first at the failpoint `before_target_commit`.
+pub async fn commit_report(
+    target: &mut dyn SilverTable,
+    watermark: Watermark,
+    mut report: FlowReport,
+    read: (&str, u64),
+) -> Result<FlowReport> {
+    let started = std::time::Instant::now();
+    report.status = "applied".into();
+    let mut committed = report.clone();
+    committed.phases_ms = vec![(read.0.to_string(), read.1)];
+    let watermark = Watermark {
+        report: Some(serde_json::to_string(&committed).expect("serialisable")),
+        ..watermark
+    };
+    failpoint("before_target_commit")?;
+    let stats = target.commit(&[], &watermark).await?;
+    report.silver_version = Some(stats.version);
+    report.rows_replaced = stats.rows_removed;
+    report.files_written = stats.files_added;
+    report.files_removed = stats.files_removed;
+    report.bytes_written = stats.bytes_written;
+    report.phases_ms = vec![
+        (read.0.to_string(), read.1),
+        ("commit".into(), started.elapsed().as_millis() as u64),
+    ];
+    Ok(report)
 }
