@@ -358,7 +358,10 @@ fn exports_are_exactly_once_across_crashes() {
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let flows = p.flows(&["run"]);
     assert_eq!(flows[0]["rows_written"], 1);
-    assert_eq!(flows[1]["predicate"], "updated_at >= '2026-07-22T03:00:00'");
+    assert_eq!(
+        flows[1]["predicate"],
+        "updated_at >= arrow_cast('2026-07-22T03:00:00', 'Timestamp(µs)')"
+    );
     assert_eq!(flows[1]["rows_replaced"], 0);
     assert_eq!(sales(&p).len(), 5);
     let parquet = exported(&p)
@@ -371,7 +374,10 @@ fn exports_are_exactly_once_across_crashes() {
             .unwrap(),
     )
     .unwrap();
-    assert_eq!(state["column_max"], "'2026-07-22T03:00:00Z'");
+    assert_eq!(
+        state["column_max"],
+        "arrow_cast('2026-07-22T03:00:00Z', 'Timestamp(µs, \"UTC\")')"
+    );
     assert_eq!(state["pending"], serde_json::json!([]));
 }
 
@@ -407,7 +413,10 @@ fn replace_where_rejects_a_batch_row_outside_the_predicate() {
             .replace("updated_at >= '2026-07-21 00:00:00'", "updated_at >= {min(updated_at)}"),
     );
     let flows = p.flows(&["run", "sales"]);
-    assert_eq!(flows[0]["predicate"], "updated_at >= '2026-07-20T01:00:00'");
+    assert_eq!(
+        flows[0]["predicate"],
+        "updated_at >= arrow_cast('2026-07-20T01:00:00', 'Timestamp(µs)')"
+    );
     assert_eq!(flows[0]["rows_replaced"], 3);
     assert_eq!(sales(&p), SEED_003.map(|r| r.map(str::to_string)).to_vec());
 }
@@ -453,5 +462,37 @@ fn flow_spec_errors_name_the_option() {
         "`predicate` is empty",
     ] {
         assert!(err.contains(expected), "{expected}: {err}");
+    }
+}
+
+#[test]
+fn a_bad_partition_format_stops_the_export_without_a_panic() {
+    let p = Project::example("export_replace");
+    p.ok(&["sql", "-f", "source.sql"]);
+    for (format, expected) in [
+        ("%Y-%Q", "is not a valid strftime format"),
+        ("%D", "writes `/`"),
+    ] {
+        let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+        let yaml = yaml.replace("\"%Y-%m-%d %H:%M:%S%:z\"", &format!("\"{format}\""));
+        let p2 = Project::with_pipeline(&yaml);
+        std::fs::create_dir_all(p2.file("lake")).unwrap();
+        let copy = |from: &std::path::Path, to: &std::path::Path| {
+            std::process::Command::new("cp")
+                .arg("-r")
+                .arg(from)
+                .arg(to)
+                .status()
+                .unwrap()
+        };
+        copy(&p.file("lake/abc"), &p2.file("lake/abc"));
+        let (_, err) = p2.fails(&["run", "export_demo_table"], 1);
+        assert!(err.contains(expected), "{format}: {err}");
+        assert!(
+            !p2.file("exports")
+                .join("export_demo_table")
+                .join("_smelt")
+                .exists()
+        );
     }
 }

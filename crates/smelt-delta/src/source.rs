@@ -35,6 +35,8 @@ struct FileToRead {
 struct Commit {
     timestamp_us: i64,
     operation: String,
+    /// A `WRITE` with a predicate (replaceWhere): rows replaced, not the whole table.
+    predicate: bool,
     adds: Vec<deltalake::kernel::Add>,
     removes: Vec<deltalake::kernel::Remove>,
     cdc: Vec<deltalake::kernel::AddCDCFile>,
@@ -153,6 +155,11 @@ impl DeltaSource {
                 Action::CommitInfo(info) => {
                     ts = info.in_commit_timestamp.or(info.timestamp);
                     c.operation = info.operation.unwrap_or_default();
+                    c.predicate = info
+                        .operation_parameters
+                        .as_ref()
+                        .and_then(|p| p.get("predicate"))
+                        .is_some_and(|p| !p.is_null());
                 }
                 Action::Add(add) => c.adds.push(add),
                 Action::Remove(r) => c.removes.push(r),
@@ -253,11 +260,12 @@ impl DeltaSource {
                 }
                 continue;
             }
-            let overwrite = c.operation == "WRITE" || c.operation.starts_with("CREATE");
+            let overwrite =
+                (c.operation == "WRITE" && !c.predicate) || c.operation.starts_with("CREATE");
             if removes > 0 && !adds.is_empty() && !overwrite {
                 return Err(Error::user(
                     format!(
-                        "bronze `{}` version {v} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
+                        "`{}` version {v} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
                         self.name,
                         if c.operation.is_empty() {
                             "unknown operation"
@@ -266,7 +274,7 @@ impl DeltaSource {
                         }
                     ),
                     format!(
-                        "turn on the change feed (`ALTER TABLE {} SET OPTIONS (enable_change_history = TRUE)`) before rewriting bronze, and rebuild silver once with `smelt run --full-refresh`",
+                        "turn on the change feed (`ALTER TABLE {} SET OPTIONS (enable_change_history = TRUE)`) before rewriting the table, then rebuild what reads it once with `smelt run --full-refresh`",
                         self.name
                     ),
                 ));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::DFSchema;
+use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -40,6 +41,13 @@ impl Predicate {
         };
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(invalid)?;
         let expr = ctx.parse_sql_expr(sql, &df_schema).map_err(invalid)?;
+        // Simplified first: `arrow_cast` (typed literals) and constants are folded here.
+        let simplify = SimplifyContext::builder()
+            .with_schema(Arc::new(df_schema.clone()))
+            .build();
+        let expr = ExprSimplifier::new(simplify)
+            .simplify(expr)
+            .map_err(invalid)?;
         let expr = ctx
             .create_physical_expr(expr, &df_schema)
             .map_err(invalid)?;

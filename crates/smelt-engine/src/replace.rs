@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{Array, RecordBatch};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::util::display::array_value_to_string;
 use async_trait::async_trait;
 use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
@@ -100,18 +100,25 @@ fn placeholders(predicate: &str) -> Vec<Placeholder> {
     out
 }
 
-/// A value as a SQL literal: numbers as they are, the rest quoted (the comparison casts it
-/// to the column's type).
+/// A value as a SQL literal of its exact type: integers as they are, strings quoted, the
+/// rest (decimals, floats, dates, timestamps) as `arrow_cast('<text>', '<type>')`, so that
+/// no comparison goes through a float or a nanosecond timestamp.
 pub fn literal(value: &ScalarValue) -> Result<String> {
     if value.is_null() {
         return Ok("NULL".into());
     }
     let text = array_value_to_string(&value.to_array()?, 0)?;
-    let numeric = value.data_type().is_numeric();
-    Ok(if numeric {
+    let quoted = format!("'{}'", text.replace('\'', "''"));
+    let ty = value.data_type();
+    Ok(if ty.is_integer() {
         text
+    } else if matches!(
+        ty,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) {
+        quoted
     } else {
-        format!("'{}'", text.replace('\'', "''"))
+        format!("arrow_cast({quoted}, '{ty}')")
     })
 }
 
@@ -206,7 +213,17 @@ pub async fn run_replace_where(
         };
         batch.read(&mut sink).await?;
         for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
-            text = text.replace(&h.text, &literal(&acc.evaluate()?)?);
+            let value = acc.evaluate()?;
+            if value.is_null() {
+                return Err(EngineError::user(
+                    format!(
+                        "{what}: `{}` has no value: the batch has no non-NULL `{}`",
+                        h.text, h.column
+                    ),
+                    "bound the predicate by a column the batch always fills, or write the bound out",
+                ));
+            }
+            text = text.replace(&h.text, &literal(&value)?);
         }
     }
     let predicate = Predicate::compile(&text, &schema, &format!("{what}: `predicate`"))?;
@@ -294,10 +311,48 @@ mod tests {
             literal(&ScalarValue::Utf8(Some("it's".into()))).unwrap(),
             "'it''s'"
         );
-        assert_eq!(
-            literal(&ScalarValue::TimestampMicrosecond(Some(0), None)).unwrap(),
-            "'1970-01-01T00:00:00'"
-        );
         assert_eq!(literal(&ScalarValue::Int64(None)).unwrap(), "NULL");
+    }
+
+    /// The least value of each type satisfies `col >= {min(col)}`, exactly: no float
+    /// rounding of decimals, no nanosecond overflow of far dates, NaN allowed.
+    #[test]
+    fn literals_keep_their_exact_type() {
+        use arrow::array::{
+            ArrayRef, Date32Array, Decimal128Array, Float64Array, TimestampMicrosecondArray,
+        };
+        let far = 253_402_214_400_000_000i64; // 9999-12-31
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (
+                "amt",
+                Arc::new(
+                    Decimal128Array::from(vec![123_450_000_000_000_000_000i128])
+                        .with_precision_and_scale(38, 18)
+                        .unwrap(),
+                ),
+            ),
+            (
+                "at",
+                Arc::new(TimestampMicrosecondArray::from(vec![far]).with_timezone("UTC")),
+            ),
+            (
+                "naive",
+                Arc::new(TimestampMicrosecondArray::from(vec![far])),
+            ),
+            ("day", Arc::new(Date32Array::from(vec![2_932_896]))),
+            ("x", Arc::new(Float64Array::from(vec![f64::NAN]))),
+        ];
+        let batch = RecordBatch::try_from_iter(columns).unwrap();
+        for (i, f) in batch.schema().fields().iter().enumerate() {
+            let value = ScalarValue::try_from_array(batch.column(i), 0).unwrap();
+            let sql = format!("\"{}\" >= {}", f.name(), literal(&value).unwrap());
+            let p = Predicate::compile(&sql, &batch.schema(), "test").unwrap();
+            assert!(p.evaluate(&batch).unwrap().value(0), "{sql}");
+            let sql = format!("\"{}\" > {}", f.name(), literal(&value).unwrap());
+            let p = Predicate::compile(&sql, &batch.schema(), "test").unwrap();
+            if f.name() != "x" {
+                assert!(!p.evaluate(&batch).unwrap().value(0), "{sql}");
+            }
+        }
     }
 }

@@ -67,12 +67,21 @@ fn storage(e: impl std::fmt::Display, what: &str) -> EngineError {
 }
 
 impl Target {
-    fn of(flow: &ExportFlow) -> smelt_engine::Result<Self> {
+    /// The export target of `flow`; `create` makes a local folder that does not exist.
+    fn of(flow: &ExportFlow, create: bool) -> smelt_engine::Result<Self> {
         let url = match &flow.url {
             Some(u) => u.clone(),
             None => {
-                std::fs::create_dir_all(&flow.folder)
-                    .map_err(|e| storage(e, &format!("creating `{}`", flow.folder.display())))?;
+                if create || flow.folder.exists() {
+                    std::fs::create_dir_all(&flow.folder).map_err(|e| {
+                        storage(e, &format!("creating `{}`", flow.folder.display()))
+                    })?;
+                } else {
+                    return Err(EngineError::user(
+                        format!("`{}` does not exist yet", flow.folder.display()),
+                        "run the flow once to export into it",
+                    ));
+                }
                 let abs = std::fs::canonicalize(&flow.folder)
                     .map_err(|e| storage(e, &format!("opening `{}`", flow.folder.display())))?;
                 url::Url::from_directory_path(abs)
@@ -168,13 +177,19 @@ impl Target {
         self.save(flow, state).await
     }
 
-    /// Removes hidden files that unfinished exports left.
-    async fn sweep(&self) -> smelt_engine::Result<usize> {
+    /// Removes the hidden files that unfinished exports of `flow` left (none is pending:
+    /// [`Target::finish`] ran first).
+    async fn sweep(&self, flow: &str) -> smelt_engine::Result<usize> {
+        let mine = format!("{TMP}{flow}-");
         let mut objects = self.store.list(Some(&self.prefix));
         let mut gone = Vec::new();
         while let Some(meta) = objects.next().await {
             let meta = meta.map_err(|e| storage(e, "listing the export folder"))?;
-            if meta.location.filename().is_some_and(|n| n.starts_with(TMP)) {
+            if meta
+                .location
+                .filename()
+                .is_some_and(|n| n.starts_with(&mine))
+            {
                 gone.push(meta.location);
             }
         }
@@ -199,10 +214,32 @@ pub fn partition_value(flow: &ExportFlow, at_us: i64) -> smelt_engine::Result<St
             "use an IANA name such as `Asia/Tokyo` or an offset such as `+09:00`",
         )
     })?;
-    Ok(at
-        .with_timezone(&tz)
-        .format(&flow.partition_format)
-        .to_string())
+    use std::fmt::Write;
+    let mut text = String::new();
+    write!(
+        text,
+        "{}",
+        at.with_timezone(&tz).format(&flow.partition_format)
+    )
+    .map_err(|_| {
+        EngineError::user(
+            format!(
+                "partition format `{}` is not a valid strftime format",
+                flow.partition_format
+            ),
+            "use chrono's strftime fields, e.g. `%Y-%m-%d %H:%M:%S%:z`",
+        )
+    })?;
+    if text.contains('/') {
+        return Err(EngineError::user(
+            format!(
+                "partition format `{}` writes `/` (`{text}`)",
+                flow.partition_format
+            ),
+            "a partition is one folder: use `-` between date parts (`%Y-%m-%d`, not `%D` or `%x`)",
+        ));
+    }
+    Ok(text)
 }
 
 fn properties(c: Compression) -> WriterProperties {
@@ -225,7 +262,7 @@ pub async fn run_export(
     ctx: &RunContext,
     reporter: &dyn Reporter,
 ) -> smelt_engine::Result<FlowReport> {
-    let target = Target::of(flow)?;
+    let target = Target::of(flow, !ctx.dry_run)?;
     let mut state = if ctx.full_refresh {
         ExportState::default()
     } else {
@@ -251,7 +288,7 @@ pub async fn run_export(
     if !ctx.dry_run {
         // An export a crash interrupted: finish it, and clear what never became visible.
         target.finish(flow_name, &mut state).await?;
-        target.sweep().await?;
+        target.sweep(flow_name).await?;
     }
     if state.version == Some(v) {
         report.status = "up_to_date".into();
@@ -351,7 +388,7 @@ pub async fn run_export(
         block_on(async {
             if writer.is_none() {
                 let i = renames.len();
-                let tmp = format!("{folder}/{TMP}{short}-{i:05}.parquet");
+                let tmp = format!("{folder}/{TMP}{flow_name}-{short}-{i:05}.parquet");
                 let name = format!("{folder}/part-{i:05}-{short}.parquet");
                 let w = AsyncArrowWriter::try_new(
                     BufWriter::new(Arc::clone(&target.store), target.path(&tmp)),
@@ -426,5 +463,5 @@ pub async fn run_export(
 
 /// The state of an export flow, for `smelt status`.
 pub async fn export_state(flow_name: &str, flow: &ExportFlow) -> smelt_engine::Result<ExportState> {
-    Target::of(flow)?.load(flow_name).await
+    Target::of(flow, false)?.load(flow_name).await
 }

@@ -485,6 +485,29 @@ impl Pipeline {
                 flows.push(Flow { name, kind });
             }
         }
+        // One export per folder: exports keep their state and temporary files there.
+        for (i, flow) in flows.iter().enumerate() {
+            let FlowKind::Export(e) = &flow.kind else {
+                continue;
+            };
+            let same = flows[..i].iter().find(|f| {
+                matches!(&f.kind, FlowKind::Export(o) if o.to.trim_end_matches('/') == e.to.trim_end_matches('/'))
+            });
+            if let Some(first) = same {
+                errors.push(
+                    SpecError::new(
+                        path,
+                        format!("flows.{}.export.to", flow.name),
+                        format!(
+                            "flows `{}` and `{}` both export to `{}`",
+                            first.name, flow.name, e.to
+                        ),
+                    )
+                    .at(line_of(text, &["flows", &flow.name, "export", "to"]))
+                    .hint("give each export flow its own folder"),
+                );
+            }
+        }
         // One writer per table: two flows merging into one silver would fight over it.
         for (i, flow) in flows.iter().enumerate() {
             if let Some(first) = flows[..i]
