@@ -402,7 +402,7 @@ fn replace_where_rejects_a_batch_row_outside_the_predicate() {
         "{err}"
     );
     assert!(err.contains("row 1 of file:///"), "{err}");
-    assert!(err.contains("nothing was committed"), "{err}");
+    assert!(err.contains("nothing was written"), "{err}");
     assert_eq!(sales(&p).len(), 3, "the target is as it was");
 
     // `{min(updated_at)}`: the predicate covers the batch, whatever it holds.
@@ -495,4 +495,37 @@ fn a_bad_partition_format_stops_the_export_without_a_panic() {
                 .exists()
         );
     }
+}
+
+/// A batch larger than what is held in memory (256k rows) is checked whole first, then read
+/// again to be written.
+#[test]
+fn replace_where_checks_a_large_batch_before_writing_it() {
+    let p = Project::with_pipeline(
+        "lake: ./lake\nflows:\n  r:\n    replace_where:\n      from: s.src\n      into: s.dst\n      schema: dst.sql\n      predicate: \"id <= 300000\"\n",
+    );
+    p.write("dst.sql", "CREATE TABLE s.dst (id BIGINT, v STRING)");
+    p.ok(&["sql", "CREATE TABLE s.src (id BIGINT, v STRING)"]);
+    p.ok(&[
+        "sql",
+        "INSERT INTO s.src SELECT value AS id, CAST(value AS VARCHAR) AS v FROM generate_series(1, 300001)",
+    ]);
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(
+        err.contains("of `s.src` version 1 is outside") && err.contains("id = 300001, v = 300001"),
+        "{err}"
+    );
+    assert!(!p.file("lake/s/dst").exists(), "nothing written");
+    p.ok(&["sql", "TRUNCATE TABLE s.src"]);
+    p.ok(&[
+        "sql",
+        "INSERT INTO s.src SELECT value AS id, CAST(value AS VARCHAR) AS v FROM generate_series(1, 300000)",
+    ]);
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["rows_written"], 300_000);
+    let n = p.query("SELECT count(*) AS n, max(id) AS m FROM s.dst");
+    assert_eq!(
+        (&n[0]["n"], &n[0]["m"]),
+        (&Value::from(300_000), &Value::from(300_000))
+    );
 }

@@ -233,30 +233,20 @@ pub async fn run_replace_where(
         return Ok(report);
     }
 
-    // Pass 2: check every row against the predicate, cast, and stage.
-    reporter.phase(flow_name, "check and write the batch");
-    if target.schema().is_none() {
-        target.create(Arc::clone(&schema)).await?;
-    }
-    // Before the rows: their commit removes rows, so they go with change data.
-    target.stage_delete_where(predicate.clone()).await?;
-    let mut buffer = Buffered::default();
+    // Pass 2: check every row against the predicate (and cast it), before anything is
+    // written. A batch small enough to hold is kept and written from memory; a larger one is
+    // read a third time to be written.
+    reporter.phase(flow_name, "check the batch");
+    let mut held = Some(Buffered::default());
     let mut read = 0;
-    let mut sink = |rows: RecordBatch, origin: Origin<'_>| -> Result<()> {
-        read += rows.num_rows();
+    let mut check = |rows: RecordBatch, origin: Origin<'_>| -> Result<RecordBatch> {
         let cast = cast_to(&rows, &schema, tz, &what)?;
-        for (c, n) in &cast.failures {
-            *report.cast_failures.entry(c.clone()).or_default() += n;
-        }
         if let (OnCastError::Fail, Some(miss)) = (flow.on_cast_error, cast.first) {
             let row = origin.rows[miss.row];
             return Err(cast_failed(flow_name, &origin.source, miss, row));
         }
         let pass = predicate.evaluate(&cast.batch)?;
-        if pass.true_count() < pass.len() {
-            let i = (0..pass.len())
-                .find(|&i| !pass.value(i))
-                .expect("a failing row");
+        if let Some(i) = (0..pass.len()).find(|&i| !pass.value(i)) {
             return Err(EngineError::user(
                 format!(
                     "{what}: row {} of {} is outside the predicate `{text}`, so replacing the rows it matches would not replace this one: {}",
@@ -264,15 +254,47 @@ pub async fn run_replace_where(
                     origin.source,
                     describe(&cast.batch, i)
                 ),
-                "widen the predicate to cover the whole batch (e.g. with `{min(col)}`), or leave such rows out of the batch; nothing was committed",
+                "widen the predicate to cover the whole batch (e.g. with `{min(col)}`), or leave such rows out of the batch; nothing was written",
             ));
         }
-        if buffer.push(cast.batch) {
-            block_on(buffer.flush(target))?;
+        for (c, n) in &cast.failures {
+            *report.cast_failures.entry(c.clone()).or_default() += n;
+        }
+        Ok(cast.batch)
+    };
+    let mut sink = |rows: RecordBatch, origin: Origin<'_>| -> Result<()> {
+        read += rows.num_rows();
+        let cast = check(rows, origin)?;
+        if let Some(buffer) = &mut held
+            && buffer.push(cast)
+        {
+            held = None; // too big to hold: written by pass 3
         }
         Ok(())
     };
     batch.read(&mut sink).await?;
+
+    reporter.phase(flow_name, "write the batch");
+    if target.schema().is_none() {
+        target.create(Arc::clone(&schema)).await?;
+    }
+    // Before the rows: their commit removes rows, so they go with change data.
+    target.stage_delete_where(predicate.clone()).await?;
+    let mut buffer = match held {
+        Some(buffer) => buffer,
+        None => {
+            let mut buffer = Buffered::default();
+            let mut sink = |rows: RecordBatch, _: Origin<'_>| -> Result<()> {
+                let cast = cast_to(&rows, &schema, tz, &what)?;
+                if buffer.push(cast.batch) {
+                    block_on(buffer.flush(target))?;
+                }
+                Ok(())
+            };
+            batch.read(&mut sink).await?;
+            buffer
+        }
+    };
     buffer.flush(target).await?;
     report.changes_read = read;
     report.rows_written = buffer.rows_written;
