@@ -529,3 +529,28 @@ fn replace_where_checks_a_large_batch_before_writing_it() {
         (&Value::from(300_000), &Value::from(300_000))
     );
 }
+
+/// The human reports of the seed 003 and 004 examples' first runs.
+#[test]
+fn reports_are_stable() {
+    let filters = vec![
+        (r"\d+ ms", "[ms]"),
+        (r" +\d+(\.\d+)? (B|KiB|MiB)", " [size]"),
+        (r"export_timestamp=[^\n]+", "export_timestamp=[run time, Tokyo]"),
+    ];
+    let p = Project::example("export_replace");
+    p.ok(&["sql", "-f", "source.sql"]);
+    p.ok(&["sql", "-f", "target.sql"]);
+    let human = p.ok(&["run"]);
+    insta::with_settings!({filters => filters.clone()}, {
+        insta::assert_snapshot!("export_replace_report", human);
+    });
+    let p = Project::example("append_active");
+    p.ok(&["sql", "-f", "input.sql"]);
+    p.ok(&["run"]);
+    p.ok(&["sql", "-f", "input_2.sql"]);
+    let human = p.ok(&["run"]);
+    insta::with_settings!({filters => filters}, {
+        insta::assert_snapshot!("append_active_report", human);
+    });
+}

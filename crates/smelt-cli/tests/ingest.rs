@@ -581,3 +581,22 @@ fn object_store_urls_read_like_folders() {
         (Some("up_to_date"), Some("up_to_date"))
     );
 }
+
+/// The human report of an ingest run with every kind of line.
+#[test]
+fn ingest_report_is_stable() {
+    let p = Project::with_pipeline(&pipeline(&[ingest(
+        "items",
+        "      from: ./in\n      into: raw.items\n      format: csv\n      max_files_per_run: 2\n",
+    )]));
+    p.write("in/1.csv", "id,name\n1,a\n2\n3,c,extra\n");
+    p.write("in/2.csv", "id,name,color\n4,d,red\n");
+    p.write("in/3.csv", "id,name\n5,e\n");
+    let human = p.ok(&["run"]);
+    insta::with_settings!({filters => vec![
+        (r"\d+ ms", "[ms]"),
+        (r" +\d+(\.\d+)? (B|KiB|MiB)", " [size]"),
+    ]}, {
+        insta::assert_snapshot!("ingest_report", human);
+    });
+}
