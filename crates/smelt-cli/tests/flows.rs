@@ -536,7 +536,10 @@ fn reports_are_stable() {
     let filters = vec![
         (r"\d+ ms", "[ms]"),
         (r" +\d+(\.\d+)? (B|KiB|MiB)", " [size]"),
-        (r"export_timestamp=[^\n]+", "export_timestamp=[run time, Tokyo]"),
+        (
+            r"export_timestamp=[^\n]+",
+            "export_timestamp=[run time, Tokyo]",
+        ),
     ];
     let p = Project::example("export_replace");
     p.ok(&["sql", "-f", "source.sql"]);

@@ -5,7 +5,8 @@ use smelt_spec::Flow;
 use crate::{EngineError, Result};
 
 /// `flows` in dependency order: a flow whose `from` is another selected flow's `into`
-/// runs after it (the downstream flow then reads the upstream table's change feed).
+/// runs after it (the downstream flow then reads the upstream table's change feed), and a
+/// flow reading files below an export flow's folder runs after the export.
 /// Otherwise file order is kept. A cycle is an error naming its flows.
 pub fn run_order<'a>(flows: &[&'a Flow]) -> Result<Vec<&'a Flow>> {
     let upstream: Vec<Vec<usize>> = flows
@@ -14,7 +15,9 @@ pub fn run_order<'a>(flows: &[&'a Flow]) -> Result<Vec<&'a Flow>> {
             flows
                 .iter()
                 .enumerate()
-                .filter(|(_, g)| f.reads().is_some() && f.reads() == g.writes())
+                .filter(|(_, g)| {
+                    (f.reads().is_some() && f.reads() == g.writes()) || f.reads_files_of(g)
+                })
                 .map(|(i, _)| i)
                 .collect()
         })
@@ -92,5 +95,16 @@ mod tests {
         let all: Vec<&Flow> = p.flows.iter().collect();
         let e = run_order(&all).unwrap_err().to_string();
         assert!(e.contains("`a`, `b`") && e.contains("cycle"), "{e}");
+    }
+
+    #[test]
+    fn file_readers_run_after_the_export_that_writes_their_folder() {
+        let yaml = "lake: l\nflows:\n  replace:\n    replace_where:\n      from: ./out/sales/**/*.parquet\n      format: parquet\n      into: s.copy\n      predicate: \"true\"\n  export:\n    export:\n      from: s.sales\n      to: out/sales\n  other:\n    ingest:\n      from: ./landing\n      into: b.raw\n      format: csv\n";
+        let p = Pipeline::from_str(yaml, Path::new("smelt.yaml")).unwrap();
+        let all: Vec<&Flow> = p.flows.iter().collect();
+        assert_eq!(
+            names(&run_order(&all).unwrap()),
+            ["export", "replace", "other"]
+        );
     }
 }

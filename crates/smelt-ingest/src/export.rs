@@ -262,11 +262,12 @@ pub async fn run_export(
     ctx: &RunContext,
     reporter: &dyn Reporter,
 ) -> smelt_engine::Result<FlowReport> {
-    let target = Target::of(flow, !ctx.dry_run)?;
-    let mut state = if ctx.full_refresh {
+    // A plan of a first export: no folder yet, nothing exported.
+    let first_plan = ctx.dry_run && flow.url.is_none() && !flow.folder.exists();
+    let mut state = if ctx.full_refresh || first_plan {
         ExportState::default()
     } else {
-        target.load(flow_name).await?
+        Target::of(flow, false)?.load(flow_name).await?
     };
     let v = source.version();
     let mut report = FlowReport {
@@ -285,11 +286,15 @@ pub async fn run_export(
         .into(),
         ..FlowReport::default()
     };
-    if !ctx.dry_run {
+    let target = if ctx.dry_run {
+        None
+    } else {
+        let target = Target::of(flow, true)?;
         // An export a crash interrupted: finish it, and clear what never became visible.
         target.finish(flow_name, &mut state).await?;
         target.sweep(flow_name).await?;
-    }
+        Some(target)
+    };
     if state.version == Some(v) {
         report.status = "up_to_date".into();
         return Ok(report);
@@ -297,10 +302,10 @@ pub async fn run_export(
     let partition = partition_value(flow, ctx.run_timestamp_us)?;
     let folder = format!("{}={partition}", flow.partition_column);
     report.partition = Some(folder.clone());
-    if ctx.dry_run {
+    let Some(target) = target else {
         report.status = "planned".into();
         return Ok(report);
-    }
+    };
 
     let started = Instant::now();
     reporter.phase(flow_name, "export");

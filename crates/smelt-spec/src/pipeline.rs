@@ -108,6 +108,33 @@ impl Flow {
         }
     }
 
+    /// Whether the flow reads files that `other` writes (below an export's folder).
+    pub fn reads_files_of(&self, other: &Flow) -> bool {
+        let FlowKind::Export(e) = &other.kind else {
+            return false;
+        };
+        let files = match &self.kind {
+            FlowKind::Ingest(i) => i,
+            FlowKind::ReplaceWhere(r) => match &r.from {
+                ReplaceSource::Files(f) => f.as_ref(),
+                ReplaceSource::Table(_) => return false,
+            },
+            _ => return false,
+        };
+        match (&files.url, &e.url) {
+            (Some(a), Some(b)) => a.trim_end_matches('/').starts_with(b.trim_end_matches('/')),
+            (None, None) => {
+                let clean = |p: &Path| {
+                    p.components()
+                        .filter(|c| !matches!(c, std::path::Component::CurDir))
+                        .collect::<PathBuf>()
+                };
+                clean(&files.folder).starts_with(clean(&e.folder))
+            }
+            _ => false,
+        }
+    }
+
     /// Where the flow writes, for reports: a table or a folder.
     pub fn target(&self) -> String {
         match &self.kind {

@@ -197,6 +197,10 @@ async fn run_replace_flow(
             run_replace_where(&flow.name, replace, &batch, &mut target, w, ctx, progress).await
         }
         ReplaceSource::Files(files) => {
+            // No folder yet (an export upstream has not run): no batch yet.
+            if files.url.is_none() && !files.folder.exists() {
+                return Ok(up_to_date(applied.unwrap_or(0)));
+            }
             let landing =
                 Landing::of(files).map_err(|e| EngineError::user(e.to_string(), "fix `from:`"))?;
             let loaded = if ctx.full_refresh {

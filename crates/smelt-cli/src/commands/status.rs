@@ -58,9 +58,13 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
             }
         }
         if let FlowKind::Export(export) = &flow.kind {
-            match export_state(&flow.name, export).await {
-                Ok(state) => row.watermark = state.version,
-                Err(e) => row.problem = Some(e.to_string()),
+            if export.url.is_none() && !export.folder.exists() {
+                row.problem = Some("not exported yet: run `smelt run`".into());
+            } else {
+                match export_state(&flow.name, export).await {
+                    Ok(state) => row.watermark = state.version,
+                    Err(e) => row.problem = Some(e.to_string()),
+                }
             }
             rows.push(behind(row));
             continue;
@@ -77,7 +81,12 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
             },
             _ => None,
         };
-        if let Some(files) = files {
+        if let Some(files) = files.filter(|f| f.url.is_none() && !f.folder.exists()) {
+            row.problem = Some(format!(
+                "no files yet: `{}` does not exist",
+                files.folder.display()
+            ));
+        } else if let Some(files) = files {
             let waiting = async {
                 let landing = Landing::of(files)
                     .map_err(|e| smelt_engine::EngineError::user(e.to_string(), "fix `from:`"))?;
