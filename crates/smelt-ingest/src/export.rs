@@ -264,10 +264,14 @@ pub async fn run_export(
 ) -> smelt_engine::Result<FlowReport> {
     // A plan of a first export: no folder yet, nothing exported.
     let first_plan = ctx.dry_run && flow.url.is_none() && !flow.folder.exists();
-    let mut state = if ctx.full_refresh || first_plan {
-        ExportState::default()
+    let target = if first_plan {
+        None
     } else {
-        Target::of(flow, false)?.load(flow_name).await?
+        Some(Target::of(flow, !ctx.dry_run)?)
+    };
+    let mut state = match (&target, ctx.full_refresh) {
+        (Some(t), false) => t.load(flow_name).await?,
+        _ => ExportState::default(),
     };
     let v = source.version();
     let mut report = FlowReport {
@@ -286,15 +290,12 @@ pub async fn run_export(
         .into(),
         ..FlowReport::default()
     };
-    let target = if ctx.dry_run {
-        None
-    } else {
-        let target = Target::of(flow, true)?;
+    let target = target.filter(|_| !ctx.dry_run);
+    if let Some(target) = &target {
         // An export a crash interrupted: finish it, and clear what never became visible.
         target.finish(flow_name, &mut state).await?;
         target.sweep(flow_name).await?;
-        Some(target)
-    };
+    }
     if state.version == Some(v) {
         report.status = "up_to_date".into();
         return Ok(report);
