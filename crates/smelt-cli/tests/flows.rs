@@ -557,3 +557,29 @@ fn reports_are_stable() {
         insta::assert_snapshot!("append_active_report", human);
     });
 }
+
+#[test]
+fn exports_can_be_zstd_compressed() {
+    let p = Project::example("export_replace");
+    p.ok(&["sql", "-f", "source.sql"]);
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    p.write(
+        "smelt.yaml",
+        &yaml.replace("compression: snappy", "compression: zstd"),
+    );
+    p.ok(&["run", "export_demo_table"]);
+    let file = exported(&p)
+        .into_iter()
+        .find(|f| f.ends_with(".parquet"))
+        .unwrap();
+    let reader = parquet::file::reader::SerializedFileReader::new(
+        File::open(p.file("exports/export_demo_table").join(file)).unwrap(),
+    )
+    .unwrap();
+    use parquet::file::reader::FileReader;
+    let column = reader.metadata().row_group(0).column(0).compression();
+    assert!(
+        matches!(column, parquet::basic::Compression::ZSTD(_)),
+        "{column:?}"
+    );
+}
