@@ -65,6 +65,7 @@ pub struct FileStamp {
 /// What one commit of an ingest flow loaded.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Loaded {
+    /// The flow that loaded them (lineage; any flow's loads count).
     flow: String,
     /// The commit replaced bronze (`--full-refresh`): what came before no longer counts.
     #[serde(default)]
