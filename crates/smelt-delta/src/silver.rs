@@ -1108,15 +1108,22 @@ impl DeltaSilver {
         Ok(actions)
     }
 
-    /// Rewrites the files holding rows where `predicate` is true without them (`delete`
-    /// change data for the rows removed); returns the rewrites and the rows removed.
-    async fn delete_where(&self, predicate: &Predicate) -> Result<(Vec<Rewrite>, usize)> {
+    /// The table, whether it keeps change data, and its schema as this run writes it: what
+    /// a rewrite of its files needs.
+    fn to_rewrite(&self) -> Result<(DeltaTable, bool, SchemaRef)> {
         let table = self.table()?.clone();
         let snapshot = table
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
         let change_data = snapshot.table_config().enable_change_data_feed();
         let schema = self.current_schema(&table)?;
+        Ok((table, change_data, schema))
+    }
+
+    /// Rewrites the files holding rows where `predicate` is true without them (`delete`
+    /// change data for the rows removed); returns the rewrites and the rows removed.
+    async fn delete_where(&self, predicate: &Predicate) -> Result<(Vec<Rewrite>, usize)> {
+        let (table, change_data, schema) = self.to_rewrite()?;
         let store = table.object_store();
         let name = self.name.to_string();
         let tasks = self
@@ -1166,12 +1173,7 @@ impl DeltaSilver {
         deleted: &[Vec<ArrayRef>],
         keys: &[String],
     ) -> Result<Vec<Rewrite>> {
-        let table = self.table()?.clone();
-        let snapshot = table
-            .snapshot()
-            .context(|| format!("reading `{}`", self.name))?;
-        let change_data = snapshot.table_config().enable_change_data_feed();
-        let schema = self.current_schema(&table)?;
+        let (table, change_data, schema) = self.to_rewrite()?;
         let version = table.version().map(|v| v as i64).unwrap_or_default();
         let concat_keys = |sets: &mut dyn Iterator<Item = &Vec<ArrayRef>>| {
             let sets: Vec<&Vec<ArrayRef>> = sets.collect();
