@@ -600,3 +600,38 @@ fn ingest_report_is_stable() {
         insta::assert_snapshot!("ingest_report", human);
     });
 }
+
+/// `infer_types`: the first rows decide BIGINT / DOUBLE / BOOLEAN / STRING; a later value that
+/// does not fit is NULL in its column and kept in the rescued-data column.
+#[test]
+fn inferred_types_and_values_that_do_not_fit() {
+    let p = Project::with_pipeline(&pipeline(&[ingest(
+        "typed",
+        "      from: ./in\n      into: raw.typed\n      format: csv\n      infer_types: true\n",
+    )]));
+    p.write("in/1.csv", "id,price,ok,name\n1,9.5,true,a\n2,10,false,b\n");
+    p.ok(&["run"]);
+    let types = p.query(
+        "SELECT arrow_typeof(id) AS i, arrow_typeof(price) AS p, arrow_typeof(ok) AS o, arrow_typeof(name) AS n FROM raw.typed LIMIT 1",
+    );
+    assert_eq!(
+        (&types[0]["i"], &types[0]["p"], &types[0]["o"]),
+        (
+            &Value::from("Int64"),
+            &Value::from("Float64"),
+            &Value::from("Boolean")
+        )
+    );
+    assert!(types[0]["n"].as_str().unwrap().starts_with("Utf8"));
+    p.write("in/2.csv", "id,price,ok,name\nthree,1.5,yes,c\n");
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["rescued"], 1);
+    assert_eq!(
+        rows(
+            &p,
+            "SELECT * FROM raw.typed WHERE name = 'c'",
+            &["id", "price", "ok", "_rescued_data"]
+        ),
+        [["NULL", "1.5", "true", "{\"id\":\"three\"}"]]
+    );
+}
