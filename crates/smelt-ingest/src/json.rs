@@ -198,4 +198,53 @@ mod tests {
         assert_eq!(sink.batches.len(), 2);
         assert_eq!(sink.batches[1].names, ["b"]);
     }
+
+    proptest::proptest! {
+        /// Objects with any text values (or NULL), one a line, read back column by column
+        /// in the order keys first appear, a missing key being NULL.
+        #[test]
+        fn json_lines_read_back(
+            rows in proptest::collection::vec(
+                proptest::collection::vec(
+                    (proptest::sample::select(vec!["id", "name", "x y", "é"]),
+                     proptest::option::of("[a-z\"\\\n é品]{0,5}")),
+                    0..4,
+                ),
+                1..12,
+            ),
+        ) {
+            let mut text = String::new();
+            let mut names: Vec<&str> = Vec::new();
+            let mut want: Vec<std::collections::HashMap<&str, Option<String>>> = Vec::new();
+            for r in &rows {
+                // Written by hand: keys in this order (a serde_json map would sort them).
+                let mut pairs = Vec::new();
+                let mut row = std::collections::HashMap::new();
+                for (k, v) in r {
+                    if row.contains_key(k) {
+                        continue;
+                    }
+                    let value = v.clone().map_or(Value::Null, Value::from);
+                    pairs.push(format!("{}: {value}", Value::from(*k)));
+                    row.insert(*k, v.clone());
+                    if !names.contains(k) {
+                        names.push(k);
+                    }
+                }
+                text.push_str(&format!("{{{}}}\n", pairs.join(", ")));
+                want.push(row);
+            }
+            let mut sink = Collect::default();
+            read_json(text.as_bytes(), "p.jsonl", 1000, &mut sink).unwrap();
+            proptest::prop_assert!(sink.malformed.is_empty());
+            let got = &sink.batches[0];
+            let keys: Vec<&str> = got.names.iter().map(String::as_str).collect();
+            proptest::prop_assert_eq!(&keys, &names);
+            for (row, want) in got.rows.iter().zip(&want) {
+                for (k, v) in keys.iter().zip(row) {
+                    proptest::prop_assert_eq!(v, &want.get(k).cloned().flatten());
+                }
+            }
+        }
+    }
 }
