@@ -122,6 +122,14 @@ pub fn literal(value: &ScalarValue) -> Result<String> {
     })
 }
 
+/// The batch changed between its check and its write.
+fn changed_batch(what: &str, detail: &str) -> EngineError {
+    EngineError::user(
+        format!("{what}: the batch changed while it was applied ({detail})"),
+        "nothing was committed; run again once its files are complete (files should be written under a hidden name and renamed)",
+    )
+}
+
 /// `row` of `batch` as `col = value, …`.
 fn describe(batch: &RecordBatch, row: usize) -> String {
     batch
@@ -283,15 +291,27 @@ pub async fn run_replace_where(
     let mut buffer = match held {
         Some(buffer) => buffer,
         None => {
+            // Checked again as it is written: the batch must be what pass 2 checked.
             let mut buffer = Buffered::default();
-            let mut sink = |rows: RecordBatch, _: Origin<'_>| -> Result<()> {
+            let mut again = 0;
+            let mut sink = |rows: RecordBatch, origin: Origin<'_>| -> Result<()> {
+                again += rows.num_rows();
                 let cast = cast_to(&rows, &schema, tz, &what)?;
+                let pass = predicate.evaluate(&cast.batch)?;
+                if cast.first.is_some() && flow.on_cast_error == OnCastError::Fail
+                    || pass.true_count() < pass.len()
+                {
+                    return Err(changed_batch(&what, origin.source));
+                }
                 if buffer.push(cast.batch) {
                     block_on(buffer.flush(target))?;
                 }
                 Ok(())
             };
             batch.read(&mut sink).await?;
+            if again != read {
+                return Err(changed_batch(&what, &format!("{again} rows, not {read}")));
+            }
             buffer
         }
     };

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, RecordBatchReader, StringBuilder};
+use arrow::array::{
+    ArrayRef, AsArray, RecordBatch, RecordBatchOptions, RecordBatchReader, StringBuilder,
+};
 use arrow::compute::{can_cast_types, cast};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -143,10 +145,15 @@ fn as_text(batch: &RecordBatch) -> Result<RecordBatch> {
             }
             let format = FormatOptions::default().with_null("");
             let formatter = ArrayFormatter::try_new(c.as_ref(), &format)?;
+            // Bytes that are UTF-8 text (strings some writers store as plain bytes) stay text.
+            let text = bytes.then(|| cast(c, &DataType::Binary)).transpose()?;
+            let text = text.as_ref().map(|b| b.as_binary::<i32>());
             let mut b = StringBuilder::new();
             for i in 0..c.len() {
                 if c.is_null(i) {
                     b.append_null();
+                } else if let Some(Ok(t)) = text.map(|t| std::str::from_utf8(t.value(i))) {
+                    b.append_value(t);
                 } else {
                     b.append_value(formatter.value(i).to_string());
                 }
@@ -237,20 +244,21 @@ mod tests {
     }
 
     #[test]
-    fn types_delta_lacks_are_cast_and_bytes_shown_as_hex() {
+    fn types_delta_lacks_are_cast_and_bytes_not_utf8_shown_as_hex() {
         use arrow::array::{BinaryArray, TimestampNanosecondArray, UInt32Array};
         use arrow::datatypes::TimeUnit;
         let batch = RecordBatch::try_from_iter([
             (
                 "ts",
                 Arc::new(
-                    TimestampNanosecondArray::from(vec![1_500_000_000]).with_timezone("Asia/Tokyo"),
+                    TimestampNanosecondArray::from(vec![1_500_000_000, 0])
+                        .with_timezone("Asia/Tokyo"),
                 ) as ArrayRef,
             ),
-            ("n", Arc::new(UInt32Array::from(vec![7])) as ArrayRef),
+            ("n", Arc::new(UInt32Array::from(vec![7, 8])) as ArrayRef),
             (
                 "b",
-                Arc::new(BinaryArray::from(vec![&[0xff_u8, 0x00][..]])) as ArrayRef,
+                Arc::new(BinaryArray::from(vec![&[0xff_u8, 0x00][..], &b"hello"[..]])) as ArrayRef,
             ),
         ])
         .unwrap();
@@ -268,5 +276,6 @@ mod tests {
         assert_eq!(safe.column(1).data_type(), &DataType::Int64);
         let text = as_text(&batch).unwrap();
         assert_eq!(text.column(2).as_string::<i32>().value(0), "ff00");
+        assert_eq!(text.column(2).as_string::<i32>().value(1), "hello");
     }
 }

@@ -122,7 +122,8 @@ impl Flow {
             _ => return false,
         };
         match (&files.url, &e.url) {
-            (Some(a), Some(b)) => a.trim_end_matches('/').starts_with(b.trim_end_matches('/')),
+            (Some(a), Some(b)) => format!("{}/", a.trim_end_matches('/'))
+                .starts_with(&format!("{}/", b.trim_end_matches('/'))),
             (None, None) => {
                 let clean = |p: &Path| {
                     p.components()
@@ -517,9 +518,9 @@ impl Pipeline {
             let FlowKind::Export(e) = &flow.kind else {
                 continue;
             };
-            let same = flows[..i].iter().find(|f| {
-                matches!(&f.kind, FlowKind::Export(o) if o.to.trim_end_matches('/') == e.to.trim_end_matches('/'))
-            });
+            let same = flows[..i]
+                .iter()
+                .find(|f| matches!(&f.kind, FlowKind::Export(o) if same_place(o, e)));
             if let Some(first) = same {
                 errors.push(
                     SpecError::new(
@@ -1017,6 +1018,20 @@ pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
         _ => return None,
     };
     Some(std::time::Duration::from_secs(n.checked_mul(secs)?))
+}
+
+/// Whether two exports write to the same folder.
+fn same_place(a: &ExportFlow, b: &ExportFlow) -> bool {
+    let clean = |p: &Path| {
+        p.components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect::<PathBuf>()
+    };
+    match (&a.url, &b.url) {
+        (Some(x), Some(y)) => x.trim_end_matches('/') == y.trim_end_matches('/'),
+        (None, None) => clean(&a.folder) == clean(&b.folder),
+        _ => false,
+    }
 }
 
 /// Reads the CREATE TABLE file `file` named by option `field` (at `line`) of `path`.

@@ -158,6 +158,7 @@ async fn run_replace_flow(
     lake: &smelt_delta::Lake,
     flow: &Flow,
     replace: &ReplaceWhereFlow,
+    exported: bool,
     ctx: &RunContext,
     progress: &Progress,
     events: &mut Vec<FlowEvent>,
@@ -197,8 +198,8 @@ async fn run_replace_flow(
             run_replace_where(&flow.name, replace, &batch, &mut target, w, ctx, progress).await
         }
         ReplaceSource::Files(files) => {
-            // No folder yet (an export upstream has not run): no batch yet.
-            if files.url.is_none() && !files.folder.exists() {
+            // No folder yet, and an export of the pipeline writes it: no batch yet.
+            if exported && files.url.is_none() && !files.folder.exists() {
                 return Ok(up_to_date(applied.unwrap_or(0)));
             }
             let landing =
@@ -297,7 +298,9 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
                 run_append_flow(&lake, flow, append, &ctx, &progress, &mut events).await
             }
             FlowKind::ReplaceWhere(replace) => {
-                run_replace_flow(&lake, flow, replace, &ctx, &progress, &mut events).await
+                // Files an export of the pipeline writes may not exist before its first run.
+                let exported = pipeline.flows.iter().any(|g| flow.reads_files_of(g));
+                run_replace_flow(&lake, flow, replace, exported, &ctx, &progress, &mut events).await
             }
             FlowKind::Export(export) => {
                 let source = DeltaSource::open(&lake, &export.from).await;
