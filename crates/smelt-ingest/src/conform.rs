@@ -187,7 +187,12 @@ impl<'a> Conformer<'a> {
         // The rescued-data column: unknown columns, values that did not fit their type,
         // and fields without a name, as one JSON object per row.
         let mut rescued = 0;
-        let mut objects: Vec<Map<String, Value>> = vec![Map::new(); n];
+        let nothing = rescue.is_empty() && failed.is_empty() && raw.extra.is_none();
+        let mut objects: Vec<Map<String, Value>> = if nothing {
+            Vec::new()
+        } else {
+            vec![Map::new(); n]
+        };
         for (name, c) in &rescue {
             for (i, object) in objects.iter_mut().enumerate() {
                 if c.is_valid(i) {

@@ -33,7 +33,6 @@ use smelt_engine::stage::block_on;
 use smelt_engine::{EngineError, failpoint};
 use smelt_spec::{ChangedBy, Compression, ExportFlow};
 
-use crate::IngestError;
 use crate::files::Landing;
 
 /// Prefix of files being written.
@@ -89,22 +88,7 @@ impl Target {
                     .to_string()
             }
         };
-        let as_ingest = smelt_spec::IngestFlow {
-            from: url.clone(),
-            folder: Default::default(),
-            url: Some(url.clone()),
-            pattern: None,
-            into: flow.from.clone(),
-            format: smelt_spec::FileFormat::Parquet,
-            csv: Default::default(),
-            infer_types: true,
-            audit: Default::default(),
-            rescued_data: None,
-            schema_evolution: Default::default(),
-            on_changed_file: Default::default(),
-            max_files_per_run: None,
-        };
-        match Landing::of(&as_ingest).map_err(|e: IngestError| storage(e, "export folder"))? {
+        match Landing::store(&url).map_err(|e| storage(e, "export folder"))? {
             Landing::Store { store, prefix, .. } => Ok(Self {
                 store,
                 prefix,

@@ -60,9 +60,14 @@ impl Landing {
     /// The landing of `flow`: its URL's store (credentials from the environment, as the
     /// cloud SDKs read them: `AWS_*`, `GOOGLE_*`, `AZURE_*`), else its local folder.
     pub fn of(flow: &IngestFlow) -> Result<Self> {
-        let Some(text) = &flow.url else {
-            return Ok(Self::Local(flow.folder.clone()));
-        };
+        match &flow.url {
+            Some(text) => Self::store(text),
+            None => Ok(Self::Local(flow.folder.clone())),
+        }
+    }
+
+    /// The object store and prefix of the folder URL `text`.
+    pub fn store(text: &str) -> Result<Self> {
         let bad = |e: &dyn std::fmt::Display| {
             IngestError::Options(format!("`{text}` cannot be opened: {e}"))
         };

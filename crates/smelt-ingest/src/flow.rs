@@ -24,6 +24,7 @@ use smelt_engine::apply::{RunContext, app_id};
 use smelt_engine::ports::{Reporter, SilverTable, Watermark};
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::FlowReport;
+use smelt_engine::stage::Buffered;
 use smelt_engine::{EngineError, failpoint};
 use smelt_spec::{FileFormat, IngestFlow, OnChangedFile};
 
@@ -44,12 +45,6 @@ const MAX_MALFORMED: usize = 100_000;
 
 /// Rows read per batch.
 const BATCH_ROWS: usize = 8192;
-
-/// Rows buffered before they are written as a data file.
-const ROWS_PER_WRITE: usize = 256 * 1024;
-
-/// Bytes buffered before they are written as a data file.
-const BYTES_PER_WRITE: usize = 128 << 20;
 
 /// A file as loaded: its identity is the URL, its version the size and time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -299,11 +294,9 @@ pub async fn run_ingest(
         },
         conformer: Conformer::new(flow, bronze.schema()),
         bronze,
-        buffer: Vec::new(),
-        buffered: (0, 0),
+        buffer: Buffered::default(),
         malformed: Vec::new(),
         file: None,
-        rows_written: 0,
         rescued: 0,
         columns_added: Vec::new(),
         error: None,
@@ -336,16 +329,16 @@ pub async fn run_ingest(
         done_bytes += file.size;
     }
     reporter.files(flow_name, total, total);
-    sink.flush_async().await?;
+    sink.flush().await?;
     let Loader {
         conformer,
         malformed,
-        rows_written,
+        buffer,
         rescued,
         columns_added,
         ..
     } = sink;
-    report.rows_written = rows_written;
+    report.rows_written = buffer.rows_written;
     report.rescued = rescued;
     report.malformed = malformed.len();
     report.files_read = listing.to_load.len();
@@ -464,12 +457,9 @@ struct Loader<'a, 'b> {
     progress: Progress<'b>,
     conformer: Conformer<'a>,
     bronze: &'b mut dyn SilverTable,
-    buffer: Vec<RecordBatch>,
-    /// Rows and bytes in `buffer`.
-    buffered: (usize, usize),
+    buffer: Buffered,
     malformed: Vec<(String, Malformed)>,
     file: Option<LandingFile>,
-    rows_written: usize,
     rescued: usize,
     columns_added: Vec<String>,
     /// An error of the bronze table, raised from inside a reader's callback.
@@ -477,16 +467,8 @@ struct Loader<'a, 'b> {
 }
 
 impl Loader<'_, '_> {
-    async fn flush_async(&mut self) -> smelt_engine::Result<()> {
-        if self.buffer.is_empty() {
-            return Ok(());
-        }
-        let batches = std::mem::take(&mut self.buffer);
-        self.buffered = (0, 0);
-        let rows = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
-        self.rows_written += rows.num_rows();
-        let replaces = BooleanArray::from(vec![false; rows.num_rows()]);
-        self.bronze.stage(rows, &replaces, &[]).await
+    async fn flush(&mut self) -> smelt_engine::Result<()> {
+        self.buffer.flush(&mut *self.bronze).await
     }
 
     /// Runs a bronze call from a reader's (blocking) callback.
@@ -509,7 +491,7 @@ impl RowSink for Loader<'_, '_> {
         let out = self.conformer.conform(rows, &file)?;
         if !out.new_fields.is_empty() {
             // Rows of the old shape are written before the table changes shape.
-            self.block_on(async |l| l.flush_async().await)?;
+            self.block_on(async |l| l.flush().await)?;
             let fields = out.new_fields.clone();
             let schema = Arc::clone(self.conformer.schema().expect("conformed"));
             self.block_on(async move |l| {
@@ -529,14 +511,8 @@ impl RowSink for Loader<'_, '_> {
             (p.file, p.before + p.read.load(Ordering::Relaxed)),
             p.total,
         );
-        if out.batch.num_rows() == 0 {
-            return Ok(());
-        }
-        self.buffered.0 += out.batch.num_rows();
-        self.buffered.1 += out.batch.get_array_memory_size();
-        self.buffer.push(out.batch);
-        if self.buffered.0 >= ROWS_PER_WRITE || self.buffered.1 >= BYTES_PER_WRITE {
-            self.block_on(async |l| l.flush_async().await)?;
+        if self.buffer.push(out.batch) {
+            self.block_on(async |l| l.flush().await)?;
         }
         Ok(())
     }
