@@ -1497,6 +1497,32 @@ async fn lookup_aligned(
 
 impl PartitionWork<'_> {
     /// The rows to write and delete, and the tombstones to write.
+    /// `where` over the keys' latest state (`value_of` gives each state column): `None`
+    /// without one, else `delete` with the failing keys added, and the failing keys that
+    /// were not deletes already (counted as filtered).
+    fn filter_out(
+        &self,
+        value_of: impl Fn(&str) -> Result<ArrayRef>,
+        delete: &BooleanArray,
+    ) -> Result<Option<(BooleanArray, BooleanArray)>> {
+        let Some(predicate) = self.filter else {
+            return Ok(None);
+        };
+        let state = RecordBatch::try_new(
+            Arc::clone(self.state_schema),
+            self.state_schema
+                .fields()
+                .iter()
+                .map(|f| value_of(f.name()))
+                .collect::<Result<_>>()?,
+        )?;
+        let fails = arrow::compute::not(&predicate.evaluate(&state)?)?;
+        Ok(Some((
+            arrow::compute::or(delete, &fails)?,
+            arrow::compute::and_not(&fails, delete)?,
+        )))
+    }
+
     async fn plan(
         &self,
         batch: RecordBatch,
@@ -1736,18 +1762,8 @@ impl PartitionWork<'_> {
 
         // `where`: a key whose latest state fails it is not kept (deleted, with a tombstone).
         let mut filtered: Option<BooleanArray> = None;
-        if let Some(predicate) = self.filter {
-            let state = RecordBatch::try_new(
-                Arc::clone(self.state_schema),
-                self.state_schema
-                    .fields()
-                    .iter()
-                    .map(|f| value_of(f.name()))
-                    .collect::<Result<_>>()?,
-            )?;
-            let fails = arrow::compute::not(&predicate.evaluate(&state)?)?;
-            filtered = Some(arrow::compute::and_not(&fails, &delete)?);
-            delete = arrow::compute::or(&delete, &fails)?;
+        if let Some((deleted, failing)) = self.filter_out(value_of, &delete)? {
+            (delete, filtered) = (deleted, Some(failing));
         }
 
         let plan = plan_scd1(&Scd1Input {

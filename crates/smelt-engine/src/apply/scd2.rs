@@ -143,24 +143,16 @@ impl PartitionWork<'_> {
 
         // Deletes, and keys whose state fails `where` (their version is closed).
         let mut delete = col_of(&batch, IS_DELETE)?.as_boolean().clone();
-        if let Some(predicate) = self.filter {
-            let state = RecordBatch::try_new(
-                Arc::clone(self.state_schema),
-                self.state_schema
-                    .fields()
-                    .iter()
-                    .map(|f| {
-                        if Some(f.name().as_str()) == self.audit_ingest {
-                            col_of(&batch, COMMIT_TIMESTAMP)
-                        } else {
-                            col_of(&batch, f.name())
-                        }
-                    })
-                    .collect::<Result<_>>()?,
-            )?;
-            let fails = arrow::compute::not(&predicate.evaluate(&state)?)?;
-            report.filtered += arrow::compute::and_not(&fails, &delete)?.true_count();
-            delete = arrow::compute::or(&delete, &fails)?;
+        let value_of = |name: &str| {
+            if Some(name) == self.audit_ingest {
+                col_of(&batch, COMMIT_TIMESTAMP)
+            } else {
+                col_of(&batch, name)
+            }
+        };
+        if let Some((deleted, failing)) = self.filter_out(value_of, &delete)? {
+            report.filtered += failing.true_count();
+            delete = deleted;
         }
         let tracked: Vec<usize> = data_names
             .iter()
