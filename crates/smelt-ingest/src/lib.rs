@@ -1,7 +1,9 @@
-//! Raw files into bronze, for `ingest` flows (DESIGN §4): find the files of a landing
-//! folder, read CSV, JSON lines or Parquet a bounded batch at a time, line the rows up
-//! with the bronze table (new columns, rescued fields, audit columns), and load each file
-//! exactly once ([`flow::run_ingest`]).
+//! Files in and out (DESIGN §4). In: `ingest` flows find the files of a landing folder,
+//! read CSV, JSON lines or Parquet a bounded batch at a time, line the rows up with the
+//! bronze table (new columns, rescued fields, audit columns), and load each file exactly
+//! once ([`flow::run_ingest`]); the same readers give `replace_where` flows their batches
+//! ([`batch::FileBatch`]). Out: `export` flows write changed rows as Parquet
+//! ([`export::run_export`]).
 //!
 //! The readers take any `std::io::Read` and hand batches to a [`RowSink`], so a file is
 //! never held in memory whole. Bronze is the raw layer: fields stay text unless the flow
