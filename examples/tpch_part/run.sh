@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../smelt.sh
-cargo build --quiet --package smelt-bench --bin smelt-tpch-part
+# Built together with smelt: alone, smelt-bench resolves other features of shared crates
+# and would compile DataFusion a second time.
+cargo build --quiet --package smelt-cli --package smelt-bench
 tpch_part() { "$CARGO_TARGET_DIR/debug/smelt-tpch-part" "$@"; }
 
 summary() {
