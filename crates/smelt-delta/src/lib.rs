@@ -3,16 +3,20 @@
 //! * [`Lake`]: a folder of Delta tables, `schema/table` each; opens tables and builds a
 //!   DataFusion session over all of them.
 //! * [`source::DeltaSource`]: bronze changes — added files of append commits, change data
-//!   files of rewriting commits, or the snapshot — in commit, file and row order.
+//!   files of rewriting commits, rows deleted by deletion vectors, or the snapshot from the
+//!   last checkpoint — in commit, file and row order, for tables written by any engine.
 //! * [`silver::DeltaSilver`]: silver lookups and smelt's copy-on-write merge: staged rows,
 //!   rewritten files, change data and the watermark (`txn` action) in one commit.
 //! * [`event_log`]: one row per flow run in `_smelt.event_log`.
 //! * [`sql`]: `smelt sql` — DataFusion queries plus the DDL/DML the seeds use.
 #![deny(missing_docs)]
 
+mod dv;
 mod error;
 pub mod event_log;
+mod features;
 mod lake;
+mod ledger;
 mod parquet;
 pub mod silver;
 pub mod source;

@@ -32,30 +32,42 @@ pub(crate) struct FileRef {
     pub location: object_store::path::Path,
     /// Size in bytes, from the log.
     pub size: i64,
-    /// Partition values of the file (columns not stored in it).
+    /// Partition values of the file (columns not stored in it), by logical column name.
     pub partition_values: HashMap<String, Option<String>>,
+    /// The rows to read (deletion vectors).
+    pub rows: FileRows,
+}
+
+/// Which rows of a data file are read: those a deletion vector leaves, or those it deletes.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum FileRows {
+    /// Every row.
+    #[default]
+    All,
+    /// Every row but these (ascending row numbers).
+    Except(Arc<[u64]>),
+    /// Only these (ascending row numbers).
+    Only(Arc<[u64]>),
 }
 
 impl FileRef {
-    /// A file named by an `add` or `cdc` action of `table`'s log (URL-encoded path).
+    /// A file named by an `add`, `remove` or `cdc` action of a table's log (the path as
+    /// parsed from the log, percent-decoded; kept as delta-rs keeps it).
     pub fn from_log(
-        table: &str,
         path: String,
         size: i64,
         partition_values: HashMap<String, Option<String>>,
-    ) -> Result<Self> {
-        let location = object_store::path::Path::from_url_path(&path).map_err(|e| {
-            Error::user(
-                format!("bad file path `{path}` in `{table}`: {e}"),
-                "the table log is damaged",
-            )
-        })?;
-        Ok(Self {
+        rows: FileRows,
+    ) -> Self {
+        let location = object_store::path::Path::parse(&path)
+            .unwrap_or_else(|_| object_store::path::Path::from(path.as_str()));
+        Self {
             path,
             location,
             size,
             partition_values,
-        })
+            rows,
+        }
     }
 }
 
@@ -99,14 +111,12 @@ pub(crate) async fn read_each<E: From<Error>>(
     split_columns: bool,
     mut f: impl FnMut(RecordBatch) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
-    let path = file.location.clone();
     let full_path = format!("{table}/{}", file.path);
     let parquet_err = |source| Error::Parquet {
         path: full_path.clone(),
         source,
     };
-    let reader =
-        ParquetObjectReader::new(Arc::clone(&store), path.clone()).with_file_size(file.size as u64);
+    let reader = object_reader(&store, file);
     let builder = ParquetRecordBatchStreamBuilder::new(reader)
         .await
         .map_err(parquet_err)?;
@@ -122,15 +132,26 @@ pub(crate) async fn read_each<E: From<Error>>(
         .filter(|(_, f)| columns.is_none_or(|c| c.iter().any(|c| c == f.name())))
         .map(|(i, _)| i)
         .collect();
-    // (row group, its rows); `None` reads every row group in one go.
-    let groups: Vec<(Option<usize>, usize)> = if rows.is_some() || metadata.num_row_groups() <= 1 {
-        vec![(None, total)]
-    } else {
-        (0..metadata.num_row_groups())
-            .map(|g| (Some(g), metadata.row_group(g).num_rows().max(0) as usize))
-            .collect()
+    let selection = match (rows, &file.rows) {
+        // Callers that pick rows read tables without deletion vectors.
+        (Some(rows), _) => Some(selection(rows.iter().map(|&r| r as u64), total)),
+        (None, FileRows::All) => None,
+        (None, FileRows::Except(deleted)) if deleted.is_empty() => None,
+        (None, FileRows::Except(deleted)) => Some(except(deleted, total, &full_path)?),
+        (None, FileRows::Only(only)) => {
+            check_rows(only, total, &full_path)?;
+            Some(selection(only.iter().copied(), total))
+        }
     };
-    let selection = rows.map(|rows| selection(rows, total));
+    // (row group, its rows); `None` reads every row group in one go.
+    let groups: Vec<(Option<usize>, usize)> =
+        if selection.is_some() || metadata.num_row_groups() <= 1 {
+            vec![(None, total)]
+        } else {
+            (0..metadata.num_row_groups())
+                .map(|g| (Some(g), metadata.row_group(g).num_rows().max(0) as usize))
+                .collect()
+        };
     for (group, group_rows) in groups {
         let batch_size = group_rows.clamp(1, 4 << 20);
         let parts = if split_columns && group_rows >= 100_000 {
@@ -141,8 +162,7 @@ pub(crate) async fn read_each<E: From<Error>>(
         let mut tasks = Vec::with_capacity(parts);
         for part in 0..parts {
             let mine: Vec<usize> = roots.iter().copied().skip(part).step_by(parts).collect();
-            let reader = ParquetObjectReader::new(Arc::clone(&store), path.clone())
-                .with_file_size(file.size as u64);
+            let reader = object_reader(&store, file);
             let meta =
                 ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
                     .map_err(parquet_err)?;
@@ -196,10 +216,55 @@ pub(crate) async fn read_each<E: From<Error>>(
     Ok(())
 }
 
+/// A reader of `file`; its size comes from the log where the log has it (a `remove` may
+/// not), saving a request.
+fn object_reader(store: &ObjectStoreRef, file: &FileRef) -> ParquetObjectReader {
+    let reader = ParquetObjectReader::new(Arc::clone(store), file.location.clone());
+    if file.size > 0 {
+        reader.with_file_size(file.size as u64)
+    } else {
+        reader
+    }
+}
+
+/// Fails when a deletion vector names a row past the end of its file.
+fn check_rows(rows: &[u64], total: usize, path: &str) -> Result<()> {
+    match rows.last() {
+        Some(&last) if last as usize >= total => Err(Error::user(
+            format!(
+                "a deletion vector of `{path}` deletes row {last}, but the file has {total} rows"
+            ),
+            "the table's deletion vectors do not match its data files; the engine that wrote it can purge them with `REORG TABLE … APPLY (PURGE)`",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Every row of a file of `total` rows but `deleted` (ascending).
+fn except(deleted: &[u64], total: usize, path: &str) -> Result<RowSelection> {
+    check_rows(deleted, total, path)?;
+    let mut ranges = Vec::with_capacity(deleted.len() + 1);
+    let mut start = 0usize;
+    for &d in deleted {
+        let d = d as usize;
+        if d > start {
+            ranges.push(start..d);
+        }
+        start = d + 1;
+    }
+    if start < total {
+        ranges.push(start..total);
+    }
+    Ok(RowSelection::from_consecutive_ranges(
+        ranges.into_iter(),
+        total,
+    ))
+}
+
 /// The rows `rows` (ascending) of a file of `total` rows, as runs of consecutive rows.
-fn selection(rows: &[u32], total: usize) -> RowSelection {
+fn selection(rows: impl Iterator<Item = u64>, total: usize) -> RowSelection {
     let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
-    for &r in rows {
+    for r in rows {
         let r = r as usize;
         match ranges.last_mut() {
             Some(last) if last.end == r => last.end = r + 1,

@@ -32,7 +32,7 @@ use smelt_spec::TableName;
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
-use crate::parquet::{self, FileRef};
+use crate::parquet::{self, FileRef, FileRows};
 
 /// Rows per data file smelt writes (about 10 MB of Parquet for seed 000's 20 columns):
 /// small enough that a rewrite spreads over all cores and holds only a few files in
@@ -127,6 +127,17 @@ impl DeltaSilver {
         })
     }
 
+    /// Opens the table a run writes: fails, naming the feature, when a smelt commit would
+    /// not keep a Delta feature the existing table uses (docs/delta.md).
+    pub async fn open_for_write(lake: &Lake, name: &TableName) -> Result<Self> {
+        let silver = Self::open(lake, name).await?;
+        if let Some(table) = &silver.table {
+            let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+            crate::features::check_writable(&name.to_string(), state)?;
+        }
+        Ok(silver)
+    }
+
     /// Never folds small files: for append-only tables (bronze), where a row's commit
     /// version and time are its change metadata and must not move.
     pub fn without_compaction(mut self) -> Self {
@@ -182,6 +193,7 @@ impl DeltaSilver {
         let snapshot = table
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
+        crate::features::check_writable(&self.name.to_string(), snapshot)?;
         let mut files = Vec::new();
         for view in snapshot.log_data().iter() {
             if view.deletion_vector_descriptor().is_some() {
@@ -203,6 +215,7 @@ impl DeltaSilver {
                     location: view.object_store_path(),
                     size: view.size(),
                     partition_values: view.partition_values_map(),
+                    rows: FileRows::All,
                 },
                 remove: view.remove_action(true),
                 rows: view.num_records(),
@@ -289,6 +302,7 @@ impl DeltaSilver {
         let snapshot = table
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
+        crate::features::check_writable(&self.name.to_string(), snapshot)?;
         let commit = CommitBuilder::from(props)
             .with_actions(actions)
             .build(Some(snapshot), table.log_store(), operation)
@@ -827,17 +841,42 @@ impl SilverTable for DeltaSilver {
         let Some(table) = &self.table else {
             return Ok(Vec::new());
         };
+        // The ledger beside the table: entries whose commit landed.
+        let mut watermarks = std::collections::HashMap::new();
+        let mut entries = Vec::new();
+        for entry in crate::ledger::read(&self.lake.table_path(&self.name), key).await? {
+            if !watermarks.contains_key(&entry.app) {
+                let w = self.watermark(&entry.app).await?;
+                watermarks.insert(entry.app.clone(), w);
+            }
+            if watermarks[&entry.app].is_some_and(|w| entry.number <= w) {
+                entries.push(entry);
+            }
+        }
+        let in_ledger: HashSet<(String, i64)> =
+            entries.iter().map(|e| (e.app.clone(), e.number)).collect();
+        // Entries of commits made before the ledger existed, from the log (as far as log
+        // cleanup left it), come first.
         let infos: Vec<_> = table
             .history(None)
             .try_collect()
             .await
             .context(|| format!("reading the log of `{}`", self.name))?;
-        // Newest first in the log; oldest first here.
-        Ok(infos
+        let mut values: Vec<String> = infos
             .iter()
             .rev()
+            .filter(|i| {
+                let app = i.info.get("smelt.flow").and_then(|v| v.as_str());
+                let number = i.info.get("smelt.source_version").and_then(|v| v.as_i64());
+                match (app, number) {
+                    (Some(app), Some(n)) => !in_ledger.contains(&(app.to_string(), n)),
+                    _ => true,
+                }
+            })
             .filter_map(|i| i.info.get(key)?.as_str().map(str::to_string))
-            .collect())
+            .collect();
+        values.extend(entries.into_iter().map(|e| e.value));
+        Ok(values)
     }
 
     async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
@@ -866,6 +905,17 @@ impl SilverTable for DeltaSilver {
         watermark: &Watermark,
     ) -> smelt_engine::Result<WriteStats> {
         let props = Self::commit_properties(watermark);
+        // Ledger entries go beside the table first: they count once this commit lands.
+        let written_us = chrono::Utc::now().timestamp_micros();
+        for (key, value) in &watermark.extra {
+            let entry = crate::ledger::Entry {
+                app: watermark.app_id.clone(),
+                number: watermark.version,
+                written_us,
+                value: value.clone(),
+            };
+            crate::ledger::write(&self.lake.table_path(&self.name), key, &entry).await?;
+        }
         let staged = std::mem::take(&mut self.staged);
         if let Some(schema) = self.pending.take() {
             return Ok(self

@@ -15,8 +15,9 @@ pub struct ChangeSet {
     pub files_read: usize,
     /// Bytes of the data files read.
     pub bytes_read: u64,
-    /// Bronze data files removed without change data (whole-file deletes such as
-    /// `TRUNCATE`): deletes, which apply flows ignore, so they are not read.
+    /// Bronze data files whose rows were deleted without change data (whole-file deletes
+    /// such as `TRUNCATE`, new deletion vectors): deletes, which apply flows ignore unless
+    /// they apply bronze deletes, so they are not read.
     pub skipped_delete_files: usize,
 }
 
@@ -83,7 +84,8 @@ pub struct Watermark {
     /// The flow's run report as JSON, recorded in the commit so that an event-log row lost
     /// to a crash can be written later.
     pub report: Option<String>,
-    /// More commit-info entries (key, JSON text), e.g. the files an ingest flow loaded.
+    /// More entries (key, JSON text) recorded with the commit and read back by
+    /// [`SilverTable::commit_values`], e.g. the files an ingest flow loaded.
     pub extra: Vec<(String, String)>,
 }
 
@@ -156,8 +158,9 @@ pub trait SilverTable: Send + Sync {
     /// the deleted ones — and records `watermark`, in one commit. With nothing staged,
     /// commits the watermark alone.
     async fn commit(&mut self, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
-    /// The values of commit-info entry `key` (as given in [`Watermark::extra`]) of every
-    /// commit still in the table's log, oldest first.
+    /// The values of entry `key` (as given in [`Watermark::extra`]) of every commit made,
+    /// oldest first: a ledger (the files a flow loaded) that must outlive log cleanup and
+    /// checkpoints.
     async fn commit_values(&self, key: &str) -> Result<Vec<String>>;
     /// Deletes the rows whose timestamp column `column` is before `before_us` (µs since the
     /// epoch, UTC), in a commit of its own; returns how many went. Used to expire

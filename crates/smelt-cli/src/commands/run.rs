@@ -104,10 +104,10 @@ async fn run_apply_flow(
         source = source.pin(to);
         ctx.replay_after = Some(after);
     }
-    let mut silver = DeltaSilver::open(lake, &apply.into).await?;
+    let mut silver = DeltaSilver::open_for_write(lake, &apply.into).await?;
     recover_event(lake, flow, &silver, ctx.dry_run, events).await;
-    let mut tombstones = DeltaSilver::open(lake, &tombstone_table(&apply.into)).await?;
-    let mut rejects = DeltaSilver::open(lake, &rejects_table(&apply.into)).await?;
+    let mut tombstones = DeltaSilver::open_for_write(lake, &tombstone_table(&apply.into)).await?;
+    let mut rejects = DeltaSilver::open_for_write(lake, &rejects_table(&apply.into)).await?;
     let tables = ApplyTables {
         silver: &mut silver,
         tombstones: &mut tombstones,
@@ -125,11 +125,11 @@ async fn run_ingest_flow(
     progress: &Progress,
     events: &mut Vec<FlowEvent>,
 ) -> Result<FlowReport, EngineError> {
-    let mut bronze = DeltaSilver::open(lake, &ingest.into)
+    let mut bronze = DeltaSilver::open_for_write(lake, &ingest.into)
         .await?
         .without_compaction();
     recover_event(lake, flow, &bronze, ctx.dry_run, events).await;
-    let mut rejects = DeltaSilver::open(lake, &rejects_table(&ingest.into)).await?;
+    let mut rejects = DeltaSilver::open_for_write(lake, &rejects_table(&ingest.into)).await?;
     let tables = IngestTables {
         bronze: &mut bronze,
         rejects: &mut rejects,
@@ -147,7 +147,7 @@ async fn run_append_flow(
     events: &mut Vec<FlowEvent>,
 ) -> Result<FlowReport, EngineError> {
     let source = DeltaSource::open(lake, &append.from).await?;
-    let mut target = DeltaSilver::open(lake, &append.into).await?;
+    let mut target = DeltaSilver::open_for_write(lake, &append.into).await?;
     recover_event(lake, flow, &target, ctx.dry_run, events).await;
     run_append(&flow.name, append, &source, &mut target, ctx, progress).await
 }
@@ -163,7 +163,7 @@ async fn run_replace_flow(
     progress: &Progress,
     events: &mut Vec<FlowEvent>,
 ) -> Result<FlowReport, EngineError> {
-    let mut target = DeltaSilver::open(lake, &replace.into).await?;
+    let mut target = DeltaSilver::open_for_write(lake, &replace.into).await?;
     recover_event(lake, flow, &target, ctx.dry_run, events).await;
     let app = app_id(&flow.name);
     let applied = target.watermark(&app).await?;

@@ -3,6 +3,13 @@
 //! Rows come out in input order — commit version, then the order of files in the commit,
 //! then row order inside a file — because the apply contract breaks sequence ties by it
 //! (delta-rs' change-feed reader does not keep row order, DESIGN §9).
+//!
+//! Tables written by Spark and Databricks read right (docs/delta.md): deletion vectors are
+//! applied (a commit that only adds or replaces vectors is the rows they delete), physical
+//! column names are mapped to logical ones, snapshots start from the last checkpoint, and a
+//! table needing a reader feature smelt lacks is refused by name.
+
+mod plan;
 
 use std::sync::Arc;
 
@@ -10,39 +17,16 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicr
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
-use deltalake::kernel::Action;
-use deltalake::logstore::get_actions;
-use smelt_core::change::{CHANGE_TYPE, DELETE, INSERT, metadata_fields};
+use smelt_core::change::{CHANGE_TYPE, metadata_fields};
 use smelt_engine::ports::{ChangeSet, ChangeSource};
 use smelt_spec::TableName;
 
+use crate::dv::DvReader;
 use crate::error::{Context, Error, Result};
-use crate::parquet::FileRef;
+use crate::features::ColumnNames;
+use plan::FileToRead;
 
-/// One data file to read, with the change metadata its rows get.
-#[derive(Debug, Clone)]
-struct FileToRead {
-    file: FileRef,
-    /// `Some(kind)` for data files (every row is that kind); `None` for change data files,
-    /// which carry their own `_change_type` column.
-    kind: Option<&'static str>,
-    version: i64,
-    timestamp_us: i64,
-}
-
-/// Summary of one commit of the bronze log.
-#[derive(Debug, Default)]
-struct Commit {
-    timestamp_us: i64,
-    operation: String,
-    /// A `WRITE` with a predicate (replaceWhere): rows replaced, not the whole table.
-    predicate: bool,
-    adds: Vec<deltalake::kernel::Add>,
-    removes: Vec<deltalake::kernel::Remove>,
-    cdc: Vec<deltalake::kernel::AddCDCFile>,
-}
-
-/// The files of the changes after `after`, and the whole-file deletes skipped.
+/// The files of the changes after `after`, and the deletes skipped.
 type Planned = (Option<i64>, Vec<FileToRead>, usize);
 
 /// Bronze changes of one Delta table, pinned to the version seen at open.
@@ -51,16 +35,20 @@ pub struct DeltaSource {
     table: DeltaTable,
     version: i64,
     schema: SchemaRef,
+    /// How the data files name their columns (column mapping).
+    names: ColumnNames,
+    dvs: DvReader,
     /// The last file plan.
     plan: std::sync::Mutex<Option<Planned>>,
-    /// Read whole-file removes without change data as `delete` rows (`source_deletes: apply`).
+    /// Read rows deleted without change data as `delete` rows (`source_deletes: apply`).
     read_removed: bool,
     /// Versions left out of incremental reads.
     skipped: std::sync::Mutex<std::collections::HashSet<i64>>,
 }
 
 impl DeltaSource {
-    /// Opens the bronze table at its latest version.
+    /// Opens the bronze table at its latest version. Fails, naming the feature, when smelt
+    /// cannot read the table's rows right.
     pub async fn open(lake: &crate::Lake, name: &TableName) -> Result<Self> {
         let table = lake
             .open_existing(
@@ -69,13 +57,18 @@ impl DeltaSource {
             )
             .await?;
         let version = table.version().map(|v| v as i64).unwrap_or(0);
-        let snapshot = table.snapshot().context(|| format!("reading `{name}`"))?;
-        let schema = normalize_schema(&snapshot.snapshot().arrow_schema());
+        let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+        crate::features::check_readable(&name.to_string(), state)?;
+        let schema = normalize_schema(&state.snapshot().arrow_schema());
+        let names = ColumnNames::of(state);
+        let dvs = DvReader::new(&name.to_string(), &table);
         Ok(Self {
             name: name.clone(),
             table,
             version,
             schema,
+            names,
+            dvs,
             plan: std::sync::Mutex::new(None),
             read_removed: false,
             skipped: Default::default(),
@@ -106,17 +99,7 @@ impl DeltaSource {
 
     /// The commit time of `version` (µs), `None` when its log entry is gone.
     async fn commit_time(&self, version: i64) -> Result<Option<i64>> {
-        let present = self
-            .table
-            .log_store()
-            .read_commit_entry(version as u64)
-            .await
-            .context(|| format!("reading the log of `{}` at version {version}", self.name))?
-            .is_some();
-        if !present {
-            return Ok(None);
-        }
-        Ok(Some(self.commit(version).await?.timestamp_us))
+        Ok(self.read_commit(version).await?.map(|c| c.timestamp_us))
     }
 
     /// Pins the source to an earlier `version` (the end of a replay window).
@@ -126,85 +109,12 @@ impl DeltaSource {
         self
     }
 
-    /// Also reads the rows of data files removed without change data (`DELETE` or
-    /// `TRUNCATE` on a table without the change feed, an overwrite) as `delete` changes,
-    /// for flows with `source_deletes: apply`. They come before the commit's added rows.
+    /// Also reads the rows deleted without change data (`DELETE` or `TRUNCATE` on a table
+    /// without the change feed, deletion vectors, an overwrite) as `delete` changes, for
+    /// flows with `source_deletes: apply`. They come before the commit's added rows.
     pub fn with_removed_files(mut self, read: bool) -> Self {
         self.read_removed = read;
         self
-    }
-
-    async fn commit(&self, version: i64) -> Result<Commit> {
-        let log_store = self.table.log_store();
-        let bytes = log_store
-            .read_commit_entry(version as u64)
-            .await
-            .context(|| format!("reading the log of `{}` at version {version}", self.name))?
-            .ok_or_else(|| {
-                Error::user(
-                    format!("the log entry of `{}` version {version} is gone (log retention cleaned it up)", self.name),
-                    "the changes of that version can no longer be read; rebuild silver with `smelt run --full-refresh`",
-                )
-            })?;
-        let actions = get_actions(version as u64, &bytes)
-            .context(|| format!("parsing the log of `{}` version {version}", self.name))?;
-        let mut c = Commit::default();
-        let mut ts = None;
-        for a in actions {
-            match a {
-                Action::CommitInfo(info) => {
-                    ts = info.in_commit_timestamp.or(info.timestamp);
-                    c.operation = info.operation.unwrap_or_default();
-                    c.predicate = info
-                        .operation_parameters
-                        .as_ref()
-                        .and_then(|p| p.get("predicate"))
-                        .is_some_and(|p| !p.is_null());
-                }
-                Action::Add(add) => c.adds.push(add),
-                Action::Remove(r) => c.removes.push(r),
-                Action::Cdc(cdc) => c.cdc.push(cdc),
-                _ => {}
-            }
-        }
-        c.timestamp_us = ts.ok_or_else(|| Error::user(format!("version {version} of `{}` has no commit timestamp", self.name), "the table was written by a tool that omits commitInfo; smelt cannot order its changes"))? * 1000;
-        Ok(c)
-    }
-
-    /// A file named by an `add` or `cdc` action of version `version`, committed at
-    /// `timestamp_us`; `kind` as in [`FileToRead`].
-    fn file_to_read(
-        &self,
-        path: String,
-        size: i64,
-        partition_values: std::collections::HashMap<String, Option<String>>,
-        kind: Option<&'static str>,
-        version: i64,
-        timestamp_us: i64,
-    ) -> Result<FileToRead> {
-        Ok(FileToRead {
-            file: FileRef::from_log(&self.name.to_string(), path, size, partition_values)?,
-            kind,
-            version,
-            timestamp_us,
-        })
-    }
-
-    /// The data file of an `add` action: every row an insert.
-    fn added(
-        &self,
-        add: deltalake::kernel::Add,
-        version: i64,
-        timestamp_us: i64,
-    ) -> Result<FileToRead> {
-        self.file_to_read(
-            add.path,
-            add.size,
-            add.partition_values,
-            Some(INSERT),
-            version,
-            timestamp_us,
-        )
     }
 
     /// [`Self::plan_files`], remembered for the last `after` asked.
@@ -214,104 +124,24 @@ impl DeltaSource {
         {
             return Ok((files.clone(), *skipped));
         }
-        let (files, skipped) = self.plan_files(after).await?;
+        let (files, skipped) = match after {
+            None => (self.plan_snapshot().await?, 0),
+            Some(after) => self.plan_changes(after).await?,
+        };
         *self.plan.lock().expect("not poisoned") = Some((after, files.clone(), skipped));
         Ok((files, skipped))
-    }
-
-    /// Files that make up the changes in `(after, version]`.
-    async fn plan_files(&self, after: Option<i64>) -> Result<(Vec<FileToRead>, usize)> {
-        let mut skipped_delete_files = 0;
-        let Some(after) = after else {
-            // Snapshot: the active files at `version`, in the order they were added, each with
-            // the version and time of the commit that added it.
-            let mut active: Vec<FileToRead> = Vec::new();
-            for v in 0..=self.version {
-                let c = self.commit(v).await?;
-                let removed: std::collections::HashSet<&str> =
-                    c.removes.iter().map(|r| r.path.as_str()).collect();
-                if !removed.is_empty() {
-                    active.retain(|f| !removed.contains(f.file.path.as_str()));
-                }
-                for add in c.adds {
-                    active.push(self.added(add, v, c.timestamp_us)?);
-                }
-            }
-            return Ok((active, 0));
-        };
-        let mut files = Vec::new();
-        for v in (after + 1)..=self.version {
-            if self.skipped.lock().expect("not poisoned").contains(&v) {
-                continue;
-            }
-            let c = self.commit(v).await?;
-            let adds: Vec<_> = c.adds.into_iter().filter(|a| a.data_change).collect();
-            let removes = c.removes.iter().filter(|r| r.data_change).count();
-            if !c.cdc.is_empty() {
-                for cdc in c.cdc {
-                    files.push(self.file_to_read(
-                        cdc.path,
-                        cdc.size,
-                        cdc.partition_values,
-                        None,
-                        v,
-                        c.timestamp_us,
-                    )?);
-                }
-                continue;
-            }
-            let overwrite =
-                (c.operation == "WRITE" && !c.predicate) || c.operation.starts_with("CREATE");
-            if removes > 0 && !adds.is_empty() && !overwrite {
-                return Err(Error::user(
-                    format!(
-                        "`{}` version {v} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
-                        self.name,
-                        if c.operation.is_empty() {
-                            "unknown operation"
-                        } else {
-                            &c.operation
-                        }
-                    ),
-                    format!(
-                        "turn on the change feed (`ALTER TABLE {} SET OPTIONS (enable_change_history = TRUE)`) before rewriting the table, then rebuild what reads it once with `smelt run --full-refresh`",
-                        self.name
-                    ),
-                ));
-            }
-            // Whole-file removes without change data are deletes: ignored by apply flows
-            // (bronze retention must never delete silver), so they are not read, unless
-            // the flow applies bronze deletes.
-            if self.read_removed {
-                for r in c.removes.into_iter().filter(|r| r.data_change) {
-                    files.push(self.file_to_read(
-                        r.path,
-                        r.size.unwrap_or_default(),
-                        r.partition_values.unwrap_or_default(),
-                        Some(DELETE),
-                        v,
-                        c.timestamp_us,
-                    )?);
-                }
-            } else {
-                skipped_delete_files += removes;
-            }
-            for add in adds {
-                files.push(self.added(add, v, c.timestamp_us)?);
-            }
-        }
-        Ok((files, skipped_delete_files))
     }
 
     /// Lines a file's batch up with the bronze schema and adds the change metadata.
     fn to_change_batch(
         &self,
-        batch: &RecordBatch,
+        batch: RecordBatch,
         file: &FileToRead,
         out: &SchemaRef,
     ) -> Result<RecordBatch> {
         let n = batch.num_rows();
-        let data = crate::parquet::conform(batch, &file.file, &self.schema)?;
+        let batch = self.names.to_logical(batch)?;
+        let data = crate::parquet::conform(&batch, &file.file, &self.schema)?;
         let mut columns: Vec<ArrayRef> = data.columns().to_vec();
         let kind: ArrayRef = match (file.kind, batch.column_by_name(CHANGE_TYPE)) {
             (Some(kind), _) => Arc::new(StringArray::from(vec![kind; n])),
@@ -415,7 +245,7 @@ impl ChangeSource for DeltaSource {
                 None,
                 None,
                 true,
-                |b| sink(self.to_change_batch(&b, file, &out)?),
+                |b| sink(self.to_change_batch(b, file, &out)?),
             )
             .await?;
             bytes_read += file.file.size.max(0) as u64;

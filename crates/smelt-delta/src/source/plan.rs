@@ -1,0 +1,342 @@
+//! Which files (and which of their rows) make up a table's snapshot or its changes after a
+//! version, read from the log.
+
+use std::collections::{HashMap, HashSet};
+
+use deltalake::kernel::{Action, Add, AddCDCFile, DeletionVectorDescriptor, Remove};
+use deltalake::logstore::get_actions;
+use futures::TryStreamExt;
+use smelt_core::change::{DELETE, INSERT};
+
+use super::DeltaSource;
+use crate::dv::minus;
+use crate::error::{Context, Error, Result};
+use crate::parquet::{FileRef, FileRows};
+
+/// One data file to read, with the change metadata its rows get.
+#[derive(Debug, Clone)]
+pub(super) struct FileToRead {
+    pub file: FileRef,
+    /// `Some(kind)` for data files (every row is that kind); `None` for change data files,
+    /// which carry their own `_change_type` column.
+    pub kind: Option<&'static str>,
+    pub version: i64,
+    pub timestamp_us: i64,
+}
+
+/// Summary of one commit of the log.
+#[derive(Debug, Default)]
+pub(super) struct Commit {
+    pub timestamp_us: i64,
+    pub operation: String,
+    /// A `WRITE` with a predicate (replaceWhere): rows replaced, not the whole table.
+    predicate: bool,
+    adds: Vec<Add>,
+    pub removes: Vec<Remove>,
+    cdc: Vec<AddCDCFile>,
+}
+
+/// The files of a table's `_delta_log` folder.
+#[derive(Debug, Default)]
+struct LogListing {
+    /// Versions with a commit file.
+    commits: Vec<i64>,
+    /// Versions with a checkpoint (classic, multi-part or v2).
+    checkpoints: Vec<i64>,
+}
+
+impl DeltaSource {
+    /// Commit `version`, `None` when its log entry is gone.
+    pub(super) async fn read_commit(&self, version: i64) -> Result<Option<Commit>> {
+        let Some(bytes) = self
+            .table
+            .log_store()
+            .read_commit_entry(version as u64)
+            .await
+            .context(|| format!("reading the log of `{}` at version {version}", self.name))?
+        else {
+            return Ok(None);
+        };
+        let actions = get_actions(version as u64, &bytes)
+            .context(|| format!("parsing the log of `{}` version {version}", self.name))?;
+        let mut c = Commit::default();
+        let mut ts = None;
+        for a in actions {
+            match a {
+                Action::CommitInfo(info) => {
+                    // In-commit timestamps (when the table has them) are the commit times.
+                    ts = info.in_commit_timestamp.or(info.timestamp);
+                    c.operation = info.operation.unwrap_or_default();
+                    c.predicate = info
+                        .operation_parameters
+                        .as_ref()
+                        .and_then(|p| p.get("predicate"))
+                        .is_some_and(|p| !p.is_null());
+                }
+                Action::Add(add) => c.adds.push(add),
+                Action::Remove(r) => c.removes.push(r),
+                Action::Cdc(cdc) => c.cdc.push(cdc),
+                _ => {}
+            }
+        }
+        c.timestamp_us = ts.ok_or_else(|| Error::user(format!("version {version} of `{}` has no commit timestamp", self.name), "the table was written by a tool that omits commitInfo; smelt cannot order its changes"))? * 1000;
+        Ok(Some(c))
+    }
+
+    /// Commit `version`, which must still be in the log.
+    pub(super) async fn commit(&self, version: i64) -> Result<Commit> {
+        if let Some(c) = self.read_commit(version).await? {
+            return Ok(c);
+        }
+        let oldest = self.listing().await?.commits.first().copied();
+        Err(Error::user(
+            format!(
+                "the log of `{}` no longer has version {version} (log cleanup removed it){}",
+                self.name,
+                oldest
+                    .map(|o| format!("; the oldest version still there is {o}"))
+                    .unwrap_or_default()
+            ),
+            "the changes of the versions removed can no longer be read; rebuild what reads the table with `smelt run --full-refresh` (it reads the snapshot from the table's last checkpoint), and keep the log longer (`delta.logRetentionDuration`) than the time between runs",
+        ))
+    }
+
+    /// The commit and checkpoint files of the log, by version.
+    async fn listing(&self) -> Result<LogListing> {
+        let store = self.table.object_store();
+        let prefix = object_store::path::Path::from("_delta_log");
+        let files: Vec<_> = store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .map_err(|source| Error::Store {
+                context: format!("listing the log of `{}`", self.name),
+                source,
+            })?;
+        let mut listing = LogListing::default();
+        for meta in files {
+            let Some(name) = meta.location.filename() else {
+                continue;
+            };
+            let Some((digits, rest)) = name.split_at_checked(20) else {
+                continue;
+            };
+            let Ok(version) = digits.parse::<i64>() else {
+                continue;
+            };
+            if rest == ".json" {
+                listing.commits.push(version);
+            } else if rest.starts_with(".checkpoint.") {
+                listing.checkpoints.push(version);
+            }
+        }
+        listing.commits.sort_unstable();
+        listing.checkpoints.sort_unstable();
+        listing.checkpoints.dedup();
+        Ok(listing)
+    }
+
+    /// A file of the log with the rows `rows`, read as `kind`, committed `at` (version,
+    /// time in µs).
+    fn file(
+        &self,
+        path: String,
+        size: i64,
+        partition_values: HashMap<String, Option<String>>,
+        rows: FileRows,
+        kind: Option<&'static str>,
+        (version, timestamp_us): (i64, i64),
+    ) -> FileToRead {
+        let partition_values = self.names.partition_values(partition_values);
+        FileToRead {
+            file: FileRef::from_log(path, size, partition_values, rows),
+            kind,
+            version,
+            timestamp_us,
+        }
+    }
+
+    async fn deleted(
+        &self,
+        path: &str,
+        dv: Option<&DeletionVectorDescriptor>,
+    ) -> Result<std::sync::Arc<[u64]>> {
+        self.dvs.deleted(path, dv).await
+    }
+
+    /// The snapshot at `version`: its active files (less their deleted rows) in the order
+    /// they were added, each with the version and time of the commit that added it. Built
+    /// from the last checkpoint: files it already holds come first, by modification time,
+    /// stamped with the checkpoint's version and their modification time (the log no
+    /// longer says when they were committed).
+    pub(super) async fn plan_snapshot(&self) -> Result<Vec<FileToRead>> {
+        let mut table = self.table.clone();
+        if table.version() != Some(self.version as u64) {
+            table
+                .load_version(self.version as u64)
+                .await
+                .context(|| format!("reading `{}` at version {}", self.name, self.version))?;
+        }
+        let state = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let listing = self.listing().await?;
+        let checkpoint = listing
+            .checkpoints
+            .iter()
+            .copied()
+            .filter(|&c| c <= self.version)
+            .max();
+        // The commit that added each file since the checkpoint, and its place in the log.
+        let mut added: HashMap<String, (i64, i64, usize)> = HashMap::new();
+        let mut seq = 0;
+        for v in checkpoint.map_or(0, |c| c + 1)..=self.version {
+            let c = self.commit(v).await?;
+            let removed: HashSet<&str> = c.removes.iter().map(|r| r.path.as_str()).collect();
+            for add in &c.adds {
+                // The same path removed and added again is a new deletion vector, not a
+                // new file: the file keeps the commit that first added it.
+                if removed.contains(add.path.as_str()) {
+                    continue;
+                }
+                seq += 1;
+                added.insert(add.path.clone(), (v, c.timestamp_us, seq));
+            }
+        }
+        let mut files = Vec::new();
+        for view in state.log_data().iter() {
+            let path = view.path().into_owned();
+            let deleted = self
+                .deleted(&path, view.deletion_vector_descriptor().as_ref())
+                .await?;
+            let mtime_us = view.modification_time() * 1000;
+            let (version, timestamp_us, seq) =
+                added
+                    .get(&path)
+                    .copied()
+                    .unwrap_or((checkpoint.unwrap_or(0), mtime_us, 0));
+            let file = self.file(
+                path,
+                view.size(),
+                view.partition_values_map(),
+                FileRows::Except(deleted),
+                Some(INSERT),
+                (version, timestamp_us),
+            );
+            files.push(((version, seq, mtime_us), file));
+        }
+        files.sort_by(|(a, fa), (b, fb)| a.cmp(b).then_with(|| fa.file.path.cmp(&fb.file.path)));
+        Ok(files.into_iter().map(|(_, f)| f).collect())
+    }
+
+    /// Files (and rows) that make up the changes in `(after, version]`, and how many
+    /// files' deletes were left out (flows that do not apply bronze deletes).
+    pub(super) async fn plan_changes(&self, after: i64) -> Result<(Vec<FileToRead>, usize)> {
+        let mut skipped_deletes = 0;
+        let mut files = Vec::new();
+        for v in (after + 1)..=self.version {
+            if self.skipped.lock().expect("not poisoned").contains(&v) {
+                continue;
+            }
+            let c = self.commit(v).await?;
+            let at = c.timestamp_us;
+            // `dataChange = false` (OPTIMIZE, REORG, compaction) moves rows, changes none.
+            let adds: Vec<Add> = c.adds.into_iter().filter(|a| a.data_change).collect();
+            let removes: Vec<Remove> = c.removes.into_iter().filter(|r| r.data_change).collect();
+            if !c.cdc.is_empty() {
+                for cdc in c.cdc {
+                    files.push(self.file(
+                        cdc.path,
+                        cdc.size,
+                        cdc.partition_values,
+                        FileRows::All,
+                        None,
+                        (v, at),
+                    ));
+                }
+                continue;
+            }
+            let mut deletes = Vec::new();
+            let mut inserts = Vec::new();
+            for r in &removes {
+                let old = self.deleted(&r.path, r.deletion_vector.as_ref()).await?;
+                let rows = match adds.iter().find(|a| a.path == r.path) {
+                    // A new deletion vector on the same file: the rows it adds are deleted,
+                    // the rows it no longer holds (a restore) come back.
+                    Some(a) => {
+                        let new = self.deleted(&a.path, a.deletion_vector.as_ref()).await?;
+                        let back = minus(&old, &new);
+                        if !back.is_empty() {
+                            inserts.push(self.file(
+                                a.path.clone(),
+                                a.size,
+                                a.partition_values.clone(),
+                                FileRows::Only(back.into()),
+                                Some(INSERT),
+                                (v, at),
+                            ));
+                        }
+                        let gone = minus(&new, &old);
+                        if gone.is_empty() {
+                            continue;
+                        }
+                        FileRows::Only(gone.into())
+                    }
+                    // The whole file goes: the rows its vector had not deleted yet.
+                    None => FileRows::Except(old),
+                };
+                deletes.push(self.file(
+                    r.path.clone(),
+                    r.size.unwrap_or_default(),
+                    r.partition_values.clone().unwrap_or_default(),
+                    rows,
+                    Some(DELETE),
+                    (v, at),
+                ));
+            }
+            let replaced: HashSet<&str> = removes.iter().map(|r| r.path.as_str()).collect();
+            let mut new_files = 0;
+            for a in adds.iter().filter(|a| !replaced.contains(a.path.as_str())) {
+                new_files += 1;
+                let deleted = self.deleted(&a.path, a.deletion_vector.as_ref()).await?;
+                inserts.push(self.file(
+                    a.path.clone(),
+                    a.size,
+                    a.partition_values.clone(),
+                    FileRows::Except(deleted),
+                    Some(INSERT),
+                    (v, at),
+                ));
+            }
+            let overwrite =
+                (c.operation == "WRITE" && !c.predicate) || c.operation.starts_with("CREATE");
+            if !deletes.is_empty() && new_files > 0 && !overwrite {
+                return Err(Error::user(
+                    format!(
+                        "`{}` version {v} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
+                        self.name,
+                        if c.operation.is_empty() {
+                            "unknown operation"
+                        } else {
+                            &c.operation
+                        }
+                    ),
+                    format!(
+                        "turn on the change feed (`ALTER TABLE {} SET OPTIONS (enable_change_history = TRUE)`, Spark: `delta.enableChangeDataFeed = true`) before rewriting the table, then rebuild what reads it once with `smelt run --full-refresh`",
+                        self.name
+                    ),
+                ));
+            }
+            // Deletes without change data are ignored by apply flows (bronze retention
+            // must never delete silver), so they are not read, unless the flow applies
+            // bronze deletes.
+            if self.read_removed {
+                files.append(&mut deletes);
+            } else {
+                skipped_deletes += deletes.len();
+            }
+            files.append(&mut inserts);
+        }
+        Ok((files, skipped_deletes))
+    }
+}
