@@ -356,3 +356,40 @@ pub(crate) async fn write_change_data(
         tags: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row numbers a selection keeps.
+    fn kept(s: &RowSelection) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for run in s.iter() {
+            if !run.skip {
+                out.extend(at..at + run.row_count);
+            }
+            at += run.row_count;
+        }
+        out
+    }
+
+    #[test]
+    fn deletion_vectors_select_the_rows_they_leave_or_delete() {
+        let left = except(&[0, 3, 4, 9], 10, "t/f").unwrap();
+        assert_eq!(kept(&left), [1, 2, 5, 6, 7, 8]);
+        assert_eq!(kept(&except_all(&[0, 1, 2])), Vec::<usize>::new());
+        let only = selection([2u64, 3, 7].into_iter(), 10);
+        assert_eq!(kept(&only), [2, 3, 7]);
+        let err = except(&[10], 10, "t/f").unwrap_err().to_string();
+        assert!(
+            err.contains("deletes row 10, but the file has 10 rows"),
+            "{err}"
+        );
+        assert!(check_rows(&[11], 5, "t/f").is_err());
+    }
+
+    fn except_all(rows: &[u64]) -> RowSelection {
+        except(rows, rows.len(), "t/f").unwrap()
+    }
+}
