@@ -196,6 +196,13 @@ pub fn without_audit(rows: &[Value]) -> Vec<Value> {
         .collect()
 }
 
+/// The number of rows of `table`.
+pub fn count(p: &Project, table: &str) -> i64 {
+    p.query(&format!("SELECT count(*) AS n FROM {table}"))[0]["n"]
+        .as_i64()
+        .unwrap()
+}
+
 /// A value of a JSON query row as text (`NULL` for null).
 pub fn text(v: &Value) -> String {
     match v {

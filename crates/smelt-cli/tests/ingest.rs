@@ -8,14 +8,8 @@ use std::fs::File;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use common::{Project, rows};
+use common::{Project, count, rows};
 use serde_json::Value;
-
-fn count(p: &Project, table: &str) -> i64 {
-    p.query(&format!("SELECT count(*) AS n FROM {table}"))[0]["n"]
-        .as_i64()
-        .unwrap()
-}
 
 fn ingest(name: &str, body: &str) -> String {
     format!("  {name}:\n    ingest:\n{body}")

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use common::Project;
+use common::{Project, count};
 
 /// Checkpoints the table at `dir` and removes every log entry before the checkpoint,
 /// whatever the table's retention (what a Spark checkpoint 30 days later does).
@@ -32,12 +32,6 @@ fn checkpoint_and_clean_up(dir: &Path) {
         !dir.join("_delta_log/00000000000000000000.json").exists(),
         "the log before the checkpoint is gone"
     );
-}
-
-fn count(p: &Project, table: &str) -> i64 {
-    p.query(&format!("SELECT count(*) AS n FROM {table}"))[0]["n"]
-        .as_i64()
-        .unwrap()
 }
 
 #[test]
