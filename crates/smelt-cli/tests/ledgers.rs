@@ -43,14 +43,22 @@ fn ingested_files_stay_loaded_after_a_checkpoint_and_log_cleanup() {
     p.ok(&["run"]);
     p.write("in/2.csv", "id,name\n2,b\n");
     p.ok(&["run"]);
+    let ledger = p.file("lake/raw/items/_smelt/ledger");
+    assert!(ledger.is_dir());
+    // As after a crash right after a commit (or a table loaded by an older smelt): the
+    // entries are only in the log; the next commit writes them back beside the table.
+    std::fs::remove_dir_all(&ledger).unwrap();
+    p.write("in/3.csv", "id,name\n3,c\n");
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["files_read"], 1, "{:?}", flows[0]);
     checkpoint_and_clean_up(&p.file("lake/raw/items"));
 
     let flows = p.flows(&["run"]);
     assert_eq!(flows[0]["status"], "up_to_date", "{:?}", flows[0]);
-    p.write("in/3.csv", "id,name\n3,c\n");
+    p.write("in/4.csv", "id,name\n4,d\n");
     let flows = p.flows(&["run"]);
     assert_eq!(flows[0]["files_read"], 1, "{:?}", flows[0]);
-    assert_eq!(count(&p, "raw.items"), 3);
+    assert_eq!(count(&p, "raw.items"), 4);
 }
 
 #[test]

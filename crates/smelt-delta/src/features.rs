@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{Field, Schema};
+use arrow::datatypes::Schema;
 use delta_kernel::table_features::ColumnMappingMode;
 use deltalake::kernel::{ColumnMetadataKey, MetadataValue, StructType};
 use deltalake::table::state::DeltaTableState;
@@ -198,31 +198,33 @@ impl ColumnNames {
             .collect()
     }
 
-    /// `batch` (as read from a data file) with its columns renamed to logical names; columns
-    /// the table does not map (such as `_change_type`) keep theirs.
+    /// `batch` (as read from a data file) with its columns renamed to logical names. Under
+    /// column mapping a file column the table does not map is dropped (a dropped column's
+    /// data, never a newer column of the same name), except the change type of change data
+    /// files.
     pub fn to_logical(&self, batch: RecordBatch) -> Result<RecordBatch> {
         if self.is_identity() {
             return Ok(batch);
         }
-        let fields: Vec<Field> = batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| {
-                let by_id = f
-                    .metadata()
-                    .get(deltalake::parquet::arrow::PARQUET_FIELD_ID_META_KEY)
-                    .and_then(|id| id.parse::<i64>().ok())
-                    .and_then(|id| self.by_id.get(&id));
-                match by_id.or_else(|| self.by_name.get(f.name())) {
-                    Some(logical) => f.as_ref().clone().with_name(logical),
-                    None => f.as_ref().clone(),
-                }
-            })
-            .collect();
+        let mut fields = Vec::new();
+        let mut columns = Vec::new();
+        for (f, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            let by_id = f
+                .metadata()
+                .get(deltalake::parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+                .and_then(|id| id.parse::<i64>().ok())
+                .and_then(|id| self.by_id.get(&id));
+            let field = match by_id.or_else(|| self.by_name.get(f.name())) {
+                Some(logical) => f.as_ref().clone().with_name(logical),
+                None if f.name() == smelt_core::change::CHANGE_TYPE => f.as_ref().clone(),
+                None => continue,
+            };
+            fields.push(field);
+            columns.push(Arc::clone(column));
+        }
         Ok(RecordBatch::try_new_with_options(
             Arc::new(Schema::new(fields)),
-            batch.columns().to_vec(),
+            columns,
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?)
     }
@@ -232,6 +234,7 @@ impl ColumnNames {
 mod tests {
     use super::*;
     use arrow::array::{Int32Array, StringArray};
+    use arrow::datatypes::Field;
     use deltalake::kernel::{DataType, StructField};
 
     fn mapped(name: &str, physical: &str, id: i64) -> StructField {
@@ -291,10 +294,15 @@ mod tests {
         let out = by_id
             .to_logical(batch(vec![
                 with_id("col-a", "2"),
-                Field::new("other", arrow::datatypes::DataType::Int32, true),
+                Field::new("status", arrow::datatypes::DataType::Int32, true),
             ]))
             .unwrap();
         assert_eq!(out.schema().field(0).name(), "b");
+        assert_eq!(
+            out.num_columns(),
+            1,
+            "an unmapped column (dropped from the table) goes"
+        );
 
         let parts = by_name.partition_values([("col-b".to_string(), Some("v".to_string()))].into());
         assert_eq!(parts.get("b"), Some(&Some("v".to_string())));

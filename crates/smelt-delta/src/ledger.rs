@@ -1,12 +1,13 @@
-//! Ledgers of what a flow applied to a table (the files an ingest or replace_where flow
+//! Ledgers of what flows applied to a table (the files an ingest or replace_where flow
 //! loaded), kept beside the table in `_smelt/ledger/<key>/<flow>/<n>.json`, outside the
 //! Delta log: log cleanup and checkpoints do not touch them, and Delta's `VACUUM` skips
 //! folders whose name starts with `_`.
 //!
-//! Entry `n` of a flow is written before the commit that records watermark `n` (a `txn`
-//! action, which checkpoints keep) and counts only once the watermark reaches it, so a
-//! crash between the two leaves an entry that is ignored, and then replaced.
+//! An entry is also in the commit info of the commit that made it, and is written here only
+//! once that commit landed (by the run that made it, so a run that lost a commit race writes
+//! nothing). A crash in between is repaired from the log by the next commit.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -14,23 +15,34 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// One entry of a ledger.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Entry {
     /// The flow (its watermark's application id).
     pub app: String,
-    /// The watermark of the commit that records it.
+    /// The flow's watermark in the commit that made it.
     pub number: i64,
-    /// When it was written (µs since the epoch): ledger order across flows.
-    pub written_us: i64,
+    /// The table version of that commit: ledger order.
+    pub version: i64,
     /// The entry (JSON text).
     pub value: String,
+}
+
+/// What a ledger folder holds.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    /// Entries, in no particular order.
+    pub entries: Vec<Entry>,
+    /// Files that do not parse (a crash mid-write on a file system without ordered
+    /// writes): flow folder, number, path.
+    pub damaged: Vec<(String, i64, PathBuf)>,
 }
 
 fn folder(table: &Path, key: &str) -> PathBuf {
     table.join("_smelt").join("ledger").join(encode(key))
 }
 
-fn encode(name: &str) -> String {
+/// The folder name of a flow or key.
+pub(crate) fn encode(name: &str) -> String {
     url::form_urlencoded::byte_serialize(name.as_bytes()).collect()
 }
 
@@ -38,71 +50,62 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { context, source }
 }
 
-/// Writes `entry` of ledger `key` of the table at `table` (replacing entries of the same
-/// flow numbered as high or higher: left by a run that crashed before its commit).
+/// Writes `entry` of ledger `key` of the table at `table`, durably (synced, then renamed
+/// into place).
 pub(crate) async fn write(table: &Path, key: &str, entry: &Entry) -> Result<()> {
     let dir = folder(table, key).join(encode(&entry.app));
     let text = serde_json::to_string(entry).expect("serialisable");
     let number = entry.number;
     tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&dir).map_err(io(format!("creating `{}`", dir.display())))?;
-        for file in std::fs::read_dir(&dir)
-            .map_err(io(format!("listing `{}`", dir.display())))?
-            .flatten()
-        {
-            let name = file.file_name();
-            let stale = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".json"))
-                .and_then(|n| n.parse::<i64>().ok())
-                .is_some_and(|n| n >= number);
-            if stale {
-                std::fs::remove_file(file.path())
-                    .map_err(io(format!("removing `{}`", file.path().display())))?;
-            }
-        }
-        // Written under a hidden name, then renamed: never read half-written.
         let tmp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4()));
         let path = dir.join(format!("{number:020}.json"));
-        std::fs::write(&tmp, text).map_err(io(format!("writing `{}`", tmp.display())))?;
-        std::fs::rename(&tmp, &path).map_err(io(format!("writing `{}`", path.display())))
+        let mut file =
+            std::fs::File::create(&tmp).map_err(io(format!("writing `{}`", tmp.display())))?;
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(io(format!("writing `{}`", tmp.display())))?;
+        std::fs::rename(&tmp, &path).map_err(io(format!("writing `{}`", path.display())))?;
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(format!("syncing `{}`", dir.display())))
     })
     .await
     .map_err(|e| Error::user(format!("writing a ledger: {e}"), "this is a bug in smelt"))?
 }
 
-/// Every entry of ledger `key` of the table at `table`, valid or not.
-pub(crate) async fn read(table: &Path, key: &str) -> Result<Vec<Entry>> {
+/// Every entry of ledger `key` of the table at `table`.
+pub(crate) async fn read(table: &Path, key: &str) -> Result<Ledger> {
     let dir = folder(table, key);
     tokio::task::spawn_blocking(move || {
-        let mut entries = Vec::new();
+        let mut ledger = Ledger::default();
         let Ok(flows) = std::fs::read_dir(&dir) else {
-            return Ok(entries);
+            return Ok(ledger);
         };
         for flow in flows.flatten() {
+            let app_dir = flow.file_name().to_string_lossy().to_string();
             let Ok(files) = std::fs::read_dir(flow.path()) else {
                 continue;
             };
             for file in files.flatten() {
                 let path = file.path();
-                if path.extension().is_none_or(|e| e != "json")
-                    || file.file_name().to_string_lossy().starts_with('.')
-                {
-                    continue;
-                }
+                let Some(number) = file
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".json"))
+                    .and_then(|n| n.parse::<i64>().ok())
+                else {
+                    continue; // temp files of a write that did not finish
+                };
                 let text = std::fs::read_to_string(&path)
                     .map_err(io(format!("reading `{}`", path.display())))?;
-                let entry: Entry = serde_json::from_str(&text).map_err(|e| {
-                    Error::user(
-                        format!("ledger entry `{}` is damaged: {e}", path.display()),
-                        "restore it from a backup, or rebuild the table with `smelt run --full-refresh`",
-                    )
-                })?;
-                entries.push(entry);
+                match serde_json::from_str::<Entry>(&text) {
+                    Ok(entry) => ledger.entries.push(entry),
+                    Err(_) => ledger.damaged.push((app_dir.clone(), number, path)),
+                }
             }
         }
-        entries.sort_by_key(|e| (e.written_us, e.number));
-        Ok(entries)
+        Ok(ledger)
     })
     .await
     .map_err(|e| Error::user(format!("reading a ledger: {e}"), "this is a bug in smelt"))?
@@ -112,55 +115,42 @@ pub(crate) async fn read(table: &Path, key: &str) -> Result<Vec<Entry>> {
 mod tests {
     use super::*;
 
-    fn entry(app: &str, number: i64, written_us: i64) -> Entry {
+    fn entry(app: &str, number: i64, version: i64) -> Entry {
         Entry {
             app: app.into(),
             number,
-            written_us,
+            version,
             value: format!("{app}#{number}"),
         }
     }
 
     #[tokio::test]
-    async fn entries_round_trip_in_write_order_and_a_rewrite_drops_later_numbers() {
+    async fn entries_round_trip_and_damaged_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), "k", &entry("smelt/a", 1, 10))
-            .await
-            .unwrap();
-        write(dir.path(), "k", &entry("smelt/b", 1, 20))
-            .await
-            .unwrap();
-        write(dir.path(), "k", &entry("smelt/a", 2, 30))
-            .await
-            .unwrap();
-        write(dir.path(), "k", &entry("smelt/a", 3, 40))
-            .await
-            .unwrap();
-        let values: Vec<_> = read(dir.path(), "k")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.value)
-            .collect();
-        assert_eq!(values, ["smelt/a#1", "smelt/b#1", "smelt/a#2", "smelt/a#3"]);
-        // A run that crashed after writing 2 and 3: the next run writes 2 again.
-        write(dir.path(), "k", &entry("smelt/a", 2, 50))
-            .await
-            .unwrap();
-        let got: Vec<_> = read(dir.path(), "k")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| (e.value, e.written_us))
-            .collect();
+        let written = [
+            entry("smelt/a", 1, 1),
+            entry("smelt/b", 1, 2),
+            entry("smelt/a", 2, 3),
+        ];
+        for e in &written {
+            write(dir.path(), "k", e).await.unwrap();
+        }
+        // Written again (a repair from the log): the same entry.
+        write(dir.path(), "k", &written[0]).await.unwrap();
+        let mut got = read(dir.path(), "k").await.unwrap().entries;
+        got.sort_by_key(|e| e.version);
+        assert_eq!(got, written);
+
+        let flow = folder(dir.path(), "k").join(encode("smelt/a"));
+        std::fs::write(flow.join(format!("{:020}.json", 7)), "").unwrap();
+        std::fs::write(flow.join(".tmp-x"), "{").unwrap();
+        let ledger = read(dir.path(), "k").await.unwrap();
+        assert_eq!(ledger.entries.len(), 3);
+        assert_eq!(ledger.damaged.len(), 1);
         assert_eq!(
-            got,
-            [
-                ("smelt/a#1".to_string(), 10),
-                ("smelt/b#1".to_string(), 20),
-                ("smelt/a#2".to_string(), 50)
-            ]
+            (ledger.damaged[0].0.as_str(), ledger.damaged[0].1),
+            ("smelt%2Fa", 7)
         );
-        assert!(read(dir.path(), "other").await.unwrap().is_empty());
+        assert!(read(dir.path(), "other").await.unwrap().entries.is_empty());
     }
 }

@@ -841,42 +841,36 @@ impl SilverTable for DeltaSilver {
         let Some(table) = &self.table else {
             return Ok(Vec::new());
         };
-        // The ledger beside the table: entries whose commit landed.
-        let mut watermarks = std::collections::HashMap::new();
-        let mut entries = Vec::new();
-        for entry in crate::ledger::read(&self.lake.table_path(&self.name), key).await? {
-            if !watermarks.contains_key(&entry.app) {
-                let w = self.watermark(&entry.app).await?;
-                watermarks.insert(entry.app.clone(), w);
-            }
-            if watermarks[&entry.app].is_some_and(|w| entry.number <= w) {
-                entries.push(entry);
+        let ledger = crate::ledger::read(&self.lake.table_path(&self.name), key).await?;
+        let mut entries = ledger.entries;
+        // Entries still in the log whose ledger file is missing (a crash right after their
+        // commit; tables written before the ledger existed).
+        let known: HashSet<(String, i64)> =
+            entries.iter().map(|e| (e.app.clone(), e.number)).collect();
+        let logged = self.logged(table, key).await?;
+        entries.extend(
+            logged
+                .into_iter()
+                .filter(|e| !known.contains(&(e.app.clone(), e.number))),
+        );
+        for (app, number, path) in ledger.damaged {
+            if !entries
+                .iter()
+                .any(|e| crate::ledger::encode(&e.app) == app && e.number == number)
+            {
+                return Err(Error::user(
+                    format!(
+                        "ledger entry `{}` of `{}` is damaged, and the table's log no longer has it",
+                        path.display(),
+                        self.name
+                    ),
+                    "delete the file and rebuild the table with `smelt run --full-refresh` (the files it listed would be loaded again otherwise)",
+                )
+                .into());
             }
         }
-        let in_ledger: HashSet<(String, i64)> =
-            entries.iter().map(|e| (e.app.clone(), e.number)).collect();
-        // Entries of commits made before the ledger existed, from the log (as far as log
-        // cleanup left it), come first.
-        let infos: Vec<_> = table
-            .history(None)
-            .try_collect()
-            .await
-            .context(|| format!("reading the log of `{}`", self.name))?;
-        let mut values: Vec<String> = infos
-            .iter()
-            .rev()
-            .filter(|i| {
-                let app = i.info.get("smelt.flow").and_then(|v| v.as_str());
-                let number = i.info.get("smelt.source_version").and_then(|v| v.as_i64());
-                match (app, number) {
-                    (Some(app), Some(n)) => !in_ledger.contains(&(app.to_string(), n)),
-                    _ => true,
-                }
-            })
-            .filter_map(|i| i.info.get(key)?.as_str().map(str::to_string))
-            .collect();
-        values.extend(entries.into_iter().map(|e| e.value));
-        Ok(values)
+        entries.sort_by_key(|e| (e.version, e.number));
+        Ok(entries.into_iter().map(|e| e.value).collect())
     }
 
     async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
@@ -904,18 +898,98 @@ impl SilverTable for DeltaSilver {
         keys: &[String],
         watermark: &Watermark,
     ) -> smelt_engine::Result<WriteStats> {
-        let props = Self::commit_properties(watermark);
-        // Ledger entries go beside the table first: they count once this commit lands.
-        let written_us = chrono::Utc::now().timestamp_micros();
+        let stats = self.commit_staged(keys, watermark).await?;
+        self.record_ledgers(watermark, stats.version).await;
+        Ok(stats)
+    }
+}
+
+/// `rows` with the table's schema (same columns; field metadata and nullability as the
+/// table declares them).
+fn align_to(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let c = rows.column_by_name(f.name()).ok_or_else(|| {
+                Error::user(
+                    format!("silver column `{}` is missing from the rows to write", f.name()),
+                    "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
+                )
+            })?;
+            Ok(if c.data_type() == f.data_type() {
+                Arc::clone(c)
+            } else {
+                arrow::compute::cast(c, f.data_type())?
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+impl DeltaSilver {
+    /// Ledger entries `key` of the commits still in `table`'s log (their commit infos).
+    async fn logged(&self, table: &DeltaTable, key: &str) -> Result<Vec<crate::ledger::Entry>> {
+        let infos: Vec<_> = table
+            .history(None)
+            .try_collect()
+            .await
+            .context(|| format!("reading the log of `{}`", self.name))?;
+        Ok(infos
+            .iter()
+            .filter_map(|i| {
+                Some(crate::ledger::Entry {
+                    app: i.info.get("smelt.flow")?.as_str()?.to_string(),
+                    number: i.info.get("smelt.source_version")?.as_i64()?,
+                    version: i.read_version.map_or(0, |r| r as i64 + 1),
+                    value: i.info.get(key)?.as_str()?.to_string(),
+                })
+            })
+            .collect())
+    }
+
+    /// Writes the ledger entries of the commit at `version` beside the table, and those of
+    /// earlier commits still in the log that have none (a crash right after their commit).
+    /// The commit landed already: a failure here is repaired by the next commit.
+    async fn record_ledgers(&self, watermark: &Watermark, version: i64) {
+        let root = self.lake.table_path(&self.name);
         for (key, value) in &watermark.extra {
             let entry = crate::ledger::Entry {
                 app: watermark.app_id.clone(),
                 number: watermark.version,
-                written_us,
+                version,
                 value: value.clone(),
             };
-            crate::ledger::write(&self.lake.table_path(&self.name), key, &entry).await?;
+            let repaired = async {
+                crate::ledger::write(&root, key, &entry).await?;
+                let Some(table) = &self.table else {
+                    return Ok(());
+                };
+                let ledger = crate::ledger::read(&root, key).await?;
+                for e in self.logged(table, key).await? {
+                    if !ledger
+                        .entries
+                        .iter()
+                        .any(|l| l.app == e.app && l.number == e.number)
+                    {
+                        crate::ledger::write(&root, key, &e).await?;
+                    }
+                }
+                Ok::<_, Error>(())
+            };
+            if let Err(e) = repaired.await {
+                tracing::warn!(table = %self.name, %key, error = %e, "writing the ledger; the next commit repairs it from the log");
+            }
         }
+    }
+
+    /// [`SilverTable::commit`] without the ledgers.
+    async fn commit_staged(
+        &mut self,
+        keys: &[String],
+        watermark: &Watermark,
+    ) -> smelt_engine::Result<WriteStats> {
+        let props = Self::commit_properties(watermark);
         let staged = std::mem::take(&mut self.staged);
         if let Some(schema) = self.pending.take() {
             return Ok(self
@@ -1032,32 +1106,7 @@ impl SilverTable for DeltaSilver {
         stats.rows_removed = rows_removed;
         Ok(stats)
     }
-}
 
-/// `rows` with the table's schema (same columns; field metadata and nullability as the
-/// table declares them).
-fn align_to(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|f| {
-            let c = rows.column_by_name(f.name()).ok_or_else(|| {
-                Error::user(
-                    format!("silver column `{}` is missing from the rows to write", f.name()),
-                    "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
-                )
-            })?;
-            Ok(if c.data_type() == f.data_type() {
-                Arc::clone(c)
-            } else {
-                arrow::compute::cast(c, f.data_type())?
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
-}
-
-impl DeltaSilver {
     /// Creates the table and writes its first rows and the watermark in one commit.
     async fn create_with(
         &mut self,

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use deltalake::kernel::{Action, Add, AddCDCFile, DeletionVectorDescriptor, Remove};
 use deltalake::logstore::get_actions;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use smelt_core::change::{DELETE, INSERT};
 
 use super::DeltaSource;
@@ -156,6 +156,17 @@ impl DeltaSource {
         }
     }
 
+    /// True when the table has partition columns.
+    fn partitioned(&self) -> Result<bool> {
+        Ok(!self
+            .table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?
+            .metadata()
+            .partition_columns()
+            .is_empty())
+    }
+
     async fn deleted(
         &self,
         path: &str,
@@ -165,10 +176,11 @@ impl DeltaSource {
     }
 
     /// The snapshot at `version`: its active files (less their deleted rows) in the order
-    /// they were added, each with the version and time of the commit that added it. Built
-    /// from the last checkpoint: files it already holds come first, by modification time,
-    /// stamped with the checkpoint's version and their modification time (the log no
-    /// longer says when they were committed).
+    /// they were added, each with the version and time of the commit that added it. The
+    /// file set comes from the last checkpoint and the commits after it; the order and
+    /// stamps from the commits still in the log. Files whose commit is gone (log cleanup)
+    /// come first, by modification time, stamped with the checkpoint's version and their
+    /// modification time (the log no longer says when they were committed).
     pub(super) async fn plan_snapshot(&self) -> Result<Vec<FileToRead>> {
         let mut table = self.table.clone();
         if table.version() != Some(self.version as u64) {
@@ -187,11 +199,27 @@ impl DeltaSource {
             .copied()
             .filter(|&c| c <= self.version)
             .max();
-        // The commit that added each file since the checkpoint, and its place in the log.
+        // The commits still in the log up to the snapshot (a run without gaps): they say
+        // which commit added each file, and its place in the log. Files added before them
+        // are known from the checkpoint alone.
+        let present: HashSet<i64> = listing.commits.iter().copied().collect();
+        let mut first = self.version;
+        while first > 0 && present.contains(&(first - 1)) {
+            first -= 1;
+        }
+        let first = if present.contains(&first) {
+            first
+        } else {
+            self.version + 1
+        };
+        let commits: Vec<Commit> = futures::stream::iter(first..=self.version)
+            .map(|v| self.commit(v))
+            .buffered(16)
+            .try_collect()
+            .await?;
         let mut added: HashMap<String, (i64, i64, usize)> = HashMap::new();
         let mut seq = 0;
-        for v in checkpoint.map_or(0, |c| c + 1)..=self.version {
-            let c = self.commit(v).await?;
+        for (v, c) in (first..).zip(&commits) {
             let removed: HashSet<&str> = c.removes.iter().map(|r| r.path.as_str()).collect();
             for add in &c.adds {
                 // The same path removed and added again is a new deletion vector, not a
@@ -258,11 +286,23 @@ impl DeltaSource {
             }
             let mut deletes = Vec::new();
             let mut inserts = Vec::new();
+            // Files whose rows this commit deletes.
+            let mut deleted_files = 0;
+            // Deletion vectors are read only where rows are read: deletes the flow applies,
+            // and a RESTORE's re-added files (a vector that deletes fewer rows brings rows
+            // back).
+            let restore = c.operation == "RESTORE";
             for r in &removes {
+                let re_added = adds.iter().find(|a| a.path == r.path);
+                let read = self.read_removed || (restore && re_added.is_some());
+                if !read {
+                    deleted_files += 1;
+                    continue;
+                }
                 let old = self.deleted(&r.path, r.deletion_vector.as_ref()).await?;
-                let rows = match adds.iter().find(|a| a.path == r.path) {
+                let (rows, size, partition_values) = match re_added {
                     // A new deletion vector on the same file: the rows it adds are deleted,
-                    // the rows it no longer holds (a restore) come back.
+                    // the rows it no longer holds come back.
                     Some(a) => {
                         let new = self.deleted(&a.path, a.deletion_vector.as_ref()).await?;
                         let back = minus(&old, &new);
@@ -280,19 +320,45 @@ impl DeltaSource {
                         if gone.is_empty() {
                             continue;
                         }
-                        FileRows::Only(gone.into())
+                        (
+                            FileRows::Only(gone.into()),
+                            a.size,
+                            a.partition_values.clone(),
+                        )
                     }
                     // The whole file goes: the rows its vector had not deleted yet.
-                    None => FileRows::Except(old),
+                    None => {
+                        let partition_values = match &r.partition_values {
+                            Some(values) => values.clone(),
+                            None if self.partitioned()? => {
+                                return Err(Error::user(
+                                    format!(
+                                        "`{}` version {v} removes `{}` without its partition values: smelt cannot tell the deleted rows' partition columns",
+                                        self.name, r.path
+                                    ),
+                                    "the writer omitted `extendedFileMetadata`; set `source_deletes: ignore`, or rebuild what reads the table with `smelt run --full-refresh`",
+                                ));
+                            }
+                            None => Default::default(),
+                        };
+                        (
+                            FileRows::Except(old),
+                            r.size.unwrap_or_default(),
+                            partition_values,
+                        )
+                    }
                 };
-                deletes.push(self.file(
-                    r.path.clone(),
-                    r.size.unwrap_or_default(),
-                    r.partition_values.clone().unwrap_or_default(),
-                    rows,
-                    Some(DELETE),
-                    (v, at),
-                ));
+                deleted_files += 1;
+                if self.read_removed {
+                    deletes.push(self.file(
+                        r.path.clone(),
+                        size,
+                        partition_values,
+                        rows,
+                        Some(DELETE),
+                        (v, at),
+                    ));
+                }
             }
             let replaced: HashSet<&str> = removes.iter().map(|r| r.path.as_str()).collect();
             let mut new_files = 0;
@@ -310,7 +376,7 @@ impl DeltaSource {
             }
             let overwrite =
                 (c.operation == "WRITE" && !c.predicate) || c.operation.starts_with("CREATE");
-            if !deletes.is_empty() && new_files > 0 && !overwrite {
+            if deleted_files > 0 && new_files > 0 && !overwrite {
                 return Err(Error::user(
                     format!(
                         "`{}` version {v} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
@@ -333,7 +399,7 @@ impl DeltaSource {
             if self.read_removed {
                 files.append(&mut deletes);
             } else {
-                skipped_deletes += deletes.len();
+                skipped_deletes += deleted_files;
             }
             files.append(&mut inserts);
         }
