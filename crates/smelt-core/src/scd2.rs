@@ -7,6 +7,11 @@
 //! sequence, and folded: an upsert whose tracked columns equal the open version's updates it
 //! in place; another upsert closes the open version and opens a new one; a delete closes
 //! it. A late change thus lands at its place in history, splitting the version it falls in.
+//!
+//! A delete that closes no version — the key has no history yet or is already deleted at
+//! its sequence — is part of the history all the same: the plan returns it as a tombstone to
+//! keep, and later runs pass the stored tombstones back in as delete events, so a change
+//! arriving later with an older sequence ends at it.
 
 use arrow::array::{Array, ArrayRef, BooleanArray};
 use arrow::row::Rows;
@@ -32,6 +37,8 @@ pub enum SeqFrom {
     StoredEnd(u32),
     /// The sequence of change `i`.
     Change(u32),
+    /// The sequence of stored tombstone `i`.
+    Tombstone(u32),
 }
 
 /// One version of a key's history.
@@ -69,6 +76,10 @@ pub struct Scd2Input<'a> {
     pub change_data: &'a [ArrayRef],
     /// Which data columns are tracked: a change in them starts a new version.
     pub tracked: &'a [usize],
+    /// Key group of every stored tombstone (a delete the stored history does not show).
+    pub tomb_key: &'a [u32],
+    /// Sequence of every stored tombstone (same type as `stored_start`).
+    pub tomb_seq: &'a ArrayRef,
 }
 
 /// The rebuilt history of the keys this run changes.
@@ -90,18 +101,30 @@ pub struct Scd2Plan {
     /// Changes dropped: their sequence is already in the stored history (replays), or a later
     /// change of the key in this run has the same sequence.
     pub stale: usize,
+    /// Deletes that close no version of the rebuilt history and are no stored tombstone yet
+    /// (a delete of this run, or a stored version end that a late delete left closing
+    /// nothing): (key group, sequence), to keep as tombstones. Given for every key, its
+    /// history rewritten or not.
+    pub tombstones: Vec<(u32, SeqFrom)>,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Event {
-    Upsert { seq: SeqFrom, data: From },
-    Delete { seq: SeqFrom },
+    Upsert {
+        seq: SeqFrom,
+        data: From,
+    },
+    /// `tomb`: a stored tombstone holds it.
+    Delete {
+        seq: SeqFrom,
+        tomb: bool,
+    },
 }
 
 impl Event {
     fn seq(&self) -> SeqFrom {
         match self {
-            Event::Upsert { seq, .. } | Event::Delete { seq } => *seq,
+            Event::Upsert { seq, .. } | Event::Delete { seq, .. } => *seq,
         }
     }
     fn is_stored(&self) -> bool {
@@ -119,21 +142,25 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         || input.change_delete.len() != c
         || input.stored_data.len() != input.change_data.len()
         || input.tracked.iter().any(|&t| t >= input.stored_data.len())
+        || input.tomb_seq.len() != input.tomb_key.len()
     {
         return Err(CoreError::Internal(
             "plan_scd2 inputs differ in length".into(),
         ));
     }
-    // One row encoding for every sequence value: stored starts, stored ends, changes.
+    // One row encoding for every sequence value: stored starts, stored ends, changes,
+    // tombstones.
     let seqs = encode(&[
         input.stored_start.as_ref(),
         input.stored_end.as_ref(),
         input.change_seq.as_ref(),
+        input.tomb_seq.as_ref(),
     ])?;
     let seq_row = |f: SeqFrom| match f {
         SeqFrom::StoredStart(i) => seqs.row(i as usize),
         SeqFrom::StoredEnd(i) => seqs.row(s + i as usize),
         SeqFrom::Change(i) => seqs.row(2 * s + i as usize),
+        SeqFrom::Tombstone(i) => seqs.row(2 * s + c + i as usize),
     };
     // Row encodings of the tracked columns and of all data columns, stored rows first.
     let encode_data = |columns: &[usize]| -> Result<Option<Rows>> {
@@ -180,18 +207,29 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         let end = seq_row(SeqFrom::StoredEnd(i as u32));
         let followed = events[k as usize]
             .iter()
-            .any(|e| e.is_stored() && seq_row(e.seq()) == end);
+            .any(|e| matches!(e, Event::Upsert { .. }) && seq_row(e.seq()) == end);
         if !followed {
             events[k as usize].push(Event::Delete {
                 seq: SeqFrom::StoredEnd(i as u32),
+                tomb: false,
             });
         }
+    }
+    for (i, &k) in input.tomb_key.iter().enumerate() {
+        events[k as usize].push(Event::Delete {
+            seq: SeqFrom::Tombstone(i as u32),
+            tomb: true,
+        });
+    }
+    let mut has_stored = vec![false; input.keys];
+    for &k in input.stored_key {
+        has_stored[k as usize] = true;
     }
     let mut has_change = vec![false; input.keys];
     for (i, &k) in input.change_key.iter().enumerate() {
         let seq = SeqFrom::Change(i as u32);
         events[k as usize].push(if input.change_delete.value(i) {
-            Event::Delete { seq }
+            Event::Delete { seq, tomb: false }
         } else {
             Event::Upsert {
                 seq,
@@ -220,9 +258,23 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         let mut dropped = 0;
         let mut conflict = false;
         for e in evs {
-            if let Some(last) = kept.last()
+            if let Some(last) = kept.last_mut()
                 && seq_row(last.seq()) == seq_row(e.seq())
             {
+                if last.is_stored() && e.is_stored() {
+                    // A stored delete twice (a version end and a tombstone of one
+                    // sequence): one delete, held by a tombstone if either is. A tombstone
+                    // at a stored version's start: the history wins.
+                    if let (Event::Delete { tomb, .. }, Event::Delete { tomb: t, .. }) =
+                        (&mut *last, e)
+                    {
+                        *tomb |= t;
+                        continue;
+                    }
+                    if matches!(e, Event::Delete { tomb: true, .. }) {
+                        continue;
+                    }
+                }
                 if last.is_stored() && !e.is_stored() {
                     dropped += 1;
                     continue;
@@ -249,7 +301,9 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         }
         let changes_kept = kept.iter().filter(|e| !e.is_stored()).count();
         let deleted_before = plan.deleted;
-        let stored_before = kept.iter().any(Event::is_stored);
+        let stored_before = has_stored[k];
+        // Changes that only leave a tombstone (they are not stale).
+        let mut tomb_changes = 0;
         let mut open: Option<Version> = None;
         let mut out = Vec::new();
         for e in kept {
@@ -272,15 +326,23 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
                         end: None,
                     });
                 }
-                Event::Delete { seq } => {
-                    if let Some(mut v) = open.take() {
+                Event::Delete { seq, tomb } => match open.take() {
+                    Some(mut v) => {
                         v.end = Some(seq);
                         out.push(v);
                         if !e.is_stored() {
                             plan.deleted += 1;
                         }
                     }
-                }
+                    // Closes nothing: kept as a tombstone, unless one holds it already.
+                    None if !tomb => {
+                        plan.tombstones.push((k as u32, seq));
+                        if !e.is_stored() {
+                            tomb_changes += 1;
+                        }
+                    }
+                    None => {}
+                },
             }
         }
         out.extend(open);
@@ -308,7 +370,7 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
                 })
             });
         if unchanged {
-            plan.stale += changes_kept;
+            plan.stale += changes_kept - tomb_changes;
             plan.deleted -= deleted_here;
             continue;
         }
@@ -356,6 +418,7 @@ mod tests {
                 SeqFrom::StoredStart(i) => (input.stored_start, i),
                 SeqFrom::StoredEnd(i) => (input.stored_end, i),
                 SeqFrom::Change(i) => (input.change_seq, i),
+                SeqFrom::Tombstone(i) => (input.tomb_seq, i),
             };
             a.as_any()
                 .downcast_ref::<Int64Array>()
@@ -395,6 +458,8 @@ mod tests {
             change_delete: &delete,
             change_data: &change_tracked,
             tracked: &[0],
+            tomb_key: &[],
+            tomb_seq: &ints(vec![]),
         };
         let plan = plan_scd2(&input).unwrap();
         assert_eq!(plan.rewrite, vec![true]);
@@ -452,6 +517,8 @@ mod tests {
             change_delete: &delete,
             change_data: &change_data,
             tracked: &[0],
+            tomb_key: &[],
+            tomb_seq: &empty,
         };
         let plan = plan_scd2(&input).unwrap();
         let shown = show(&plan, &input, &[], labels);
@@ -493,5 +560,119 @@ mod tests {
             versions,
             vec![(1, Some(2), "b".into()), (2, None, "c".into())]
         );
+    }
+
+    /// A version as (start, end, value).
+    type Shown = (i64, Option<i64>, String);
+
+    /// Plans one key: stored versions `(start, end, value)`, stored tombstones, changes
+    /// `(seq, value, delete)`. Returns the plan, the rebuilt versions (when rewritten) with
+    /// their values, and the sequences of the tombstones to add.
+    fn plan_one(
+        stored: &[(i64, Option<i64>, &str)],
+        tombs: &[i64],
+        changes: &[(i64, &str, bool)],
+    ) -> (Scd2Plan, Vec<Shown>, Vec<i64>) {
+        let stored_start = ints(stored.iter().map(|v| Some(v.0)).collect());
+        let stored_end = ints(stored.iter().map(|v| v.1).collect());
+        let stored_values: Vec<&str> = stored.iter().map(|v| v.2).collect();
+        let change_values: Vec<&str> = changes.iter().map(|c| c.1).collect();
+        let change_seq = ints(changes.iter().map(|c| Some(c.0)).collect());
+        let tomb_seq = ints(tombs.iter().map(|&t| Some(t)).collect());
+        let delete = BooleanArray::from(changes.iter().map(|c| c.2).collect::<Vec<_>>());
+        let input = Scd2Input {
+            keys: 1,
+            stored_key: &vec![0; stored.len()],
+            stored_start: &stored_start,
+            stored_end: &stored_end,
+            stored_data: &[texts(stored_values.clone())],
+            change_key: &vec![0; changes.len()],
+            change_seq: &change_seq,
+            change_delete: &delete,
+            change_data: &[texts(change_values.clone())],
+            tracked: &[0],
+            tomb_key: &vec![0; tombs.len()],
+            tomb_seq: &tomb_seq,
+        };
+        let plan = plan_scd2(&input).unwrap();
+        let versions = show(&plan, &input, &stored_values, &change_values);
+        let seq = |f: SeqFrom| match f {
+            SeqFrom::StoredStart(i) => stored[i as usize].0,
+            SeqFrom::StoredEnd(i) => stored[i as usize].1.unwrap(),
+            SeqFrom::Change(i) => changes[i as usize].0,
+            SeqFrom::Tombstone(i) => tombs[i as usize],
+        };
+        let new_tombs = plan.tombstones.iter().map(|&(_, f)| seq(f)).collect();
+        (plan, versions, new_tombs)
+    }
+
+    #[test]
+    fn a_delete_that_closes_nothing_is_kept_and_ends_a_later_older_upsert() {
+        // Issue 13, key k024: run 1 brings only a delete at 1001.
+        let (plan, versions, tombs) = plan_one(&[], &[], &[(1001, "-", true)]);
+        assert_eq!((versions.len(), tombs), (0, vec![1001]));
+        assert_eq!((plan.stale, plan.inserted), (0, 0), "not a stale change");
+        // Run 2: a delete at 1081, an upsert at 1083, a late upsert at 756.
+        let (plan, versions, tombs) = plan_one(
+            &[],
+            &[1001],
+            &[(1081, "-", true), (1083, "b", false), (756, "a", false)],
+        );
+        assert_eq!(
+            versions,
+            vec![(756, Some(1001), "a".into()), (1083, None, "b".into())]
+        );
+        assert_eq!(
+            tombs,
+            vec![1081],
+            "the delete at 1081 closes nothing either"
+        );
+        assert_eq!(plan.inserted, 1);
+    }
+
+    #[test]
+    fn a_late_delete_before_every_version_ends_a_later_older_upsert() {
+        // Issue 13, key k017: history [1062, 1093), [1134, …); a late delete at 993.
+        let stored = [(1062, Some(1093), "x"), (1134, None, "y")];
+        let (plan, _, tombs) = plan_one(&stored, &[], &[(993, "-", true)]);
+        assert_eq!((plan.rewrite.clone(), tombs), (vec![false], vec![993]));
+        // Then a late upsert at 890: it ends at 993.
+        let (_, versions, tombs) = plan_one(&stored, &[993], &[(890, "w", false)]);
+        assert_eq!(
+            versions,
+            vec![
+                (890, Some(993), "w".into()),
+                (1062, Some(1093), "x".into()),
+                (1134, None, "y".into()),
+            ]
+        );
+        assert!(tombs.is_empty());
+    }
+
+    #[test]
+    fn a_version_end_a_late_delete_leaves_closing_nothing_becomes_a_tombstone() {
+        // Stored [10, 30); a late delete at 20 ends it there: the delete at 30 is kept.
+        let (_, versions, tombs) = plan_one(&[(10, Some(30), "a")], &[], &[(20, "-", true)]);
+        assert_eq!(versions, vec![(10, Some(20), "a".into())]);
+        assert_eq!(tombs, vec![30]);
+        // A later upsert at 25 then ends at 30.
+        let (_, versions, _) = plan_one(&[(10, Some(20), "a")], &[30], &[(25, "b", false)]);
+        assert_eq!(
+            versions,
+            vec![(10, Some(20), "a".into()), (25, Some(30), "b".into())]
+        );
+    }
+
+    #[test]
+    fn replays_of_kept_deletes_and_a_crash_between_the_two_commits_change_nothing() {
+        // The tombstone replayed: stale, nothing new.
+        let (plan, _, tombs) = plan_one(&[], &[1001], &[(1001, "-", true)]);
+        assert_eq!((plan.stale, plan.rewrite.clone()), (1, vec![false]));
+        assert!(tombs.is_empty());
+        // Tombstones committed, history not (a crash): the rerun rewrites history the same
+        // way and adds no second tombstone for the stored end at 30.
+        let (_, versions, tombs) = plan_one(&[(10, Some(30), "a")], &[30], &[(20, "-", true)]);
+        assert_eq!(versions, vec![(10, Some(20), "a".into())]);
+        assert!(tombs.is_empty());
     }
 }

@@ -713,7 +713,7 @@ pub async fn run_apply(
         let batch = store.take(p)?;
         phases.add("dedupe", started.elapsed().as_millis() as u64);
         let planned = if flow.scd == 2 {
-            work.plan_scd2(batch, &*silver, &mut report, &mut phases)
+            work.plan_scd2(batch, &*silver, &*tombstones, &mut report, &mut phases)
                 .await?
         } else {
             work.plan(
@@ -749,6 +749,10 @@ pub async fn run_apply(
             tombstones
                 .stage(planned.tombstones, &planned.tombstone_replaces, &flow.keys)
                 .await?;
+            tombstones_staged = true;
+        }
+        if planned.tombstone_removes.num_rows() > 0 {
+            tombstones.stage_deletes(planned.tombstone_removes).await?;
             tombstones_staged = true;
         }
         phases.add("write", started.elapsed().as_millis() as u64);
@@ -1458,6 +1462,8 @@ struct Planned {
     tombstones: RecordBatch,
     /// Per tombstone: it replaces a stored tombstone.
     tombstone_replaces: BooleanArray,
+    /// Keys whose stored tombstones are deleted (SCD2 stages a key's tombstones whole).
+    tombstone_removes: RecordBatch,
 }
 
 /// The stored rows of `table` for `keys`, lined up with them: `matched[i]` and the
@@ -1866,6 +1872,7 @@ impl PartitionWork<'_> {
             removes,
             tombstones,
             tombstone_replaces,
+            tombstone_removes: RecordBatch::new_empty(Arc::new(Schema::empty())),
         })
     }
 }

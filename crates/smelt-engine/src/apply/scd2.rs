@@ -1,5 +1,7 @@
 //! SCD type 2 for one partition of cast changes: the history of each key rebuilt by
 //! [`smelt_core::scd2`], the stored versions of rewritten keys deleted, the new ones written.
+//! Deletes that close no version are kept in the tombstone table (one row per delete), read
+//! back as delete events by every later run.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +16,7 @@ use smelt_core::dedupe::latest_per_key;
 use smelt_spec::OnSequenceConflict;
 use smelt_spec::pipeline::{END_AT, START_AT};
 
-use super::{IS_DELETE, PartitionWork, Phases, Planned, column};
+use super::{DELETED_AT, IS_DELETE, PartitionWork, Phases, Planned, column, stored_sequence_names};
 use crate::ports::SilverTable;
 use crate::report::FlowReport;
 use crate::{EngineError, Result};
@@ -27,6 +29,7 @@ impl PartitionWork<'_> {
         &self,
         batch: RecordBatch,
         silver: &dyn SilverTable,
+        tombstones: &dyn SilverTable,
         report: &mut FlowReport,
         phases: &mut Phases,
     ) -> Result<Planned> {
@@ -57,6 +60,7 @@ impl PartitionWork<'_> {
             removes: RecordBatch::new_empty(Arc::new(Schema::empty())),
             tombstones: RecordBatch::new_empty(Arc::clone(self.tomb_schema)),
             tombstone_replaces: BooleanArray::from(Vec::<bool>::new()),
+            tombstone_removes: RecordBatch::new_empty(Arc::new(Schema::empty())),
         };
         if batch.num_rows() == 0 {
             return Ok(empty());
@@ -127,6 +131,61 @@ impl PartitionWork<'_> {
             .collect::<Result<_>>()?;
         let stored_key: Vec<u32> = index.positions(&stored_keys)?.values().to_vec();
 
+        // The stored tombstones of those keys: deletes the history does not show.
+        let tomb_seq_name = stored_sequence_names(flow, self.audit_ingest)
+            .into_iter()
+            .next()
+            .ok_or_else(|| EngineError::Internal("SCD2 without a sequence".into()))?;
+        let tomb_fields: Vec<_> = self
+            .tomb_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let tomb_found = if tombstones.version().is_some() && !self.fresh {
+            let key_schema = Arc::new(Schema::new(
+                flow.keys
+                    .iter()
+                    .map(|k| {
+                        Ok(self
+                            .tomb_schema
+                            .field_with_name(k)?
+                            .clone()
+                            .with_nullable(true))
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ));
+            let names: Vec<String> = tomb_fields.iter().map(|f| f.name().clone()).collect();
+            let found = tombstones
+                .lookup(RecordBatch::try_new(key_schema, unique.clone())?, &names)
+                .await?;
+            let columns = tomb_fields
+                .iter()
+                .map(|f| {
+                    Ok(arrow::compute::cast(
+                        &col_of(&found, f.name())?,
+                        f.data_type(),
+                    )?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            RecordBatch::try_new(Arc::new(Schema::new(tomb_fields.clone())), columns)?
+        } else {
+            RecordBatch::new_empty(Arc::new(Schema::new(tomb_fields.clone())))
+        };
+        let tomb_keys: Vec<ArrayRef> = flow
+            .keys
+            .iter()
+            .zip(&change_keys)
+            .map(|(k, c)| {
+                Ok(arrow::compute::cast(
+                    &col_of(&tomb_found, k)?,
+                    c.data_type(),
+                )?)
+            })
+            .collect::<Result<_>>()?;
+        let tomb_key: Vec<u32> = index.positions(&tomb_keys)?.values().to_vec();
+        let tomb_seq = arrow::compute::cast(&col_of(&tomb_found, &tomb_seq_name)?, &seq_type)?;
+
         let is_data = |n: &str| {
             !(Some(n) == self.audit_ingest
                 || Some(n) == self.audit_update
@@ -181,6 +240,8 @@ impl PartitionWork<'_> {
             change_delete: &delete,
             change_data: &change_data,
             tracked: &tracked,
+            tomb_key: &tomb_key,
+            tomb_seq: &tomb_seq,
         })?;
         report.inserted += plan.inserted;
         report.updated += plan.updated;
@@ -196,7 +257,10 @@ impl PartitionWork<'_> {
                 "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last`",
             ));
         }
-        if plan.versions.is_empty() && !plan.rewrite.iter().any(|&r| r) {
+        if plan.versions.is_empty()
+            && !plan.rewrite.iter().any(|&r| r)
+            && plan.tombstones.is_empty()
+        {
             return Ok(empty());
         }
 
@@ -209,6 +273,7 @@ impl PartitionWork<'_> {
             SeqFrom::StoredStart(i) => (0, i as usize),
             SeqFrom::StoredEnd(i) => (1, i as usize),
             SeqFrom::Change(i) => (2, i as usize),
+            SeqFrom::Tombstone(i) => (3, i as usize),
         };
         let data_index: Vec<(usize, usize)> = plan.versions.iter().map(data_at).collect();
         let null_seq = arrow::array::new_null_array(&seq_type, 1);
@@ -227,6 +292,7 @@ impl PartitionWork<'_> {
                         stored_start.as_ref(),
                         stored_end.as_ref(),
                         change_seq.as_ref(),
+                        tomb_seq.as_ref(),
                     ],
                     &idx,
                 )?
@@ -234,13 +300,14 @@ impl PartitionWork<'_> {
                 let idx: Vec<(usize, usize)> = plan
                     .versions
                     .iter()
-                    .map(|v| v.end.map_or((3, 0), seq_at))
+                    .map(|v| v.end.map_or((4, 0), seq_at))
                     .collect();
                 interleave(
                     &[
                         stored_start.as_ref(),
                         stored_end.as_ref(),
                         change_seq.as_ref(),
+                        tomb_seq.as_ref(),
                         null_seq.as_ref(),
                     ],
                     &idx,
@@ -294,16 +361,80 @@ impl PartitionWork<'_> {
                 )?)
             })
             .collect::<Result<_>>()?;
-        let removes =
-            filter_record_batch(&RecordBatch::try_new(key_schema, unique_typed)?, &remove)?;
+        let keys_batch = RecordBatch::try_new(key_schema, unique_typed)?;
+        let removes = filter_record_batch(&keys_batch, &remove)?;
         let replaces = BooleanArray::from(vec![false; rows.num_rows()]);
+
+        // A key that gets new tombstones has all of its tombstones staged again (as stored,
+        // `_deleted_at` kept, so retention runs from the first write) with the new ones, and
+        // its stored ones removed: the tombstone table holds several rows per key.
+        report.tombstones_written += plan.tombstones.len();
+        let mut gets_new = vec![false; plan.rewrite.len()];
+        for &(k, _) in &plan.tombstones {
+            gets_new[k as usize] = true;
+        }
+        let carried: Vec<usize> = (0..tomb_key.len())
+            .filter(|&i| gets_new[tomb_key[i] as usize])
+            .collect();
+        let key_rows = arrow::array::UInt32Array::from_iter_values(
+            carried
+                .iter()
+                .map(|&i| tomb_key[i])
+                .chain(plan.tombstones.iter().map(|t| t.0)),
+        );
+        let seq_index: Vec<(usize, usize)> = carried
+            .iter()
+            .map(|&i| (3, i))
+            .chain(plan.tombstones.iter().map(|t| seq_at(t.1)))
+            .collect();
+        let at_index: Vec<(usize, usize)> = carried
+            .iter()
+            .map(|&i| (0, i))
+            .chain(plan.tombstones.iter().map(|_| (1, 0)))
+            .collect();
+        let new_at: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(vec![self.run_timestamp_us]).with_timezone("UTC"),
+        );
+        let mut tomb_columns = Vec::with_capacity(self.tomb_schema.fields().len());
+        for f in self.tomb_schema.fields() {
+            let name = f.name().as_str();
+            let array = if name == DELETED_AT {
+                let stored_at =
+                    arrow::compute::cast(&col_of(&tomb_found, DELETED_AT)?, new_at.data_type())?;
+                interleave(&[stored_at.as_ref(), new_at.as_ref()], &at_index)?
+            } else if name == tomb_seq_name {
+                interleave(
+                    &[
+                        stored_start.as_ref(),
+                        stored_end.as_ref(),
+                        change_seq.as_ref(),
+                        tomb_seq.as_ref(),
+                    ],
+                    &seq_index,
+                )?
+            } else {
+                take(col_of(&keys_batch, name)?.as_ref(), &key_rows, None)?
+            };
+            tomb_columns.push(arrow::compute::cast(&array, f.data_type())?);
+        }
+        let tombstones = RecordBatch::try_new(Arc::clone(self.tomb_schema), tomb_columns)?;
+        let tombstone_replaces = BooleanArray::from(vec![false; tombstones.num_rows()]);
+        let mut had_tomb = vec![false; plan.rewrite.len()];
+        for &k in &tomb_key {
+            had_tomb[k as usize] = true;
+        }
+        let tombstone_removes = filter_record_batch(
+            &keys_batch,
+            &BooleanArray::from_iter(gets_new.iter().zip(&had_tomb).map(|(&n, &h)| Some(n && h))),
+        )?;
         phases.add("history", started.elapsed().as_millis() as u64);
         Ok(Planned {
             rows,
             replaces,
             removes,
-            tombstones: RecordBatch::new_empty(Arc::clone(self.tomb_schema)),
-            tombstone_replaces: BooleanArray::from(Vec::<bool>::new()),
+            tombstones,
+            tombstone_replaces,
+            tombstone_removes,
         })
     }
 }
