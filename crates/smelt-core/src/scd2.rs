@@ -39,6 +39,8 @@ pub enum SeqFrom {
     Change(u32),
     /// The sequence of stored tombstone `i`.
     Tombstone(u32),
+    /// The sequence of the last change merged into stored row `i` in place.
+    StoredLast(u32),
 }
 
 /// One version of a key's history.
@@ -66,6 +68,10 @@ pub struct Scd2Input<'a> {
     pub stored_end: &'a ArrayRef,
     /// Data columns of the stored versions (every column but keys and history bounds).
     pub stored_data: &'a [ArrayRef],
+    /// Per stored version, the sequence of the last change merged into it in place (its
+    /// stored sequence column; equal to `__START_AT` when none was). A change that falls
+    /// before it ends the version there and the merged state goes on from it.
+    pub stored_last: &'a ArrayRef,
     /// Key group of every change, in input order.
     pub change_key: &'a [u32],
     /// Sequence of every change (same type as `stored_start`).
@@ -143,24 +149,28 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         || input.stored_data.len() != input.change_data.len()
         || input.tracked.iter().any(|&t| t >= input.stored_data.len())
         || input.tomb_seq.len() != input.tomb_key.len()
+        || input.stored_last.len() != s
     {
         return Err(CoreError::Internal(
             "plan_scd2 inputs differ in length".into(),
         ));
     }
     // One row encoding for every sequence value: stored starts, stored ends, changes,
-    // tombstones.
+    // tombstones, stored in-place updates.
+    let t = input.tomb_key.len();
     let seqs = encode(&[
         input.stored_start.as_ref(),
         input.stored_end.as_ref(),
         input.change_seq.as_ref(),
         input.tomb_seq.as_ref(),
+        input.stored_last.as_ref(),
     ])?;
     let seq_row = |f: SeqFrom| match f {
         SeqFrom::StoredStart(i) => seqs.row(i as usize),
         SeqFrom::StoredEnd(i) => seqs.row(s + i as usize),
         SeqFrom::Change(i) => seqs.row(2 * s + i as usize),
         SeqFrom::Tombstone(i) => seqs.row(2 * s + c + i as usize),
+        SeqFrom::StoredLast(i) => seqs.row(2 * s + c + t + i as usize),
     };
     // Row encodings of the tracked columns and of all data columns, stored rows first.
     let encode_data = |columns: &[usize]| -> Result<Option<Rows>> {
@@ -198,6 +208,19 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
             seq: SeqFrom::StoredStart(i as u32),
             data: From::Stored(i as u32),
         });
+        // An in-place update after the start (inside the version): an upsert of its own,
+        // which the fold merges back unless a change now falls between the two.
+        let last = SeqFrom::StoredLast(i as u32);
+        let inside = !input.stored_last.is_null(i)
+            && seq_row(last) > seq_row(SeqFrom::StoredStart(i as u32))
+            && (input.stored_end.is_null(i)
+                || seq_row(last) < seq_row(SeqFrom::StoredEnd(i as u32)));
+        if inside {
+            events[k as usize].push(Event::Upsert {
+                seq: last,
+                data: From::Stored(i as u32),
+            });
+        }
     }
     for (i, &k) in input.stored_key.iter().enumerate() {
         if input.stored_end.is_null(i) {
@@ -205,9 +228,15 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         }
         // A closed version that no stored version follows was closed by a delete.
         let end = seq_row(SeqFrom::StoredEnd(i as u32));
-        let followed = events[k as usize]
-            .iter()
-            .any(|e| matches!(e, Event::Upsert { .. }) && seq_row(e.seq()) == end);
+        let followed = events[k as usize].iter().any(|e| {
+            matches!(
+                e,
+                Event::Upsert {
+                    seq: SeqFrom::StoredStart(_),
+                    ..
+                }
+            ) && seq_row(e.seq()) == end
+        });
         if !followed {
             events[k as usize].push(Event::Delete {
                 seq: SeqFrom::StoredEnd(i as u32),
@@ -419,6 +448,7 @@ mod tests {
                 SeqFrom::StoredEnd(i) => (input.stored_end, i),
                 SeqFrom::Change(i) => (input.change_seq, i),
                 SeqFrom::Tombstone(i) => (input.tomb_seq, i),
+                SeqFrom::StoredLast(i) => (input.stored_last, i),
             };
             a.as_any()
                 .downcast_ref::<Int64Array>()
@@ -453,6 +483,7 @@ mod tests {
             stored_start: &stored_start,
             stored_end: &stored_end,
             stored_data: &stored_tracked,
+            stored_last: &stored_start,
             change_key: &[0, 0, 0, 0],
             change_seq: &change_seq,
             change_delete: &delete,
@@ -488,6 +519,7 @@ mod tests {
             stored_start: &stored_start,
             stored_end: &stored_end,
             stored_data: &stored_tracked,
+            stored_last: &stored_start,
             ..input
         };
         let plan = plan_scd2(&again).unwrap();
@@ -512,6 +544,7 @@ mod tests {
             stored_start: &empty,
             stored_end: &empty,
             stored_data: &[texts(vec![])],
+            stored_last: &empty,
             change_key: &key,
             change_seq: &change_seq,
             change_delete: &delete,
@@ -573,6 +606,21 @@ mod tests {
         tombs: &[i64],
         changes: &[(i64, &str, bool)],
     ) -> (Scd2Plan, Vec<Shown>, Vec<i64>) {
+        plan_merged(stored, &[], tombs, changes)
+    }
+
+    /// [`plan_one`] where stored version `i` took an in-place update at `merged[i]`.
+    fn plan_merged(
+        stored: &[(i64, Option<i64>, &str)],
+        merged: &[Option<i64>],
+        tombs: &[i64],
+        changes: &[(i64, &str, bool)],
+    ) -> (Scd2Plan, Vec<Shown>, Vec<i64>) {
+        let stored_last = ints(
+            (0..stored.len())
+                .map(|i| merged.get(i).copied().flatten().or(Some(stored[i].0)))
+                .collect(),
+        );
         let stored_start = ints(stored.iter().map(|v| Some(v.0)).collect());
         let stored_end = ints(stored.iter().map(|v| v.1).collect());
         let stored_values: Vec<&str> = stored.iter().map(|v| v.2).collect();
@@ -586,6 +634,7 @@ mod tests {
             stored_start: &stored_start,
             stored_end: &stored_end,
             stored_data: &[texts(stored_values.clone())],
+            stored_last: &stored_last,
             change_key: &vec![0; changes.len()],
             change_seq: &change_seq,
             change_delete: &delete,
@@ -601,6 +650,7 @@ mod tests {
             SeqFrom::StoredEnd(i) => stored[i as usize].1.unwrap(),
             SeqFrom::Change(i) => changes[i as usize].0,
             SeqFrom::Tombstone(i) => tombs[i as usize],
+            SeqFrom::StoredLast(i) => merged[i as usize].unwrap(),
         };
         let new_tombs = plan.tombstones.iter().map(|&(_, f)| seq(f)).collect();
         (plan, versions, new_tombs)
@@ -674,5 +724,30 @@ mod tests {
         let (_, versions, tombs) = plan_one(&[(10, Some(30), "a")], &[30], &[(20, "-", true)]);
         assert_eq!(versions, vec![(10, Some(20), "a".into())]);
         assert!(tombs.is_empty());
+    }
+
+    #[test]
+    fn a_late_change_before_an_in_place_update_ends_the_version_there() {
+        // Stored [10, …) "a", updated in place (untracked columns) at 20.
+        let stored = [(10, None, "a")];
+        let (_, versions, tombs) = plan_merged(&stored, &[Some(20)], &[], &[(15, "-", true)]);
+        assert_eq!(
+            versions,
+            vec![(10, Some(15), "a".into()), (20, None, "a".into())],
+            "the update at 20 comes back after the late delete"
+        );
+        assert!(tombs.is_empty());
+        let (_, versions, _) = plan_merged(&stored, &[Some(20)], &[], &[(15, "b", false)]);
+        assert_eq!(
+            versions,
+            vec![
+                (10, Some(15), "a".into()),
+                (15, Some(20), "b".into()),
+                (20, None, "a".into())
+            ]
+        );
+        // A replay of the in-place update itself changes nothing.
+        let (plan, _, _) = plan_merged(&stored, &[Some(20)], &[], &[(20, "a", false)]);
+        assert_eq!((plan.rewrite.clone(), plan.stale), (vec![false], 1));
     }
 }

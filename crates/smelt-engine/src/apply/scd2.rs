@@ -229,12 +229,15 @@ impl PartitionWork<'_> {
             .collect::<Result<_>>()?;
         let stored_start = col_of(&found, START_AT)?;
         let stored_end = col_of(&found, END_AT)?;
+        // The sequence of the last change merged into each stored version in place.
+        let stored_last = arrow::compute::cast(&col_of(&found, &tomb_seq_name)?, &seq_type)?;
         let plan = plan_scd2(&Scd2Input {
             keys: unique[0].len(),
             stored_key: &stored_key,
             stored_start: &stored_start,
             stored_end: &stored_end,
             stored_data: &stored_data,
+            stored_last: &stored_last,
             change_key: &change_key,
             change_seq: &change_seq,
             change_delete: &delete,
@@ -274,6 +277,7 @@ impl PartitionWork<'_> {
             SeqFrom::StoredEnd(i) => (1, i as usize),
             SeqFrom::Change(i) => (2, i as usize),
             SeqFrom::Tombstone(i) => (3, i as usize),
+            SeqFrom::StoredLast(i) => (4, i as usize),
         };
         let data_index: Vec<(usize, usize)> = plan.versions.iter().map(data_at).collect();
         let null_seq = arrow::array::new_null_array(&seq_type, 1);
@@ -293,6 +297,7 @@ impl PartitionWork<'_> {
                         stored_end.as_ref(),
                         change_seq.as_ref(),
                         tomb_seq.as_ref(),
+                        stored_last.as_ref(),
                     ],
                     &idx,
                 )?
@@ -300,7 +305,7 @@ impl PartitionWork<'_> {
                 let idx: Vec<(usize, usize)> = plan
                     .versions
                     .iter()
-                    .map(|v| v.end.map_or((4, 0), seq_at))
+                    .map(|v| v.end.map_or((5, 0), seq_at))
                     .collect();
                 interleave(
                     &[
@@ -308,6 +313,7 @@ impl PartitionWork<'_> {
                         stored_end.as_ref(),
                         change_seq.as_ref(),
                         tomb_seq.as_ref(),
+                        stored_last.as_ref(),
                         null_seq.as_ref(),
                     ],
                     &idx,
@@ -409,6 +415,7 @@ impl PartitionWork<'_> {
                         stored_end.as_ref(),
                         change_seq.as_ref(),
                         tomb_seq.as_ref(),
+                        stored_last.as_ref(),
                     ],
                     &seq_index,
                 )?
