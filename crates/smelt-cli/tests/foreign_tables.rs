@@ -372,3 +372,49 @@ fn a_silver_table_with_writer_features_smelt_would_break_is_refused_by_name() {
         "{err}"
     );
 }
+
+#[test]
+fn a_snapshot_takes_its_order_and_stamps_from_the_log_even_past_a_checkpoint() {
+    // Key 1 is written twice, 'old' then 'new', in two commits; the first file's
+    // modification time is made the later one, and a checkpoint follows. The log (still
+    // whole) says which commit came last and when: a first run keeps 'new' (sequenced by
+    // commit time), where stamps from the checkpoint alone would keep 'old'.
+    let p = Project::with_pipeline(
+        "lake: ./lake\nflows:\n  t:\n    apply:\n      from: bronze.t\n      into: silver.t\n      schema: silver.sql\n      keys: [id]\n",
+    );
+    p.write("silver.sql", "CREATE TABLE silver.t (id BIGINT, v STRING)");
+    p.ok(&[
+        "sql",
+        "CREATE TABLE bronze.t (id STRING, v STRING); INSERT INTO bronze.t VALUES ('1', 'old'); INSERT INTO bronze.t VALUES ('1', 'new')",
+    ]);
+    let dir = p.file("lake/bronze/t");
+    // The first file's modification time (in its add action, which the checkpoint copies)
+    // an hour later than the second's.
+    let v1 = dir.join("_delta_log/00000000000000000001.json");
+    let text = std::fs::read_to_string(&v1).unwrap();
+    let at = text.find("\"modificationTime\":").unwrap() + "\"modificationTime\":".len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    let later = digits.parse::<i64>().unwrap() + 3_600_000;
+    let edited = format!("{}{later}{}", &text[..at], &text[at + digits.len()..]);
+    std::fs::write(&v1, edited).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let url = url::Url::from_directory_path(std::path::absolute(&dir).unwrap()).unwrap();
+        let table = deltalake::open_table(url).await.unwrap();
+        deltalake::checkpoints::create_checkpoint(&table, None)
+            .await
+            .unwrap();
+    });
+    p.ok(&["run"]);
+    assert_eq!(
+        rows(
+            &p,
+            "SELECT CAST(id AS VARCHAR) AS i, v FROM silver.t",
+            &["i", "v"]
+        ),
+        [["1", "new"]]
+    );
+}

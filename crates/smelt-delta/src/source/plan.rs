@@ -36,13 +36,11 @@ pub(super) struct Commit {
     cdc: Vec<AddCDCFile>,
 }
 
-/// The files of a table's `_delta_log` folder.
+/// The commits of a table's `_delta_log` folder.
 #[derive(Debug, Default)]
 struct LogListing {
     /// Versions with a commit file.
     commits: Vec<i64>,
-    /// Versions with a checkpoint (classic, multi-part or v2).
-    checkpoints: Vec<i64>,
 }
 
 impl DeltaSource {
@@ -101,7 +99,7 @@ impl DeltaSource {
         ))
     }
 
-    /// The commit and checkpoint files of the log, by version.
+    /// The commit files of the log, by version.
     async fn listing(&self) -> Result<LogListing> {
         let store = self.table.object_store();
         let prefix = object_store::path::Path::from("_delta_log");
@@ -126,13 +124,9 @@ impl DeltaSource {
             };
             if rest == ".json" {
                 listing.commits.push(version);
-            } else if rest.starts_with(".checkpoint.") {
-                listing.checkpoints.push(version);
             }
         }
         listing.commits.sort_unstable();
-        listing.checkpoints.sort_unstable();
-        listing.checkpoints.dedup();
         Ok(listing)
     }
 
@@ -193,12 +187,6 @@ impl DeltaSource {
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
         let listing = self.listing().await?;
-        let checkpoint = listing
-            .checkpoints
-            .iter()
-            .copied()
-            .filter(|&c| c <= self.version)
-            .max();
         // The commits still in the log up to the snapshot (a run without gaps): they say
         // which commit added each file, and its place in the log. Files added before them
         // are known from the checkpoint alone.
@@ -238,11 +226,13 @@ impl DeltaSource {
                 .deleted(&path, view.deletion_vector_descriptor().as_ref())
                 .await?;
             let mtime_us = view.modification_time() * 1000;
+            // A file added before the commits still in the log: stamped with the last
+            // version whose commit is gone (the checkpoint's, after a log cleanup).
             let (version, timestamp_us, seq) =
                 added
                     .get(&path)
                     .copied()
-                    .unwrap_or((checkpoint.unwrap_or(0), mtime_us, 0));
+                    .unwrap_or(((first - 1).max(0), mtime_us, 0));
             let file = self.file(
                 path,
                 view.size(),
@@ -251,7 +241,8 @@ impl DeltaSource {
                 Some(INSERT),
                 (version, timestamp_us),
             );
-            files.push(((version, seq, mtime_us), file));
+            // Those files first (by modification time), then the others in log order.
+            files.push(((seq > 0, version, seq, mtime_us), file));
         }
         files.sort_by(|(a, fa), (b, fb)| a.cmp(b).then_with(|| fa.file.path.cmp(&fb.file.path)));
         Ok(files.into_iter().map(|(_, f)| f).collect())
