@@ -335,7 +335,7 @@ async fn write_file(
 }
 
 /// Runs file tasks of `table` on the runtime's threads, as many at once as there are
-/// cores (so a few files are in memory at a time); results in completion order.
+/// cores (so a few files are in memory at a time); results in task order.
 async fn on_cores<T, F>(table: &str, tasks: Vec<F>) -> Result<Vec<T>>
 where
     T: Send + 'static,
@@ -350,7 +350,7 @@ where
                 )
             })?
         })
-        .buffer_unordered(parquet::cores())
+        .buffered(parquet::cores())
         .try_collect()
         .await
 }
