@@ -10,7 +10,7 @@ use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray,
 };
 use arrow::compute::{filter_record_batch, take};
-use arrow::datatypes::Schema;
+use arrow::datatypes::{Field, Schema, SchemaRef};
 use smelt_core::change::COMMIT_TIMESTAMP;
 use smelt_core::dedupe::latest_per_key;
 use smelt_spec::OnSequenceConflict;
@@ -83,46 +83,7 @@ impl PartitionWork<'_> {
         let change_key: Vec<u32> = index.positions(&change_keys)?.values().to_vec();
 
         // Every stored version of those keys.
-        let found = if silver.version().is_some() && !self.fresh {
-            let key_schema = Arc::new(Schema::new(
-                flow.keys
-                    .iter()
-                    .map(|k| Ok(schema.field_with_name(k)?.clone().with_nullable(true)))
-                    .collect::<Result<Vec<_>>>()?,
-            ));
-            let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-            let found = silver
-                .lookup(RecordBatch::try_new(key_schema, unique.clone())?, &names)
-                .await?;
-            let columns = schema
-                .fields()
-                .iter()
-                .map(|f| {
-                    Ok(arrow::compute::cast(
-                        &col_of(&found, f.name())?,
-                        f.data_type(),
-                    )?)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            RecordBatch::try_new(
-                Arc::new(Schema::new(
-                    schema
-                        .fields()
-                        .iter()
-                        .map(|f| f.as_ref().clone().with_nullable(true))
-                        .collect::<Vec<_>>(),
-                )),
-                columns,
-            )?
-        } else {
-            RecordBatch::new_empty(Arc::new(Schema::new(
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.as_ref().clone().with_nullable(true))
-                    .collect::<Vec<_>>(),
-            )))
-        };
+        let found = self.stored_rows(silver, schema, &unique).await?;
         let stored_keys: Vec<ArrayRef> = flow
             .keys
             .iter()
@@ -136,42 +97,9 @@ impl PartitionWork<'_> {
             .into_iter()
             .next()
             .ok_or_else(|| EngineError::Internal("SCD2 without a sequence".into()))?;
-        let tomb_fields: Vec<_> = self
-            .tomb_schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        let tomb_found = if tombstones.version().is_some() && !self.fresh {
-            let key_schema = Arc::new(Schema::new(
-                flow.keys
-                    .iter()
-                    .map(|k| {
-                        Ok(self
-                            .tomb_schema
-                            .field_with_name(k)?
-                            .clone()
-                            .with_nullable(true))
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-            ));
-            let names: Vec<String> = tomb_fields.iter().map(|f| f.name().clone()).collect();
-            let found = tombstones
-                .lookup(RecordBatch::try_new(key_schema, unique.clone())?, &names)
-                .await?;
-            let columns = tomb_fields
-                .iter()
-                .map(|f| {
-                    Ok(arrow::compute::cast(
-                        &col_of(&found, f.name())?,
-                        f.data_type(),
-                    )?)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            RecordBatch::try_new(Arc::new(Schema::new(tomb_fields.clone())), columns)?
-        } else {
-            RecordBatch::new_empty(Arc::new(Schema::new(tomb_fields.clone())))
-        };
+        let tomb_found = self
+            .stored_rows(tombstones, self.tomb_schema, &unique)
+            .await?;
         let tomb_keys: Vec<ArrayRef> = flow
             .keys
             .iter()
@@ -443,5 +371,46 @@ impl PartitionWork<'_> {
             tombstone_replaces,
             tombstone_removes,
         })
+    }
+
+    /// Every stored row of `table` (columns of `schema`, nullable) whose key is a row of
+    /// `unique`; none when the table does not exist or the run is a rebuild.
+    async fn stored_rows(
+        &self,
+        table: &dyn SilverTable,
+        schema: &SchemaRef,
+        unique: &[ArrayRef],
+    ) -> Result<RecordBatch> {
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let nullable = Arc::new(Schema::new(fields));
+        if table.version().is_none() || self.fresh {
+            return Ok(RecordBatch::new_empty(nullable));
+        }
+        let key_schema = Arc::new(Schema::new(
+            self.flow
+                .keys
+                .iter()
+                .map(|k| Ok(nullable.field_with_name(k)?.clone()))
+                .collect::<Result<Vec<_>>>()?,
+        ));
+        let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let found = table
+            .lookup(RecordBatch::try_new(key_schema, unique.to_vec())?, &names)
+            .await?;
+        let columns = nullable
+            .fields()
+            .iter()
+            .map(|f| {
+                Ok(arrow::compute::cast(
+                    &column(&found, f.name())?,
+                    f.data_type(),
+                )?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RecordBatch::try_new(nullable, columns)?)
     }
 }
