@@ -173,7 +173,7 @@ impl DeltaSource {
     /// they were added, each with the version and time of the commit that added it. The
     /// file set comes from the last checkpoint and the commits after it; the order and
     /// stamps from the commits still in the log. Files whose commit is gone (log cleanup)
-    /// come first, by modification time, stamped with the checkpoint's version and their
+    /// come first, by modification time, stamped with the last version whose commit is gone and their
     /// modification time (the log no longer says when they were committed).
     pub(super) async fn plan_snapshot(&self) -> Result<Vec<FileToRead>> {
         let mut table = self.table.clone();
