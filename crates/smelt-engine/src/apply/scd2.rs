@@ -209,6 +209,15 @@ impl PartitionWork<'_> {
         };
         let data_index: Vec<(usize, usize)> = plan.versions.iter().map(data_at).collect();
         let null_seq = arrow::array::new_null_array(&seq_type, 1);
+        // Every sequence value a version bound or tombstone takes, by `seq_at`; NULL last.
+        let seq_sources: [&dyn Array; 6] = [
+            stored_start.as_ref(),
+            stored_end.as_ref(),
+            change_seq.as_ref(),
+            tomb_seq.as_ref(),
+            stored_last.as_ref(),
+            null_seq.as_ref(),
+        ];
         let m = plan.versions.len();
         let run_ts: ArrayRef = Arc::new(
             TimestampMicrosecondArray::from(vec![self.run_timestamp_us; m]).with_timezone("UTC"),
@@ -219,33 +228,14 @@ impl PartitionWork<'_> {
             let array: ArrayRef = if name == START_AT {
                 let idx: Vec<(usize, usize)> =
                     plan.versions.iter().map(|v| seq_at(v.start)).collect();
-                interleave(
-                    &[
-                        stored_start.as_ref(),
-                        stored_end.as_ref(),
-                        change_seq.as_ref(),
-                        tomb_seq.as_ref(),
-                        stored_last.as_ref(),
-                    ],
-                    &idx,
-                )?
+                interleave(&seq_sources[..5], &idx)?
             } else if name == END_AT {
                 let idx: Vec<(usize, usize)> = plan
                     .versions
                     .iter()
                     .map(|v| v.end.map_or((5, 0), seq_at))
                     .collect();
-                interleave(
-                    &[
-                        stored_start.as_ref(),
-                        stored_end.as_ref(),
-                        change_seq.as_ref(),
-                        tomb_seq.as_ref(),
-                        stored_last.as_ref(),
-                        null_seq.as_ref(),
-                    ],
-                    &idx,
-                )?
+                interleave(&seq_sources, &idx)?
             } else if Some(name) == self.audit_update {
                 Arc::clone(&run_ts)
             } else {
@@ -337,16 +327,7 @@ impl PartitionWork<'_> {
                     arrow::compute::cast(&col_of(&tomb_found, DELETED_AT)?, new_at.data_type())?;
                 interleave(&[stored_at.as_ref(), new_at.as_ref()], &at_index)?
             } else if name == tomb_seq_name {
-                interleave(
-                    &[
-                        stored_start.as_ref(),
-                        stored_end.as_ref(),
-                        change_seq.as_ref(),
-                        tomb_seq.as_ref(),
-                        stored_last.as_ref(),
-                    ],
-                    &seq_index,
-                )?
+                interleave(&seq_sources[..5], &seq_index)?
             } else {
                 take(col_of(&keys_batch, name)?.as_ref(), &key_rows, None)?
             };
