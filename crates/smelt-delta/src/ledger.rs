@@ -10,9 +10,15 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 
-use crate::error::{Error, Result};
+use deltalake::DeltaTable;
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use smelt_engine::ports::Watermark;
+use smelt_spec::TableName;
+
+use crate::error::{Context, Error, Result};
 
 /// One entry of a ledger.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +115,104 @@ pub(crate) async fn read(table: &Path, key: &str) -> Result<Ledger> {
     })
     .await
     .map_err(|e| Error::user(format!("reading a ledger: {e}"), "this is a bug in smelt"))?
+}
+
+/// The values of ledger `key` of `table` (at `root`, `name` in errors), oldest first: the
+/// entries beside the table, and those only the log still has.
+pub(crate) async fn values(
+    root: &Path,
+    table: &DeltaTable,
+    name: &TableName,
+    key: &str,
+) -> Result<Vec<String>> {
+    let ledger = read(root, key).await?;
+    let mut entries = ledger.entries;
+    // Entries still in the log whose ledger file is missing (a crash right after their
+    // commit; tables written before the ledger existed).
+    let known: HashSet<(String, i64)> = entries.iter().map(|e| (e.app.clone(), e.number)).collect();
+    entries.extend(
+        logged(table, name, key)
+            .await?
+            .into_iter()
+            .filter(|e| !known.contains(&(e.app.clone(), e.number))),
+    );
+    for (app, number, path) in ledger.damaged {
+        if !entries
+            .iter()
+            .any(|e| encode(&e.app) == app && e.number == number)
+        {
+            return Err(Error::user(
+                format!(
+                    "ledger entry `{}` of `{name}` is damaged, and the table's log no longer has it",
+                    path.display()
+                ),
+                "delete the file and rebuild the table with `smelt run --full-refresh` (the files it listed would be loaded again otherwise)",
+            ));
+        }
+    }
+    entries.sort_by_key(|e| (e.version, e.number));
+    Ok(entries.into_iter().map(|e| e.value).collect())
+}
+
+/// Entries `key` of the commits still in `table`'s log (their commit infos).
+async fn logged(table: &DeltaTable, name: &TableName, key: &str) -> Result<Vec<Entry>> {
+    let infos: Vec<_> = table
+        .history(None)
+        .try_collect()
+        .await
+        .context(|| format!("reading the log of `{name}`"))?;
+    Ok(infos
+        .iter()
+        .filter_map(|i| {
+            Some(Entry {
+                app: i.info.get("smelt.flow")?.as_str()?.to_string(),
+                number: i.info.get("smelt.source_version")?.as_i64()?,
+                version: i.read_version.map_or(0, |r| r as i64 + 1),
+                value: i.info.get(key)?.as_str()?.to_string(),
+            })
+        })
+        .collect())
+}
+
+/// Writes the entries of `watermark`, committed to `table` (at `root`) as `version`, and
+/// those of earlier commits still in the log that have none (a crash right after their
+/// commit). The commit landed already: a failure here is logged, and repaired by the next
+/// commit.
+pub(crate) async fn record(
+    root: &Path,
+    table: Option<&DeltaTable>,
+    name: &TableName,
+    watermark: &Watermark,
+    version: i64,
+) {
+    for (key, value) in &watermark.extra {
+        let entry = Entry {
+            app: watermark.app_id.clone(),
+            number: watermark.version,
+            version,
+            value: value.clone(),
+        };
+        let repaired = async {
+            write(root, key, &entry).await?;
+            let Some(table) = table else {
+                return Ok(());
+            };
+            let ledger = read(root, key).await?;
+            for e in logged(table, name, key).await? {
+                if !ledger
+                    .entries
+                    .iter()
+                    .any(|l| l.app == e.app && l.number == e.number)
+                {
+                    write(root, key, &e).await?;
+                }
+            }
+            Ok::<_, Error>(())
+        };
+        if let Err(e) = repaired.await {
+            tracing::warn!(table = %name, %key, error = %e, "writing the ledger; the next commit repairs it from the log");
+        }
+    }
 }
 
 #[cfg(test)]

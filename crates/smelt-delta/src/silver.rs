@@ -841,36 +841,8 @@ impl SilverTable for DeltaSilver {
         let Some(table) = &self.table else {
             return Ok(Vec::new());
         };
-        let ledger = crate::ledger::read(&self.lake.table_path(&self.name), key).await?;
-        let mut entries = ledger.entries;
-        // Entries still in the log whose ledger file is missing (a crash right after their
-        // commit; tables written before the ledger existed).
-        let known: HashSet<(String, i64)> =
-            entries.iter().map(|e| (e.app.clone(), e.number)).collect();
-        let logged = self.logged(table, key).await?;
-        entries.extend(
-            logged
-                .into_iter()
-                .filter(|e| !known.contains(&(e.app.clone(), e.number))),
-        );
-        for (app, number, path) in ledger.damaged {
-            if !entries
-                .iter()
-                .any(|e| crate::ledger::encode(&e.app) == app && e.number == number)
-            {
-                return Err(Error::user(
-                    format!(
-                        "ledger entry `{}` of `{}` is damaged, and the table's log no longer has it",
-                        path.display(),
-                        self.name
-                    ),
-                    "delete the file and rebuild the table with `smelt run --full-refresh` (the files it listed would be loaded again otherwise)",
-                )
-                .into());
-            }
-        }
-        entries.sort_by_key(|e| (e.version, e.number));
-        Ok(entries.into_iter().map(|e| e.value).collect())
+        let root = self.lake.table_path(&self.name);
+        Ok(crate::ledger::values(&root, table, &self.name, key).await?)
     }
 
     async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
@@ -899,7 +871,15 @@ impl SilverTable for DeltaSilver {
         watermark: &Watermark,
     ) -> smelt_engine::Result<WriteStats> {
         let stats = self.commit_staged(keys, watermark).await?;
-        self.record_ledgers(watermark, stats.version).await;
+        let root = self.lake.table_path(&self.name);
+        crate::ledger::record(
+            &root,
+            self.table.as_ref(),
+            &self.name,
+            watermark,
+            stats.version,
+        )
+        .await;
         Ok(stats)
     }
 }
@@ -928,61 +908,6 @@ fn align_to(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
 }
 
 impl DeltaSilver {
-    /// Ledger entries `key` of the commits still in `table`'s log (their commit infos).
-    async fn logged(&self, table: &DeltaTable, key: &str) -> Result<Vec<crate::ledger::Entry>> {
-        let infos: Vec<_> = table
-            .history(None)
-            .try_collect()
-            .await
-            .context(|| format!("reading the log of `{}`", self.name))?;
-        Ok(infos
-            .iter()
-            .filter_map(|i| {
-                Some(crate::ledger::Entry {
-                    app: i.info.get("smelt.flow")?.as_str()?.to_string(),
-                    number: i.info.get("smelt.source_version")?.as_i64()?,
-                    version: i.read_version.map_or(0, |r| r as i64 + 1),
-                    value: i.info.get(key)?.as_str()?.to_string(),
-                })
-            })
-            .collect())
-    }
-
-    /// Writes the ledger entries of the commit at `version` beside the table, and those of
-    /// earlier commits still in the log that have none (a crash right after their commit).
-    /// The commit landed already: a failure here is repaired by the next commit.
-    async fn record_ledgers(&self, watermark: &Watermark, version: i64) {
-        let root = self.lake.table_path(&self.name);
-        for (key, value) in &watermark.extra {
-            let entry = crate::ledger::Entry {
-                app: watermark.app_id.clone(),
-                number: watermark.version,
-                version,
-                value: value.clone(),
-            };
-            let repaired = async {
-                crate::ledger::write(&root, key, &entry).await?;
-                let Some(table) = &self.table else {
-                    return Ok(());
-                };
-                let ledger = crate::ledger::read(&root, key).await?;
-                for e in self.logged(table, key).await? {
-                    if !ledger
-                        .entries
-                        .iter()
-                        .any(|l| l.app == e.app && l.number == e.number)
-                    {
-                        crate::ledger::write(&root, key, &e).await?;
-                    }
-                }
-                Ok::<_, Error>(())
-            };
-            if let Err(e) = repaired.await {
-                tracing::warn!(table = %self.name, %key, error = %e, "writing the ledger; the next commit repairs it from the log");
-            }
-        }
-    }
-
     /// [`SilverTable::commit`] without the ledgers.
     async fn commit_staged(
         &mut self,
