@@ -193,7 +193,6 @@ impl DeltaSilver {
         let snapshot = table
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
-        crate::features::check_writable(&self.name.to_string(), snapshot)?;
         let mut files = Vec::new();
         for view in snapshot.log_data().iter() {
             if view.deletion_vector_descriptor().is_some() {
