@@ -7,21 +7,24 @@ use indicatif::{ProgressBar, ProgressStyle};
 use smelt_engine::ports::Reporter;
 use smelt_engine::report::FlowReport;
 
-/// A spinner on stderr while a flow works; nothing when stderr is not a terminal.
+/// A spinner on stderr while a flow works (nothing when stderr is not a terminal); each
+/// flow's report on stdout when it ends, unless the output is JSON.
 pub struct Progress {
     bar: Option<ProgressBar>,
+    reports: bool,
 }
 
 impl Progress {
     /// Shows progress if stderr is a TTY and the user did not ask for quiet or JSON.
-    pub fn new(enabled: bool) -> Self {
+    /// `reports`: print each flow's report when it ends.
+    pub fn new(enabled: bool, reports: bool) -> Self {
         let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::new_spinner();
             bar.set_style(spinner());
             bar.enable_steady_tick(Duration::from_millis(120));
             bar
         });
-        Self { bar }
+        Self { bar, reports }
     }
 
     /// Removes the spinner.
@@ -59,6 +62,20 @@ impl Reporter for Progress {
                 (done.0 + 1).min(total.0),
                 total.0
             ));
+        }
+    }
+
+    fn finished(&self, _flow: &str, report: Option<&FlowReport>) {
+        self.finish();
+        if let Some(report) = report.filter(|_| self.reports) {
+            print!("{}", flow_report(report));
+        }
+    }
+
+    fn warn(&self, message: &str) {
+        match &self.bar {
+            Some(bar) => bar.suspend(|| eprintln!("warning: {message}")),
+            None => eprintln!("warning: {message}"),
         }
     }
 }

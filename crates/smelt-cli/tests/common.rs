@@ -157,6 +157,62 @@ impl Project {
             .unwrap()
     }
 
+    /// `smelt` in the project folder as a plain [`std::process::Command`] (which can be
+    /// spawned and killed, unlike [`Project::smelt`]'s), with no failpoint set.
+    pub fn smelt_process(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_smelt"));
+        self.clean_env(&mut c);
+        c
+    }
+
+    /// The project folder as working directory, and no smelt setting from the test's
+    /// environment.
+    fn clean_env(&self, c: &mut std::process::Command) {
+        c.current_dir(self.path())
+            .env_remove("SMELT_FAILPOINT")
+            .env_remove("SMELT_LAKE")
+            .env_remove("SMELT_PIPELINE");
+    }
+
+    /// `smelt <args>` with `SMELT_FAILPOINT=<point>:abort`: the process aborts at `point`
+    /// (SIGABRT on Unix), nothing cleaned up. On Unix it runs through `sh` with core dumps
+    /// off, so that the drills leave no core files behind.
+    pub fn abort_at(&self, point: &str, args: &[&str]) -> std::process::Output {
+        #[cfg(unix)]
+        let mut c = {
+            let mut c = std::process::Command::new("sh");
+            c.arg("-c")
+                .arg("ulimit -c 0 2>/dev/null; exec \"$0\" \"$@\"")
+                .arg(env!("CARGO_BIN_EXE_smelt"));
+            self.clean_env(&mut c);
+            c
+        };
+        #[cfg(not(unix))]
+        let mut c = self.smelt_process();
+        c.args(args)
+            .env("SMELT_FAILPOINT", format!("{point}:abort"))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// `smelt run` aborting at the failpoint `point` (a crash drill that kills the process).
+    pub fn run_with_abort(&self, point: &str) -> std::process::Output {
+        self.abort_at(point, &["run"])
+    }
+
+    /// `smelt run` started and left running, its output piped (read it with
+    /// `wait_with_output`), to be killed.
+    pub fn spawn_run(&self) -> std::process::Child {
+        self.smelt_process()
+            .arg("run")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// Rows of a query as JSON objects.
     pub fn query(&self, sql: &str) -> Vec<Value> {
         let out = self.ok(&["--json", "sql", sql]);
@@ -218,4 +274,17 @@ pub fn rows(p: &Project, sql: &str, columns: &[&str]) -> Vec<Vec<String>> {
         .iter()
         .map(|r| columns.iter().map(|c| text(&r[*c])).collect())
         .collect()
+}
+
+/// The signal that ended a process, if one did.
+#[cfg(unix)]
+pub fn signal_of(status: &std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+/// The signal that ended a process: none off Unix.
+#[cfg(not(unix))]
+pub fn signal_of(_status: &std::process::ExitStatus) -> Option<i32> {
+    None
 }

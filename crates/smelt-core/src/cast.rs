@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::{CastOptions, cast_with_options};
-use arrow::datatypes::{DataType, TimeUnit};
+use arrow::datatypes::DataType;
 
 use crate::Result;
 
@@ -182,8 +182,6 @@ fn normalize_strings(input: &ArrayRef) -> Result<ArrayRef> {
     Ok(Arc::new(out))
 }
 
-/// The microsecond timestamp unit smelt writes (Delta's only timestamp precision).
-pub const TIMESTAMP_UNIT: TimeUnit = TimeUnit::Microsecond;
 
 #[cfg(test)]
 mod tests {
@@ -192,7 +190,7 @@ mod tests {
         BooleanArray, Date32Array, Decimal128Array, Float64Array, Int16Array, Int32Array,
         Int64Array, TimestampMicrosecondArray,
     };
-    use arrow::datatypes::DataType;
+    use arrow::datatypes::{DataType, TimeUnit};
 
     fn strings(values: &[Option<&str>]) -> ArrayRef {
         Arc::new(StringArray::from(values.to_vec()))

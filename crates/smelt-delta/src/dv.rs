@@ -58,7 +58,7 @@ impl DvReader {
         let root = self.root.clone();
         let rows = tokio::task::spawn_blocking(move || kernel_dv.row_indexes(storage, &root))
             .await
-            .map_err(|e| damaged(e.to_string()))?
+            .map_err(|e| Error::Internal(format!("a task reading a deletion vector failed: {e}")))?
             .map_err(|e| damaged(e.to_string()))?;
         if rows.len() as i64 != dv.cardinality {
             return Err(damaged(format!(

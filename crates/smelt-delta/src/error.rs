@@ -55,6 +55,9 @@ pub enum Error {
         #[source]
         source: object_store::Error,
     },
+    /// A bug in smelt (e.g. a worker task that panicked).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// A file-system error.
     #[error("{context}")]
     Io {
@@ -79,6 +82,9 @@ impl Error {
     pub fn hint(&self) -> Option<&str> {
         match self {
             Error::User { hint, .. } => hint.as_deref(),
+            Error::Internal(_) => {
+                Some("this is a bug in smelt; please report it with the command you ran")
+            }
             _ => None,
         }
     }
@@ -112,6 +118,7 @@ impl From<Error> for EngineError {
         match e {
             Error::User { message, hint } => EngineError::User { message, hint },
             Error::Core(e) => e.into(),
+            Error::Internal(message) => EngineError::Internal(message),
             other => {
                 let context = match &other {
                     Error::Delta { context, .. }

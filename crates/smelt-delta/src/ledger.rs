@@ -77,7 +77,7 @@ pub(crate) async fn write(table: &Path, key: &str, entry: &Entry) -> Result<()> 
             .map_err(io(format!("syncing `{}`", dir.display())))
     })
     .await
-    .map_err(|e| Error::user(format!("writing a ledger: {e}"), "this is a bug in smelt"))?
+    .map_err(|e| Error::Internal(format!("a task writing a ledger failed: {e}")))?
 }
 
 /// Every entry of ledger `key` of the table at `table`.
@@ -114,7 +114,7 @@ pub(crate) async fn read(table: &Path, key: &str) -> Result<Ledger> {
         Ok(ledger)
     })
     .await
-    .map_err(|e| Error::user(format!("reading a ledger: {e}"), "this is a bug in smelt"))?
+    .map_err(|e| Error::Internal(format!("a task reading a ledger failed: {e}")))?
 }
 
 /// The values of ledger `key` of `table` (at `root`, `name` in errors), oldest first: the

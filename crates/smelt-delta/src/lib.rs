@@ -8,6 +8,7 @@
 //! * [`silver::DeltaSilver`]: silver lookups and smelt's copy-on-write merge: staged rows,
 //!   rewritten files, change data and the watermark (`txn` action) in one commit.
 //! * [`event_log`]: one row per flow run in `_smelt.event_log`.
+//! * [`Lake`] implements the engine's `Lake` and `EventLog` ports.
 //! * [`sql`]: `smelt sql` — DataFusion queries plus the DDL/DML the seeds use.
 #![deny(missing_docs)]
 
@@ -18,6 +19,7 @@ mod features;
 mod lake;
 mod ledger;
 mod parquet;
+mod ports;
 pub mod silver;
 pub mod source;
 pub mod sql;

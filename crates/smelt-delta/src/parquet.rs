@@ -187,12 +187,7 @@ pub(crate) async fn read_each<E: From<Error>>(
         for task in tasks {
             let batches = task
                 .await
-                .map_err(|e| {
-                    Error::user(
-                        format!("reading `{full_path}`: {e}"),
-                        "this is a bug in smelt",
-                    )
-                })?
+                .map_err(|e| Error::Internal(format!("a task reading `{full_path}` failed: {e}")))?
                 .map_err(parquet_err)?;
             pieces.push(batches);
         }

@@ -104,14 +104,22 @@ impl From<datafusion::error::DataFusionError> for EngineError {
 /// Result alias of the engine.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
-/// Fails with [`EngineError::Failpoint`] when `SMELT_FAILPOINT` names `point`.
+/// Fails with [`EngineError::Failpoint`] when `SMELT_FAILPOINT` names `point`; kills the
+/// process on the spot (`std::process::abort`, no cleanup, no buffered output flushed) when
+/// it names `point:abort`.
 ///
 /// Crash drills set it to stop a run at a write step and check that a rerun recovers.
+/// `SMELT_FAILPOINT` is a comma-separated list, e.g. `before_silver_commit:abort`.
 pub fn failpoint(point: &str) -> Result<()> {
-    match std::env::var("SMELT_FAILPOINT") {
-        Ok(v) if v.split(',').any(|p| p.trim() == point) => {
-            Err(EngineError::Failpoint(point.to_string()))
+    let Ok(v) = std::env::var("SMELT_FAILPOINT") else {
+        return Ok(());
+    };
+    for p in v.split(',').map(str::trim) {
+        match p.split_once(':') {
+            None if p == point => return Err(EngineError::Failpoint(point.to_string())),
+            Some((name, "abort")) if name == point => std::process::abort(),
+            _ => {}
         }
-        _ => Ok(()),
     }
+    Ok(())
 }

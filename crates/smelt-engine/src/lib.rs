@@ -1,23 +1,50 @@
-//! The smelt engine: compiles a pipeline into runnable flows, runs and plans them, and
-//! reports what they did.
+//! The smelt engine: runs a pipeline's flows through the ports a table format implements,
+//! and reports what they did. The semantics themselves live in `smelt-core`; this crate
+//! wires them into the run contract of DESIGN §3.
 //!
-//! It owns the *ports* ([`ports`]) that a table-format adapter implements: a
-//! [`ports::ChangeSource`] for bronze, a [`ports::SilverTable`] for silver, and the
-//! [`ports::Reporter`] the CLI implements for progress. The semantics themselves live in
-//! `smelt-core`; this crate wires them into the run contract of DESIGN §3.
+//! [`run::run`] owns a run: the flows in dependency order ([`dag`]), replay windows,
+//! the event-log row a crash lost, the event log, stopping at the first failure.
+//! [`status::status`] owns `smelt status`. The CLI resolves settings, builds the adapters
+//! and prints. Everything is read and written through [`ports`]: a [`ports::Lake`]
+//! (Delta: `smelt-delta`) gives change sources and tables by role; [`ports::FileFlows`]
+//! (`smelt-ingest`) runs the flows whose input or output is files.
+//!
+//! The data path of an apply flow ([`apply`]):
+//!
+//! ```text
+//!  Lake::source ──► ChangeSource::read_changes ──► cast + classify + expectations
+//!  (bronze, pinned     (commit / file / row order)      │ rejects ──► rejects table
+//!   at version v)                                       ▼
+//!                                      spill by key hash (memory limit)
+//!                                                       │ per partition
+//!                                                       ▼
+//!   SilverTable::lookup (guard) ◄── latest per key, conflicts, truncates
+//!          │                                            │
+//!          ▼                                            ▼
+//!   SCD1 plan / SCD2 rebuild ──► stage rows, removes, tombstones
+//!                                                       │
+//!                                                       ▼
+//!   commit: rejects ─► tombstones ─► silver + watermark (bronze v, run report)
+//!                                                       │
+//!                                                       ▼
+//!                                        EventLog::append (after every flow)
+//! ```
 #![deny(missing_docs)]
 
 pub mod append;
 pub mod apply;
 pub mod dag;
 mod error;
+mod flows;
 pub mod ports;
 pub mod predicate;
 pub mod rejects;
 pub mod replace;
 pub mod report;
+pub mod run;
 pub mod schema;
 pub mod stage;
+pub mod status;
 pub mod window;
 
 pub use error::{EngineError, Result, failpoint};

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub struct FlowReport {
     /// Flow name.
     pub flow: String,
-    /// Flow kind: `apply` or `ingest`.
+    /// Flow kind: `apply`, `ingest`, `append`, `replace_where` or `export`.
     pub kind: String,
     /// Bronze table.
     pub from: String,
@@ -18,9 +18,10 @@ pub struct FlowReport {
     pub into: String,
     /// Run id (same for every flow of one run).
     pub run_id: String,
-    /// `applied`, `up_to_date` or `planned` (dry run).
+    /// `applied`, `up_to_date`, `planned` (dry run) or `failed` (event log only).
     pub status: String,
-    /// `snapshot` (first run or full refresh) or `incremental`.
+    /// How the source was read: `snapshot` (first run), `incremental`, `rebuild`
+    /// (`--full-refresh`), `replay` (`--since`), or `batch` (replace_where).
     pub mode: String,
     /// Watermark before the run: bronze versions after it were read (`None` = none applied yet).
     pub from_version: Option<i64>,

@@ -49,6 +49,15 @@ pub struct ExportState {
     /// all visible yet.
     #[serde(default)]
     pub pending: Vec<(String, String)>,
+    /// The run that saved this state.
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// When it was saved, ms since the epoch.
+    #[serde(default)]
+    pub at_ms: Option<i64>,
+    /// That run's report as JSON, for the event-log row a crash may lose.
+    #[serde(default)]
+    pub report: Option<String>,
 }
 
 /// The store and folder exports go to.
@@ -58,11 +67,12 @@ struct Target {
     url: String,
 }
 
-fn storage(e: impl std::fmt::Display, what: &str) -> EngineError {
-    EngineError::user(
-        format!("{what}: {e}"),
-        "check that the export folder can be written",
-    )
+/// A storage error while `what`, its cause kept (the CLI prints the chain).
+fn storage(e: impl Into<Box<dyn std::error::Error + Send + Sync>>, what: &str) -> EngineError {
+    EngineError::Storage {
+        context: what.to_string(),
+        source: e.into(),
+    }
 }
 
 impl Target {
@@ -429,10 +439,14 @@ pub async fn run_export(
         }
         None => None,
     };
+    report.status = "applied".into();
     let mut next = ExportState {
         version: Some(v),
         column_max,
         pending: renames,
+        run_id: Some(ctx.run_id.clone()),
+        at_ms: Some(chrono::Utc::now().timestamp_millis()),
+        report: serde_json::to_string(&report).ok(),
     };
     failpoint("before_export_state")?;
     target.save(flow_name, &next).await?;

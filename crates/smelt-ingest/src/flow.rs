@@ -21,6 +21,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use smelt_core::change::timestamp_utc;
 use smelt_engine::apply::{RunContext, app_id};
+pub use smelt_engine::ports::IngestTables;
 use smelt_engine::ports::{Reporter, SilverTable, Watermark};
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::FlowReport;
@@ -87,14 +88,6 @@ pub fn files_entry(flow_name: &str, refresh: bool, files: &[LandingFile]) -> (St
         FILES_KEY.to_string(),
         serde_json::to_string(&loaded).expect("serialisable"),
     )
-}
-
-/// The tables an ingest flow writes.
-pub struct IngestTables<'a> {
-    /// Bronze.
-    pub bronze: &'a mut dyn SilverTable,
-    /// `<bronze>__rejects`: rows that do not parse.
-    pub rejects: &'a mut dyn SilverTable,
 }
 
 /// The files recorded as loaded in `bronze`'s log (by whichever flow: one flow writes a
@@ -199,7 +192,9 @@ fn user(flow_name: &str, e: IngestError) -> EngineError {
         }
         IngestError::Options(_) => "see docs/pipeline.md for the ingest options",
         IngestError::Io { .. } => "check that the file exists and can be read",
-        IngestError::Arrow(_) => "this is a bug in smelt; please report it",
+        IngestError::Arrow(_) => {
+            return EngineError::Internal(format!("flow `{flow_name}`: {e}"));
+        }
     };
     EngineError::user(format!("flow `{flow_name}`: {e}"), hint)
 }

@@ -16,10 +16,13 @@ pub mod csv;
 pub mod export;
 pub mod files;
 pub mod flow;
+mod flows;
 pub mod json;
 pub mod parquet;
 
 use arrow::array::RecordBatch;
+
+pub use flows::Files;
 
 /// Rows read from a file: columns named as the file names them.
 #[derive(Debug)]

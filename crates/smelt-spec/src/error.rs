@@ -1,3 +1,6 @@
+//! [`SpecError`]: one problem in a pipeline file or table definition, with its file, line,
+//! field and hint; [`SpecErrors`] collects every problem of one validation phase.
+
 use std::fmt;
 use std::path::PathBuf;
 

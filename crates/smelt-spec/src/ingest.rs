@@ -19,6 +19,7 @@ use serde::Deserialize;
 use crate::ddl::TableName;
 use crate::error::SpecError;
 use crate::locate::line_of;
+pub use crate::policy::OnChangedFile;
 
 /// The file formats an ingest flow reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -42,20 +43,6 @@ pub enum IngestEvolution {
     /// Keep their values in the rescued-data column, as JSON.
     Rescue,
     /// Fail the run before anything is written, naming the file and column.
-    Fail,
-}
-
-/// What to do with a file loaded before that has changed since (same path, other size or
-/// modification time).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnChangedFile {
-    /// Report it and leave it (its first version stays loaded).
-    #[default]
-    Ignore,
-    /// Load it again (its rows are appended once more, with the new modification time).
-    Reload,
-    /// Fail the run, naming the file.
     Fail,
 }
 

@@ -10,22 +10,54 @@
 //! let pipeline = smelt_spec::Pipeline::from_str(yaml, "smelt.yaml".as_ref()).unwrap();
 //! assert_eq!(pipeline.flows[0].name, "p");
 //! ```
+//!
+//! Modules depend one way: `load` → `model` → the flow kinds (`apply`, `ingest`,
+//! `append`, `replace_where`, `export`) → `check`, `ordered`, `policy`, `ddl`, `locate`,
+//! `error`.
 #![deny(missing_docs)]
 
+mod append;
+mod apply;
+mod check;
 pub mod ddl;
 mod error;
-pub mod flows;
+mod export;
 pub mod ingest;
+mod load;
 mod locate;
-pub mod pipeline;
+mod model;
+mod ordered;
+mod policy;
+mod replace_where;
 
+pub use append::AppendFlow;
+pub use apply::{ApplyFlow, AuditColumns};
 pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
-pub use flows::{
-    AppendFlow, ChangedBy, Compression, ExportFlow, OnRewrite, ReplaceSource, ReplaceWhereFlow,
+pub use export::{ChangedBy, Compression, ExportFlow};
+pub use ingest::{CsvLayout, FileFormat, IngestAudit, IngestEvolution, IngestFlow};
+pub use model::{Flow, FlowKind, Pipeline};
+pub use policy::{
+    OnCastError, OnChangedFile, OnRewrite, OnSequenceConflict, OnViolation, SchemaEvolution,
+    SourceDeletes, UpdateColumns,
 };
-pub use ingest::{CsvLayout, FileFormat, IngestAudit, IngestEvolution, IngestFlow, OnChangedFile};
-pub use pipeline::{
-    ApplyFlow, AuditColumns, Flow, FlowKind, OnCastError, OnSequenceConflict, OnViolation,
-    Pipeline, SchemaEvolution, SourceDeletes, UpdateColumns,
-};
+pub use replace_where::{ReplaceSource, ReplaceWhereFlow};
+
+/// The pipeline model and the apply flow at their former paths (`smelt_spec::pipeline::…`).
+pub mod pipeline {
+    pub use crate::apply::{ApplyFlow, AuditColumns, COMMIT_TIMESTAMP, END_AT, START_AT};
+    pub use crate::check::parse_duration;
+    pub use crate::model::{Flow, FlowKind, Pipeline};
+    pub use crate::policy::{
+        OnCastError, OnSequenceConflict, OnViolation, SchemaEvolution, SourceDeletes, UpdateColumns,
+    };
+}
+
+/// The `append`, `replace_where` and `export` flows at their former paths
+/// (`smelt_spec::flows::…`).
+pub mod flows {
+    pub use crate::append::AppendFlow;
+    pub use crate::export::{ChangedBy, Compression, ExportFlow};
+    pub use crate::policy::OnRewrite;
+    pub use crate::replace_where::{ReplaceSource, ReplaceWhereFlow};
+}

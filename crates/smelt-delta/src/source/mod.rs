@@ -102,13 +102,6 @@ impl DeltaSource {
         Ok(self.read_commit(version).await?.map(|c| c.timestamp_us))
     }
 
-    /// Pins the source to an earlier `version` (the end of a replay window).
-    pub fn pin(mut self, version: i64) -> Self {
-        self.version = version.min(self.version);
-        *self.plan.lock().expect("not poisoned") = None;
-        self
-    }
-
     /// Also reads the rows deleted without change data (`DELETE` or `TRUNCATE` on a table
     /// without the change feed, deletion vectors, an overwrite) as `delete` changes, for
     /// flows with `source_deletes: apply`. They come before the commit's added rows.
@@ -209,6 +202,16 @@ impl ChangeSource for DeltaSource {
 
     fn version(&self) -> i64 {
         self.version
+    }
+
+    async fn version_at(&self, timestamp_us: i64) -> smelt_engine::Result<Option<i64>> {
+        Ok(DeltaSource::version_at(self, timestamp_us).await?)
+    }
+
+    fn pin(&mut self, version: i64) -> smelt_engine::Result<()> {
+        self.version = version.min(self.version);
+        *self.plan.lock().expect("not poisoned") = None;
+        Ok(())
     }
 
     fn schema(&self) -> SchemaRef {

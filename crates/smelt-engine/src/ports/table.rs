@@ -1,5 +1,4 @@
-//! The ports a table format implements (DESIGN §7). Small on purpose: required methods
-//! are the minimum the run contract needs.
+//! Tables a flow writes (silver, tombstones, rejects, bronze, targets).
 
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
@@ -7,55 +6,6 @@ use async_trait::async_trait;
 use smelt_spec::TableName;
 
 use crate::Result;
-
-/// What reading the bronze changes of one run covered.
-#[derive(Debug, Clone, Default)]
-pub struct ChangeSet {
-    /// Data files read.
-    pub files_read: usize,
-    /// Bytes of the data files read.
-    pub bytes_read: u64,
-    /// Bronze data files whose rows were deleted without change data (whole-file deletes
-    /// such as `TRUNCATE`, new deletion vectors): deletes, which apply flows ignore unless
-    /// they apply bronze deletes, so they are not read.
-    pub skipped_delete_files: usize,
-}
-
-/// Reads bronze changes. Pinned to the bronze version seen when it was opened, so one
-/// run reads one consistent range.
-#[async_trait]
-pub trait ChangeSource: Send + Sync {
-    /// The bronze table.
-    fn table(&self) -> &TableName;
-    /// The bronze version this source is pinned to (the run's `v`).
-    fn version(&self) -> i64;
-    /// Bronze columns (without change metadata).
-    fn schema(&self) -> SchemaRef;
-    /// Bytes of the data files `read_changes(after)` would read (from the log alone): what
-    /// the run plans its memory with.
-    async fn bytes_to_read(&self, after: Option<i64>) -> Result<u64>;
-    /// Streams the changes in `(after, version]` to `sink`, in input order (commit
-    /// version, file order, row order), a bounded batch at a time: bronze columns followed
-    /// by the change metadata columns (`smelt_core::change::metadata_fields`).
-    /// `after = None` reads the snapshot at `version`, each row stamped with the version
-    /// and time of the commit that added its file. Stops at the first error of `sink`.
-    async fn read_changes(
-        &self,
-        after: Option<i64>,
-        sink: &mut (dyn FnMut(RecordBatch) -> Result<()> + Send),
-    ) -> Result<ChangeSet>;
-    /// The commits in `(after, version]` that rewrite rows (remove data files: update,
-    /// delete, merge, overwrite), as (version, operation). A source that is only appended
-    /// to has none.
-    async fn rewrites(&self, after: i64) -> Result<Vec<(i64, String)>> {
-        let _ = after;
-        Ok(Vec::new())
-    }
-    /// Leaves the commits `versions` out of every later [`ChangeSource::read_changes`].
-    fn skip_versions(&self, versions: &[i64]) {
-        let _ = versions;
-    }
-}
 
 /// What a silver write did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -89,7 +39,19 @@ pub struct Watermark {
     pub extra: Vec<(String, String)>,
 }
 
-/// The silver table of an apply flow.
+/// The last commit of a table, as the event log and `smelt status` need it.
+#[derive(Debug, Clone)]
+pub struct LastCommit {
+    /// Commit time, ms since the epoch.
+    pub at_ms: i64,
+    /// The smelt run that made it, if smelt did.
+    pub run_id: Option<String>,
+    /// The flow's run report as JSON, as committed.
+    pub report: Option<String>,
+}
+
+/// A table a flow writes: silver, its tombstones and rejects, an ingest flow's bronze, an
+/// append or replace_where target.
 #[async_trait]
 pub trait SilverTable: Send + Sync {
     /// The silver table.
@@ -166,25 +128,9 @@ pub trait SilverTable: Send + Sync {
     /// epoch, UTC), in a commit of its own; returns how many went. Used to expire
     /// tombstones, where deleting early is safe to repeat.
     async fn expire(&mut self, column: &str, before_us: i64) -> Result<usize>;
-}
-
-/// Progress of long phases. The CLI draws it; libraries never print.
-pub trait Reporter: Send + Sync {
-    /// A flow entered a phase (e.g. "read changes", "merge").
-    fn phase(&self, flow: &str, phase: &str);
-    /// Files (and their bytes) done out of those a flow loads.
-    fn files(&self, flow: &str, done: (usize, u64), total: (usize, u64)) {
-        let _ = (flow, done, total);
-    }
-    /// The flow finished (successfully or not).
-    fn done(&self, flow: &str) {
-        let _ = flow;
+    /// The table's last commit, `None` when it does not exist yet.
+    async fn last_commit(&self) -> Result<Option<LastCommit>> {
+        Ok(None)
     }
 }
 
-/// A reporter that shows nothing.
-pub struct Silent;
-
-impl Reporter for Silent {
-    fn phase(&self, _: &str, _: &str) {}
-}

@@ -1,0 +1,310 @@
+//! Commits: the commit info and `txn` watermark (`commit_properties`), the assembly of a
+//! run's commit and the choice of its `DeltaOperation` (`commit`, `commit_staged`),
+//! committing actions (`commit_actions`), creating the table with its first commit
+//! (`create_with`), and reading the last commit back (`last_commit`, [`LastCommit`]).
+
+use std::collections::HashSet;
+
+use arrow::datatypes::SchemaRef;
+use deltalake::DeltaTable;
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake::kernel::{Action, Add, StructType, Transaction};
+use deltalake::logstore::get_actions;
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use smelt_engine::ports::{LastCommit, Watermark, WriteStats};
+
+use super::DeltaSilver;
+use crate::error::{Context, Error, Result};
+
+impl DeltaSilver {
+    fn commit_properties(watermark: &Watermark) -> CommitProperties {
+        // One `with_metadata` call: a second one would replace the first.
+        let mut metadata = vec![
+            (
+                "smelt.run_id".to_string(),
+                serde_json::json!(watermark.run_id),
+            ),
+            (
+                "smelt.flow".to_string(),
+                serde_json::json!(watermark.app_id),
+            ),
+            (
+                "smelt.source_version".to_string(),
+                serde_json::json!(watermark.version),
+            ),
+        ];
+        if let Some(report) = &watermark.report {
+            metadata.push(("smelt.report".to_string(), serde_json::json!(report)));
+        }
+        for (key, value) in &watermark.extra {
+            metadata.push((key.clone(), serde_json::json!(value)));
+        }
+        CommitProperties::default()
+            .with_application_transaction(Transaction::new(&watermark.app_id, watermark.version))
+            .with_metadata(metadata)
+    }
+
+    /// Commits `actions` with the watermark and reloads the table at the new version.
+    pub(super) async fn commit_actions(
+        &mut self,
+        actions: Vec<Action>,
+        operation: DeltaOperation,
+        props: CommitProperties,
+    ) -> Result<WriteStats> {
+        let mut stats = WriteStats::default();
+        for a in &actions {
+            match a {
+                Action::Add(add) => {
+                    stats.files_added += 1;
+                    stats.bytes_written += add.size.max(0) as u64;
+                }
+                Action::Remove(_) => stats.files_removed += 1,
+                _ => {}
+            }
+        }
+        let mut table = self.table()?.clone();
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        crate::features::check_writable(&self.name.to_string(), snapshot)?;
+        let commit = CommitBuilder::from(props)
+            .with_actions(actions)
+            .build(Some(snapshot), table.log_store(), operation)
+            .await
+            .context(|| format!("committing to `{}`", self.name))?;
+        table
+            .update_incremental(Some(commit.version()))
+            .await
+            .context(|| format!("reloading `{}`", self.name))?;
+        stats.version = commit.version() as i64;
+        self.table = Some(table);
+        Ok(stats)
+    }
+
+    /// `SilverTable::commit`: the staged commit, then the ledgers.
+    pub(super) async fn commit(
+        &mut self,
+        keys: &[String],
+        watermark: &Watermark,
+    ) -> smelt_engine::Result<WriteStats> {
+        let stats = self.commit_staged(keys, watermark).await?;
+        let root = self.lake.table_path(&self.name);
+        crate::ledger::record(
+            &root,
+            self.table.as_ref(),
+            &self.name,
+            watermark,
+            stats.version,
+        )
+        .await;
+        Ok(stats)
+    }
+
+    /// [`SilverTable::commit`](smelt_engine::ports::SilverTable::commit) without the
+    /// ledgers.
+    async fn commit_staged(
+        &mut self,
+        keys: &[String],
+        watermark: &Watermark,
+    ) -> smelt_engine::Result<WriteStats> {
+        let props = Self::commit_properties(watermark);
+        let staged = std::mem::take(&mut self.staged);
+        if let Some(schema) = self.pending.take() {
+            return Ok(self
+                .create_with(schema, staged.adds, staged.properties, props)
+                .await?);
+        }
+        // New columns or properties: the table's metadata, changed, in this commit.
+        let metadata = if staged.evolved.is_some() || !staged.properties.is_empty() {
+            let snapshot = self
+                .table()?
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?;
+            let mut metadata = snapshot.metadata().clone();
+            if let Some(evolved) = &staged.evolved {
+                let columns: StructType =
+                    evolved.as_ref().try_into_kernel().map_err(Error::Arrow)?;
+                metadata = deltalake::kernel::MetadataExt::with_schema(metadata, &columns)
+                    .map_err(deltalake::DeltaTableError::from)
+                    .context(|| format!("adding columns to `{}`", self.name))?;
+            }
+            for (k, v) in &staged.properties {
+                metadata =
+                    deltalake::kernel::MetadataExt::add_config_key(metadata, k.clone(), v.clone())
+                        .map_err(deltalake::DeltaTableError::from)
+                        .context(|| format!("setting `{k}` on `{}`", self.name))?;
+            }
+            Some(Action::Metadata(metadata))
+        } else {
+            None
+        };
+        if staged.overwrite {
+            let table = self.table()?;
+            let snapshot = table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?;
+            let mut actions: Vec<Action> = metadata.into_iter().collect();
+            actions.extend(
+                snapshot
+                    .log_data()
+                    .iter()
+                    .map(|f| Action::Remove(f.remove_action(true))),
+            );
+            actions.extend(staged.adds.into_iter().map(Action::Add));
+            let operation = DeltaOperation::Write {
+                mode: SaveMode::Overwrite,
+                partition_by: None,
+                predicate: None,
+            };
+            return Ok(self.commit_actions(actions, operation, props).await?);
+        }
+        let mut actions: Vec<Action> = metadata.into_iter().collect();
+        if !staged.replaced.is_empty() || !staged.deleted.is_empty() {
+            for r in self
+                .replace(&staged.replaced, &staged.deleted, keys)
+                .await?
+            {
+                actions.push(Action::Remove(r.remove));
+                actions.extend(r.adds.into_iter().map(Action::Add));
+                actions.extend(r.cdc.into_iter().map(Action::Cdc));
+            }
+        }
+        let mut rows_removed = 0;
+        if let Some(predicate) = &staged.delete_where
+            && self.table.is_some()
+        {
+            let (rewrites, rows) = self.delete_where(predicate).await?;
+            rows_removed = rows;
+            for r in rewrites {
+                actions.push(Action::Remove(r.remove));
+                actions.extend(r.adds.into_iter().map(Action::Add));
+                actions.extend(r.cdc.into_iter().map(Action::Cdc));
+            }
+        }
+        let rewrote = actions.iter().any(|a| matches!(a, Action::Remove(_)));
+        if !staged.adds.is_empty() && self.compact {
+            let rewritten: HashSet<String> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Remove(r) => Some(r.path.clone()),
+                    _ => None,
+                })
+                .collect();
+            actions.extend(self.compact(&rewritten, keys).await?);
+        }
+        actions.extend(staged.adds.into_iter().map(Action::Add));
+        actions.extend(staged.cdc.into_iter().map(Action::Cdc));
+        let operation = if let Some(predicate) = &staged.delete_where {
+            DeltaOperation::Write {
+                mode: SaveMode::Overwrite,
+                partition_by: None,
+                predicate: Some(predicate.text().to_string()),
+            }
+        } else if rewrote {
+            DeltaOperation::Merge {
+                predicate: None,
+                merge_predicate: Some(
+                    keys.iter()
+                        .map(|k| format!("target.`{k}` <=> source.`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(" AND "),
+                ),
+                matched_predicates: vec![],
+                not_matched_predicates: vec![],
+                not_matched_by_source_predicates: vec![],
+            }
+        } else {
+            DeltaOperation::Write {
+                mode: SaveMode::Append,
+                partition_by: None,
+                predicate: None,
+            }
+        };
+        let mut stats = self.commit_actions(actions, operation, props).await?;
+        stats.rows_removed = rows_removed;
+        Ok(stats)
+    }
+
+    /// Creates the table and writes its first rows and the watermark in one commit.
+    async fn create_with(
+        &mut self,
+        schema: SchemaRef,
+        adds: Vec<Add>,
+        properties: Vec<(String, String)>,
+        props: CommitProperties,
+    ) -> Result<WriteStats> {
+        let path = self.lake.table_path(&self.name);
+        std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+            context: format!("creating `{}`", path.display()),
+            source,
+        })?;
+        let mut stats = WriteStats {
+            version: 0,
+            files_added: adds.len(),
+            files_removed: 0,
+            bytes_written: adds.iter().map(|a| a.size.max(0) as u64).sum(),
+            rows_removed: 0,
+        };
+        let columns: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
+        let table = DeltaTable::try_from_url(self.lake.table_url(&self.name)?)
+            .await
+            .context(|| format!("creating silver table `{}`", self.name))?;
+        let table = table
+            .create()
+            .with_columns(columns.fields().cloned())
+            .with_table_name(self.name.table.clone())
+            .with_save_mode(SaveMode::ErrorIfExists)
+            .with_configuration_property(
+                deltalake::TableProperty::EnableChangeDataFeed,
+                Some("true"),
+            )
+            .with_configuration(properties.into_iter().map(|(k, v)| (k, Some(v))))
+            .with_actions(adds.into_iter().map(Action::Add))
+            .with_commit_properties(props)
+            .await
+            .context(|| format!("creating silver table `{}`", self.name))?;
+        stats.version = table.version().map(|v| v as i64).unwrap_or_default();
+        self.table = Some(table);
+        Ok(stats)
+    }
+
+    /// The latest silver commit, if any.
+    pub(super) async fn last_commit(&self) -> Result<Option<LastCommit>> {
+        let Some(table) = &self.table else {
+            return Ok(None);
+        };
+        let Some(version) = table.version() else {
+            return Ok(None);
+        };
+        let Some(bytes) = table
+            .log_store()
+            .read_commit_entry(version)
+            .await
+            .context(|| format!("reading the log of `{}`", self.name))?
+        else {
+            return Ok(None);
+        };
+        for a in get_actions(version, &bytes)
+            .context(|| format!("reading the log of `{}`", self.name))?
+        {
+            if let Action::CommitInfo(info) = a {
+                let text = |k: &str| {
+                    info.info
+                        .get(k)
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                };
+                return Ok(info
+                    .in_commit_timestamp
+                    .or(info.timestamp)
+                    .map(|at_ms| LastCommit {
+                        at_ms,
+                        run_id: text("smelt.run_id"),
+                        report: text("smelt.report"),
+                    }));
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,161 @@
+//! The guard's lookup: stored rows by key, from files probed on their key columns alone
+//! (`lookup`, `probe`, `read_whole`), and what the lookups found (`LookedUp`).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::datatypes::SchemaRef;
+use deltalake::logstore::ObjectStoreRef;
+use smelt_core::dedupe::KeyIndex;
+
+use super::DeltaSilver;
+use super::rewrite::key_columns;
+use super::write::on_cores;
+use crate::error::{Error, Result};
+use crate::parquet::{self, FileRef};
+
+/// The keys of the lookups at `version` and the files that hold any of them.
+pub(super) struct LookedUp {
+    pub(super) version: i64,
+    pub(super) keys: Vec<KeyIndex>,
+    pub(super) files: HashSet<String>,
+}
+
+impl DeltaSilver {
+    /// `SilverTable::lookup`: probes every file on the key columns, reads the rows found,
+    /// and records the keys and files for the commit.
+    pub(super) async fn lookup(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> smelt_engine::Result<RecordBatch> {
+        let table = self.table()?;
+        // With columns being added, stored rows read them as NULL.
+        let silver = self.current_schema(table)?;
+        let key_names: Arc<[String]> = keys
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let project = |names: &[String]| -> Result<SchemaRef> {
+            let idx = names
+                .iter()
+                .map(|n| silver.index_of(n))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Arc::new(silver.project(&idx)?))
+        };
+        let key_schema = project(&key_names)?;
+        let out_schema = project(columns)?;
+        let index = Arc::new(KeyIndex::new(keys.columns())?);
+        let store = table.object_store();
+        let name = self.name.to_string();
+        let columns: Arc<[String]> = columns.into();
+        let tasks: Vec<_> = self
+            .active_files(table)?
+            .into_iter()
+            .map(|active| {
+                let (store, name, index) = (Arc::clone(&store), name.clone(), Arc::clone(&index));
+                let (key_names, key_schema) = (Arc::clone(&key_names), Arc::clone(&key_schema));
+                let (columns, out_schema) = (Arc::clone(&columns), Arc::clone(&out_schema));
+                async move {
+                    let file = active.file;
+                    let rows = probe(
+                        Arc::clone(&store),
+                        &name,
+                        &file,
+                        &key_names,
+                        &key_schema,
+                        &index,
+                    )
+                    .await?;
+                    if rows.is_empty() {
+                        return Ok((file.path, None));
+                    }
+                    let hits = read_whole(
+                        store,
+                        &name,
+                        &file,
+                        Some(&columns),
+                        Some(rows.values()),
+                        &out_schema,
+                    )
+                    .await?;
+                    Ok::<_, Error>((file.path, Some(hits)))
+                }
+            })
+            .collect();
+        let found = on_cores(&name, tasks).await?;
+        let mut files = HashSet::new();
+        let mut batches = Vec::new();
+        for (path, hits) in found {
+            if let Some(hits) = hits {
+                files.insert(path);
+                batches.push(hits);
+            }
+        }
+        let version = table.version().map(|v| v as i64).unwrap_or_default();
+        let mut looked_up = self.looked_up.lock().expect("not poisoned");
+        match (Arc::try_unwrap(index), looked_up.as_mut()) {
+            (Ok(index), Some(seen)) if seen.version == version => {
+                seen.keys.push(index);
+                seen.files.extend(files);
+            }
+            (Ok(index), _) => {
+                *looked_up = Some(LookedUp {
+                    version,
+                    keys: vec![index],
+                    files,
+                })
+            }
+            // Cannot happen (every task is done), and only costs probing every file.
+            (Err(_), _) => *looked_up = None,
+        }
+        Ok(arrow::compute::concat_batches(&out_schema, &batches).map_err(Error::Arrow)?)
+    }
+}
+
+/// The rows of a file (ascending) whose key is in `index`, read from the key columns alone.
+async fn probe(
+    store: ObjectStoreRef,
+    table: &str,
+    file: &FileRef,
+    keys: &[String],
+    key_schema: &SchemaRef,
+    index: &KeyIndex,
+) -> Result<UInt32Array> {
+    let batches = parquet::read(store, table, file, Some(keys), None, false).await?;
+    let mut rows = Vec::new();
+    let mut offset = 0u32;
+    for batch in &batches {
+        let batch = parquet::conform(batch, file, key_schema)?;
+        let positions = index.positions(&key_columns(&batch, keys, key_schema)?)?;
+        rows.extend(
+            positions
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.is_some())
+                .map(|(i, _)| offset + i as u32),
+        );
+        offset += batch.num_rows() as u32;
+    }
+    Ok(UInt32Array::from(rows))
+}
+
+/// Reads a file (or the rows `rows` of it) lined up with `schema`, as one batch.
+pub(super) async fn read_whole(
+    store: ObjectStoreRef,
+    table: &str,
+    file: &FileRef,
+    columns: Option<&[String]>,
+    rows: Option<&[u32]>,
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
+    let batches = parquet::read(store, table, file, columns, rows, false).await?;
+    let batches = batches
+        .iter()
+        .map(|b| parquet::conform(b, file, schema))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(arrow::compute::concat_batches(schema, &batches)?)
+}

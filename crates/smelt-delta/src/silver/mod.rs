@@ -1,0 +1,319 @@
+//! Silver tables: the guard's lookup and the copy-on-write upsert that commits data,
+//! change data and watermark in one Delta commit (DESIGN §3.8).
+//!
+//! smelt reads and rewrites silver's files itself instead of running a delta-rs MERGE
+//! (DESIGN §9): the keys being written are hashed once
+//! ([`KeyIndex`](smelt_core::dedupe::KeyIndex)), every file is probed on its key columns
+//! alone, and only files holding one of those keys are decoded and rewritten — file by
+//! file, on all cores, so memory stays bounded by a few files whatever the table's size.
+//!
+//! This module holds the [`DeltaSilver`] handle, what it stages and the engine port; the
+//! work is done in:
+//!
+//! * `lookup`: the guard's lookup (probing files on their key columns);
+//! * `write`: writing data files, staging rows, the task pool;
+//! * `rewrite`: copy-on-write removal of stored rows (upserts, deletes, replace_where,
+//!   expiry);
+//! * `schema`: schema evolution (new columns, wider types);
+//! * `compact`: folding small files;
+//! * `commit`: assembling and making the commit, creating the table, the last commit.
+
+mod commit;
+mod compact;
+mod lookup;
+mod rewrite;
+mod schema;
+mod write;
+
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
+use arrow::datatypes::{Field, SchemaRef};
+use async_trait::async_trait;
+use deltalake::DeltaTable;
+use deltalake::kernel::{Add, AddCDCFile, Remove};
+use smelt_engine::ports::{SilverTable, Watermark, WriteStats};
+use smelt_engine::predicate::Predicate;
+use smelt_spec::TableName;
+
+use crate::Lake;
+use crate::error::{Context, Error, Result};
+use crate::parquet::{FileRef, FileRows};
+use lookup::LookedUp;
+use rewrite::key_columns;
+
+pub use smelt_engine::ports::LastCommit;
+pub use compact::{ROWS_PER_FILE, SMALL_FILES_TO_COMPACT};
+
+/// A silver Delta table (it may not exist yet).
+pub struct DeltaSilver {
+    lake: Lake,
+    name: TableName,
+    table: Option<DeltaTable>,
+    /// Schema of a table to create with the first commit (one commit: metadata, data and
+    /// watermark, so a failed first run leaves no table behind).
+    pending: Option<SchemaRef>,
+    /// What the lookups of this version found, so the commit probes only those files.
+    looked_up: Mutex<Option<LookedUp>>,
+    staged: Staged,
+    rows_per_file: usize,
+    /// Fold small files in commits that write data (off for append-only bronze tables, whose
+    /// rows must keep the commit that added them).
+    compact: bool,
+}
+
+/// An active data file and the action that removes it.
+struct ActiveFile {
+    file: FileRef,
+    remove: Remove,
+    /// Rows, from the file's statistics.
+    rows: Option<usize>,
+}
+
+/// Written but not committed yet.
+#[derive(Default)]
+struct Staged {
+    adds: Vec<Add>,
+    cdc: Vec<AddCDCFile>,
+    /// Key columns of the staged rows that replace stored rows.
+    replaced: Vec<Vec<ArrayRef>>,
+    /// Key columns of the stored rows to delete.
+    deleted: Vec<Vec<ArrayRef>>,
+    /// The commit replaces every stored row.
+    overwrite: bool,
+    /// The table's schema with the columns the commit adds.
+    evolved: Option<SchemaRef>,
+    /// Table properties the commit sets.
+    properties: Vec<(String, String)>,
+    /// Stored rows matching this predicate are removed (replace_where).
+    delete_where: Option<Predicate>,
+}
+
+impl DeltaSilver {
+    /// Opens the silver table if it exists.
+    pub async fn open(lake: &Lake, name: &TableName) -> Result<Self> {
+        Ok(Self {
+            lake: lake.clone(),
+            name: name.clone(),
+            table: lake.open(name).await?,
+            pending: None,
+            looked_up: Mutex::new(None),
+            staged: Staged::default(),
+            rows_per_file: ROWS_PER_FILE,
+            compact: true,
+        })
+    }
+
+    /// Opens the table a run writes: fails, naming the feature, when a smelt commit would
+    /// not keep a Delta feature the existing table uses (docs/delta.md).
+    pub async fn open_for_write(lake: &Lake, name: &TableName) -> Result<Self> {
+        let silver = Self::open(lake, name).await?;
+        if let Some(table) = &silver.table {
+            let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+            crate::features::check_writable(&name.to_string(), state)?;
+        }
+        Ok(silver)
+    }
+
+    /// Never folds small files: for append-only tables (bronze), where a row's commit
+    /// version and time are its change metadata and must not move.
+    pub fn without_compaction(mut self) -> Self {
+        self.compact = false;
+        self
+    }
+
+    /// Caps the rows of each data file written (default [`ROWS_PER_FILE`]).
+    pub fn with_rows_per_file(mut self, rows: usize) -> Self {
+        self.rows_per_file = rows.max(1);
+        self
+    }
+
+    fn table(&self) -> Result<&DeltaTable> {
+        self.table.as_ref().ok_or_else(|| {
+            Error::user(
+                format!("silver table `{}` does not exist yet", self.name),
+                "run the flow once to create it",
+            )
+        })
+    }
+
+    /// The table's data files. Files with deletion vectors (written by another engine)
+    /// cannot be rewritten by smelt yet.
+    fn active_files(&self, table: &DeltaTable) -> Result<Vec<ActiveFile>> {
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let mut files = Vec::new();
+        for view in snapshot.log_data().iter() {
+            if view.deletion_vector_descriptor().is_some() {
+                return Err(Error::user(
+                    format!(
+                        "silver `{}` has deletion vectors in `{}`; smelt does not write tables with deletion vectors yet",
+                        self.name,
+                        view.path()
+                    ),
+                    format!(
+                        "purge them with the engine that wrote them (Spark: `REORG TABLE {} APPLY (PURGE)`), or rebuild silver with `smelt run --full-refresh`",
+                        self.name
+                    ),
+                ));
+            }
+            files.push(ActiveFile {
+                file: FileRef {
+                    path: view.path().to_string(),
+                    location: view.object_store_path(),
+                    size: view.size(),
+                    partition_values: view.partition_values_map(),
+                    rows: FileRows::All,
+                },
+                remove: view.remove_action(true),
+                rows: view.num_records(),
+            });
+        }
+        Ok(files)
+    }
+}
+
+// The longer methods call the inherent method of the same name in the submodule that holds
+// the work (`lookup`, `write`, `schema`, `rewrite`, `commit`): inside this module an
+// inherent method takes precedence over the trait's.
+#[async_trait]
+impl SilverTable for DeltaSilver {
+    fn table(&self) -> &TableName {
+        &self.name
+    }
+
+    fn schema(&self) -> Option<SchemaRef> {
+        if let Some(pending) = &self.pending {
+            return Some(Arc::clone(pending));
+        }
+        if let Some(evolved) = &self.staged.evolved {
+            return Some(Arc::clone(evolved));
+        }
+        let snapshot = self.table.as_ref()?.snapshot().ok()?;
+        Some(snapshot.snapshot().arrow_schema())
+    }
+
+    fn version(&self) -> Option<i64> {
+        self.table.as_ref()?.version().map(|v| v as i64)
+    }
+
+    async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
+        let Some(table) = &self.table else {
+            return Ok(None);
+        };
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        Ok(snapshot
+            .transaction_version(table.log_store().as_ref(), app_id)
+            .await
+            .context(|| format!("reading the watermark of `{}`", self.name))?)
+    }
+
+    async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
+        if self.table.is_some() {
+            return Err(smelt_engine::EngineError::Internal(format!(
+                "create called for `{}`, which already exists",
+                self.name
+            )));
+        }
+        self.pending = Some(schema);
+        Ok(())
+    }
+
+    async fn lookup(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> smelt_engine::Result<RecordBatch> {
+        self.lookup(keys, columns).await
+    }
+
+    async fn stage(
+        &mut self,
+        rows: RecordBatch,
+        replaces: &BooleanArray,
+        keys: &[String],
+    ) -> smelt_engine::Result<()> {
+        self.stage(rows, replaces, keys).await
+    }
+
+    fn property(&self, key: &str) -> Option<String> {
+        if let Some((_, v)) = self.staged.properties.iter().rev().find(|(k, _)| k == key) {
+            return Some(v.clone());
+        }
+        let snapshot = self.table.as_ref()?.snapshot().ok()?;
+        snapshot.metadata().configuration().get(key).cloned()
+    }
+
+    async fn set_property(&mut self, key: &str, value: &str) -> smelt_engine::Result<()> {
+        self.staged
+            .properties
+            .push((key.to_string(), value.to_string()));
+        Ok(())
+    }
+
+    async fn add_columns(&mut self, fields: Vec<Field>) -> smelt_engine::Result<()> {
+        self.add_columns(fields)
+    }
+
+    async fn widen(
+        &mut self,
+        schema: SchemaRef,
+        keys: &[String],
+    ) -> smelt_engine::Result<WriteStats> {
+        self.widen(schema, keys).await
+    }
+
+    async fn stage_overwrite(&mut self) -> smelt_engine::Result<()> {
+        self.staged.overwrite = true;
+        Ok(())
+    }
+
+    async fn stage_delete_where(&mut self, predicate: Predicate) -> smelt_engine::Result<()> {
+        self.staged.delete_where = Some(predicate);
+        Ok(())
+    }
+
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {
+        if keys.num_rows() == 0 {
+            return Ok(());
+        }
+        let schema = self.current_schema(self.table()?)?;
+        let names: Vec<String> = keys
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        self.staged
+            .deleted
+            .push(key_columns(&keys, &names, &schema)?);
+        Ok(())
+    }
+
+    async fn last_commit(&self) -> smelt_engine::Result<Option<LastCommit>> {
+        Ok(self.last_commit().await?)
+    }
+
+    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
+        let Some(table) = &self.table else {
+            return Ok(Vec::new());
+        };
+        let root = self.lake.table_path(&self.name);
+        Ok(crate::ledger::values(&root, table, &self.name, key).await?)
+    }
+
+    async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
+        self.expire(column, before_us).await
+    }
+
+    async fn commit(
+        &mut self,
+        keys: &[String],
+        watermark: &Watermark,
+    ) -> smelt_engine::Result<WriteStats> {
+        self.commit(keys, watermark).await
+    }
+}

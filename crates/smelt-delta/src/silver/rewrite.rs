@@ -1,0 +1,310 @@
+//! Copy-on-write removal of stored rows: files rewritten without the rows replaced or
+//! deleted by key (`replace`) or matching a replace_where predicate (`delete_where`), with
+//! their change data; tombstone expiry (`expire`); and the key and change type columns
+//! this needs (`key_columns`, `with_change_type`).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow::compute::{filter_record_batch, not};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use deltalake::DeltaTable;
+use deltalake::kernel::{Add, AddCDCFile, Remove};
+use deltalake::logstore::ObjectStoreRef;
+use deltalake::table::config::TablePropertiesExt;
+use deltalake::writer::RecordBatchWriter;
+use smelt_core::change::{CHANGE_TYPE, DELETE, UPDATE_PREIMAGE};
+use smelt_core::dedupe::KeyIndex;
+use smelt_engine::predicate::Predicate;
+
+use super::lookup::read_whole;
+use super::write::{on_cores, write_file};
+use super::{ActiveFile, DeltaSilver};
+use crate::error::{Context, Error, Result};
+use crate::parquet;
+
+/// What rewriting one file did.
+pub(super) struct Rewrite {
+    pub(super) remove: Remove,
+    pub(super) adds: Vec<Add>,
+    pub(super) cdc: Option<AddCDCFile>,
+}
+
+impl DeltaSilver {
+    /// The table, whether it keeps change data, and its schema as this run writes it: what
+    /// a rewrite of its files needs.
+    fn to_rewrite(&self) -> Result<(DeltaTable, bool, SchemaRef)> {
+        let table = self.table()?.clone();
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let change_data = snapshot.table_config().enable_change_data_feed();
+        let schema = self.current_schema(&table)?;
+        Ok((table, change_data, schema))
+    }
+
+    /// Rewrites the files holding rows where `predicate` is true without them (`delete`
+    /// change data for the rows removed); returns the rewrites and the rows removed.
+    pub(super) async fn delete_where(
+        &self,
+        predicate: &Predicate,
+    ) -> Result<(Vec<Rewrite>, usize)> {
+        let (table, change_data, schema) = self.to_rewrite()?;
+        let store = table.object_store();
+        let name = self.name.to_string();
+        let tasks = self
+            .active_files(&table)?
+            .into_iter()
+            .map(|active| {
+                let writer = self.writer(&schema, &[])?;
+                let (store, name, schema, predicate) = (
+                    Arc::clone(&store),
+                    name.clone(),
+                    Arc::clone(&schema),
+                    predicate.clone(),
+                );
+                Ok(async move {
+                    let stored =
+                        read_whole(Arc::clone(&store), &name, &active.file, None, None, &schema)
+                            .await?;
+                    let hit = predicate.evaluate(&stored).map_err(|e| {
+                        Error::user(
+                            format!("`{name}` file `{}`: {e}", active.file.path),
+                            "check the predicate against the table's columns",
+                        )
+                    })?;
+                    let n = hit.true_count();
+                    if n == 0 {
+                        return Ok(None);
+                    }
+                    let kinds = change_data
+                        .then(|| Arc::new(StringArray::from(vec![DELETE; n])) as ArrayRef);
+                    let rewrite =
+                        rewrite_without(store, name, active, &stored, &hit, kinds, writer).await?;
+                    Ok(Some((rewrite, n)))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let done = on_cores(&name, tasks).await?;
+        let rows = done.iter().flatten().map(|(_, n)| n).sum();
+        Ok((done.into_iter().flatten().map(|(r, _)| r).collect(), rows))
+    }
+
+    /// Rewrites the files holding any of the keys `replaced` or `deleted` (key columns,
+    /// `keys` order) without those rows: every file on a first write, else only the files
+    /// the lookups of this version found the keys in.
+    pub(super) async fn replace(
+        &self,
+        replaced: &[Vec<ArrayRef>],
+        deleted: &[Vec<ArrayRef>],
+        keys: &[String],
+    ) -> Result<Vec<Rewrite>> {
+        let (table, change_data, schema) = self.to_rewrite()?;
+        let version = table.version().map(|v| v as i64).unwrap_or_default();
+        let concat_keys = |sets: &mut dyn Iterator<Item = &Vec<ArrayRef>>| {
+            let sets: Vec<&Vec<ArrayRef>> = sets.collect();
+            (0..keys.len())
+                .map(|i| {
+                    let parts: Vec<&dyn Array> = sets.iter().map(|r| r[i].as_ref()).collect();
+                    arrow::compute::concat(&parts)
+                })
+                .collect::<Result<Vec<ArrayRef>, _>>()
+        };
+        let columns = concat_keys(&mut replaced.iter().chain(deleted))?;
+        let index = Arc::new(KeyIndex::new(&columns)?);
+        let deleted_index = if deleted.is_empty() {
+            None
+        } else {
+            Some(Arc::new(KeyIndex::new(&concat_keys(&mut deleted.iter())?)?))
+        };
+
+        let mut files = self.active_files(&table)?;
+        if let Some(seen) = self.looked_up.lock().expect("not poisoned").take()
+            && seen.version == version
+        {
+            // Every replaced key must have been looked up; then only the files the
+            // lookups found keys in can hold it.
+            let mut covered = BooleanArray::from(vec![false; columns[0].len()]);
+            for looked in &seen.keys {
+                let found = arrow::compute::is_not_null(&looked.positions(&columns)?)?;
+                covered = arrow::compute::or(&covered, &found)?;
+            }
+            if covered.true_count() == covered.len() {
+                files.retain(|f| seen.files.contains(&f.file.path));
+            }
+        }
+        let store = table.object_store();
+        let name = self.name.to_string();
+        let key_names: Arc<[String]> = keys.into();
+        let tasks = files
+            .into_iter()
+            .map(|active| {
+                Ok(rewrite(
+                    Arc::clone(&store),
+                    name.clone(),
+                    active,
+                    Arc::clone(&key_names),
+                    Arc::clone(&schema),
+                    Arc::clone(&index),
+                    deleted_index.clone(),
+                    self.writer(&schema, keys)?,
+                    change_data,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rewrites = on_cores(&name, tasks).await?;
+        Ok(rewrites.into_iter().flatten().collect())
+    }
+
+    /// `SilverTable::expire`: deletes the rows whose `column` is before `before_us` with a
+    /// delta-rs `DELETE`, in a commit of its own.
+    pub(super) async fn expire(
+        &mut self,
+        column: &str,
+        before_us: i64,
+    ) -> smelt_engine::Result<usize> {
+        let Some(table) = self.table.clone() else {
+            return Ok(0);
+        };
+        let predicate =
+            deltalake::datafusion::prelude::col(column).lt(deltalake::datafusion::prelude::lit(
+                deltalake::datafusion::scalar::ScalarValue::TimestampMicrosecond(
+                    Some(before_us),
+                    Some("UTC".into()),
+                ),
+            ));
+        let (table, metrics) = table
+            .delete()
+            .with_predicate(predicate)
+            .await
+            .context(|| format!("expiring rows of `{}`", self.name))?;
+        self.table = Some(table);
+        Ok(metrics.num_deleted_rows.unwrap_or_default())
+    }
+}
+
+/// The key columns of `batch`, in `keys` order, cast to their type in `schema` where
+/// they differ. `batch` is lined up with the table's schema, so every key is there.
+pub(super) fn key_columns(
+    batch: &RecordBatch,
+    keys: &[String],
+    schema: &Schema,
+) -> Result<Vec<ArrayRef>> {
+    keys.iter()
+        .map(|k| {
+            let t = schema.field_with_name(k)?.data_type();
+            let c = batch.column_by_name(k).ok_or_else(|| {
+                Error::user(
+                    format!("key column `{k}` is missing from the silver rows"),
+                    "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
+                )
+            })?;
+            Ok(if c.data_type() == t {
+                Arc::clone(c)
+            } else {
+                arrow::compute::cast(c, t)?
+            })
+        })
+        .collect()
+}
+
+/// `batch` with a `_change_type` column of `kinds` appended (a change data file's rows).
+pub(super) fn with_change_type(batch: &RecordBatch, kinds: ArrayRef) -> Result<RecordBatch> {
+    let mut fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(CHANGE_TYPE, DataType::Utf8, true));
+    let mut columns = batch.columns().to_vec();
+    columns.push(kinds);
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}
+
+/// Rewrites `file` without the rows whose key is in `index`; `None` when it holds none.
+#[allow(clippy::too_many_arguments)]
+async fn rewrite(
+    store: ObjectStoreRef,
+    table: String,
+    active: ActiveFile,
+    keys: Arc<[String]>,
+    schema: SchemaRef,
+    index: Arc<KeyIndex>,
+    deleted: Option<Arc<KeyIndex>>,
+    writer: RecordBatchWriter,
+    change_data: bool,
+) -> Result<Option<Rewrite>> {
+    let stored = read_whole(
+        Arc::clone(&store),
+        &table,
+        &active.file,
+        None,
+        None,
+        &schema,
+    )
+    .await?;
+    let positions = index.positions(&key_columns(&stored, &keys, &schema)?)?;
+    if positions.null_count() == positions.len() {
+        return Ok(None);
+    }
+    let hit = arrow::compute::is_not_null(&positions)?;
+    // Rows of deleted keys are `delete`s; the others are pre-images of updates.
+    let kinds = |before: &RecordBatch| -> Result<ArrayRef> {
+        Ok(match &deleted {
+            Some(deleted) => {
+                let gone = deleted.positions(&key_columns(before, &keys, &schema)?)?;
+                Arc::new(StringArray::from_iter_values(
+                    gone.iter()
+                        .map(|p| if p.is_some() { DELETE } else { UPDATE_PREIMAGE }),
+                ))
+            }
+            None => Arc::new(StringArray::from(vec![UPDATE_PREIMAGE; before.num_rows()])),
+        })
+    };
+    let kinds = if change_data {
+        Some(kinds(&filter_record_batch(&stored, &hit)?)?)
+    } else {
+        None
+    };
+    Ok(Some(
+        rewrite_without(store, table, active, &stored, &hit, kinds, writer).await?,
+    ))
+}
+
+/// Rewrites `active` (whose rows are `stored`) without the rows `hit` marks; with `kinds`
+/// (their change types), writes them as change data too.
+async fn rewrite_without(
+    store: ObjectStoreRef,
+    table: String,
+    active: ActiveFile,
+    stored: &RecordBatch,
+    hit: &BooleanArray,
+    kinds: Option<ArrayRef>,
+    writer: RecordBatchWriter,
+) -> Result<Rewrite> {
+    let survivors = filter_record_batch(stored, &not(hit)?)?;
+    let adds = if survivors.num_rows() > 0 {
+        write_file(writer, survivors, table.clone()).await?
+    } else {
+        Vec::new()
+    };
+    let cdc = match kinds {
+        Some(kinds) => {
+            let before = filter_record_batch(stored, hit)?;
+            Some(
+                parquet::write_change_data(store, &table, &with_change_type(&before, kinds)?)
+                    .await?,
+            )
+        }
+        None => None,
+    };
+    Ok(Rewrite {
+        remove: active.remove,
+        adds,
+        cdc,
+    })
+}

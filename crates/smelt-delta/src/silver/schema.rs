@@ -1,0 +1,127 @@
+//! Schema evolution: the schema a run writes (`current_schema`), new columns
+//! (`add_columns`), wider types (`widen`), and rows lined up with the table's schema
+//! (`align_to`).
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use deltalake::DeltaTable;
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::kernel::{Action, StructType};
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use smelt_engine::ports::{SilverTable, WriteStats};
+
+use super::DeltaSilver;
+use super::lookup::read_whole;
+use crate::error::{Context, Error, Result};
+
+impl DeltaSilver {
+    /// The schema of the existing `table` as this run writes it: with the columns it adds.
+    pub(super) fn current_schema(&self, table: &DeltaTable) -> Result<SchemaRef> {
+        match &self.staged.evolved {
+            Some(evolved) => Ok(Arc::clone(evolved)),
+            None => Ok(table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?
+                .snapshot()
+                .arrow_schema()),
+        }
+    }
+
+    /// `SilverTable::add_columns`: the schema with the new columns, for the table this
+    /// commit creates or in the commit's metadata.
+    pub(super) fn add_columns(&mut self, fields: Vec<Field>) -> smelt_engine::Result<()> {
+        let current = self.schema().ok_or_else(|| {
+            Error::user(
+                format!("silver `{}` does not exist yet", self.name),
+                "run the flow once to create it",
+            )
+        })?;
+        let mut all: Vec<Field> = current
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        for f in fields {
+            if current.field_with_name(f.name()).is_err() {
+                all.push(f.with_nullable(true));
+            }
+        }
+        let evolved = Arc::new(Schema::new(all));
+        // A table created by this commit is created with the columns.
+        if self.pending.is_some() {
+            self.pending = Some(evolved);
+        } else {
+            self.staged.evolved = Some(evolved);
+        }
+        Ok(())
+    }
+
+    /// `SilverTable::widen`: every file rewritten with `schema`'s wider types, in a commit
+    /// of its own that changes no data.
+    pub(super) async fn widen(
+        &mut self,
+        schema: SchemaRef,
+        keys: &[String],
+    ) -> smelt_engine::Result<WriteStats> {
+        let table = self.table()?.clone();
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let columns: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
+        let metadata =
+            deltalake::kernel::MetadataExt::with_schema(snapshot.metadata().clone(), &columns)
+                .map_err(deltalake::DeltaTableError::from)
+                .context(|| format!("widening the columns of `{}`", self.name))?;
+        let mut actions = vec![Action::Metadata(metadata)];
+        // Every file again, cast to the wider types: the values do not change
+        // (`dataChange: false`, so change-feed readers skip the commit).
+        let store = table.object_store();
+        let name = self.name.to_string();
+        for f in self.active_files(&table)? {
+            let rows = read_whole(Arc::clone(&store), &name, &f.file, None, None, &schema).await?;
+            let mut remove = f.remove;
+            remove.data_change = false;
+            actions.push(Action::Remove(remove));
+            for mut add in self.write_data(&rows, keys).await? {
+                add.data_change = false;
+                actions.push(Action::Add(add));
+            }
+        }
+        let props = CommitProperties::default().with_metadata([(
+            "smelt.operation".to_string(),
+            serde_json::json!("widen column types"),
+        )]);
+        let operation = DeltaOperation::Write {
+            mode: SaveMode::Overwrite,
+            partition_by: None,
+            predicate: None,
+        };
+        Ok(self.commit_actions(actions, operation, props).await?)
+    }
+}
+
+/// `rows` with the table's schema (same columns; field metadata and nullability as the
+/// table declares them).
+pub(super) fn align_to(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let c = rows.column_by_name(f.name()).ok_or_else(|| {
+                Error::user(
+                    format!("silver column `{}` is missing from the rows to write", f.name()),
+                    "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
+                )
+            })?;
+            Ok(if c.data_type() == f.data_type() {
+                Arc::clone(c)
+            } else {
+                arrow::compute::cast(c, f.data_type())?
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}

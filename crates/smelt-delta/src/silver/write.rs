@@ -1,0 +1,173 @@
+//! Writing data files: the writer, rows cut into files (`write_data`, `write_file`),
+//! staging a run's rows with their change data (`stage`), and the task pool (`on_cores`).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::SchemaRef;
+use deltalake::kernel::Add;
+use deltalake::table::config::TablePropertiesExt;
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+use futures::{StreamExt, TryStreamExt};
+use smelt_core::change::{INSERT, UPDATE_POSTIMAGE};
+
+use super::DeltaSilver;
+use super::rewrite::{key_columns, with_change_type};
+use super::schema::align_to;
+use crate::error::{Context, Error, Result};
+use crate::parquet;
+
+impl DeltaSilver {
+    /// A writer of data files for this table (or for the table about to be created).
+    pub(super) fn writer(&self, schema: &SchemaRef, keys: &[String]) -> Result<RecordBatchWriter> {
+        let snapshot = self.table.as_ref().and_then(|t| t.snapshot().ok());
+        let same_schema = snapshot
+            .as_ref()
+            .is_some_and(|s| s.snapshot().arrow_schema().fields() == schema.fields());
+        let writer = match &self.table {
+            Some(table) if self.staged.evolved.is_none() && same_schema => {
+                RecordBatchWriter::for_table(table)
+            }
+            _ => RecordBatchWriter::try_new(
+                self.lake.table_url(&self.name)?.as_str(),
+                Arc::clone(schema),
+                // New columns or wider types keep the table's partitioning.
+                snapshot
+                    .as_ref()
+                    .map(|s| s.metadata().partition_columns().to_vec())
+                    .filter(|p| !p.is_empty()),
+                None,
+            ),
+        }
+        .context(|| format!("writing `{}`", self.name))?;
+        Ok(writer.with_writer_properties(parquet::writer_properties(keys)))
+    }
+
+    /// Writes `rows` as data files of at most `rows_per_file` rows, on all cores.
+    pub(super) async fn write_data(&self, rows: &RecordBatch, keys: &[String]) -> Result<Vec<Add>> {
+        let mut chunks = Vec::new();
+        let mut offset = 0;
+        while offset < rows.num_rows() {
+            let len = self.rows_per_file.min(rows.num_rows() - offset);
+            chunks.push(rows.slice(offset, len));
+            offset += len;
+        }
+        let schema = rows.schema();
+        let name = self.name.to_string();
+        let tasks = chunks
+            .into_iter()
+            .map(|chunk| Ok(write_file(self.writer(&schema, keys)?, chunk, name.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        let adds = on_cores(&name, tasks).await?;
+        Ok(adds.into_iter().flatten().collect())
+    }
+
+    /// `SilverTable::stage`: writes `rows` as data files, with change data once silver
+    /// holds data, and records the keys of the rows that replace stored rows.
+    pub(super) async fn stage(
+        &mut self,
+        rows: RecordBatch,
+        replaces: &BooleanArray,
+        keys: &[String],
+    ) -> smelt_engine::Result<()> {
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let schema = match (&self.pending, &self.table) {
+            (Some(schema), _) => {
+                let path = self.lake.table_path(&self.name);
+                std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+                    context: format!("creating `{}`", path.display()),
+                    source,
+                })?;
+                Arc::clone(schema)
+            }
+            (None, Some(table)) => self.current_schema(table)?,
+            (None, None) => {
+                return Err(smelt_engine::EngineError::Internal(format!(
+                    "stage called for `{}`, which does not exist",
+                    self.name
+                )));
+            }
+        };
+        let rows = align_to(&rows, &schema)?;
+        let adds = self.write_data(&rows, keys).await?;
+        self.staged.adds.extend(adds);
+        // Once silver holds data, a commit may replace rows and then carries change data
+        // files, which readers use alone: every staged row goes in them too.
+        if let Some(table) = &self.table {
+            let snapshot = table
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?;
+            // An overwrite carries no change data: readers take its removes as deletes
+            // and its adds as inserts.
+            // A commit that only appends needs none: readers take its adds as inserts.
+            let only_appends =
+                keys.is_empty() && replaces.true_count() == 0 && self.staged.delete_where.is_none();
+            if snapshot.table_config().enable_change_data_feed()
+                && snapshot.log_data().num_files() > 0
+                && !self.staged.overwrite
+                && !only_appends
+            {
+                let kinds: ArrayRef =
+                    Arc::new(StringArray::from_iter_values(replaces.iter().map(|r| {
+                        if r == Some(true) {
+                            UPDATE_POSTIMAGE
+                        } else {
+                            INSERT
+                        }
+                    })));
+                let cdc = parquet::write_change_data(
+                    table.object_store(),
+                    &self.name.to_string(),
+                    &with_change_type(&rows, kinds)?,
+                )
+                .await?;
+                self.staged.cdc.push(cdc);
+            }
+        }
+        if replaces.true_count() > 0 {
+            let replaced = filter_record_batch(&rows, replaces)?;
+            self.staged
+                .replaced
+                .push(key_columns(&replaced, keys, &schema)?);
+        }
+        Ok(())
+    }
+}
+
+/// Writes one chunk as data file(s) and returns their `add` actions.
+pub(super) async fn write_file(
+    mut writer: RecordBatchWriter,
+    rows: RecordBatch,
+    table: String,
+) -> Result<Vec<Add>> {
+    writer
+        .write(rows)
+        .await
+        .context(|| format!("writing a data file of `{table}`"))?;
+    writer
+        .flush()
+        .await
+        .context(|| format!("writing a data file of `{table}`"))
+}
+
+/// Runs file tasks of `table` on the runtime's threads, as many at once as there are
+/// cores (so a few files are in memory at a time); results in task order.
+pub(super) async fn on_cores<T, F>(table: &str, tasks: Vec<F>) -> Result<Vec<T>>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T>> + Send + 'static,
+{
+    futures::stream::iter(tasks)
+        .map(|task| async move {
+            tokio::spawn(task).await.map_err(|e| {
+                Error::Internal(format!("a task reading or writing `{table}` failed: {e}"))
+            })?
+        })
+        .buffered(parquet::cores())
+        .try_collect()
+        .await
+}

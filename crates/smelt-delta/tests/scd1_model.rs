@@ -1,0 +1,815 @@
+//! SCD type 1 with late, duplicate and conflicting changes, composite keys and NULL keys,
+//! through the real Delta adapter (bronze, silver and tombstones as Delta tables in temp
+//! dirs), against a reference model written separately from the engine.
+//!
+//! The flow keys silver on two columns, `a STRING NOT NULL` and `b BIGINT` (nullable), and
+//! sequences it by a bronze column `seq`, with soft deletes (`op = 'D'`). The model follows
+//! docs/semantics.md:
+//! * latest per key (step 4): the highest `seq` of the run wins, ties go to the later change
+//!   in bronze order (the default `on_sequence_conflict: last`);
+//! * keys compare NULL-safely (docs/pipeline.md, `keys`): a NULL `b` is a value of its own,
+//!   and so is the empty string in `a`;
+//! * a NULL in the `NOT NULL` key column `a` cannot be stored: the key's latest change is
+//!   counted as `rejected`, and written nowhere;
+//! * guard (step 5): a change applies only if its sequence is greater than the stored row's
+//!   and the key's tombstone's; a delete removes a stored row older than it, and leaves a
+//!   tombstone when it is newer than the stored row (or there is none) and than the key's
+//!   tombstone (step 6, `smelt_core::apply::plan_scd1`'s contract).
+//!
+//! Random streams of upserts and deletes for 27 keys (deletes before inserts, late changes,
+//! changes sent twice, two different changes of one key with one sequence in one commit)
+//! are cut into bronze commits and applied over several runs, with replays (`--since`),
+//! runs that crash before the silver commit, and runs in key partitions. Silver and its
+//! tombstones must match the model after every run; `--full-refresh` must give the same
+//! silver as the incremental runs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use proptest::prelude::*;
+use smelt_delta::Lake;
+use smelt_delta::silver::DeltaSilver;
+use smelt_delta::source::DeltaSource;
+use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
+use smelt_engine::ports::{Silent, SilverTable, Watermark, WriteStats};
+use smelt_engine::rejects::rejects_table;
+use smelt_engine::report::FlowReport;
+use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
+
+/// Keys with `a` set: three values of `a` (the empty string among them) times eight of `b`
+/// (NULL, 0..=6).
+const KEYED: usize = 24;
+/// Every key: the keyed ones, then three with a NULL `a` (`b` NULL, 0, 1), which silver
+/// cannot store.
+const KEYS: usize = 27;
+const A: [&str; 3] = ["", "a1", "a2"];
+
+/// Key `k`'s columns (a, b).
+fn key_cols(k: usize) -> (Option<&'static str>, Option<i64>) {
+    let b = |j: usize| (j > 0).then(|| j as i64 - 1);
+    if k < KEYED {
+        (Some(A[k % 3]), b(k / 3))
+    } else {
+        (None, b(k - KEYED))
+    }
+}
+
+/// The key whose columns are (a, b).
+fn key_of(a: Option<&str>, b: Option<i64>) -> usize {
+    (0..KEYS)
+        .find(|&k| {
+            let (ka, kb) = key_cols(k);
+            ka == a && kb == b
+        })
+        .expect("a model key")
+}
+
+fn val_text(v: u8) -> String {
+    format!("v{v}")
+}
+
+/// One change of key `key`: an upsert of `val` (NULL when `None`), or a delete (whose
+/// `val` is sent too, and means nothing).
+#[derive(Debug, Clone, PartialEq)]
+struct Change {
+    key: usize,
+    seq: i64,
+    val: Option<u8>,
+    delete: bool,
+}
+
+/// A silver row as read back: (a, b, val, seq).
+type Row = (Option<String>, Option<i64>, Option<String>, Option<i64>);
+/// A tombstone as read back: (a, b, seq).
+type Tomb = (Option<String>, Option<i64>, Option<i64>);
+
+/// The reference model: what silver and the tombstones hold, and the bronze version applied.
+#[derive(Debug, Clone, Default)]
+struct Model {
+    /// Stored rows: key → (seq, val).
+    silver: BTreeMap<usize, (i64, Option<u8>)>,
+    /// Tombstones: key → seq of the delete.
+    tombstones: BTreeMap<usize, i64>,
+    watermark: Option<i64>,
+}
+
+/// The changes of bronze versions `(after, to]` (commit `i` is version `i`), in bronze order.
+fn window(commits: &[Vec<Change>], after: Option<i64>, to: i64) -> Vec<&Change> {
+    commits
+        .iter()
+        .enumerate()
+        .filter(|&(v, _)| after.is_none_or(|a| v as i64 > a) && v as i64 <= to)
+        .flat_map(|(_, c)| c.iter())
+        .collect()
+}
+
+impl Model {
+    /// One run over `changes` (bronze order); returns how many keys it rejects.
+    fn apply(&mut self, changes: Vec<&Change>) -> usize {
+        // The latest change per key: the greatest sequence, the later change on a tie.
+        let mut latest: BTreeMap<usize, &Change> = BTreeMap::new();
+        for c in changes {
+            if latest.get(&c.key).is_none_or(|best| c.seq >= best.seq) {
+                latest.insert(c.key, c);
+            }
+        }
+        let mut rejected = 0;
+        for (k, c) in latest {
+            if key_cols(k).0.is_none() {
+                rejected += 1; // NULL in the NOT NULL key column `a`
+                continue;
+            }
+            let past_stored = self.silver.get(&k).is_none_or(|&(s, _)| c.seq > s);
+            let past_tomb = self.tombstones.get(&k).is_none_or(|&t| c.seq > t);
+            if c.delete {
+                if past_stored {
+                    self.silver.remove(&k);
+                    if past_tomb {
+                        self.tombstones.insert(k, c.seq);
+                    }
+                }
+            } else if past_stored && past_tomb {
+                self.silver.insert(k, (c.seq, c.val));
+            }
+        }
+        rejected
+    }
+
+    /// A run with bronze at version `v` (`commits[..=v]` delivered): the versions after the
+    /// watermark (all of them on the first run), nothing when silver is up to date.
+    fn plain(&mut self, commits: &[Vec<Change>], v: i64) -> usize {
+        if self.watermark == Some(v) {
+            return 0;
+        }
+        let rejected = self.apply(window(commits, self.watermark, v));
+        self.watermark = Some(v);
+        rejected
+    }
+
+    /// A replay of the versions after `after` (`--since`) with bronze at version `v`; the
+    /// watermark moves to `v` only if the window leaves no gap after it.
+    fn replay(&mut self, commits: &[Vec<Change>], after: i64, v: i64) -> usize {
+        let w = self.watermark.expect("a run before a replay");
+        if after >= v {
+            return 0;
+        }
+        let rejected = self.apply(window(commits, Some(after), v));
+        self.watermark = Some(if after <= w { w.max(v) } else { w });
+        rejected
+    }
+
+    fn rows(&self) -> Vec<Row> {
+        let mut out: Vec<Row> = self
+            .silver
+            .iter()
+            .map(|(&k, &(seq, val))| {
+                let (a, b) = key_cols(k);
+                (a.map(str::to_string), b, val.map(val_text), Some(seq))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn tombs(&self) -> Vec<Tomb> {
+        let mut out: Vec<Tomb> = self
+            .tombstones
+            .iter()
+            .map(|(&k, &seq)| {
+                let (a, b) = key_cols(k);
+                (a.map(str::to_string), b, Some(seq))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+/// The flow: silver `s.t` keyed on (a, b), sequenced by `seq`, `op = 'D'` deletes.
+fn flow(dir: &std::path::Path) -> ApplyFlow {
+    std::fs::write(
+        dir.join("s.sql"),
+        "CREATE TABLE s.t (a STRING NOT NULL, b BIGINT, val STRING, seq BIGINT)",
+    )
+    .unwrap();
+    let yaml = "lake: .\nflows:\n  t:\n    apply:\n      from: b.t\n      into: s.t\n      schema: s.sql\n      keys: [a, b]\n      sequence_by: [seq]\n      apply_as_deletes: op = 'D'\n";
+    let p = Pipeline::from_str(yaml, &dir.join("smelt.yaml")).unwrap();
+    let FlowKind::Apply(a) = p.flows[0].kind.clone() else {
+        panic!("an apply flow")
+    };
+    assert_eq!(a.keys, ["a", "b"]);
+    a
+}
+
+/// Appends `changes` to bronze `b.t` (all text, as bronze is) in one commit, in order.
+async fn append(lake: &Lake, changes: &[Change], commit: i64) {
+    let schema = Arc::new(Schema::new(
+        ["a", "b", "val", "seq", "op"]
+            .map(|n| Field::new(n, DataType::Utf8, true))
+            .to_vec(),
+    ));
+    let text = |f: &dyn Fn(&Change) -> Option<String>| -> ArrayRef {
+        Arc::new(StringArray::from(changes.iter().map(f).collect::<Vec<_>>()))
+    };
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            text(&|c| key_cols(c.key).0.map(str::to_string)),
+            text(&|c| key_cols(c.key).1.map(|b| b.to_string())),
+            text(&|c| c.val.map(val_text)),
+            text(&|c| Some(c.seq.to_string())),
+            text(&|c| Some(if c.delete { "D" } else { "U" }.to_string())),
+        ],
+    )
+    .unwrap();
+    let name = TableName::parse("b.t").unwrap();
+    let mut bronze = DeltaSilver::open(lake, &name)
+        .await
+        .unwrap()
+        .without_compaction();
+    if bronze.schema().is_none() {
+        bronze.create(schema).await.unwrap();
+    }
+    bronze
+        .stage(batch, &BooleanArray::from(vec![false; changes.len()]), &[])
+        .await
+        .unwrap();
+    let watermark = Watermark {
+        app_id: "test/bronze".into(),
+        version: commit,
+        run_id: format!("bronze-{commit}"),
+        report: None,
+        extra: Vec::new(),
+    };
+    bronze.commit(&[], &watermark).await.unwrap();
+}
+
+/// A silver table whose commit fails (the process dies after the tombstones commit).
+struct CrashOnCommit(DeltaSilver);
+
+#[async_trait::async_trait]
+impl SilverTable for CrashOnCommit {
+    fn table(&self) -> &TableName {
+        self.0.table()
+    }
+    fn schema(&self) -> Option<SchemaRef> {
+        self.0.schema()
+    }
+    fn version(&self) -> Option<i64> {
+        self.0.version()
+    }
+    async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
+        self.0.watermark(app_id).await
+    }
+    async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
+        self.0.create(schema).await
+    }
+    async fn lookup(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> smelt_engine::Result<RecordBatch> {
+        self.0.lookup(keys, columns).await
+    }
+    async fn stage(
+        &mut self,
+        rows: RecordBatch,
+        replaces: &BooleanArray,
+        keys: &[String],
+    ) -> smelt_engine::Result<()> {
+        self.0.stage(rows, replaces, keys).await
+    }
+    fn property(&self, key: &str) -> Option<String> {
+        self.0.property(key)
+    }
+    async fn set_property(&mut self, key: &str, value: &str) -> smelt_engine::Result<()> {
+        self.0.set_property(key, value).await
+    }
+    async fn add_columns(&mut self, fields: Vec<Field>) -> smelt_engine::Result<()> {
+        self.0.add_columns(fields).await
+    }
+    async fn widen(
+        &mut self,
+        schema: SchemaRef,
+        keys: &[String],
+    ) -> smelt_engine::Result<WriteStats> {
+        self.0.widen(schema, keys).await
+    }
+    async fn stage_overwrite(&mut self) -> smelt_engine::Result<()> {
+        self.0.stage_overwrite().await
+    }
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {
+        self.0.stage_deletes(keys).await
+    }
+    async fn commit(&mut self, _: &[String], _: &Watermark) -> smelt_engine::Result<WriteStats> {
+        Err(smelt_engine::EngineError::Failpoint("silver commit".into()))
+    }
+    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
+        self.0.commit_values(key).await
+    }
+    async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
+        self.0.expire(column, before_us).await
+    }
+}
+
+/// How a run goes.
+#[derive(Debug, Clone, Copy, Default)]
+struct How {
+    /// `--since`: replays the bronze versions after this one.
+    replay_after: Option<i64>,
+    /// `--full-refresh`.
+    full_refresh: bool,
+    /// A memory limit so small that the changes are applied in key partitions (several
+    /// stages of silver and tombstones in one run).
+    partitioned: bool,
+    /// Dies before silver's commit (after the tombstones commit).
+    crash: bool,
+}
+
+/// One run of the flow, as `smelt run` does it (every table opened anew); its report,
+/// `None` for a run that crashed.
+async fn run(lake: &Lake, flow: &ApplyFlow, how: How) -> Option<FlowReport> {
+    let source = DeltaSource::open(lake, &flow.from).await.unwrap();
+    let silver = DeltaSilver::open(lake, &flow.into).await.unwrap();
+    let mut crashing;
+    let mut plain;
+    let silver: &mut dyn SilverTable = if how.crash {
+        crashing = CrashOnCommit(silver);
+        &mut crashing
+    } else {
+        plain = silver;
+        &mut plain
+    };
+    let mut tombstones = DeltaSilver::open(lake, &tombstone_table(&flow.into))
+        .await
+        .unwrap();
+    let mut rejects = DeltaSilver::open(lake, &rejects_table(&flow.into))
+        .await
+        .unwrap();
+    let mut ctx = RunContext::new(false, how.full_refresh);
+    ctx.replay_after = how.replay_after;
+    if how.partitioned {
+        ctx.memory_limit = Some(1);
+    }
+    let tables = ApplyTables {
+        silver,
+        tombstones: &mut tombstones,
+        rejects: &mut rejects,
+    };
+    let result = run_apply("t", flow, &source, tables, &ctx, &Silent).await;
+    if how.crash {
+        assert!(
+            matches!(result, Err(smelt_engine::EngineError::Failpoint(_))),
+            "{result:?}"
+        );
+        return None;
+    }
+    Some(result.unwrap())
+}
+
+async fn query(lake: &Lake, sql: &str) -> Vec<RecordBatch> {
+    let ctx = lake.session().await.unwrap();
+    ctx.sql(sql).await.unwrap().collect().await.unwrap()
+}
+
+fn texts(a: &ArrayRef) -> Vec<Option<String>> {
+    let a = arrow::compute::cast(a, &DataType::Utf8).unwrap();
+    a.as_string::<i32>()
+        .iter()
+        .map(|v| v.map(str::to_string))
+        .collect()
+}
+
+fn ints(a: &ArrayRef) -> Vec<Option<i64>> {
+    let a = arrow::compute::cast(a, &DataType::Int64).unwrap();
+    a.as_primitive::<Int64Type>().iter().collect()
+}
+
+/// The stored silver rows, read through delta-rs' own scan (not smelt's lookups), sorted.
+async fn silver_rows(lake: &Lake) -> Vec<Row> {
+    if !lake.exists(&TableName::parse("s.t").unwrap()) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for b in query(lake, "SELECT a, b, val, seq FROM s.t").await {
+        let (a, key_b) = (texts(b.column(0)), ints(b.column(1)));
+        let (val, seq) = (texts(b.column(2)), ints(b.column(3)));
+        out.extend(
+            a.into_iter()
+                .zip(key_b)
+                .zip(val)
+                .zip(seq)
+                .map(|(((a, b), val), seq)| (a, b, val, seq)),
+        );
+    }
+    out.sort();
+    out
+}
+
+/// The stored tombstones, sorted.
+async fn tombstones(lake: &Lake) -> Vec<Tomb> {
+    if !lake.exists(&TableName::parse("s.t__tombstones").unwrap()) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for b in query(lake, "SELECT a, b, seq FROM s.t__tombstones").await {
+        let (a, key_b, seq) = (texts(b.column(0)), ints(b.column(1)), ints(b.column(2)));
+        out.extend(
+            a.into_iter()
+                .zip(key_b)
+                .zip(seq)
+                .map(|((a, b), seq)| (a, b, seq)),
+        );
+    }
+    out.sort();
+    out
+}
+
+/// Silver, the tombstones and the run's rejected count as the model says.
+async fn check(lake: &Lake, model: &Model, report: &FlowReport, rejected: usize, when: &str) {
+    assert_eq!(
+        report.rejected, rejected,
+        "{when}: keys rejected (NULL in `a`)"
+    );
+    assert_eq!(silver_rows(lake).await, model.rows(), "{when}: silver");
+    assert_eq!(tombstones(lake).await, model.tombs(), "{when}: tombstones");
+}
+
+/// The changes of every key, in bundles that stay together in one bronze commit: 1–5
+/// changes per key with distinct sequences, some upserting NULL; the first change of every
+/// fourth key is a delete (a delete before the insert), every fourth key (offset 1) has a
+/// delete between two upserts; for some keys one change comes with a twin of the same
+/// sequence and other data (another value, or delete against upsert), right before or
+/// after it.
+fn changes() -> impl Strategy<Value = Vec<Vec<Change>>> {
+    let per_key: Vec<_> = (0..KEYS)
+        .map(|k| {
+            (
+                proptest::sample::subsequence((0..300i64).collect::<Vec<_>>(), 1..=5),
+                proptest::collection::vec(
+                    (
+                        prop_oneof![4 => (0u8..4).prop_map(Some), 1 => Just(None)],
+                        proptest::bool::weighted(0.35),
+                    ),
+                    5,
+                ),
+                proptest::option::weighted(0.25, (0usize..5, any::<bool>(), 0u8..3)),
+            )
+                .prop_map(move |(mut seqs, kinds, tie)| {
+                    seqs.sort();
+                    let mut out: Vec<Change> = seqs
+                        .iter()
+                        .zip(kinds)
+                        .map(|(&seq, (val, delete))| Change {
+                            key: k,
+                            seq,
+                            val,
+                            delete,
+                        })
+                        .collect();
+                    if k % 4 == 0 {
+                        out[0].delete = true;
+                    }
+                    if k % 4 == 1 && out.len() >= 3 {
+                        out[0].delete = false;
+                        out[1].delete = true;
+                        out[2].delete = false;
+                    }
+                    let mut bundles: Vec<Vec<Change>> = out.into_iter().map(|c| vec![c]).collect();
+                    if let Some((at, twin_first, how)) = tie {
+                        let at = at % bundles.len();
+                        let change = bundles[at][0].clone();
+                        let twin = twin_of(&change, how);
+                        bundles[at] = if twin_first {
+                            vec![twin, change]
+                        } else {
+                            vec![change, twin]
+                        };
+                    }
+                    bundles
+                })
+        })
+        .collect();
+    per_key.prop_map(|keys| keys.into_iter().flatten().collect())
+}
+
+/// A change of `c`'s key and sequence with other data: an upsert for a delete; for an
+/// upsert, a delete (`how` 0) or an upsert of another value.
+fn twin_of(c: &Change, how: u8) -> Change {
+    let mut twin = c.clone();
+    if c.delete {
+        twin.delete = false;
+        twin.val = Some(how);
+    } else if how == 0 {
+        twin.delete = true;
+    } else {
+        twin.val = Some(c.val.map_or(how, |v| (v + how) % 4));
+    }
+    twin
+}
+
+/// A delivery: the changes shuffled (some sent again later), cut into bronze commits, runs
+/// after some commits.
+#[derive(Debug, Clone)]
+struct Plan {
+    commits: Vec<Vec<Change>>,
+    /// After commit `i`: a run of this kind (or none).
+    runs: Vec<Option<Run>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Run {
+    Plain,
+    /// Replays the bronze versions after this one (`--since`) first, then a plain run.
+    Replay(i64),
+    /// Crashes once before silver's commit first, then a plain run.
+    Crash,
+    /// A run in key partitions.
+    Partitioned,
+}
+
+fn delivery() -> impl Strategy<Value = Plan> {
+    changes().prop_flat_map(|all| {
+        (
+            Just(all).prop_shuffle(),
+            proptest::collection::vec(1usize..=12, 1..=10),
+            proptest::collection::vec(0u8..12, 12),
+        )
+            .prop_map(|(mut shuffled, cuts, run_kinds)| {
+                // A few changes sent again later (re-sent rows); never one of a tied pair,
+                // whose winner is decided by bronze order.
+                let again: Vec<Vec<Change>> = shuffled
+                    .iter()
+                    .filter(|b| b.len() == 1)
+                    .step_by(7)
+                    .cloned()
+                    .collect();
+                shuffled.extend(again);
+                let mut commits: Vec<Vec<Change>> = Vec::new();
+                let mut rest = shuffled.as_slice();
+                for &cut in &cuts {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    let take = cut.min(rest.len());
+                    commits.push(rest[..take].concat());
+                    rest = &rest[take..];
+                }
+                if !rest.is_empty() {
+                    commits.push(rest.concat());
+                }
+                let runs = (0..commits.len())
+                    .map(|i| match run_kinds.get(i).copied().unwrap_or(0) {
+                        // Not every commit is followed by a run.
+                        0..=2 if i + 1 < commits.len() => None,
+                        // A replay of the bronze versions after an earlier one.
+                        3 if i > 0 => Some(Run::Replay((i as i64 - 1) / 2)),
+                        // A run that dies between the tombstones and silver commits.
+                        4 => Some(Run::Crash),
+                        5 => Some(Run::Partitioned),
+                        _ => Some(Run::Plain),
+                    })
+                    .collect();
+                Plan { commits, runs }
+            })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(16),
+        max_shrink_iters: 50,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn silver_and_tombstones_match_the_model_after_every_run(plan in delivery()) {
+        deliver(&plan);
+    }
+}
+
+/// Delivers `plan`, checking silver, the tombstones and the rejected count after every
+/// run; then a `--full-refresh`, which must give the incremental silver, and the
+/// tombstones of a single run over all of bronze.
+fn deliver(plan: &Plan) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::new(dir.path().join("lake")).unwrap();
+        let flow = flow(dir.path());
+        let mut model = Model::default();
+        for (i, commit) in plan.commits.iter().enumerate() {
+            let v = i as i64;
+            append(&lake, commit, v).await;
+            let Some(kind) = plan.runs[i] else { continue };
+            let delivered = &plan.commits[..=i];
+            match kind {
+                // A replay (`--since`) needs a run before it.
+                Run::Replay(after) if model.watermark.is_some() => {
+                    let how = How {
+                        replay_after: Some(after),
+                        ..How::default()
+                    };
+                    let report = run(&lake, &flow, how).await.unwrap();
+                    let rejected = model.replay(delivered, after, v);
+                    let when = format!("replay after version {after} at bronze commit {i}");
+                    check(&lake, &model, &report, rejected, &when).await;
+                }
+                Run::Crash => {
+                    let how = How {
+                        crash: true,
+                        ..How::default()
+                    };
+                    assert!(run(&lake, &flow, how).await.is_none());
+                    // Silver is as it was (its tombstones may be ahead: they commit first).
+                    assert_eq!(
+                        silver_rows(&lake).await,
+                        model.rows(),
+                        "after a crash at bronze commit {i}"
+                    );
+                }
+                _ => {}
+            }
+            let how = How {
+                partitioned: matches!(kind, Run::Partitioned),
+                ..How::default()
+            };
+            let report = run(&lake, &flow, how).await.unwrap();
+            let rejected = model.plain(delivered, v);
+            let when = format!("after bronze commit {i} ({kind:?})");
+            check(&lake, &model, &report, rejected, &when).await;
+        }
+        // The last commit always gets a run: nothing left to do.
+        let last = plan.commits.len() as i64 - 1;
+        let report = run(&lake, &flow, How::default()).await.unwrap();
+        assert_eq!(report.status, "up_to_date");
+        let rejected = model.plain(&plan.commits, last);
+        check(&lake, &model, &report, rejected, "after the last commit").await;
+
+        let incremental = silver_rows(&lake).await;
+        let mut fresh = Model::default();
+        let rejected = fresh.plain(&plan.commits, last);
+        // Tied changes of one sequence share a commit, so the same bronze gives the same
+        // silver however it is cut into runs.
+        assert_eq!(
+            fresh.rows(),
+            model.rows(),
+            "the model: a rebuild vs the runs"
+        );
+        let how = How {
+            full_refresh: true,
+            ..How::default()
+        };
+        let report = run(&lake, &flow, how).await.unwrap();
+        assert_eq!(
+            (report.mode.as_str(), report.inserted),
+            ("rebuild", fresh.silver.len()),
+            "{report:?}"
+        );
+        check(&lake, &fresh, &report, rejected, "after --full-refresh").await;
+        assert_eq!(
+            silver_rows(&lake).await,
+            incremental,
+            "--full-refresh vs the runs"
+        );
+    });
+}
+
+fn up(a: Option<&str>, b: Option<i64>, seq: i64, val: Option<u8>) -> Change {
+    Change {
+        key: key_of(a, b),
+        seq,
+        val,
+        delete: false,
+    }
+}
+
+fn del(a: Option<&str>, b: Option<i64>, seq: i64) -> Change {
+    Change {
+        key: key_of(a, b),
+        seq,
+        val: None,
+        delete: true,
+    }
+}
+
+fn row(a: &str, b: Option<i64>, val: Option<&str>, seq: i64) -> Row {
+    (Some(a.into()), b, val.map(str::to_string), Some(seq))
+}
+
+fn tomb(a: &str, b: Option<i64>, seq: i64) -> Tomb {
+    (Some(a.into()), b, Some(seq))
+}
+
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+/// NULL and composite keys, late deletes, a delete before its insert, a tie, spelled out.
+#[test]
+fn null_and_composite_keys_with_late_deletes_and_a_tie() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::new(dir.path().join("lake")).unwrap();
+        let flow = flow(dir.path());
+        let (a1, a2, empty) = (Some("a1"), Some("a2"), Some(""));
+        let commits = vec![
+            vec![
+                up(a1, None, 10, Some(0)),
+                up(a1, Some(0), 10, Some(1)),
+                // Deleted before it is ever inserted.
+                del(a2, None, 20),
+                // NULL in `a`: rejected.
+                up(None, None, 5, Some(0)),
+                // Sent twice.
+                up(a1, None, 10, Some(0)),
+            ],
+            vec![
+                // Late: older than the stored row; no tombstone either.
+                del(a1, None, 5),
+                // Older than the key's tombstone: stays deleted.
+                up(a2, None, 15, Some(2)),
+                del(a1, Some(0), 11),
+                // The empty string is not NULL; a NULL value is stored as such.
+                up(empty, None, 1, None),
+                del(None, Some(0), 3),
+            ],
+            vec![
+                up(a2, None, 25, Some(2)),
+                // Older than the tombstone of (a1, 0).
+                up(a1, Some(0), 9, Some(3)),
+                up(a1, None, 12, Some(3)),
+                // A tie: the later change (the delete) wins.
+                up(empty, Some(0), 12, Some(1)),
+                del(empty, Some(0), 12),
+            ],
+        ];
+        let expected = [
+            (
+                vec![
+                    row("a1", None, Some("v0"), 10),
+                    row("a1", Some(0), Some("v1"), 10),
+                ],
+                vec![tomb("a2", None, 20)],
+                1,
+            ),
+            (
+                vec![row("", None, None, 1), row("a1", None, Some("v0"), 10)],
+                vec![tomb("a1", Some(0), 11), tomb("a2", None, 20)],
+                1,
+            ),
+            (
+                vec![
+                    row("", None, None, 1),
+                    row("a1", None, Some("v3"), 12),
+                    row("a2", None, Some("v2"), 25),
+                ],
+                vec![
+                    tomb("", Some(0), 12),
+                    tomb("a1", Some(0), 11),
+                    tomb("a2", None, 20),
+                ],
+                0,
+            ),
+        ];
+        let mut model = Model::default();
+        for (i, (rows, tombs, rejected)) in expected.into_iter().enumerate() {
+            append(&lake, &commits[i], i as i64).await;
+            let report = run(&lake, &flow, How::default()).await.unwrap();
+            let by_model = model.plain(&commits[..=i], i as i64);
+            assert_eq!(
+                (model.rows(), model.tombs(), by_model),
+                (sorted(rows), sorted(tombs), rejected),
+                "the model, run {i}"
+            );
+            check(&lake, &model, &report, rejected, &format!("run {i}")).await;
+        }
+        let how = How {
+            full_refresh: true,
+            ..How::default()
+        };
+        let report = run(&lake, &flow, how).await.unwrap();
+        let mut fresh = Model::default();
+        let rejected = fresh.plain(&commits, 2);
+        assert_eq!(
+            (fresh.rows(), fresh.tombs(), rejected),
+            (
+                model.rows(),
+                sorted(vec![tomb("", Some(0), 12), tomb("a1", Some(0), 11)]),
+                2
+            ),
+            "the model, rebuilt"
+        );
+        check(&lake, &fresh, &report, rejected, "after --full-refresh").await;
+        // Rejected keys are counted, not quarantined.
+        assert!(!lake.exists(&rejects_table(&flow.into)));
+    });
+}

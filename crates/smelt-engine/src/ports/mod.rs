@@ -1,0 +1,23 @@
+//! The ports a table format and a file store implement (DESIGN §7). Small on purpose:
+//! required methods are the minimum the run contract needs; extra abilities are defaulted.
+//!
+//! * [`Lake`]: where tables live — change sources, tables by role, the event log.
+//! * [`ChangeSource`]: a table's changes, in commit, file and row order.
+//! * [`SilverTable`]: a table a flow writes, with its watermark.
+//! * [`FileFlows`]: the flows that read or write files (ingest, export, replace_where from
+//!   files), implemented by `smelt-ingest`.
+//! * [`Reporter`]: progress and warnings, drawn by the CLI.
+
+mod event_log;
+mod files;
+mod lake;
+mod reporter;
+mod source;
+mod table;
+
+pub use event_log::EventLog;
+pub use files::{FileFlows, IngestTables};
+pub use lake::{Lake, SourceOptions, TableRole};
+pub use reporter::{Reporter, Silent};
+pub use source::{ChangeSet, ChangeSource};
+pub use table::{LastCommit, SilverTable, Watermark, WriteStats};

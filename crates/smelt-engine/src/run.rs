@@ -1,0 +1,237 @@
+//! One run of a pipeline (DESIGN §3): the selected flows in dependency order, each read
+//! through the [`Lake`], stopping at the first failure; then the event log.
+
+use smelt_spec::{Flow, Pipeline};
+
+use crate::apply::RunContext;
+use crate::ports::{FileFlows, LastCommit, Lake, Reporter, SilverTable};
+use crate::report::{FlowEvent, FlowReport};
+use crate::window::parse_instant;
+use crate::{EngineError, Result, failpoint};
+
+/// How a run runs, as resolved from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct RunSettings {
+    /// Plan only: compute the reports, write nothing (`smelt plan`).
+    pub dry_run: bool,
+    /// Ignore the watermarks and rebuild from the sources' snapshots.
+    pub full_refresh: bool,
+    /// Replay the source versions committed since this instant (`--since`).
+    pub since: Option<String>,
+    /// … up to this instant (`--until`).
+    pub until: Option<String>,
+    /// Time zone of `since`/`until` without one (`--tz`).
+    pub tz: Option<String>,
+    /// Memory for changes in flight, bytes (`--memory-limit`); `None`: the default.
+    pub memory_limit: Option<u64>,
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The run id.
+    pub run_id: String,
+    /// The reports of the flows that ran, in run order.
+    pub reports: Vec<FlowReport>,
+    /// The flow that failed and why; the flows after it did not run.
+    pub failed: Option<(String, EngineError)>,
+}
+
+/// Checks `--since`/`--until` before any flow runs: a window that does not parse is a
+/// usage error.
+pub fn check_window(settings: &RunSettings, now_us: i64) -> Result<()> {
+    for (option, value) in [("--since", &settings.since), ("--until", &settings.until)] {
+        if let Some(value) = value {
+            parse_instant(value, settings.tz.as_deref(), now_us, option)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs (or plans) `flows` of `pipeline` in dependency order (file order otherwise),
+/// stopping at the first failing flow. Every flow run (not plans) is appended to the
+/// lake's event log, with the rows a crash kept from earlier runs.
+pub async fn run(
+    pipeline: &Pipeline,
+    flows: &[&Flow],
+    lake: &dyn Lake,
+    files: &dyn FileFlows,
+    settings: &RunSettings,
+    reporter: &dyn Reporter,
+) -> Result<RunOutcome> {
+    let flows = crate::dag::run_order(flows)?;
+    let mut ctx = RunContext::new(settings.dry_run, settings.full_refresh);
+    check_window(settings, ctx.run_timestamp_us)?;
+    if settings.memory_limit.is_some() {
+        ctx.memory_limit = settings.memory_limit;
+    }
+    let mut reports = Vec::new();
+    let mut events = Vec::new();
+    let mut failed = None;
+    for flow in flows {
+        let started_at_us = now_us();
+        let cx = FlowRun {
+            pipeline,
+            lake,
+            files,
+            settings,
+            ctx: &ctx,
+            reporter,
+        };
+        let result = crate::flows::run_flow(&cx, flow, &mut events).await;
+        match result {
+            Ok(report) => {
+                reporter.finished(&flow.name, Some(&report));
+                events.push(FlowEvent {
+                    report: report.clone(),
+                    started_at_us,
+                    finished_at_us: now_us(),
+                    error: None,
+                });
+                reports.push(report);
+            }
+            Err(e) => {
+                reporter.finished(&flow.name, None);
+                let report = FlowReport {
+                    flow: flow.name.clone(),
+                    kind: flow.kind_name().into(),
+                    from: flow.source(),
+                    into: flow.target(),
+                    run_id: ctx.run_id.clone(),
+                    status: "failed".into(),
+                    ..FlowReport::default()
+                };
+                events.push(FlowEvent {
+                    report,
+                    started_at_us,
+                    finished_at_us: now_us(),
+                    error: Some(e.to_string()),
+                });
+                failed = Some((flow.name.clone(), e));
+                break;
+            }
+        }
+    }
+    if !settings.dry_run {
+        failpoint("before_event_log")?;
+        if let Err(e) = lake.event_log().append(&events).await {
+            reporter.warn(&format!(
+                "the run is committed, but its event log rows could not be written: {e}"
+            ));
+        }
+    }
+    Ok(RunOutcome {
+        run_id: ctx.run_id,
+        reports,
+        failed,
+    })
+}
+
+/// What a flow of a run reads and writes through.
+pub(crate) struct FlowRun<'a> {
+    pub(crate) pipeline: &'a Pipeline,
+    pub(crate) lake: &'a dyn Lake,
+    pub(crate) files: &'a dyn FileFlows,
+    pub(crate) settings: &'a RunSettings,
+    pub(crate) ctx: &'a RunContext,
+    pub(crate) reporter: &'a dyn Reporter,
+}
+
+impl FlowRun<'_> {
+    /// An event-log row lost to a crash after the last commit of `table` (written by
+    /// `flow`) comes back from that commit, into `events`.
+    pub(crate) async fn recover_event(
+        &self,
+        flow: &str,
+        table: &dyn SilverTable,
+        events: &mut Vec<FlowEvent>,
+    ) {
+        if self.ctx.dry_run {
+            return;
+        }
+        match table.last_commit().await {
+            Ok(last) => self.recover_from(flow, last, events).await,
+            Err(e) => self.cannot_check(flow, e),
+        }
+    }
+
+    /// The same for a flow whose last write is `last` (an export's saved state).
+    pub(crate) async fn recover_from(
+        &self,
+        flow: &str,
+        last: Option<LastCommit>,
+        events: &mut Vec<FlowEvent>,
+    ) {
+        if self.ctx.dry_run {
+            return;
+        }
+        match lost_event(self.lake, flow, last).await {
+            Ok(Some(event)) => events.push(event),
+            Ok(None) => {}
+            Err(e) => self.cannot_check(flow, e),
+        }
+    }
+
+    fn cannot_check(&self, flow: &str, e: EngineError) {
+        self.reporter.warn(&format!(
+            "could not check the event log for flow `{flow}`: {e}"
+        ));
+    }
+}
+
+/// The event of `last`, the last write of `flow`, when the event log lacks it (a crash
+/// between that write and the event-log append).
+async fn lost_event(
+    lake: &dyn Lake,
+    flow: &str,
+    last: Option<LastCommit>,
+) -> Result<Option<FlowEvent>> {
+    let Some(last) = last else {
+        return Ok(None);
+    };
+    let (Some(run_id), Some(report)) = (last.run_id, last.report) else {
+        return Ok(None);
+    };
+    let Ok(report) = serde_json::from_str::<FlowReport>(&report) else {
+        return Ok(None);
+    };
+    if report.flow != flow || lake.event_log().has_run(&run_id, flow).await? {
+        return Ok(None);
+    }
+    Ok(Some(FlowEvent {
+        report,
+        started_at_us: last.at_ms * 1000,
+        finished_at_us: last.at_ms * 1000,
+        error: None,
+    }))
+}
+
+/// The source versions of a replay window: read after the first, up to the second.
+pub(crate) async fn window(
+    source: &dyn crate::ports::ChangeSource,
+    settings: &RunSettings,
+    since: &str,
+    now_us: i64,
+) -> Result<(i64, i64)> {
+    let tz = settings.tz.as_deref();
+    let since_us = parse_instant(since, tz, now_us, "--since")?;
+    let after = source.version_at(since_us - 1).await?.unwrap_or(-1);
+    let to = match settings.until.as_deref() {
+        Some(u) => {
+            let until_us = parse_instant(u, tz, now_us, "--until")?;
+            if until_us < since_us {
+                return Err(EngineError::user(
+                    format!("--until ({u}) is before --since ({since})"),
+                    "swap them",
+                ));
+            }
+            source.version_at(until_us).await?.unwrap_or(-1)
+        }
+        None => source.version(),
+    };
+    Ok((after, to))
+}
+
+fn now_us() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}

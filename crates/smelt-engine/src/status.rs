@@ -1,0 +1,132 @@
+//! `smelt status`: per flow, the watermark, the source version and how far behind it is.
+
+use serde::Serialize;
+use smelt_spec::{Flow, FlowKind, ReplaceSource};
+
+use crate::apply::app_id;
+use crate::ports::{FileFlows, Lake, SourceOptions};
+use crate::Result;
+
+/// Where one flow stands.
+#[derive(Debug, Serialize)]
+pub struct FlowStatus {
+    /// Flow name.
+    pub flow: String,
+    /// What it reads.
+    pub from: String,
+    /// What it writes.
+    pub into: String,
+    /// The source version applied (export: exported) so far.
+    pub watermark: Option<i64>,
+    /// The source's version now.
+    pub bronze_version: Option<i64>,
+    /// Source versions not applied yet.
+    pub versions_behind: Option<i64>,
+    /// Ingest flows: files in the folder not loaded yet.
+    pub files_waiting: Option<usize>,
+    /// The written table's version.
+    pub silver_version: Option<i64>,
+    /// When the written table last changed (UTC, `YYYY-MM-DD HH:MM:SS`).
+    pub last_run_at: Option<String>,
+    /// The run that changed it last.
+    pub last_run_id: Option<String>,
+    /// Why the flow cannot run or has not run, if so.
+    pub problem: Option<String>,
+}
+
+/// The status of `flows`, in the order given. A table that cannot be opened fails; a
+/// source that cannot be read is the row's problem.
+pub async fn status(
+    flows: &[&Flow],
+    lake: &dyn Lake,
+    files: &dyn FileFlows,
+) -> Result<Vec<FlowStatus>> {
+    let mut rows = Vec::new();
+    for flow in flows {
+        let mut row = FlowStatus {
+            flow: flow.name.clone(),
+            from: flow.source(),
+            into: flow.target(),
+            watermark: None,
+            bronze_version: None,
+            versions_behind: None,
+            files_waiting: None,
+            silver_version: None,
+            last_run_at: None,
+            last_run_id: None,
+            problem: None,
+        };
+        // The table the flow reads (its version says how far behind the flow is).
+        if let Some(source) = flow.reads() {
+            match lake.source(source, SourceOptions::default()).await {
+                Ok(source) => row.bronze_version = Some(source.version()),
+                Err(e) => row.problem = Some(e.to_string()),
+            }
+        }
+        if let FlowKind::Export(export) = &flow.kind {
+            if export.url.is_none() && !export.folder.exists() {
+                row.problem = Some("not exported yet: run `smelt run`".into());
+            } else {
+                match files.exported_version(&flow.name, export).await {
+                    Ok(version) => row.watermark = version,
+                    Err(e) => row.problem = Some(e.to_string()),
+                }
+            }
+            rows.push(behind(row));
+            continue;
+        }
+        let Some(table) = flow.writes() else {
+            continue;
+        };
+        let output = lake.inspect(table).await?;
+        let landing = match &flow.kind {
+            FlowKind::Ingest(ingest) => Some(ingest),
+            FlowKind::ReplaceWhere(r) => match &r.from {
+                ReplaceSource::Files(f) => Some(f.as_ref()),
+                ReplaceSource::Table(_) => None,
+            },
+            _ => None,
+        };
+        if let Some(landing) = landing.filter(|f| f.url.is_none() && !f.folder.exists()) {
+            row.problem = Some(format!(
+                "no files yet: `{}` does not exist",
+                landing.folder.display()
+            ));
+        } else if let Some(landing) = landing {
+            match files.files_waiting(&flow.name, landing, &*output).await {
+                Ok(n) => row.files_waiting = Some(n),
+                Err(e) => row.problem = Some(e.to_string()),
+            }
+        }
+        if output.schema().is_some() {
+            row.silver_version = output.version();
+            row.watermark = output.watermark(&app_id(&flow.name)).await?;
+            if let Some(last) = output.last_commit().await? {
+                row.last_run_at = utc_text(last.at_ms);
+                row.last_run_id = last.run_id;
+            }
+        } else if row.problem.is_none() {
+            row.problem = Some(format!("`{table}` not created yet: run `smelt run`"));
+        }
+        rows.push(behind(row));
+    }
+    Ok(rows)
+}
+
+/// `row` with how many source versions it is behind.
+fn behind(mut row: FlowStatus) -> FlowStatus {
+    row.versions_behind = match (row.bronze_version, row.watermark) {
+        (Some(b), Some(w)) => Some(b - w),
+        (Some(b), None) => Some(b + 1),
+        _ => None,
+    };
+    row
+}
+
+/// `ms` since the epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+fn utc_text(ms: i64) -> Option<String> {
+    let secs = ms.div_euclid(1000);
+    let nanos = (ms.rem_euclid(1000) * 1_000_000) as u32;
+    chrono::DateTime::from_timestamp(secs, nanos).map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+}
+

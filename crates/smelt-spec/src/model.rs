@@ -1,0 +1,136 @@
+//! The validated model: a [`Pipeline`] of named [`Flow`]s, each of one [`FlowKind`], and
+//! what each flow reads and writes.
+
+use std::path::{Path, PathBuf};
+
+use crate::append::AppendFlow;
+use crate::apply::ApplyFlow;
+use crate::ddl::TableName;
+use crate::export::ExportFlow;
+use crate::ingest::IngestFlow;
+use crate::replace_where::{ReplaceSource, ReplaceWhereFlow};
+
+/// A validated pipeline file.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// The lake root: a local folder, resolved against the file's folder.
+    pub lake: PathBuf,
+    /// Flows in file order.
+    pub flows: Vec<Flow>,
+}
+
+/// One named flow.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    /// Name (the key under `flows:`).
+    pub name: String,
+    /// What the flow does.
+    pub kind: FlowKind,
+}
+
+/// The kinds of flow (DESIGN §4).
+#[derive(Debug, Clone)]
+pub enum FlowKind {
+    /// Bronze → silver by key.
+    Apply(ApplyFlow),
+    /// Files → bronze, each file once.
+    Ingest(IngestFlow),
+    /// Rows added to a table → appended to another.
+    Append(AppendFlow),
+    /// A batch replaces the rows of a table matching a predicate.
+    ReplaceWhere(ReplaceWhereFlow),
+    /// Changed rows → Parquet files.
+    Export(ExportFlow),
+}
+
+impl Flow {
+    /// The table the flow reads, if it reads one.
+    pub fn reads(&self) -> Option<&TableName> {
+        match &self.kind {
+            FlowKind::Apply(a) => Some(&a.from),
+            FlowKind::Append(a) => Some(&a.from),
+            FlowKind::Export(e) => Some(&e.from),
+            FlowKind::ReplaceWhere(r) => match &r.from {
+                ReplaceSource::Table(t) => Some(t),
+                ReplaceSource::Files(_) => None,
+            },
+            FlowKind::Ingest(_) => None,
+        }
+    }
+
+    /// The table the flow writes (`None` for an export, which writes files).
+    pub fn writes(&self) -> Option<&TableName> {
+        match &self.kind {
+            FlowKind::Apply(a) => Some(&a.into),
+            FlowKind::Ingest(i) => Some(&i.into),
+            FlowKind::Append(a) => Some(&a.into),
+            FlowKind::ReplaceWhere(r) => Some(&r.into),
+            FlowKind::Export(_) => None,
+        }
+    }
+
+    /// The flow's kind as written in the file (`apply`, `ingest`, …).
+    pub fn kind_name(&self) -> &'static str {
+        match &self.kind {
+            FlowKind::Apply(_) => "apply",
+            FlowKind::Ingest(_) => "ingest",
+            FlowKind::Append(_) => "append",
+            FlowKind::ReplaceWhere(_) => "replace_where",
+            FlowKind::Export(_) => "export",
+        }
+    }
+
+    /// Where the flow reads from, for reports: a table or a folder.
+    pub fn source(&self) -> String {
+        match &self.kind {
+            FlowKind::Ingest(i) => i.from.clone(),
+            FlowKind::ReplaceWhere(r) => r.from_text.clone(),
+            _ => self.reads().map(|t| t.to_string()).unwrap_or_default(),
+        }
+    }
+
+    /// Whether the flow reads files that `other` writes (below an export's folder).
+    pub fn reads_files_of(&self, other: &Flow) -> bool {
+        let FlowKind::Export(e) = &other.kind else {
+            return false;
+        };
+        let files = match &self.kind {
+            FlowKind::Ingest(i) => i,
+            FlowKind::ReplaceWhere(r) => match &r.from {
+                ReplaceSource::Files(f) => f.as_ref(),
+                ReplaceSource::Table(_) => return false,
+            },
+            _ => return false,
+        };
+        match (&files.url, &e.url) {
+            (Some(a), Some(b)) => format!("{}/", a.trim_end_matches('/'))
+                .starts_with(&format!("{}/", b.trim_end_matches('/'))),
+            (None, None) => {
+                let clean = |p: &Path| {
+                    p.components()
+                        .filter(|c| !matches!(c, std::path::Component::CurDir))
+                        .collect::<PathBuf>()
+                };
+                clean(&files.folder).starts_with(clean(&e.folder))
+            }
+            _ => false,
+        }
+    }
+
+    /// Where the flow writes, for reports: a table or a folder.
+    pub fn target(&self) -> String {
+        match &self.kind {
+            FlowKind::Export(e) => e.to.clone(),
+            _ => self.writes().map(|t| t.to_string()).unwrap_or_default(),
+        }
+    }
+}
+
+impl Pipeline {
+    /// The flow called `name`.
+    pub fn flow(&self, name: &str) -> Option<&Flow> {
+        self.flows.iter().find(|f| f.name == name)
+    }
+}
