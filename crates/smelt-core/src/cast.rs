@@ -182,7 +182,6 @@ fn normalize_strings(input: &ArrayRef) -> Result<ArrayRef> {
     Ok(Arc::new(out))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 use smelt_spec::{Flow, FlowKind, ReplaceSource, ReplaceWhereFlow, SourceDeletes};
 
 use crate::apply::{ApplyTables, run_apply, tombstone_table};
-use crate::apply::app_id;
+use crate::context::app_id;
 use crate::ports::{IngestTables, SourceOptions, TableRole};
 use crate::rejects::rejects_table;
 use crate::replace::{TableBatch, run_replace_where};
@@ -27,7 +27,8 @@ pub(crate) async fn run_flow(
             let mut source = lake.source(&apply.from, options).await?;
             let mut ctx = ctx.clone();
             if let Some(since) = &cx.settings.since {
-                let (after, to) = window(&*source, cx.settings, since, ctx.run_timestamp_us).await?;
+                let (after, to) =
+                    window(&*source, cx.settings, since, ctx.run_timestamp_us).await?;
                 source.pin(to)?;
                 ctx.replay_after = Some(after);
             }

@@ -33,9 +33,11 @@
 
 pub mod append;
 pub mod apply;
+pub mod context;
 pub mod dag;
 mod error;
 mod flows;
+mod phases;
 pub mod ports;
 pub mod predicate;
 pub mod rejects;

@@ -326,6 +326,47 @@ pub async fn run_replace_where(
     commit_report(target, watermark, report, ("read and check", read_ms)).await
 }
 
+/// The report of a replace_where run that finds no new batch: `applied` is the stored
+/// watermark, `to_version` the source version (or batch number) seen.
+pub fn up_to_date(
+    flow_name: &str,
+    flow: &ReplaceWhereFlow,
+    ctx: &RunContext,
+    applied: Option<i64>,
+    to_version: i64,
+    target_version: Option<i64>,
+) -> FlowReport {
+    FlowReport {
+        flow: flow_name.to_string(),
+        kind: "replace_where".into(),
+        from: flow.from_text.clone(),
+        into: flow.into.to_string(),
+        run_id: ctx.run_id.clone(),
+        status: "up_to_date".into(),
+        from_version: applied,
+        to_version,
+        silver_version: target_version,
+        ..FlowReport::default()
+    }
+}
+
+/// The watermark a replace_where commit carries: source version (or batch number)
+/// `version` applied, with the ledger entries `extra`.
+pub fn watermark(
+    flow_name: &str,
+    ctx: &RunContext,
+    version: i64,
+    extra: Vec<(String, String)>,
+) -> Watermark {
+    Watermark {
+        app_id: crate::apply::app_id(flow_name),
+        version,
+        run_id: ctx.run_id.clone(),
+        report: None,
+        extra,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,46 +437,5 @@ mod tests {
                 assert!(!p.evaluate(&batch).unwrap().value(0), "{sql}");
             }
         }
-    }
-}
-
-/// The report of a replace_where run that finds no new batch: `applied` is the stored
-/// watermark, `to_version` the source version (or batch number) seen.
-pub fn up_to_date(
-    flow_name: &str,
-    flow: &ReplaceWhereFlow,
-    ctx: &RunContext,
-    applied: Option<i64>,
-    to_version: i64,
-    target_version: Option<i64>,
-) -> FlowReport {
-    FlowReport {
-        flow: flow_name.to_string(),
-        kind: "replace_where".into(),
-        from: flow.from_text.clone(),
-        into: flow.into.to_string(),
-        run_id: ctx.run_id.clone(),
-        status: "up_to_date".into(),
-        from_version: applied,
-        to_version,
-        silver_version: target_version,
-        ..FlowReport::default()
-    }
-}
-
-/// The watermark a replace_where commit carries: source version (or batch number)
-/// `version` applied, with the ledger entries `extra`.
-pub fn watermark(
-    flow_name: &str,
-    ctx: &RunContext,
-    version: i64,
-    extra: Vec<(String, String)>,
-) -> Watermark {
-    Watermark {
-        app_id: crate::apply::app_id(flow_name),
-        version,
-        run_id: ctx.run_id.clone(),
-        report: None,
-        extra,
     }
 }

@@ -3,8 +3,8 @@
 
 use smelt_spec::{Flow, Pipeline};
 
-use crate::apply::RunContext;
-use crate::ports::{FileFlows, LastCommit, Lake, Reporter, SilverTable};
+use crate::context::RunContext;
+use crate::ports::{FileFlows, Lake, LastCommit, Reporter, SilverTable};
 use crate::report::{FlowEvent, FlowReport};
 use crate::window::parse_instant;
 use crate::{EngineError, Result, failpoint};

@@ -3,9 +3,9 @@
 use serde::Serialize;
 use smelt_spec::{Flow, FlowKind, ReplaceSource};
 
-use crate::apply::app_id;
-use crate::ports::{FileFlows, Lake, SourceOptions};
 use crate::Result;
+use crate::context::app_id;
+use crate::ports::{FileFlows, Lake, SourceOptions};
 
 /// Where one flow stands.
 #[derive(Debug, Serialize)]
@@ -129,4 +129,3 @@ fn utc_text(ms: i64) -> Option<String> {
     let nanos = (ms.rem_euclid(1000) * 1_000_000) as u32;
     chrono::DateTime::from_timestamp(secs, nanos).map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
 }
-

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use smelt_engine::EngineError;
-use smelt_engine::apply::RunContext;
+use smelt_engine::context::RunContext;
 use smelt_engine::ports::{
     ChangeSource, FileFlows, IngestTables, LastCommit, Reporter, SilverTable,
 };
@@ -58,7 +58,7 @@ impl FileFlows for Files {
         reporter: &dyn Reporter,
     ) -> smelt_engine::Result<FlowReport> {
         let applied = target
-            .watermark(&smelt_engine::apply::app_id(name))
+            .watermark(&smelt_engine::context::app_id(name))
             .await?;
         let up_to_date = |to| up_to_date(name, flow, ctx, applied, to, target.version());
         // No folder yet, and an export of the pipeline writes it: no batch yet.

@@ -42,8 +42,8 @@ use crate::parquet::{FileRef, FileRows};
 use lookup::LookedUp;
 use rewrite::key_columns;
 
-pub use smelt_engine::ports::LastCommit;
 pub use compact::{ROWS_PER_FILE, SMALL_FILES_TO_COMPACT};
+pub use smelt_engine::ports::LastCommit;
 
 /// A silver Delta table (it may not exist yet).
 pub struct DeltaSilver {

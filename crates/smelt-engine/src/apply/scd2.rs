@@ -16,7 +16,10 @@ use smelt_core::dedupe::latest_per_key;
 use smelt_spec::OnSequenceConflict;
 use smelt_spec::pipeline::{END_AT, START_AT};
 
-use super::{DELETED_AT, IS_DELETE, PartitionWork, Phases, Planned, column, stored_sequence_names};
+use super::cast::{IS_DELETE, column};
+use super::scd1::{PartitionWork, Planned};
+use super::tombstones::{DELETED_AT, stored_sequence_names};
+use crate::phases::Phases;
 use crate::ports::SilverTable;
 use crate::report::FlowReport;
 use crate::{EngineError, Result};

@@ -6,7 +6,7 @@ use smelt_spec::{ExportFlow, IngestFlow, ReplaceWhereFlow};
 
 use super::{ChangeSource, LastCommit, Reporter, SilverTable};
 use crate::Result;
-use crate::apply::RunContext;
+use crate::context::RunContext;
 use crate::report::FlowReport;
 
 /// The tables an ingest flow writes.

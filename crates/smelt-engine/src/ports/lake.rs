@@ -35,8 +35,11 @@ pub struct SourceOptions {
 pub trait Lake: Send + Sync {
     /// The changes of table `name`, pinned at its latest version. Fails when it does not
     /// exist or cannot be read right.
-    async fn source(&self, name: &TableName, options: SourceOptions)
-    -> Result<Box<dyn ChangeSource>>;
+    async fn source(
+        &self,
+        name: &TableName,
+        options: SourceOptions,
+    ) -> Result<Box<dyn ChangeSource>>;
     /// Table `name`, to write as `role` (it may not exist yet). Fails when the table has
     /// features a write would break.
     async fn table(&self, name: &TableName, role: TableRole) -> Result<Box<dyn SilverTable>>;

@@ -73,4 +73,3 @@ pub trait ChangeSource: Send + Sync {
         ))
     }
 }
-

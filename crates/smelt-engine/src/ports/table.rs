@@ -133,4 +133,3 @@ pub trait SilverTable: Send + Sync {
         Ok(None)
     }
 }
-

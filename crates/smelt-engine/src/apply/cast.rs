@@ -1,0 +1,360 @@
+//! The cast: bronze change batches cast to silver's types as they stream in ([`CastPlan`]),
+//! deletes and truncates marked, cast failures and expectations handled as the flow says.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
+use arrow::compute::{filter, filter_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::util::display::array_value_to_string;
+use smelt_core::cast::cast_columns;
+use smelt_core::change::{
+    CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, DELETE, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
+};
+use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
+use smelt_spec::{ApplyFlow, OnCastError, OnViolation, SourceDeletes};
+
+use super::schema::is_audit;
+use crate::predicate::Predicate;
+use crate::rejects::{Reason, Rejects};
+use crate::report::FlowReport;
+use crate::schema::type_name;
+use crate::{EngineError, Result};
+
+/// The column of a cast change batch that marks deletes.
+pub(super) const IS_DELETE: &str = "_smelt_is_delete";
+
+/// The change batch schema: bronze columns, then the change metadata.
+pub(super) fn source_change_schema(bronze: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = bronze.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.extend(smelt_core::change::metadata_fields());
+    Arc::new(Schema::new(fields))
+}
+
+/// Column `name` of a batch the run built itself (a cast change batch): missing is a bug.
+pub(super) fn column(batch: &RecordBatch, name: &str) -> Result<ArrayRef> {
+    batch
+        .column_by_name(name)
+        .cloned()
+        .ok_or_else(|| EngineError::Internal(format!("cast batch without `{name}`")))
+}
+
+/// The first value that failed to cast, for `on_cast_error: fail`.
+pub(super) struct CastFailure {
+    pub(super) column: String,
+    pub(super) target: String,
+    pub(super) value: String,
+    /// Among the run's upserts.
+    pub(super) row: usize,
+    pub(super) version: String,
+    pub(super) key: String,
+}
+
+/// Casts bronze change batches to the flow's silver types as they stream in, and marks
+/// the deletes among them.
+pub(super) struct CastPlan {
+    /// Silver columns (audit columns excepted) in silver types, then `_commit_timestamp`
+    /// and [`IS_DELETE`].
+    pub(super) schema: SchemaRef,
+    targets: Vec<(String, DataType)>,
+    /// `apply_as_deletes`, over the change batch.
+    as_deletes: Option<Predicate>,
+    source_deletes: SourceDeletes,
+    /// `expect:`, over the cast batch.
+    expectations: Vec<(String, Predicate)>,
+    /// `apply_as_truncates`, over the change batch.
+    as_truncates: Option<Predicate>,
+    /// The sequence columns in the cast batch.
+    pub(super) sequence: Vec<String>,
+}
+
+/// Where [`CastPlan::cast`] reports what it found.
+pub(super) struct CastSink<'a> {
+    pub(super) report: &'a mut FlowReport,
+    pub(super) first_failure: &'a mut Option<CastFailure>,
+    /// The first expectation failure under `on_violation: fail`, as a message.
+    pub(super) first_violation: &'a mut Option<String>,
+    pub(super) rejects: &'a mut Rejects,
+    /// The sequence columns of every truncate seen.
+    pub(super) truncates: &'a mut Vec<RecordBatch>,
+}
+
+impl CastPlan {
+    fn new(
+        schema: &SchemaRef,
+        is_audit: &dyn Fn(&str) -> bool,
+        as_deletes: Option<Predicate>,
+        source_deletes: SourceDeletes,
+    ) -> Self {
+        let targets: Vec<(String, DataType)> = schema
+            .fields()
+            .iter()
+            .filter(|f| !is_audit(f.name()))
+            .map(|f| (f.name().clone(), f.data_type().clone()))
+            .collect();
+        let mut fields: Vec<Field> = targets
+            .iter()
+            .map(|(n, t)| Field::new(n, t.clone(), true))
+            .collect();
+        fields.push(Field::new(COMMIT_TIMESTAMP, timestamp_utc(), true));
+        fields.push(Field::new(COMMIT_VERSION, DataType::Int64, true));
+        fields.push(Field::new(IS_DELETE, DataType::Boolean, false));
+        Self {
+            schema: Arc::new(Schema::new(fields)),
+            targets,
+            as_deletes,
+            source_deletes,
+            expectations: Vec::new(),
+            as_truncates: None,
+            sequence: Vec::new(),
+        }
+    }
+
+    /// The cast of `flow` to the silver columns of `schema` (audit columns excepted), with
+    /// `as_deletes` (`apply_as_deletes`, compiled already), `apply_as_truncates`, the
+    /// sequence columns and the expectations.
+    pub(super) fn for_flow(
+        flow_name: &str,
+        flow: &ApplyFlow,
+        bronze: &SchemaRef,
+        schema: &SchemaRef,
+        as_deletes: Option<Predicate>,
+    ) -> Result<Self> {
+        let as_truncates = flow
+            .apply_as_truncates
+            .as_deref()
+            .map(|sql| {
+                Predicate::compile(
+                    sql,
+                    &source_change_schema(bronze),
+                    &format!("flow `{flow_name}`: `apply_as_truncates`"),
+                )
+            })
+            .transpose()?;
+        let mut casting = CastPlan::new(
+            schema,
+            &|n: &str| is_audit(flow, n),
+            as_deletes,
+            flow.source_deletes,
+        );
+        casting.as_truncates = as_truncates;
+        let cast_sequence: Vec<String> = flow
+            .sequence_by
+            .iter()
+            .map(|s| {
+                if s == SEQ_COMMIT_TIMESTAMP {
+                    COMMIT_TIMESTAMP.to_string()
+                } else {
+                    s.clone()
+                }
+            })
+            .collect();
+        casting.sequence = cast_sequence;
+        for (name, sql) in &flow.expectations {
+            let predicate = Predicate::compile(
+                sql,
+                &casting.schema,
+                &format!("flow `{flow_name}`: expectation `{name}`"),
+            )?;
+            casting.expectations.push((name.clone(), predicate));
+        }
+        Ok(casting)
+    }
+
+    /// The changes of `batch` that apply — inserts and update post-images, and with
+    /// `source_deletes: apply` deletes; the rest is counted as ignored — cast, with
+    /// [`IS_DELETE`] set for deletes and for rows matching `apply_as_deletes`. Failures are
+    /// counted per column among the upserts (a delete needs only its key and sequence);
+    /// the first one is kept.
+    pub(super) fn cast(
+        &self,
+        batch: &RecordBatch,
+        flow: &ApplyFlow,
+        offset: usize,
+        sink: &mut CastSink<'_>,
+    ) -> Result<RecordBatch> {
+        let report = &mut *sink.report;
+        let first = &mut *sink.first_failure;
+        let kinds = batch
+            .column_by_name(CHANGE_TYPE)
+            .ok_or_else(|| EngineError::Internal("change batch without _change_type".into()))?;
+        let kinds = arrow::compute::cast(kinds, &DataType::Utf8)?;
+        let is = |kind: &str| {
+            arrow::compute::kernels::cmp::eq(&kinds, &arrow::array::StringArray::new_scalar(kind))
+        };
+        let upsert = arrow::compute::or(&is(INSERT)?, &is(UPDATE_POSTIMAGE)?)?;
+        let mut delete = match &self.as_deletes {
+            Some(p) => arrow::compute::and(&upsert, &p.evaluate(batch)?)?,
+            None => BooleanArray::from(vec![false; batch.num_rows()]),
+        };
+        let mut keep = upsert;
+        if self.source_deletes == SourceDeletes::Apply {
+            let source_delete = is(DELETE)?;
+            keep = arrow::compute::or(&keep, &source_delete)?;
+            delete = arrow::compute::or(&delete, &source_delete)?;
+        }
+        // Filters copy every column: skip them when they keep everything (append-only bronze).
+        let (batch, delete) = if keep.true_count() == batch.num_rows() {
+            (batch.clone(), delete)
+        } else {
+            (
+                filter_record_batch(batch, &keep)?,
+                filter(&delete, &keep)?.as_boolean().clone(),
+            )
+        };
+        report.ignored += keep.len() - batch.num_rows();
+        // Truncates are upserts matching `apply_as_truncates`; like deletes they need only
+        // their sequence.
+        let truncate = match &self.as_truncates {
+            Some(p) => arrow::compute::and_not(&p.evaluate(&batch)?, &delete)?,
+            None => BooleanArray::from(vec![false; batch.num_rows()]),
+        };
+        let not_upsert = arrow::compute::or(&delete, &truncate)?;
+        let raw = |name: &str| -> Result<&ArrayRef> {
+            batch
+                .column_by_name(name)
+                .ok_or_else(|| EngineError::Internal(format!("change batch without `{name}`")))
+        };
+        let inputs: Vec<(ArrayRef, DataType)> = self
+            .targets
+            .iter()
+            .map(|(n, t)| Ok((Arc::clone(raw(n)?), t.clone())))
+            .collect::<Result<_>>()?;
+        let outputs = cast_columns(&inputs, flow.tz.as_deref())?;
+        let mut columns = Vec::with_capacity(self.targets.len() + 1);
+        // Upserts left out of the apply: quarantined or dropped.
+        let mut quarantined_casts = vec![false; batch.num_rows()];
+        let key_of = |row: usize| -> Result<String> {
+            Ok(flow
+                .keys
+                .iter()
+                .map(|k| Ok(format!("{k}={}", array_value_to_string(raw(k)?, row)?)))
+                .collect::<Result<Vec<_>>>()?
+                .join(", "))
+        };
+        for ((name, target), out) in self.targets.iter().zip(outputs) {
+            let failed: Vec<usize> = if not_upsert.true_count() == 0 {
+                out.failed_rows
+            } else {
+                out.failed_rows
+                    .into_iter()
+                    .filter(|&r| !not_upsert.value(r))
+                    .collect()
+            };
+            if !failed.is_empty() && flow.on_cast_error == OnCastError::Quarantine {
+                let rows = UInt32Array::from_iter_values(failed.iter().map(|&r| r as u32));
+                let target_type = type_name(target);
+                sink.rejects.add(
+                    &batch,
+                    &rows,
+                    &Reason {
+                        rule: "cast",
+                        column: Some(name),
+                        target_type: Some(&target_type),
+                        reason: &format!("the value cannot be cast to {target_type}"),
+                    },
+                )?;
+                for &r in &failed {
+                    quarantined_casts[r] = true;
+                }
+            }
+            if !failed.is_empty() {
+                *report.cast_failures.entry(name.clone()).or_default() += failed.len();
+                if first.is_none() {
+                    let row = failed[0];
+                    let key = key_of(row)?;
+                    *first = Some(CastFailure {
+                        column: name.clone(),
+                        target: type_name(target),
+                        value: array_value_to_string(raw(name)?, row)?,
+                        row: offset + row,
+                        version: array_value_to_string(raw(COMMIT_VERSION)?, row)?,
+                        key,
+                    });
+                }
+            }
+            columns.push(if out.array.data_type() == target {
+                out.array
+            } else {
+                arrow::compute::cast(&out.array, target)?
+            });
+        }
+        columns.push(arrow::compute::cast(
+            raw(COMMIT_TIMESTAMP)?,
+            &timestamp_utc(),
+        )?);
+        columns.push(arrow::compute::cast(
+            raw(COMMIT_VERSION)?,
+            &DataType::Int64,
+        )?);
+        let upsert = arrow::compute::not(&not_upsert)?;
+        columns.push(Arc::new(delete));
+        let cast = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        let mut left_out = BooleanArray::from(quarantined_casts);
+        if truncate.true_count() > 0 {
+            let idx = self
+                .sequence
+                .iter()
+                .map(|n| self.schema.index_of(n))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            sink.truncates
+                .push(filter_record_batch(&cast.project(&idx)?, &truncate)?);
+            report.truncates += truncate.true_count();
+            left_out = arrow::compute::or(&left_out, &truncate)?;
+        }
+        let row_numbers = UInt32Array::from_iter_values(0..cast.num_rows() as u32);
+
+        // Expectations hold for upserts (a delete carries only its key and sequence).
+        for (name, predicate) in &self.expectations {
+            let holds = predicate.evaluate(&cast)?;
+            let violated =
+                arrow::compute::and_not(&arrow::compute::and_not(&upsert, &holds)?, &left_out)?;
+            let count = violated.true_count();
+            if count == 0 {
+                continue;
+            }
+            *report.expectations.entry(name.clone()).or_default() += count;
+            let rows = filter(&row_numbers, &violated)?;
+            let rows = rows.as_primitive::<arrow::datatypes::UInt32Type>();
+            match flow.on_violation {
+                OnViolation::Warn => {}
+                OnViolation::Drop => {
+                    report.dropped += count;
+                    left_out = arrow::compute::or(&left_out, &violated)?;
+                }
+                OnViolation::Quarantine => {
+                    sink.rejects.add(
+                        &batch,
+                        rows,
+                        &Reason {
+                            rule: name,
+                            column: None,
+                            target_type: None,
+                            reason: &format!("expectation `{name}` failed: {}", predicate.text()),
+                        },
+                    )?;
+                    left_out = arrow::compute::or(&left_out, &violated)?;
+                }
+                OnViolation::Fail => {
+                    if sink.first_violation.is_none() {
+                        let r = rows.value(0) as usize;
+                        let key = key_of(r)?;
+                        *sink.first_violation = Some(format!(
+                            "expectation `{name}` (`{}`) failed for the change of key {key} in bronze `{}` version {}",
+                            predicate.text(),
+                            flow.from,
+                            array_value_to_string(raw(COMMIT_VERSION)?, r)?
+                        ));
+                    }
+                }
+            }
+        }
+        if left_out.true_count() > 0 {
+            return Ok(filter_record_batch(
+                &cast,
+                &arrow::compute::not(&left_out)?,
+            )?);
+        }
+        Ok(cast)
+    }
+}

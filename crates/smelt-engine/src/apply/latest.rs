@@ -1,0 +1,148 @@
+//! The latest change per key of a partition: duplicates collapsed, changes of one key that
+//! share the greatest sequence but differ (`on_sequence_conflict`), NULL keys rejected.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
+use arrow::compute::{filter, take};
+use arrow::util::display::array_value_to_string;
+use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
+use smelt_core::dedupe::{Latest, latest_per_key_with_ties, sequence_conflicts};
+use smelt_spec::OnSequenceConflict;
+
+use super::cast::{IS_DELETE, column};
+use super::scd1::PartitionWork;
+use crate::rejects::{Reason, Rejects};
+use crate::report::FlowReport;
+use crate::{EngineError, Result};
+
+impl PartitionWork<'_> {
+    /// The latest change of each key of `batch`, in input order: duplicates collapsed
+    /// (counted), keys whose latest changes share the greatest sequence but differ in data
+    /// handled as `on_sequence_conflict` says, keys with NULL in a NOT NULL key column
+    /// rejected (counted).
+    pub(super) fn latest(
+        &self,
+        batch: RecordBatch,
+        rejects: &mut Rejects,
+        report: &mut FlowReport,
+    ) -> Result<RecordBatch> {
+        let flow = self.flow;
+        let schema = self.schema;
+        let n = batch.num_rows();
+        let winners = {
+            // The key and sequence arrays share the batch's buffers: scoped, so the batch can
+            // be dropped as soon as the winners are taken.
+            let col = |name: &str| column(&batch, name);
+            let key_arrays: Vec<ArrayRef> =
+                flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
+            let seq_arrays: Vec<ArrayRef> = self
+                .cast_sequence
+                .iter()
+                .map(|s| col(s))
+                .collect::<Result<_>>()?;
+            let latest = if n == 0 {
+                Latest {
+                    winners: UInt32Array::from(Vec::<u32>::new()),
+                    ties: Vec::new(),
+                }
+            } else {
+                latest_per_key_with_ties(&key_arrays, &seq_arrays)?
+            };
+            let mut winners = latest.winners.clone();
+            report.duplicates_collapsed += n - winners.len();
+
+            // Equal-sequence conflicts: the latest changes of a key tie on the sequence but
+            // differ in data (or one deletes).
+            let is_sequence = |name: &str| {
+                flow.keys.iter().any(|k| k == name)
+                    || flow.sequence_by.iter().any(|s| s == name)
+                    || name == COMMIT_TIMESTAMP
+                    || name == COMMIT_VERSION
+            };
+            // A delete's other columns do not matter: two deletes never conflict.
+            let is_delete = col(IS_DELETE)?;
+            let is_delete = is_delete.as_boolean();
+            let data: Vec<ArrayRef> = batch
+                .schema()
+                .fields()
+                .iter()
+                .zip(batch.columns())
+                .filter(|(f, _)| !is_sequence(f.name()))
+                .map(|(f, c)| {
+                    if f.name() == IS_DELETE || is_delete.true_count() == 0 {
+                        Ok(Arc::clone(c))
+                    } else {
+                        Ok(arrow::compute::nullif(c, is_delete)?)
+                    }
+                })
+                .collect::<Result<_>>()?;
+            let conflicts = sequence_conflicts(&data, &latest)?;
+            let conflicted = conflicts.conflicted.true_count();
+            report.sequence_conflicts += conflicted;
+            if conflicted > 0 {
+                let first = conflicts.rows.value(0) as usize;
+                let describe = |names: &[String], arrays: &[ArrayRef]| -> Result<String> {
+                    Ok(names
+                        .iter()
+                        .zip(arrays)
+                        .map(|(n, a)| Ok(format!("{n}={}", array_value_to_string(a, first)?)))
+                        .collect::<Result<Vec<_>>>()?
+                        .join(", "))
+                };
+                match flow.on_sequence_conflict {
+                    OnSequenceConflict::Last => {}
+                    OnSequenceConflict::Quarantine => {
+                        rejects.add(
+                            &batch,
+                            &conflicts.rows,
+                            &Reason {
+                                rule: "sequence_conflict",
+                                column: None,
+                                target_type: None,
+                                reason: "changes of one key share the greatest sequence but differ; none was applied",
+                            },
+                        )?;
+                        winners = filter(&winners, &arrow::compute::not(&conflicts.conflicted)?)?
+                            .as_primitive::<arrow::datatypes::UInt32Type>()
+                            .clone();
+                    }
+                    OnSequenceConflict::Fail => {
+                        return Err(EngineError::user(
+                            format!(
+                                "flow `{}`: changes of key {} share the greatest sequence ({}) but differ; {conflicted} key(s) conflict in all",
+                                report.flow,
+                                describe(&flow.keys, &key_arrays)?,
+                                describe(&flow.sequence_by, &seq_arrays)?,
+                            ),
+                            "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last` (bronze order wins) or `quarantine`",
+                        ));
+                    }
+                }
+            }
+
+            // NULL in a NOT NULL key column cannot be stored: reject (counted), never
+            // half-write.
+            let mut keep = BooleanArray::from(vec![true; winners.len()]);
+            for (k, array) in flow.keys.iter().zip(&key_arrays) {
+                let field = schema.field_with_name(k)?;
+                if !field.is_nullable() {
+                    let valid = take(&arrow::compute::is_not_null(array)?, &winners, None)?;
+                    keep = arrow::compute::and(&keep, valid.as_boolean())?;
+                }
+            }
+            report.rejected += winners.len() - keep.true_count();
+            filter(&winners, &keep)?
+                .as_primitive::<arrow::datatypes::UInt32Type>()
+                .clone()
+        };
+        // Taking every row in order is the identity (a first load without duplicates): no copy.
+        let batch = if winners.len() == n {
+            batch
+        } else {
+            let all = batch;
+            arrow::compute::take_record_batch(&all, &winners)?
+        };
+        Ok(batch)
+    }
+}

@@ -1,0 +1,324 @@
+//! One run of an `apply` flow (DESIGN §3): read → cast → latest per key → guard → write.
+//!
+//! [`run_apply`] runs the steps in order; each lives in its own file:
+//!
+//! - `schema.rs`: silver's schema, checked against the DDL and bronze (drift, keys,
+//!   `column_list`);
+//! - `range.rs`: the stored watermark, the bronze versions to read, up to date or not;
+//! - `read.rs`: the read, streaming bronze changes through the cast (`cast.rs`) into key
+//!   partitions, spilled to disk past the memory limit (`spill.rs`);
+//! - `truncate.rs`: `apply_as_truncates` and the changes a truncate makes stale;
+//! - per partition, `latest.rs` (latest change per key, conflicts, NULL keys), then the
+//!   guard via `lookup.rs`: `scd1.rs` (the SCD1 plan) or `scd2.rs` (history);
+//! - `tombstones.rs`: the tombstone table (schema, compatibility, expiry);
+//! - `commit.rs`: staging each partition, then the commits: rejects → tombstones → silver
+//!   with its watermark.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::datatypes::{Field, Schema};
+use smelt_spec::{ApplyFlow, OnCastError};
+
+mod cast;
+mod commit;
+mod latest;
+mod lookup;
+mod range;
+mod read;
+mod scd1;
+mod scd2;
+mod schema;
+mod spill;
+mod tombstones;
+mod truncate;
+
+pub use self::schema::{SilverSchema, silver_schema};
+pub use self::spill::partitions_for;
+pub use self::tombstones::{DELETED_AT, tombstone_table};
+pub use self::truncate::TRUNCATED_THROUGH;
+pub use crate::context::{RunContext, app_id, default_memory_limit};
+
+use self::cast::CastPlan;
+use self::commit::{commit_tables, stage_partition};
+use self::range::{Range, resolve_range};
+use self::read::{CastChanges, read_and_cast};
+use self::scd1::PartitionWork;
+use self::schema::{FlowSchema, resolve_schema};
+use self::tombstones::{check_tombstones, expire_tombstones, tombstone_schema};
+use self::truncate::resolve_truncates;
+use crate::phases::Phases;
+use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
+use crate::report::FlowReport;
+use crate::{Result, failpoint};
+
+/// The tables an apply flow writes.
+pub struct ApplyTables<'a> {
+    /// The silver table.
+    pub silver: &'a mut dyn SilverTable,
+    /// Its tombstone table ([`tombstone_table`]): the keys deleted so far and the sequence
+    /// of their delete. Created with the first delete.
+    pub tombstones: &'a mut dyn SilverTable,
+    /// Its rejects table ([`crate::rejects::rejects_table`]): quarantined changes.
+    /// Created with the first reject.
+    pub rejects: &'a mut dyn SilverTable,
+}
+
+/// What every step of one apply run reads: the flow, the run's settings, where progress
+/// goes.
+struct ApplyCx<'a> {
+    flow_name: &'a str,
+    flow: &'a ApplyFlow,
+    ctx: &'a RunContext,
+    reporter: &'a dyn Reporter,
+}
+
+/// Runs (or plans, with `ctx.dry_run`) one apply flow.
+pub async fn run_apply(
+    flow_name: &str,
+    flow: &ApplyFlow,
+    source: &dyn ChangeSource,
+    tables: ApplyTables<'_>,
+    ctx: &RunContext,
+    reporter: &dyn Reporter,
+) -> Result<FlowReport> {
+    let ApplyTables {
+        silver,
+        tombstones,
+        rejects: rejects_table,
+    } = tables;
+    let cx = ApplyCx {
+        flow_name,
+        flow,
+        ctx,
+        reporter,
+    };
+    let mut phases = Phases::new();
+    let app = app_id(flow_name);
+
+    // The schema this run writes, checked against the flow and bronze.
+    let bronze = source.schema();
+    let FlowSchema {
+        schema,
+        to_add,
+        widen,
+        new_columns,
+        as_deletes,
+        state_schema,
+        filter: filter_predicate,
+    } = resolve_schema(flow_name, flow, &*silver, &bronze)?;
+    let audit_ingest = flow.audit.ingest_timestamp.as_deref();
+    let audit_update = flow.audit.update_timestamp.as_deref();
+    let tomb_schema = tombstone_schema(&schema, flow, audit_ingest)?;
+    let widen_tombstones = check_tombstones(flow_name, &tomb_schema, &*tombstones)?;
+
+    // The range: the bronze versions to read, and the watermark to commit.
+    let range = resolve_range(flow_name, flow, source, &*silver, &app, ctx).await?;
+    let mut report = start_report(&cx, &range, &*silver, &new_columns, &to_add);
+    if range.up_to_date(flow_name, flow, ctx)? {
+        report.status = "up_to_date".into();
+        phases.end("check");
+        report.phases_ms = phases.done;
+        return Ok(report);
+    }
+
+    // Memory plan: changes are cast as they stream in. When the cast change set would
+    // not fit in its share of the memory limit, it is split by key hash into partitions
+    // spilled to local disk (Arrow IPC) and applied one partition at a time; silver
+    // commits once at the end either way.
+    let partitions = partitions_for(source.bytes_to_read(range.after).await?, ctx.memory_limit);
+    report.partitions = partitions;
+    reporter.phase(flow_name, "read changes");
+    let casting = CastPlan::for_flow(flow_name, flow, &bronze, &schema, as_deletes)?;
+    let CastChanges {
+        mut store,
+        mut rejects,
+        truncates,
+    } = read_and_cast(
+        &cx,
+        source,
+        &casting,
+        partitions,
+        &range,
+        &mut report,
+        &mut phases,
+    )
+    .await?;
+
+    // Truncates: the greatest one of this run empties silver as of its sequence, unless an
+    // earlier run already truncated through a later one. Changes up to the greatest
+    // truncate known are stale.
+    let (truncate_now, stale_through) = resolve_truncates(
+        flow_name,
+        flow,
+        &mut *silver,
+        truncates,
+        &casting,
+        ctx.dry_run,
+    )
+    .await?;
+    report.truncated = truncate_now;
+
+    let work = PartitionWork {
+        flow,
+        schema: &schema,
+        state_schema: &state_schema,
+        tomb_schema: &tomb_schema,
+        filter: filter_predicate.as_ref(),
+        audit_ingest,
+        audit_update,
+        run_timestamp_us: ctx.run_timestamp_us,
+        fresh: ctx.full_refresh || truncate_now,
+        stale_through: stale_through.as_deref(),
+        cast_sequence: &casting.sequence,
+    };
+    let mut tombstones_staged = false;
+    if widen && !ctx.dry_run {
+        // Its own commit, before the data: a crash after it leaves a table the DDL matches.
+        reporter.phase(flow_name, "widen column types");
+        let widened = Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .filter(|f| !to_add.iter().any(|a| a.name() == f.name()))
+                .map(|f| f.as_ref().clone())
+                .collect::<Vec<_>>(),
+        ));
+        failpoint("before_widen_commit")?;
+        silver.widen(widened, &flow.keys).await?;
+        report.types_widened = true;
+    }
+    if widen_tombstones && !ctx.dry_run {
+        tombstones
+            .widen(Arc::clone(&tomb_schema), &flow.keys)
+            .await?;
+        report.types_widened = true;
+    }
+    // Staged only: a plan sees the new columns (as NULL in stored rows) and writes nothing.
+    if !to_add.is_empty() && silver.schema().is_some() {
+        silver.add_columns(to_add.clone()).await?;
+    }
+    // A rebuild (or a truncate) replaces silver and its tombstones whole, in one commit each.
+    if (ctx.full_refresh || truncate_now) && !ctx.dry_run {
+        if silver.version().is_some() {
+            silver.stage_overwrite().await?;
+        }
+        if tombstones.version().is_some() {
+            tombstones.stage_overwrite().await?;
+            tombstones_staged = true;
+        }
+    }
+    for p in 0..partitions {
+        if partitions > 1 {
+            reporter.phase(
+                flow_name,
+                &format!("apply changes (key partition {} of {partitions})", p + 1),
+            );
+        } else {
+            reporter.phase(flow_name, "apply changes");
+        }
+        let started = Instant::now();
+        let batch = store.take(p)?;
+        phases.add("dedupe", started.elapsed().as_millis() as u64);
+        let planned = if flow.scd == 2 {
+            work.plan_scd2(batch, &*silver, &*tombstones, &mut report, &mut phases)
+                .await?
+        } else {
+            work.plan(
+                batch,
+                &*silver,
+                &*tombstones,
+                &mut rejects,
+                &mut report,
+                &mut phases,
+            )
+            .await?
+        };
+        if ctx.dry_run {
+            continue;
+        }
+        let started = Instant::now();
+        tombstones_staged |= stage_partition(
+            &cx,
+            planned,
+            &mut *silver,
+            &mut *tombstones,
+            &schema,
+            &tomb_schema,
+        )
+        .await?;
+        phases.add("write", started.elapsed().as_millis() as u64);
+    }
+
+    report.quarantined = rejects.len();
+    if ctx.dry_run {
+        report.status = "planned".into();
+        report.phases_ms = phases.done;
+        return Ok(report);
+    }
+
+    let watermark_out = Watermark {
+        app_id: app,
+        version: range.watermark_to,
+        run_id: ctx.run_id.clone(),
+        report: None,
+        extra: Vec::new(),
+    };
+    let started = Instant::now();
+    let tables = ApplyTables {
+        silver: &mut *silver,
+        tombstones: &mut *tombstones,
+        rejects: &mut *rejects_table,
+    };
+    commit_tables(
+        &cx,
+        tables,
+        rejects,
+        watermark_out,
+        tombstones_staged,
+        &schema,
+        &mut report,
+    )
+    .await?;
+    phases.add("write", started.elapsed().as_millis() as u64);
+    expire_tombstones(flow, ctx, &mut *tombstones, &mut report, &mut phases).await?;
+    report.phases_ms = phases.done;
+    reporter.done(flow_name);
+    Ok(report)
+}
+
+/// The report of a run as it starts: the flow, the range it reads, the schema drift.
+fn start_report(
+    cx: &ApplyCx<'_>,
+    range: &Range,
+    silver: &dyn SilverTable,
+    new_columns: &[Field],
+    to_add: &[Field],
+) -> FlowReport {
+    let ApplyCx {
+        flow_name,
+        flow,
+        ctx,
+        ..
+    } = *cx;
+    FlowReport {
+        flow: flow_name.to_string(),
+        kind: "apply".into(),
+        from: flow.from.to_string(),
+        into: flow.into.to_string(),
+        run_id: ctx.run_id.clone(),
+        mode: range.mode(ctx, silver).to_string(),
+        from_version: range.after,
+        to_version: range.to,
+        silver_version: silver.version(),
+        new_columns: new_columns.iter().map(|f| f.name().clone()).collect(),
+        columns_added: to_add.iter().map(|f| f.name().clone()).collect(),
+        on_cast_error: match flow.on_cast_error {
+            OnCastError::Null => "null",
+            OnCastError::Fail => "fail",
+            OnCastError::Quarantine => "quarantine",
+        }
+        .to_string(),
+        ..FlowReport::default()
+    }
+}

@@ -1,0 +1,104 @@
+//! The range of bronze versions one run applies: the stored watermark, the replay window of
+//! `--since`, the watermark to commit, the report's `mode`, and whether silver is up to date
+//! (or ahead of bronze, which was recreated).
+
+use smelt_spec::ApplyFlow;
+
+use crate::context::RunContext;
+use crate::ports::{ChangeSource, SilverTable};
+use crate::{EngineError, Result};
+
+/// The bronze versions one run reads, `(after, to]`, and the watermark it commits.
+pub(super) struct Range {
+    /// Read the versions after this one; `None`: the snapshot at `to`.
+    pub(super) after: Option<i64>,
+    /// The source's version: read up to it (inclusive).
+    pub(super) to: i64,
+    /// The watermark to commit: `to`, except for a replay window that leaves a gap after it.
+    pub(super) watermark_to: i64,
+}
+
+/// The range of a run of `flow` into `silver`: after the watermark `app` stored, after
+/// nothing with `--full-refresh`, after `ctx.replay_after` with `--since`.
+pub(super) async fn resolve_range(
+    flow_name: &str,
+    flow: &ApplyFlow,
+    source: &dyn ChangeSource,
+    silver: &dyn SilverTable,
+    app: &str,
+    ctx: &RunContext,
+) -> Result<Range> {
+    let v = source.version();
+    let stored = if silver.schema().is_none() {
+        None
+    } else {
+        silver.watermark(app).await?
+    };
+    // What to read after, and the watermark to commit.
+    let (watermark, watermark_to) = match ctx.replay_after {
+        Some(after) => {
+            let Some(w) = stored else {
+                return Err(EngineError::user(
+                    format!(
+                        "flow `{flow_name}`: `--since` replays a window into silver `{}`, which no run of this flow has written yet",
+                        flow.into
+                    ),
+                    "run the flow once without `--since`",
+                ));
+            };
+            (Some(after), if after <= w { w.max(v) } else { w })
+        }
+        None if ctx.full_refresh => (None, v),
+        None => (stored, v),
+    };
+    Ok(Range {
+        after: watermark,
+        to: v,
+        watermark_to,
+    })
+}
+
+impl Range {
+    /// How the source is read, for the report: `replay`, `rebuild`, `snapshot` or
+    /// `incremental`.
+    pub(super) fn mode(&self, ctx: &RunContext, silver: &dyn SilverTable) -> &'static str {
+        if ctx.replay_after.is_some() {
+            "replay"
+        } else if ctx.full_refresh && silver.schema().is_some() {
+            "rebuild"
+        } else if self.after.is_none() {
+            "snapshot"
+        } else {
+            "incremental"
+        }
+    }
+
+    /// True when there is nothing to read: silver has applied the source's version already
+    /// (or, replaying, a later one). Silver ahead of bronze is an error: bronze was recreated.
+    pub(super) fn up_to_date(
+        &self,
+        flow_name: &str,
+        flow: &ApplyFlow,
+        ctx: &RunContext,
+    ) -> Result<bool> {
+        let (watermark, v) = (self.after, self.to);
+        if let Some(w) = watermark {
+            if w >= v && ctx.replay_after.is_some() {
+                return Ok(true);
+            }
+            if w == v {
+                return Ok(true);
+            }
+            if w > v {
+                return Err(EngineError::user(
+                    format!(
+                        "flow `{flow_name}`: silver `{}` has applied bronze version {w}, but `{}` is only at version {v}",
+                        flow.into, flow.from
+                    ),
+                    "the bronze table was recreated; rebuild silver with `smelt run --full-refresh`",
+                ));
+            }
+        }
+        Ok(false)
+    }
+}

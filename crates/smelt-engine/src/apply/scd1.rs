@@ -1,0 +1,303 @@
+//! SCD type 1 for one partition of cast changes ([`PartitionWork::plan`]): the latest change
+//! per key, the guard against what silver and the tombstones store, `where`, and the rows,
+//! removes and tombstones to write.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray,
+};
+use arrow::compute::kernels::zip::zip;
+use arrow::compute::{filter, filter_record_batch};
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use smelt_core::apply::{Scd1Input, merge_updates, plan_scd1};
+use smelt_core::change::COMMIT_TIMESTAMP;
+use smelt_spec::ApplyFlow;
+
+use super::cast::{IS_DELETE, column};
+use super::lookup::lookup_aligned;
+use super::tombstones::{DELETED_AT, stored_sequence_names};
+use super::truncate::drop_stale;
+use crate::Result;
+use crate::phases::Phases;
+use crate::ports::SilverTable;
+use crate::predicate::Predicate;
+use crate::rejects::Rejects;
+use crate::report::FlowReport;
+
+/// Applies one partition of cast changes: latest per key, guard against silver and the
+/// tombstones, the rows to write and delete.
+pub(super) struct PartitionWork<'a> {
+    pub(super) flow: &'a ApplyFlow,
+    pub(super) schema: &'a SchemaRef,
+    /// Silver columns without the update audit column: what `where` reads.
+    pub(super) state_schema: &'a SchemaRef,
+    pub(super) tomb_schema: &'a SchemaRef,
+    pub(super) filter: Option<&'a Predicate>,
+    pub(super) audit_ingest: Option<&'a str>,
+    pub(super) audit_update: Option<&'a str>,
+    pub(super) run_timestamp_us: i64,
+    /// A rebuild or a truncate: what silver and the tombstones store is not looked at.
+    pub(super) fresh: bool,
+    /// Changes with a sequence up to this one (a truncate's) are stale.
+    pub(super) stale_through: Option<&'a [ArrayRef]>,
+    /// The sequence columns of the cast batch.
+    pub(super) cast_sequence: &'a [String],
+}
+
+/// What one partition writes.
+pub(super) struct Planned {
+    /// Rows to write (silver schema).
+    pub(super) rows: RecordBatch,
+    /// Per row: it replaces a stored row.
+    pub(super) replaces: BooleanArray,
+    /// Keys of stored rows to delete.
+    pub(super) removes: RecordBatch,
+    /// Tombstones to write (tombstone schema).
+    pub(super) tombstones: RecordBatch,
+    /// Per tombstone: it replaces a stored tombstone.
+    pub(super) tombstone_replaces: BooleanArray,
+    /// Keys whose stored tombstones are deleted (SCD2 stages a key's tombstones whole).
+    pub(super) tombstone_removes: RecordBatch,
+}
+
+impl PartitionWork<'_> {
+    /// `where` over the keys' latest state (`value_of` gives each state column): `None`
+    /// without one, else `delete` with the failing keys added, and the failing keys that
+    /// were not deletes already (counted as filtered).
+    pub(super) fn filter_out(
+        &self,
+        value_of: impl Fn(&str) -> Result<ArrayRef>,
+        delete: &BooleanArray,
+    ) -> Result<Option<(BooleanArray, BooleanArray)>> {
+        let Some(predicate) = self.filter else {
+            return Ok(None);
+        };
+        let state = RecordBatch::try_new(
+            Arc::clone(self.state_schema),
+            self.state_schema
+                .fields()
+                .iter()
+                .map(|f| value_of(f.name()))
+                .collect::<Result<_>>()?,
+        )?;
+        let fails = arrow::compute::not(&predicate.evaluate(&state)?)?;
+        Ok(Some((
+            arrow::compute::or(delete, &fails)?,
+            arrow::compute::and_not(&fails, delete)?,
+        )))
+    }
+
+    /// The SCD1 plan of `batch`: the rows to write and delete, and the tombstones to write.
+    pub(super) async fn plan(
+        &self,
+        batch: RecordBatch,
+        silver: &dyn SilverTable,
+        tombstones: &dyn SilverTable,
+        rejects: &mut Rejects,
+        report: &mut FlowReport,
+        phases: &mut Phases,
+    ) -> Result<Planned> {
+        let started = Instant::now();
+        let flow = self.flow;
+        let schema = self.schema;
+        let batch = drop_stale(batch, self.stale_through, self.cast_sequence, report)?;
+        let batch = self.latest(batch, rejects, report)?;
+        let m = batch.num_rows();
+        let col = |name: &str| column(&batch, name);
+        let new_commit_ts = col(COMMIT_TIMESTAMP)?;
+        let new_seq: Vec<ArrayRef> = self
+            .cast_sequence
+            .iter()
+            .map(|s| col(s))
+            .collect::<Result<_>>()?;
+        let mut delete = col(IS_DELETE)?.as_boolean().clone();
+        phases.add("dedupe", started.elapsed().as_millis() as u64);
+
+        // Guard: what silver and the tombstones store for these keys.
+        let started = Instant::now();
+        let stored_seq_names = stored_sequence_names(flow, self.audit_ingest);
+        let is_audit = |n: &str| Some(n) == self.audit_ingest || Some(n) == self.audit_update;
+        let data_names: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|n| !is_audit(n) && !flow.keys.contains(n))
+            .collect();
+        let mut wanted: Vec<String> = flow.keys.clone();
+        for c in stored_seq_names
+            .iter()
+            .chain(&data_names)
+            .chain(self.audit_update.map(str::to_string).iter())
+        {
+            if !wanted.contains(c) {
+                wanted.push(c.clone());
+            }
+        }
+        let new_keys: Vec<ArrayRef> = flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
+        let (silver, tombstones) = if self.fresh {
+            (None, None)
+        } else {
+            (Some(silver), Some(tombstones))
+        };
+        let (matched, stored) =
+            lookup_aligned(silver, schema, &flow.keys, &new_keys, &wanted).await?;
+        let tomb_wanted: Vec<String> = self
+            .tomb_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|n| n != DELETED_AT)
+            .collect();
+        let (tomb_matched, tomb_stored) = lookup_aligned(
+            tombstones,
+            self.tomb_schema,
+            &flow.keys,
+            &new_keys,
+            &tomb_wanted,
+        )
+        .await?;
+        let tomb_seq: Vec<ArrayRef> = stored_seq_names
+            .iter()
+            .map(|c| Arc::clone(&tomb_stored[c]))
+            .collect();
+        let stored_seq: Vec<ArrayRef> = stored_seq_names
+            .iter()
+            .map(|c| Arc::clone(&stored[c]))
+            .collect();
+        let raw_data: Vec<ArrayRef> = data_names.iter().map(|c| col(c)).collect::<Result<_>>()?;
+        let stored_data: Vec<ArrayRef> =
+            data_names.iter().map(|c| Arc::clone(&stored[c])).collect();
+        let updates: Vec<bool> = data_names
+            .iter()
+            .map(|c| flow.update_columns.updates(c))
+            .collect();
+        let new_data = merge_updates(
+            &matched,
+            &raw_data,
+            &stored_data,
+            &updates,
+            flow.ignore_null_updates,
+        )?;
+        drop(raw_data);
+        let value_of = |name: &str| -> Result<ArrayRef> {
+            if Some(name) == self.audit_ingest {
+                Ok(Arc::clone(&new_commit_ts))
+            } else if let Some(i) = data_names.iter().position(|d| d == name) {
+                Ok(Arc::clone(&new_data[i]))
+            } else {
+                col(name)
+            }
+        };
+
+        // `where`: a key whose latest state fails it is not kept (deleted, with a tombstone).
+        let mut filtered: Option<BooleanArray> = None;
+        if let Some((deleted, failing)) = self.filter_out(value_of, &delete)? {
+            (delete, filtered) = (deleted, Some(failing));
+        }
+
+        let plan = plan_scd1(&Scd1Input {
+            matched: &matched,
+            new_sequence: &new_seq,
+            stored_sequence: &stored_seq,
+            new_data: &new_data,
+            stored_data: &stored_data,
+            delete: Some(&delete),
+            tombstone: Some((&tomb_matched, &tomb_seq)),
+        })?;
+        report.inserted += plan.counts.inserted;
+        report.updated += plan.counts.updated;
+        report.unchanged += plan.counts.unchanged;
+        report.deleted += plan.counts.deleted;
+        report.stale += plan.counts.stale;
+        report.tombstones_written += plan.tombstone.true_count();
+        // Filtered out: upserts that fail `where` and get past the guard (a stale one is
+        // counted as stale only).
+        if let Some(filtered) = filtered {
+            let acted = arrow::compute::or(&plan.remove, &plan.tombstone)?;
+            report.filtered += arrow::compute::and(&filtered, &acted)?.true_count();
+        }
+
+        // The rows to write, in silver column order.
+        let run_ts: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(vec![self.run_timestamp_us; m]).with_timezone("UTC"),
+        );
+        let conform = |array: ArrayRef, f: &Field| -> Result<ArrayRef> {
+            Ok(if array.data_type() == f.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, f.data_type())?
+            })
+        };
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for f in schema.fields() {
+            let array: ArrayRef = if Some(f.name().as_str()) == self.audit_update {
+                if plan.changed.true_count() == m {
+                    Arc::clone(&run_ts)
+                } else {
+                    zip(&plan.changed, &run_ts, &stored[f.name()])?
+                }
+            } else {
+                value_of(f.name())?
+            };
+            columns.push(conform(array, f)?);
+        }
+        let removes = {
+            let keys = RecordBatch::try_new(
+                Arc::new(Schema::new(
+                    flow.keys
+                        .iter()
+                        .map(|k| Ok(schema.field_with_name(k)?.clone()))
+                        .collect::<Result<Vec<_>>>()?,
+                )),
+                new_keys.clone(),
+            )?;
+            filter_record_batch(&keys, &plan.remove)?
+        };
+        let (tombstones, tombstone_replaces) = if plan.tombstone.true_count() == 0 {
+            (
+                RecordBatch::new_empty(Arc::clone(self.tomb_schema)),
+                BooleanArray::from(Vec::<bool>::new()),
+            )
+        } else {
+            let mut tomb_columns = Vec::new();
+            for f in self.tomb_schema.fields() {
+                let array = if f.name() == DELETED_AT {
+                    Arc::clone(&run_ts)
+                } else if let Some(i) = stored_seq_names.iter().position(|s| s == f.name()) {
+                    Arc::clone(&new_seq[i])
+                } else {
+                    col(f.name())?
+                };
+                tomb_columns.push(conform(array, f)?);
+            }
+            let all = RecordBatch::try_new(Arc::clone(self.tomb_schema), tomb_columns)?;
+            (
+                filter_record_batch(&all, &plan.tombstone)?,
+                filter(&tomb_matched, &plan.tombstone)?.as_boolean().clone(),
+            )
+        };
+        // Free what only the plan needed before the filtered copy below.
+        drop((stored, stored_seq, stored_data, new_data, new_seq, batch));
+        let rows = RecordBatch::try_new(Arc::clone(schema), columns)?;
+        let (rows, replaces) = if plan.write.true_count() == rows.num_rows() {
+            (rows, matched)
+        } else {
+            let all = rows;
+            (
+                filter_record_batch(&all, &plan.write)?,
+                filter(&matched, &plan.write)?.as_boolean().clone(),
+            )
+        };
+        phases.add("guard", started.elapsed().as_millis() as u64);
+        Ok(Planned {
+            rows,
+            replaces,
+            removes,
+            tombstones,
+            tombstone_replaces,
+            tombstone_removes: RecordBatch::new_empty(Arc::new(Schema::empty())),
+        })
+    }
+}

@@ -1,0 +1,127 @@
+//! The tombstone table of a silver table: the keys deleted so far and the sequence of their
+//! delete, which the guard reads so that an older change cannot bring a key back. Its name
+//! ([`tombstone_table`]), schema, the check against silver's types, and expiry.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use smelt_core::change::timestamp_utc;
+use smelt_spec::ApplyFlow;
+use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
+
+use super::schema::same_type;
+use crate::context::RunContext;
+use crate::phases::Phases;
+use crate::ports::SilverTable;
+use crate::report::FlowReport;
+use crate::schema::{is_widening, type_name};
+use crate::{EngineError, Result};
+
+/// The tombstone table of a silver table: `<schema>.<table>__tombstones`.
+pub fn tombstone_table(silver: &smelt_spec::TableName) -> smelt_spec::TableName {
+    smelt_spec::TableName {
+        schema: silver.schema.clone(),
+        table: format!("{}__tombstones", silver.table),
+    }
+}
+
+/// The column of a tombstone that says when the key was deleted (the run's time).
+pub const DELETED_AT: &str = "_deleted_at";
+
+/// The tombstone table's columns: the keys, the sequence columns as silver stores them,
+/// and [`DELETED_AT`].
+pub(super) fn tombstone_schema(
+    schema: &SchemaRef,
+    flow: &ApplyFlow,
+    audit_ingest: Option<&str>,
+) -> Result<SchemaRef> {
+    let mut fields = Vec::new();
+    for name in flow.keys.iter().chain(
+        stored_sequence_names(flow, audit_ingest)
+            .iter()
+            .filter(|s| !flow.keys.contains(s)),
+    ) {
+        fields.push(schema.field_with_name(name)?.clone());
+    }
+    fields.push(Field::new(DELETED_AT, timestamp_utc(), false));
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The silver columns that store the sequence (`_commit_timestamp` is stored as the
+/// ingest audit column).
+pub(super) fn stored_sequence_names(flow: &ApplyFlow, audit_ingest: Option<&str>) -> Vec<String> {
+    flow.sequence_by
+        .iter()
+        .map(|s| {
+            if s == SEQ_COMMIT_TIMESTAMP {
+                audit_ingest.expect("validated").to_string()
+            } else {
+                s.clone()
+            }
+        })
+        .collect()
+}
+
+/// Checks the stored tombstone table against `tomb_schema`. Tombstones follow silver's key
+/// and sequence types: after `widen_types` they are widened too (checked every run, so a
+/// crash between the two widenings heals). True when they are to be widened.
+pub(super) fn check_tombstones(
+    flow_name: &str,
+    tomb_schema: &SchemaRef,
+    tombstones: &dyn SilverTable,
+) -> Result<bool> {
+    let mut widen_tombstones = false;
+    if let Some(existing) = tombstones.schema() {
+        for f in tomb_schema.fields() {
+            if let Ok(e) = existing.field_with_name(f.name())
+                && !same_type(e.data_type(), f.data_type())
+            {
+                if is_widening(e.data_type(), f.data_type()) {
+                    widen_tombstones = true;
+                } else {
+                    return Err(EngineError::user(
+                        format!(
+                            "flow `{flow_name}`: column `{}` of tombstone table `{}` is {}, but silver's is {}",
+                            f.name(),
+                            tombstones.table(),
+                            type_name(e.data_type()),
+                            type_name(f.data_type())
+                        ),
+                        "drop the tombstone table and rebuild silver with `smelt run --full-refresh`",
+                    ));
+                }
+            }
+            if existing.field_with_name(f.name()).is_err() {
+                return Err(EngineError::user(
+                    format!(
+                        "flow `{flow_name}`: tombstone table `{}` has no column `{}`: it was written for other keys or sequence columns",
+                        tombstones.table(),
+                        f.name()
+                    ),
+                    "if the keys or `sequence_by` changed on purpose, drop the tombstone table and rebuild silver with `smelt run --full-refresh`",
+                ));
+            }
+        }
+    }
+    Ok(widen_tombstones)
+}
+
+/// Removes the tombstones older than `tombstone_retention` (after the run's commits).
+pub(super) async fn expire_tombstones(
+    flow: &ApplyFlow,
+    ctx: &RunContext,
+    tombstones: &mut dyn SilverTable,
+    report: &mut FlowReport,
+    phases: &mut Phases,
+) -> Result<()> {
+    if let Some(retention) = flow.tombstone_retention
+        && tombstones.version().is_some()
+    {
+        let started = Instant::now();
+        let before = ctx.run_timestamp_us - retention.as_micros().min(i64::MAX as u128) as i64;
+        report.tombstones_expired = tombstones.expire(DELETED_AT, before).await?;
+        phases.add("expire tombstones", started.elapsed().as_millis() as u64);
+    }
+    Ok(())
+}
