@@ -159,6 +159,11 @@ pub async fn run_apply(
     .await?;
     report.truncated = truncate_now;
 
+    // Tombstones ahead of silver: a crashed attempt of this range committed them but not
+    // silver. The deletes that wrote them are applied again, not counted as stale.
+    let replayed_tombstones = !work_is_fresh(ctx, truncate_now)
+        && tombstones.version().is_some()
+        && tombstones.watermark(&app).await? > range.stored;
     let work = PartitionWork {
         flow,
         schema: &schema,
@@ -168,7 +173,8 @@ pub async fn run_apply(
         audit_ingest,
         audit_update,
         run_timestamp_us: ctx.run_timestamp_us,
-        fresh: ctx.full_refresh || truncate_now,
+        fresh: work_is_fresh(ctx, truncate_now),
+        replayed_tombstones,
         stale_through: stale_through.as_deref(),
         cast_sequence: &casting.sequence,
     };
@@ -321,4 +327,9 @@ fn start_report(
         .to_string(),
         ..FlowReport::default()
     }
+}
+
+/// A rebuild or a truncate: what silver and the tombstones store is not looked at.
+fn work_is_fresh(ctx: &RunContext, truncate_now: bool) -> bool {
+    ctx.full_refresh || truncate_now
 }

@@ -16,6 +16,8 @@ pub(super) struct Range {
     pub(super) to: i64,
     /// The watermark to commit: `to`, except for a replay window that leaves a gap after it.
     pub(super) watermark_to: i64,
+    /// The watermark silver holds.
+    pub(super) stored: Option<i64>,
 }
 
 /// The range of a run of `flow` into `silver`: after the watermark `app` stored, after
@@ -55,6 +57,7 @@ pub(super) async fn resolve_range(
         after: watermark,
         to: v,
         watermark_to,
+        stored,
     })
 }
 

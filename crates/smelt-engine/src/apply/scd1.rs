@@ -17,7 +17,7 @@ use smelt_spec::ApplyFlow;
 
 use super::cast::{IS_DELETE, column};
 use super::lookup::lookup_aligned;
-use super::tombstones::{DELETED_AT, stored_sequence_names};
+use super::tombstones::{DELETED_AT, own_tombstones, stored_sequence_names};
 use super::truncate::drop_stale;
 use crate::Result;
 use crate::phases::Phases;
@@ -40,6 +40,9 @@ pub(super) struct PartitionWork<'a> {
     pub(super) run_timestamp_us: i64,
     /// A rebuild or a truncate: what silver and the tombstones store is not looked at.
     pub(super) fresh: bool,
+    /// The tombstones are ahead of silver (a crash between their commits): a delete
+    /// equal to its key's tombstone (same sequence) wrote it in the crashed attempt.
+    pub(super) replayed_tombstones: bool,
     /// Changes with a sequence up to this one (a truncate's) are stale.
     pub(super) stale_through: Option<&'a [ArrayRef]>,
     /// The sequence columns of the cast batch.
@@ -197,6 +200,14 @@ impl PartitionWork<'_> {
             (delete, filtered) = (deleted, Some(failing));
         }
 
+        // Tombstones the crashed attempt of this range wrote do not guard against the
+        // deletes that wrote them: those are applied (and counted) again.
+        let tomb_guards = if self.replayed_tombstones {
+            let own = own_tombstones(&delete, &tomb_matched, &new_seq, &tomb_seq)?;
+            arrow::compute::kernels::boolean::and_not(&tomb_matched, &own)?
+        } else {
+            tomb_matched.clone()
+        };
         let plan = plan_scd1(&Scd1Input {
             matched: &matched,
             new_sequence: &new_seq,
@@ -204,7 +215,7 @@ impl PartitionWork<'_> {
             new_data: &new_data,
             stored_data: &stored_data,
             delete: Some(&delete),
-            tombstone: Some((&tomb_matched, &tomb_seq)),
+            tombstone: Some((&tomb_guards, &tomb_seq)),
         })?;
         report.inserted += plan.counts.inserted;
         report.updated += plan.counts.updated;

@@ -18,7 +18,7 @@ use smelt_spec::pipeline::{END_AT, START_AT};
 
 use super::cast::{IS_DELETE, column};
 use super::scd1::{PartitionWork, Planned};
-use super::tombstones::{DELETED_AT, stored_sequence_names};
+use super::tombstones::{DELETED_AT, not_own_tombstones, stored_sequence_names};
 use crate::phases::Phases;
 use crate::ports::SilverTable;
 use crate::report::FlowReport;
@@ -162,6 +162,26 @@ impl PartitionWork<'_> {
         let stored_end = col_of(&found, END_AT)?;
         // The sequence of the last change merged into each stored version in place.
         let stored_last = arrow::compute::cast(&col_of(&found, &tomb_seq_name)?, &seq_type)?;
+        // Tombstones the crashed attempt of this range wrote do not hold the deletes that
+        // wrote them: those are applied (and counted) again. Every stored tombstone of a
+        // key still counts when its tombstones are staged again.
+        let all_tomb_key = tomb_key.clone();
+        let (tomb_found, tomb_key, tomb_seq) = if self.replayed_tombstones && !tomb_key.is_empty() {
+            let keep = not_own_tombstones(&tomb_key, &tomb_seq, &change_key, &change_seq, &delete)?;
+            let kept: Vec<u32> = tomb_key
+                .iter()
+                .zip(keep.values().iter())
+                .filter(|(_, k)| *k)
+                .map(|(t, _)| *t)
+                .collect();
+            (
+                filter_record_batch(&tomb_found, &keep)?,
+                kept,
+                arrow::compute::filter(&tomb_seq, &keep)?,
+            )
+        } else {
+            (tomb_found, tomb_key, tomb_seq)
+        };
         let plan = plan_scd2(&Scd2Input {
             keys: unique[0].len(),
             stored_key: &stored_key,
@@ -339,7 +359,7 @@ impl PartitionWork<'_> {
         let tombstones = RecordBatch::try_new(Arc::clone(self.tomb_schema), tomb_columns)?;
         let tombstone_replaces = BooleanArray::from(vec![false; tombstones.num_rows()]);
         let mut had_tomb = vec![false; plan.rewrite.len()];
-        for &k in &tomb_key {
+        for &k in &all_tomb_key {
             had_tomb[k as usize] = true;
         }
         let tombstone_removes = filter_record_batch(

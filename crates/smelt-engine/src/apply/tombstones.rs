@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use arrow::array::{Array, ArrayRef, BooleanArray};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use smelt_core::change::timestamp_utc;
 use smelt_spec::ApplyFlow;
@@ -124,4 +125,50 @@ pub(super) async fn expire_tombstones(
         phases.add("expire tombstones", started.elapsed().as_millis() as u64);
     }
     Ok(())
+}
+
+/// Per change row: a delete whose key's tombstone (`tomb_matched`, row-aligned) has the
+/// same sequence — the tombstone that delete wrote.
+pub(super) fn own_tombstones(
+    delete: &BooleanArray,
+    tomb_matched: &BooleanArray,
+    new_seq: &[ArrayRef],
+    tomb_seq: &[ArrayRef],
+) -> Result<BooleanArray> {
+    let mut own = arrow::compute::kernels::boolean::and(delete, tomb_matched)?;
+    for (new, stored) in new_seq.iter().zip(tomb_seq) {
+        let stored = arrow::compute::cast(stored, new.data_type())?;
+        let same = arrow::compute::kernels::cmp::not_distinct(new, &stored)?;
+        own = arrow::compute::kernels::boolean::and(&own, &same)?;
+    }
+    // NULL counts as false (`prep_null_mask_filter` wants a mask with nulls).
+    Ok(if own.null_count() > 0 {
+        arrow::compute::prep_null_mask_filter(&own)
+    } else {
+        own
+    })
+}
+
+/// Per stored tombstone (key group `tomb_key`, sequence `tomb_seq`): true unless a delete
+/// change of the same key group and sequence wrote it (SCD2, where a key has several).
+pub(super) fn not_own_tombstones(
+    tomb_key: &[u32],
+    tomb_seq: &ArrayRef,
+    change_key: &[u32],
+    change_seq: &ArrayRef,
+    delete: &BooleanArray,
+) -> Result<BooleanArray> {
+    use arrow::row::{RowConverter, SortField};
+    let converter = RowConverter::new(vec![SortField::new(change_seq.data_type().clone())])?;
+    let changes = converter.convert_columns(&[Arc::clone(change_seq)])?;
+    let stored =
+        converter.convert_columns(&[arrow::compute::cast(tomb_seq, change_seq.data_type())?])?;
+    // Only a run that follows a crash gets here, with this partition's deletes.
+    let deletes: std::collections::HashSet<(u32, &[u8])> = (0..change_key.len())
+        .filter(|&i| delete.is_valid(i) && delete.value(i))
+        .map(|i| (change_key[i], changes.row(i).data()))
+        .collect();
+    Ok((0..tomb_key.len())
+        .map(|i| Some(!deletes.contains(&(tomb_key[i], stored.row(i).data()))))
+        .collect())
 }
