@@ -46,6 +46,8 @@ pub enum Command {
     Plan(RunArgs),
     /// Watermark, bronze version and lag of every flow.
     Status(StatusArgs),
+    /// Check the pipeline against the lake: every problem of every flow, at once.
+    Validate(ValidateArgs),
     /// Run SQL over the lake (`schema.table`): SELECT, CREATE TABLE, ALTER TABLE … SET
     /// OPTIONS, INSERT, TRUNCATE.
     Sql(SqlArgs),
@@ -134,6 +136,12 @@ mod tests {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Flows to show (all when none are given).
+    pub flows: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Flows to check (all when none are given).
     pub flows: Vec<String>,
 }
 

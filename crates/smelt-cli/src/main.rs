@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             Command::Run(args) => commands::run::run(&cli.global, args, false).await,
             Command::Plan(args) => commands::run::run(&cli.global, args, true).await,
             Command::Status(args) => commands::status::status(&cli.global, args).await,
+            Command::Validate(args) => commands::validate::validate(&cli.global, args).await,
             Command::Sql(args) => commands::sql::sql(&cli.global, args).await,
         }
     });

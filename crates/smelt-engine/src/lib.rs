@@ -47,6 +47,7 @@ pub mod run;
 pub mod schema;
 pub mod stage;
 pub mod status;
+pub mod validate;
 pub mod window;
 
 pub use error::{EngineError, Result, failpoint};

@@ -3,6 +3,7 @@
 pub mod run;
 pub mod sql;
 pub mod status;
+pub mod validate;
 
 use std::path::PathBuf;
 

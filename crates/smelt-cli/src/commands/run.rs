@@ -30,6 +30,10 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     // A window that does not parse is a usage error, found before any flow runs.
     check_window(&settings, chrono::Utc::now().timestamp_micros())
         .map_err(|e| Failure::usage(e.to_string(), e.hint().map(str::to_string)))?;
+    // A plan starts with the checks: every problem of every flow, at once.
+    if dry_run {
+        super::validate::check(global, &pipeline, &flows).await?;
+    }
     let progress = Progress::new(!global.quiet && !global.json, !global.json);
     let outcome =
         smelt_engine::run::run(&pipeline, &flows, &lake, &Files, &settings, &progress).await?;

@@ -44,7 +44,7 @@ use self::commit::{commit_tables, stage_partition};
 use self::range::{Range, resolve_range};
 use self::read::{CastChanges, read_and_cast};
 use self::scd1::PartitionWork;
-use self::schema::{FlowSchema, resolve_schema};
+use self::schema::{FlowSchema, resolve_schema, resolve_schema_all};
 use self::tombstones::{check_tombstones, expire_tombstones, tombstone_schema};
 use self::truncate::resolve_truncates;
 use crate::phases::Phases;
@@ -332,4 +332,35 @@ fn start_report(
 /// A rebuild or a truncate: what silver and the tombstones store is not looked at.
 fn work_is_fresh(ctx: &RunContext, truncate_now: bool) -> bool {
     ctx.full_refresh || truncate_now
+}
+
+/// Every problem a run of apply flow `flow_name` would meet before reading a change:
+/// silver and its tombstones against the flow and the source's columns, and the flow's
+/// predicates and expectations.
+pub(crate) fn check_apply(
+    flow_name: &str,
+    flow: &ApplyFlow,
+    source: &dyn ChangeSource,
+    silver: &dyn SilverTable,
+    tombstones: &dyn SilverTable,
+) -> Vec<crate::EngineError> {
+    let bronze = source.schema();
+    let (resolved, mut problems) = resolve_schema_all(flow_name, flow, silver, &bronze);
+    let Some(resolved) = resolved else {
+        return problems;
+    };
+    let audit_ingest = flow.audit.ingest_timestamp.as_deref();
+    match tombstone_schema(&resolved.schema, flow, audit_ingest) {
+        Ok(tomb_schema) => {
+            if let Err(e) = check_tombstones(flow_name, &tomb_schema, tombstones) {
+                problems.push(e);
+            }
+        }
+        Err(e) => problems.push(e),
+    }
+    // `apply_as_truncates` and the expectations, over the cast changes.
+    if let Err(e) = CastPlan::for_flow(flow_name, flow, &bronze, &resolved.schema, None) {
+        problems.push(e);
+    }
+    problems
 }

@@ -171,23 +171,42 @@ pub(super) struct FlowSchema {
 /// Resolves the schema one run of `flow` writes ([`silver_schema`] plus schema drift) and
 /// checks the flow against it and `bronze` (the source's columns): SCD2 columns, every
 /// silver column from bronze, the keys, `column_list`; compiles `apply_as_deletes` and
-/// `where`.
+/// `where`. Fails with the first problem.
 pub(super) fn resolve_schema(
     flow_name: &str,
     flow: &ApplyFlow,
     silver: &dyn SilverTable,
     bronze: &SchemaRef,
 ) -> Result<FlowSchema> {
+    let (resolved, mut problems) = resolve_schema_all(flow_name, flow, silver, bronze);
+    match resolved {
+        Some(resolved) if problems.is_empty() => Ok(resolved),
+        _ => Err(problems.remove(0)),
+    }
+}
+
+/// [`resolve_schema`] with every problem found, in the order a run meets them; the schema
+/// when there are none.
+pub(super) fn resolve_schema_all(
+    flow_name: &str,
+    flow: &ApplyFlow,
+    silver: &dyn SilverTable,
+    bronze: &SchemaRef,
+) -> (Option<FlowSchema>, Vec<EngineError>) {
+    let mut problems = Vec::new();
     let SilverSchema {
         mut schema,
         missing: mut to_add,
         widen,
-    } = silver_schema(flow_name, flow, silver)?;
+    } = match silver_schema(flow_name, flow, silver) {
+        Ok(s) => s,
+        Err(e) => return (None, vec![e]),
+    };
     let audit_update = flow.audit.update_timestamp.as_deref();
     if flow.scd == 2 {
         for c in [START_AT, END_AT] {
             if schema.field_with_name(c).is_err() {
-                return Err(EngineError::user(
+                problems.push(EngineError::user(
                     format!(
                         "flow `{flow_name}`: `scd: 2` needs column `{c}` in `{}`, which has none",
                         flow.into
@@ -229,7 +248,7 @@ pub(super) fn resolve_schema(
             ),
             None => format!("bronze columns are: {}", bronze_names.join(", ")),
         };
-        return Err(EngineError::user(
+        problems.push(EngineError::user(
             format!(
                 "flow `{flow_name}`: silver column `{}` of `{}` is missing from bronze table `{}`",
                 f.name(),
@@ -241,7 +260,7 @@ pub(super) fn resolve_schema(
     }
     for k in &flow.keys {
         if schema.field_with_name(k).is_err() {
-            return Err(EngineError::user(
+            problems.push(EngineError::user(
                 format!(
                     "flow `{flow_name}`: key column `{k}` is not a column of `{}`",
                     flow.into
@@ -254,17 +273,15 @@ pub(super) fn resolve_schema(
         }
     }
 
-    let as_deletes = flow
-        .apply_as_deletes
-        .as_deref()
-        .map(|sql| {
-            Predicate::compile(
-                sql,
-                &source_change_schema(bronze),
-                &format!("flow `{flow_name}`: `apply_as_deletes`"),
-            )
-        })
-        .transpose()?;
+    let as_deletes = flow.apply_as_deletes.as_deref().and_then(|sql| {
+        Predicate::compile(
+            sql,
+            &source_change_schema(bronze),
+            &format!("flow `{flow_name}`: `apply_as_deletes`"),
+        )
+        .map_err(|e| problems.push(e))
+        .ok()
+    });
     let state_schema = Arc::new(Schema::new(
         schema
             .fields()
@@ -276,17 +293,17 @@ pub(super) fn resolve_schema(
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect::<Vec<_>>(),
     ));
-    let filter_predicate = flow
-        .filter
-        .as_deref()
-        .map(|sql| Predicate::compile(sql, &state_schema, &format!("flow `{flow_name}`: `where`")))
-        .transpose()?;
+    let filter_predicate = flow.filter.as_deref().and_then(|sql| {
+        Predicate::compile(sql, &state_schema, &format!("flow `{flow_name}`: `where`"))
+            .map_err(|e| problems.push(e))
+            .ok()
+    });
     for c in match &flow.update_columns {
         smelt_spec::UpdateColumns::All => &[][..],
         smelt_spec::UpdateColumns::Only(c) | smelt_spec::UpdateColumns::Except(c) => c,
     } {
         if schema.field_with_name(c).is_err() {
-            return Err(EngineError::user(
+            problems.push(EngineError::user(
                 format!(
                     "flow `{flow_name}`: `column_list` names `{c}`, which is not a column of `{}`",
                     flow.into
@@ -295,7 +312,7 @@ pub(super) fn resolve_schema(
             ));
         }
     }
-    Ok(FlowSchema {
+    let resolved = problems.is_empty().then_some(FlowSchema {
         schema,
         to_add,
         widen,
@@ -303,5 +320,6 @@ pub(super) fn resolve_schema(
         as_deletes,
         state_schema,
         filter: filter_predicate,
-    })
+    });
+    (resolved, problems)
 }

@@ -1,0 +1,81 @@
+//! `smelt validate`, and the check `smelt plan` starts with: every problem at once.
+
+use smelt_engine::validate::Problem;
+use smelt_ingest::Files;
+use smelt_spec::{Flow, Pipeline};
+
+use super::{load_pipeline, open_lake, select};
+use crate::args::{GlobalArgs, ValidateArgs};
+use crate::failure::Failure;
+
+/// Checks the selected flows against the lake; prints every problem.
+pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> Result<u8, Failure> {
+    let pipeline = load_pipeline(global)?;
+    let flows = select(&pipeline, &args.flows)?;
+    check(global, &pipeline, &flows).await?;
+    if global.json {
+        println!("{}", serde_json::json!({ "problems": [] }));
+    } else if !global.quiet {
+        println!(
+            "{} flow(s) of {} checked: no problems",
+            flows.len(),
+            pipeline.file.display()
+        );
+    }
+    Ok(0)
+}
+
+/// Fails with every problem of `flows` (printing them as JSON with `--json`).
+pub async fn check(
+    global: &GlobalArgs,
+    pipeline: &Pipeline,
+    flows: &[&Flow],
+) -> Result<(), Failure> {
+    let lake = open_lake(&pipeline.lake)?;
+    let problems = smelt_engine::validate::validate(pipeline, flows, &lake, &Files).await;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    if global.json {
+        let list: Vec<_> = problems.iter().map(json).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "problems": list }))
+                .expect("serialisable")
+        );
+    }
+    Err(failure(&problems))
+}
+
+fn json(p: &Problem) -> serde_json::Value {
+    serde_json::json!({ "flow": p.flow, "error": p.error.to_string(), "hint": p.error.hint() })
+}
+
+/// One failure listing every problem: each headline, then its hint.
+fn failure(problems: &[Problem]) -> Failure {
+    let mut messages = Vec::with_capacity(problems.len() + 1);
+    for p in problems {
+        let mut text = p.error.to_string();
+        if !text.starts_with(&format!("flow `{}`", p.flow)) {
+            text = format!("flow `{}`: {text}", p.flow);
+        }
+        if let Some(hint) = p.error.hint() {
+            text.push_str(&format!("\n  hint: {hint}"));
+        }
+        messages.push(text);
+    }
+    let flows = {
+        let mut names: Vec<&str> = problems.iter().map(|p| p.flow.as_str()).collect();
+        names.dedup();
+        names.len()
+    };
+    Failure {
+        code: 1,
+        messages,
+        causes: Vec::new(),
+        hint: Some(format!(
+            "{} problem(s) in {flows} flow(s); fix them and run `smelt validate` again",
+            problems.len()
+        )),
+    }
+}

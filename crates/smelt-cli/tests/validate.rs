@@ -1,0 +1,62 @@
+//! `smelt validate` and `smelt plan` list every problem of every flow at once.
+
+mod common;
+
+use common::Project;
+
+/// A product2 project whose pipeline has problems in two flows.
+fn broken() -> Project {
+    let p = Project::product2();
+    p.bronze_step1();
+    let ddl = std::fs::read_to_string(p.file("silver.sql"))
+        .unwrap()
+        .replace(
+            "`Name` STRING,",
+            "`Name` STRING,\n`Colour` STRING,\n`Weight` STRING,",
+        );
+    p.write("silver.sql", &ddl);
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    let yaml = yaml.replace(
+        "      on_cast_error: null",
+        "      where: \"Familyy = 'x'\"\n      on_cast_error: null",
+    ) + "  other:\n    apply:\n      from: medallion_demo.nothing\n      into: medallion_demo.other\n      keys: [Id]\n";
+    p.write("smelt.yaml", &yaml);
+    p
+}
+
+#[test]
+fn validate_lists_every_problem_of_every_flow() {
+    let p = broken();
+    let (_, err) = p.fails(&["validate"], 1);
+    let err = err.replace(&p.path().display().to_string(), "[project]");
+    insta::assert_snapshot!("validate_problems", err);
+    // Nothing was written.
+    assert!(!p.file("lake/medallion_demo/product2__silver").exists());
+}
+
+#[test]
+fn plan_starts_with_the_same_checks() {
+    let p = broken();
+    let (_, plan) = p.fails(&["plan"], 1);
+    let (_, validate) = p.fails(&["validate"], 1);
+    assert_eq!(plan, validate);
+    // One flow selected: its problems only.
+    let (_, err) = p.fails(&["validate", "other"], 1);
+    assert!(err.contains("medallion_demo.nothing"), "{err}");
+    assert!(!err.contains("Colour"), "{err}");
+}
+
+#[test]
+fn a_sound_pipeline_validates() {
+    let p = Project::product2();
+    p.bronze_step1();
+    let out = p.ok(&["validate"]);
+    assert!(
+        out.contains("1 flow(s) of smelt.yaml checked: no problems"),
+        "{out}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&p.ok(&["--json", "validate"])).unwrap();
+    assert_eq!(json["problems"].as_array().unwrap().len(), 0);
+    // The checks write nothing: the plan still plans a first run.
+    assert_eq!(p.flows(&["plan"])[0]["status"], "planned");
+}
