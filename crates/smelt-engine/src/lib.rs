@@ -36,7 +36,7 @@ pub mod apply;
 pub mod context;
 pub mod dag;
 mod error;
-mod flows;
+mod flow;
 mod phases;
 pub mod ports;
 pub mod predicate;

@@ -4,7 +4,8 @@
 use smelt_spec::{Flow, Pipeline};
 
 use crate::context::RunContext;
-use crate::ports::{FileFlows, Lake, LastCommit, Reporter, SilverTable};
+use crate::flow::{FlowCx, build};
+use crate::ports::{FileFlows, Lake, Reporter};
 use crate::report::{FlowEvent, FlowReport};
 use crate::window::parse_instant;
 use crate::{EngineError, Result, failpoint};
@@ -70,7 +71,7 @@ pub async fn run(
     let mut failed = None;
     for flow in flows {
         let started_at_us = now_us();
-        let cx = FlowRun {
+        let cx = FlowCx {
             pipeline,
             lake,
             files,
@@ -78,7 +79,7 @@ pub async fn run(
             ctx: &ctx,
             reporter,
         };
-        let result = crate::flows::run_flow(&cx, flow, &mut events).await;
+        let result = build(flow).run(&cx, &mut events).await;
         match result {
             Ok(report) => {
                 reporter.finished(&flow.name, Some(&report));
@@ -125,85 +126,6 @@ pub async fn run(
         reports,
         failed,
     })
-}
-
-/// What a flow of a run reads and writes through.
-pub(crate) struct FlowRun<'a> {
-    pub(crate) pipeline: &'a Pipeline,
-    pub(crate) lake: &'a dyn Lake,
-    pub(crate) files: &'a dyn FileFlows,
-    pub(crate) settings: &'a RunSettings,
-    pub(crate) ctx: &'a RunContext,
-    pub(crate) reporter: &'a dyn Reporter,
-}
-
-impl FlowRun<'_> {
-    /// An event-log row lost to a crash after the last commit of `table` (written by
-    /// `flow`) comes back from that commit, into `events`.
-    pub(crate) async fn recover_event(
-        &self,
-        flow: &str,
-        table: &dyn SilverTable,
-        events: &mut Vec<FlowEvent>,
-    ) {
-        if self.ctx.dry_run {
-            return;
-        }
-        match table.last_commit().await {
-            Ok(last) => self.recover_from(flow, last, events).await,
-            Err(e) => self.cannot_check(flow, e),
-        }
-    }
-
-    /// The same for a flow whose last write is `last` (an export's saved state).
-    pub(crate) async fn recover_from(
-        &self,
-        flow: &str,
-        last: Option<LastCommit>,
-        events: &mut Vec<FlowEvent>,
-    ) {
-        if self.ctx.dry_run {
-            return;
-        }
-        match lost_event(self.lake, flow, last).await {
-            Ok(Some(event)) => events.push(event),
-            Ok(None) => {}
-            Err(e) => self.cannot_check(flow, e),
-        }
-    }
-
-    fn cannot_check(&self, flow: &str, e: EngineError) {
-        self.reporter.warn(&format!(
-            "could not check the event log for flow `{flow}`: {e}"
-        ));
-    }
-}
-
-/// The event of `last`, the last write of `flow`, when the event log lacks it (a crash
-/// between that write and the event-log append).
-async fn lost_event(
-    lake: &dyn Lake,
-    flow: &str,
-    last: Option<LastCommit>,
-) -> Result<Option<FlowEvent>> {
-    let Some(last) = last else {
-        return Ok(None);
-    };
-    let (Some(run_id), Some(report)) = (last.run_id, last.report) else {
-        return Ok(None);
-    };
-    let Ok(report) = serde_json::from_str::<FlowReport>(&report) else {
-        return Ok(None);
-    };
-    if report.flow != flow || lake.event_log().has_run(&run_id, flow).await? {
-        return Ok(None);
-    }
-    Ok(Some(FlowEvent {
-        report,
-        started_at_us: last.at_ms * 1000,
-        finished_at_us: last.at_ms * 1000,
-        error: None,
-    }))
 }
 
 /// The source versions of a replay window: read after the first, up to the second.

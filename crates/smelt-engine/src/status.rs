@@ -1,10 +1,11 @@
 //! `smelt status`: per flow, the watermark, the source version and how far behind it is.
 
 use serde::Serialize;
-use smelt_spec::{Flow, FlowKind, ReplaceSource};
+use smelt_spec::{Flow, IngestFlow, Pipeline, TableName};
 
 use crate::Result;
 use crate::context::app_id;
+use crate::flow::{LakeCx, build};
 use crate::ports::{FileFlows, Lake, SourceOptions};
 
 /// Where one flow stands.
@@ -37,10 +38,16 @@ pub struct FlowStatus {
 /// The status of `flows`, in the order given. A table that cannot be opened fails; a
 /// source that cannot be read is the row's problem.
 pub async fn status(
+    pipeline: &Pipeline,
     flows: &[&Flow],
     lake: &dyn Lake,
     files: &dyn FileFlows,
 ) -> Result<Vec<FlowStatus>> {
+    let cx = LakeCx {
+        pipeline,
+        lake,
+        files,
+    };
     let mut rows = Vec::new();
     for flow in flows {
         let mut row = FlowStatus {
@@ -63,54 +70,42 @@ pub async fn status(
                 Err(e) => row.problem = Some(e.to_string()),
             }
         }
-        if let FlowKind::Export(export) = &flow.kind {
-            if export.url.is_none() && !export.folder.exists() {
-                row.problem = Some("not exported yet: run `smelt run`".into());
-            } else {
-                match files.exported_version(&flow.name, export).await {
-                    Ok(version) => row.watermark = version,
-                    Err(e) => row.problem = Some(e.to_string()),
-                }
-            }
-            rows.push(behind(row));
-            continue;
-        }
-        let Some(table) = flow.writes() else {
-            continue;
-        };
-        let output = lake.inspect(table).await?;
-        let landing = match &flow.kind {
-            FlowKind::Ingest(ingest) => Some(ingest),
-            FlowKind::ReplaceWhere(r) => match &r.from {
-                ReplaceSource::Files(f) => Some(f.as_ref()),
-                ReplaceSource::Table(_) => None,
-            },
-            _ => None,
-        };
-        if let Some(landing) = landing.filter(|f| f.url.is_none() && !f.folder.exists()) {
-            row.problem = Some(format!(
-                "no files yet: `{}` does not exist",
-                landing.folder.display()
-            ));
-        } else if let Some(landing) = landing {
-            match files.files_waiting(&flow.name, landing, &*output).await {
-                Ok(n) => row.files_waiting = Some(n),
-                Err(e) => row.problem = Some(e.to_string()),
-            }
-        }
-        if output.schema().is_some() {
-            row.silver_version = output.version();
-            row.watermark = output.watermark(&app_id(&flow.name)).await?;
-            if let Some(last) = output.last_commit().await? {
-                row.last_run_at = utc_text(last.at_ms);
-                row.last_run_id = last.run_id;
-            }
-        } else if row.problem.is_none() {
-            row.problem = Some(format!("`{table}` not created yet: run `smelt run`"));
-        }
+        build(flow).status(&cx, &mut row).await?;
         rows.push(behind(row));
     }
     Ok(rows)
+}
+
+/// The status of a flow that writes `table`, reading files from `landing` if any.
+pub(crate) async fn of_written_table(
+    cx: &LakeCx<'_>,
+    table: &TableName,
+    landing: Option<&IngestFlow>,
+    row: &mut FlowStatus,
+) -> Result<()> {
+    let output = cx.lake.inspect(table).await?;
+    if let Some(landing) = landing.filter(|f| f.url.is_none() && !f.folder.exists()) {
+        row.problem = Some(format!(
+            "no files yet: `{}` does not exist",
+            landing.folder.display()
+        ));
+    } else if let Some(landing) = landing {
+        match cx.files.files_waiting(&row.flow, landing, &*output).await {
+            Ok(n) => row.files_waiting = Some(n),
+            Err(e) => row.problem = Some(e.to_string()),
+        }
+    }
+    if output.schema().is_some() {
+        row.silver_version = output.version();
+        row.watermark = output.watermark(&app_id(&row.flow)).await?;
+        if let Some(last) = output.last_commit().await? {
+            row.last_run_at = utc_text(last.at_ms);
+            row.last_run_id = last.run_id;
+        }
+    } else if row.problem.is_none() {
+        row.problem = Some(format!("`{table}` not created yet: run `smelt run`"));
+    }
+    Ok(())
 }
 
 /// `row` with how many source versions it is behind.

@@ -11,7 +11,7 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
     let lake = open_lake(&pipeline.lake)?;
-    let rows = smelt_engine::status::status(&flows, &lake, &Files).await?;
+    let rows = smelt_engine::status::status(&pipeline, &flows, &lake, &Files).await?;
     if global.json {
         println!(
             "{}",

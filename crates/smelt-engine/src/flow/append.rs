@@ -1,0 +1,39 @@
+//! The runner of `append` flows: new source rows appended to a target ([`crate::append`]).
+
+use async_trait::async_trait;
+use smelt_spec::{AppendFlow, TableName};
+
+use super::{FlowCx, FlowRunner, LakeCx};
+use crate::append::run_append;
+use crate::ports::{ChangeSource, SourceOptions, TableRole};
+use crate::report::{FlowEvent, FlowReport};
+use crate::{EngineError, Result};
+
+pub(super) struct Append<'a> {
+    pub(super) name: &'a str,
+    pub(super) spec: &'a AppendFlow,
+}
+
+#[async_trait]
+impl FlowRunner for Append<'_> {
+    fn output(&self) -> Option<&TableName> {
+        Some(&self.spec.into)
+    }
+
+    async fn run(&self, cx: &FlowCx<'_>, events: &mut Vec<FlowEvent>) -> Result<FlowReport> {
+        let spec = self.spec;
+        let source = cx.lake.source(&spec.from, SourceOptions::default()).await?;
+        let mut target = cx.lake.table(&spec.into, TableRole::Target).await?;
+        cx.recover_event(self.name, &*target, events).await;
+        run_append(self.name, spec, &*source, &mut *target, cx.ctx, cx.reporter).await
+    }
+
+    async fn check(&self, cx: &LakeCx<'_>, _: Option<&dyn ChangeSource>) -> Vec<EngineError> {
+        cx.lake
+            .inspect(&self.spec.into)
+            .await
+            .err()
+            .into_iter()
+            .collect()
+    }
+}

@@ -1,0 +1,67 @@
+//! The runner of `apply` flows: bronze changes → silver by key ([`crate::apply`]).
+
+use async_trait::async_trait;
+use smelt_spec::{ApplyFlow, SourceDeletes, TableName};
+
+use super::{FlowCx, FlowRunner, LakeCx};
+use crate::apply::{ApplyTables, check_apply, run_apply, tombstone_table};
+use crate::ports::{ChangeSource, SourceOptions, TableRole};
+use crate::rejects::rejects_table;
+use crate::report::{FlowEvent, FlowReport};
+use crate::run::window;
+use crate::{EngineError, Result};
+
+pub(super) struct Apply<'a> {
+    pub(super) name: &'a str,
+    pub(super) spec: &'a ApplyFlow,
+}
+
+#[async_trait]
+impl FlowRunner for Apply<'_> {
+    fn output(&self) -> Option<&TableName> {
+        Some(&self.spec.into)
+    }
+
+    async fn run(&self, cx: &FlowCx<'_>, events: &mut Vec<FlowEvent>) -> Result<FlowReport> {
+        let (lake, spec) = (cx.lake, self.spec);
+        let options = SourceOptions {
+            removed_rows: spec.source_deletes == SourceDeletes::Apply,
+        };
+        let mut source = lake.source(&spec.from, options).await?;
+        let mut ctx = cx.ctx.clone();
+        if let Some(since) = &cx.settings.since {
+            let (after, to) = window(&*source, cx.settings, since, ctx.run_timestamp_us).await?;
+            source.pin(to)?;
+            ctx.replay_after = Some(after);
+        }
+        let mut silver = lake.table(&spec.into, TableRole::Silver).await?;
+        cx.recover_event(self.name, &*silver, events).await;
+        let mut tombstones = lake
+            .table(&tombstone_table(&spec.into), TableRole::Tombstones)
+            .await?;
+        let mut rejects = lake
+            .table(&rejects_table(&spec.into), TableRole::Rejects)
+            .await?;
+        let tables = ApplyTables {
+            silver: &mut *silver,
+            tombstones: &mut *tombstones,
+            rejects: &mut *rejects,
+        };
+        run_apply(self.name, spec, &*source, tables, &ctx, cx.reporter).await
+    }
+
+    async fn check(&self, cx: &LakeCx<'_>, source: Option<&dyn ChangeSource>) -> Vec<EngineError> {
+        let spec = self.spec;
+        let (silver, tombstones) = match (
+            cx.lake.inspect(&spec.into).await,
+            cx.lake.inspect(&tombstone_table(&spec.into)).await,
+        ) {
+            (Ok(s), Ok(t)) => (s, t),
+            (Err(e), _) | (_, Err(e)) => return vec![e],
+        };
+        match source {
+            Some(source) => check_apply(self.name, spec, source, &*silver, &*tombstones),
+            None => Vec::new(),
+        }
+    }
+}

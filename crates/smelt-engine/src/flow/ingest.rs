@@ -1,0 +1,51 @@
+//! The runner of `ingest` flows: a landing folder's new files → bronze, through the
+//! [`FileFlows`](crate::ports::FileFlows) port.
+
+use async_trait::async_trait;
+use smelt_spec::{IngestFlow, TableName};
+
+use super::{FlowCx, FlowRunner, LakeCx, landing_problem};
+use crate::ports::{ChangeSource, IngestTables, TableRole};
+use crate::rejects::rejects_table;
+use crate::report::{FlowEvent, FlowReport};
+use crate::{EngineError, Result};
+
+pub(super) struct Ingest<'a> {
+    pub(super) name: &'a str,
+    pub(super) spec: &'a IngestFlow,
+}
+
+#[async_trait]
+impl FlowRunner for Ingest<'_> {
+    fn output(&self) -> Option<&TableName> {
+        Some(&self.spec.into)
+    }
+
+    async fn run(&self, cx: &FlowCx<'_>, events: &mut Vec<FlowEvent>) -> Result<FlowReport> {
+        let spec = self.spec;
+        let mut bronze = cx.lake.table(&spec.into, TableRole::Bronze).await?;
+        cx.recover_event(self.name, &*bronze, events).await;
+        let mut rejects = cx
+            .lake
+            .table(&rejects_table(&spec.into), TableRole::Rejects)
+            .await?;
+        let tables = IngestTables {
+            bronze: &mut *bronze,
+            rejects: &mut *rejects,
+        };
+        cx.files
+            .ingest(self.name, spec, tables, cx.ctx, cx.reporter)
+            .await
+    }
+
+    async fn check(&self, cx: &LakeCx<'_>, _: Option<&dyn ChangeSource>) -> Vec<EngineError> {
+        landing_problem(cx, self.name, self.spec, &self.spec.into, false)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    fn landing(&self) -> Option<&IngestFlow> {
+        Some(self.spec)
+    }
+}

@@ -1,0 +1,85 @@
+//! The runner of `replace_where` flows: a batch (a table's snapshot, or new files)
+//! replaces the target rows matching a predicate ([`crate::replace`]).
+
+use async_trait::async_trait;
+use smelt_spec::{Flow, IngestFlow, ReplaceSource, ReplaceWhereFlow, TableName};
+
+use super::{FlowCx, FlowRunner, LakeCx, landing_problem};
+use crate::context::app_id;
+use crate::ports::{ChangeSource, SourceOptions, TableRole};
+use crate::replace::{TableBatch, run_replace_where, up_to_date, watermark};
+use crate::report::{FlowEvent, FlowReport};
+use crate::{EngineError, Result};
+
+pub(super) struct ReplaceWhere<'a> {
+    pub(super) flow: &'a Flow,
+    pub(super) spec: &'a ReplaceWhereFlow,
+}
+
+impl ReplaceWhere<'_> {
+    /// An export of the pipeline writes the files this flow reads: before its first run,
+    /// no folder is no batch yet.
+    fn exported(&self, pipeline: &smelt_spec::Pipeline) -> bool {
+        pipeline.flows.iter().any(|g| self.flow.reads_files_of(g))
+    }
+}
+
+#[async_trait]
+impl FlowRunner for ReplaceWhere<'_> {
+    fn output(&self) -> Option<&TableName> {
+        Some(&self.spec.into)
+    }
+
+    async fn run(&self, cx: &FlowCx<'_>, events: &mut Vec<FlowEvent>) -> Result<FlowReport> {
+        let (name, spec, ctx) = (self.flow.name.as_str(), self.spec, cx.ctx);
+        let mut target = cx.lake.table(&spec.into, TableRole::Target).await?;
+        cx.recover_event(name, &*target, events).await;
+        match &spec.from {
+            ReplaceSource::Table(table) => {
+                let applied = target.watermark(&app_id(name)).await?;
+                let source = cx.lake.source(table, SourceOptions::default()).await?;
+                let v = source.version();
+                if applied == Some(v) && !ctx.full_refresh {
+                    return Ok(up_to_date(name, spec, ctx, applied, v, target.version()));
+                }
+                let batch = TableBatch(&*source);
+                let watermark = watermark(name, ctx, v, Vec::new());
+                run_replace_where(
+                    name,
+                    spec,
+                    &batch,
+                    &mut *target,
+                    watermark,
+                    ctx,
+                    cx.reporter,
+                )
+                .await
+            }
+            ReplaceSource::Files(files) => {
+                let exported = self.exported(cx.pipeline);
+                cx.files
+                    .replace_where(name, spec, files, exported, &mut *target, ctx, cx.reporter)
+                    .await
+            }
+        }
+    }
+
+    async fn check(&self, cx: &LakeCx<'_>, _: Option<&dyn ChangeSource>) -> Vec<EngineError> {
+        let mut problems: Vec<EngineError> = Vec::new();
+        if let ReplaceSource::Files(files) = &self.spec.from {
+            let exported = self.exported(cx.pipeline);
+            problems.extend(
+                landing_problem(cx, &self.flow.name, files, &self.spec.into, exported).await,
+            );
+        }
+        problems.extend(cx.lake.inspect(&self.spec.into).await.err());
+        problems
+    }
+
+    fn landing(&self) -> Option<&IngestFlow> {
+        match &self.spec.from {
+            ReplaceSource::Files(files) => Some(files),
+            ReplaceSource::Table(_) => None,
+        }
+    }
+}
