@@ -15,7 +15,9 @@ use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
-use smelt_engine::ports::{Silent, SilverTable, Watermark, WriteStats};
+use smelt_engine::ports::{
+    KeyedTable, Silent, SilverTable, TableSink, Watermark, WatermarkStore, WriteStats,
+};
 use smelt_engine::rejects::rejects_table;
 use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
 
@@ -140,29 +142,34 @@ async fn append(lake: &Lake, changes: &[Change], commit: i64) {
 struct CrashOnCommit(DeltaSilver);
 
 #[async_trait::async_trait]
-impl SilverTable for CrashOnCommit {
-    fn table(&self) -> &TableName {
-        self.0.table()
-    }
-    fn schema(&self) -> Option<SchemaRef> {
-        self.0.schema()
-    }
-    fn version(&self) -> Option<i64> {
-        self.0.version()
-    }
+impl WatermarkStore for CrashOnCommit {
     async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
         self.0.watermark(app_id).await
     }
+
+    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
+        self.0.commit_values(key).await
+    }
+}
+
+#[async_trait::async_trait]
+impl TableSink for CrashOnCommit {
+    fn table(&self) -> &TableName {
+        self.0.table()
+    }
+
+    fn schema(&self) -> Option<SchemaRef> {
+        self.0.schema()
+    }
+
+    fn version(&self) -> Option<i64> {
+        self.0.version()
+    }
+
     async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
         self.0.create(schema).await
     }
-    async fn lookup(
-        &self,
-        keys: RecordBatch,
-        columns: &[String],
-    ) -> smelt_engine::Result<RecordBatch> {
-        self.0.lookup(keys, columns).await
-    }
+
     async fn stage(
         &mut self,
         rows: RecordBatch,
@@ -171,15 +178,19 @@ impl SilverTable for CrashOnCommit {
     ) -> smelt_engine::Result<()> {
         self.0.stage(rows, replaces, keys).await
     }
+
     fn property(&self, key: &str) -> Option<String> {
         self.0.property(key)
     }
+
     async fn set_property(&mut self, key: &str, value: &str) -> smelt_engine::Result<()> {
         self.0.set_property(key, value).await
     }
+
     async fn add_columns(&mut self, fields: Vec<Field>) -> smelt_engine::Result<()> {
         self.0.add_columns(fields).await
     }
+
     async fn widen(
         &mut self,
         schema: SchemaRef,
@@ -187,20 +198,32 @@ impl SilverTable for CrashOnCommit {
     ) -> smelt_engine::Result<WriteStats> {
         self.0.widen(schema, keys).await
     }
+
     async fn stage_overwrite(&mut self) -> smelt_engine::Result<()> {
         self.0.stage_overwrite().await
     }
-    async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {
-        self.0.stage_deletes(keys).await
-    }
+
     async fn commit(&mut self, _: &[String], _: &Watermark) -> smelt_engine::Result<WriteStats> {
         Err(smelt_engine::EngineError::Failpoint("silver commit".into()))
     }
-    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
-        self.0.commit_values(key).await
-    }
+
     async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
         self.0.expire(column, before_us).await
+    }
+}
+
+#[async_trait::async_trait]
+impl KeyedTable for CrashOnCommit {
+    async fn lookup(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> smelt_engine::Result<RecordBatch> {
+        self.0.lookup(keys, columns).await
+    }
+
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {
+        self.0.stage_deletes(keys).await
     }
 }
 

@@ -10,7 +10,9 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
-use smelt_engine::ports::{ChangeSource, SilverTable, Watermark, WriteStats};
+use smelt_engine::ports::{
+    ChangeSource, KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats,
+};
 use smelt_spec::TableName;
 
 const APP: &str = "smelt/test";

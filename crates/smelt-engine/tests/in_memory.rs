@@ -10,7 +10,9 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use smelt_core::change::metadata_fields;
 use smelt_engine::apply::{ApplyTables, RunContext, run_apply};
-use smelt_engine::ports::{ChangeSet, ChangeSource, Silent, SilverTable, Watermark, WriteStats};
+use smelt_engine::ports::{
+    ChangeSet, ChangeSource, KeyedTable, Silent, TableSink, Watermark, WatermarkStore, WriteStats,
+};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{FlowKind, Pipeline, TableName};
 
@@ -114,46 +116,35 @@ struct MemSilver {
 }
 
 #[async_trait]
-impl SilverTable for MemSilver {
+impl WatermarkStore for MemSilver {
     async fn commit_values(&self, _: &str) -> smelt_engine::Result<Vec<String>> {
         Ok(Vec::new())
     }
 
-    fn table(&self) -> &TableName {
-        self.name.as_ref().unwrap()
-    }
-    fn schema(&self) -> Option<SchemaRef> {
-        self.schema.clone()
-    }
-    fn version(&self) -> Option<i64> {
-        (self.commits > 0).then(|| self.commits - 1)
-    }
     async fn watermark(&self, _: &str) -> Result<Option<i64>> {
         Ok(self.watermark)
     }
+}
+
+#[async_trait]
+impl TableSink for MemSilver {
+    fn table(&self) -> &TableName {
+        self.name.as_ref().unwrap()
+    }
+
+    fn schema(&self) -> Option<SchemaRef> {
+        self.schema.clone()
+    }
+
+    fn version(&self) -> Option<i64> {
+        (self.commits > 0).then(|| self.commits - 1)
+    }
+
     async fn create(&mut self, schema: SchemaRef) -> Result<()> {
         self.schema = Some(schema);
         Ok(())
     }
-    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch> {
-        let rows = self.rows.lock().unwrap().clone().expect("silver has rows");
-        let wanted: Vec<&str> = keys
-            .column(0)
-            .as_string::<i32>()
-            .iter()
-            .map(|k| k.unwrap())
-            .collect();
-        let ids = rows.column_by_name("id").unwrap().as_string::<i32>();
-        let mask = arrow::array::BooleanArray::from_iter(
-            ids.iter().map(|i| Some(wanted.contains(&i.unwrap()))),
-        );
-        let found = filter_record_batch(&rows, &mask)?;
-        let idx: Vec<usize> = columns
-            .iter()
-            .map(|c| found.schema().index_of(c).unwrap())
-            .collect();
-        Ok(found.project(&idx)?)
-    }
+
     async fn stage(
         &mut self,
         rows: RecordBatch,
@@ -165,6 +156,7 @@ impl SilverTable for MemSilver {
         self.staged.push(rows);
         Ok(())
     }
+
     async fn add_columns(&mut self, fields: Vec<Field>) -> Result<()> {
         let old = self.schema.clone().unwrap();
         let mut all: Vec<Field> = old.fields().iter().map(|f| f.as_ref().clone()).collect();
@@ -185,13 +177,16 @@ impl SilverTable for MemSilver {
         self.schema = Some(schema);
         Ok(())
     }
+
     fn property(&self, key: &str) -> Option<String> {
         self.properties.get(key).cloned()
     }
+
     async fn set_property(&mut self, key: &str, value: &str) -> Result<()> {
         self.properties.insert(key.to_string(), value.to_string());
         Ok(())
     }
+
     async fn widen(&mut self, schema: SchemaRef, _keys: &[String]) -> Result<WriteStats> {
         let mut guard = self.rows.lock().unwrap();
         if let Some(rows) = guard.take() {
@@ -208,16 +203,12 @@ impl SilverTable for MemSilver {
         self.commits += 1;
         Ok(WriteStats::default())
     }
+
     async fn stage_overwrite(&mut self) -> Result<()> {
         self.overwrite = true;
         Ok(())
     }
-    async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()> {
-        let ids = keys.column_by_name("id").unwrap().as_string::<i32>();
-        self.deleted
-            .extend(ids.iter().map(|k| k.unwrap().to_string()));
-        Ok(())
-    }
+
     async fn expire(&mut self, column: &str, before_us: i64) -> Result<usize> {
         let mut guard = self.rows.lock().unwrap();
         let Some(rows) = guard.take() else {
@@ -235,6 +226,7 @@ impl SilverTable for MemSilver {
         self.commits += 1;
         Ok(expired)
     }
+
     async fn commit(&mut self, keys: &[String], w: &Watermark) -> Result<WriteStats> {
         let schema = self.schema.clone().unwrap();
         let new = concat_batches(&schema, &std::mem::take(&mut self.staged))?;
@@ -269,6 +261,36 @@ impl SilverTable for MemSilver {
             version: self.commits - 1,
             ..WriteStats::default()
         })
+    }
+}
+
+#[async_trait]
+impl KeyedTable for MemSilver {
+    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch> {
+        let rows = self.rows.lock().unwrap().clone().expect("silver has rows");
+        let wanted: Vec<&str> = keys
+            .column(0)
+            .as_string::<i32>()
+            .iter()
+            .map(|k| k.unwrap())
+            .collect();
+        let ids = rows.column_by_name("id").unwrap().as_string::<i32>();
+        let mask = arrow::array::BooleanArray::from_iter(
+            ids.iter().map(|i| Some(wanted.contains(&i.unwrap()))),
+        );
+        let found = filter_record_batch(&rows, &mask)?;
+        let idx: Vec<usize> = columns
+            .iter()
+            .map(|c| found.schema().index_of(c).unwrap())
+            .collect();
+        Ok(found.project(&idx)?)
+    }
+
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()> {
+        let ids = keys.column_by_name("id").unwrap().as_string::<i32>();
+        self.deleted
+            .extend(ids.iter().map(|k| k.unwrap().to_string()));
+        Ok(())
     }
 }
 

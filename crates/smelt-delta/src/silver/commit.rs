@@ -82,7 +82,7 @@ impl DeltaSilver {
         Ok(stats)
     }
 
-    /// `SilverTable::commit`: the staged commit, then the ledgers.
+    /// `TableSink::commit`: the staged commit, then the ledgers.
     pub(super) async fn commit(
         &mut self,
         keys: &[String],
@@ -101,7 +101,7 @@ impl DeltaSilver {
         Ok(stats)
     }
 
-    /// [`SilverTable::commit`](smelt_engine::ports::SilverTable::commit) without the
+    /// [`TableSink::commit`](smelt_engine::ports::TableSink::commit) without the
     /// ledgers.
     async fn commit_staged(
         &mut self,

@@ -23,7 +23,7 @@ pub(super) struct LookedUp {
 }
 
 impl DeltaSilver {
-    /// `SilverTable::lookup`: probes every file on the key columns, reads the rows found,
+    /// `KeyedTable::lookup`: probes every file on the key columns, reads the rows found,
     /// and records the keys and files for the commit.
     pub(super) async fn lookup(
         &self,

@@ -32,7 +32,7 @@ use arrow::datatypes::{Field, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
 use deltalake::kernel::{Add, AddCDCFile, Remove};
-use smelt_engine::ports::{SilverTable, Watermark, WriteStats};
+use smelt_engine::ports::{KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats};
 use smelt_engine::predicate::Predicate;
 use smelt_spec::TableName;
 
@@ -178,7 +178,35 @@ impl DeltaSilver {
 // the work (`lookup`, `write`, `schema`, `rewrite`, `commit`): inside this module an
 // inherent method takes precedence over the trait's.
 #[async_trait]
-impl SilverTable for DeltaSilver {
+impl WatermarkStore for DeltaSilver {
+    async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
+        let Some(table) = &self.table else {
+            return Ok(None);
+        };
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        Ok(snapshot
+            .transaction_version(table.log_store().as_ref(), app_id)
+            .await
+            .context(|| format!("reading the watermark of `{}`", self.name))?)
+    }
+
+    async fn last_commit(&self) -> smelt_engine::Result<Option<LastCommit>> {
+        Ok(self.last_commit().await?)
+    }
+
+    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
+        let Some(table) = &self.table else {
+            return Ok(Vec::new());
+        };
+        let root = self.lake.table_path(&self.name);
+        Ok(crate::ledger::values(&root, table, &self.name, key).await?)
+    }
+}
+
+#[async_trait]
+impl TableSink for DeltaSilver {
     fn table(&self) -> &TableName {
         &self.name
     }
@@ -198,19 +226,6 @@ impl SilverTable for DeltaSilver {
         self.table.as_ref()?.version().map(|v| v as i64)
     }
 
-    async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
-        let Some(table) = &self.table else {
-            return Ok(None);
-        };
-        let snapshot = table
-            .snapshot()
-            .context(|| format!("reading `{}`", self.name))?;
-        Ok(snapshot
-            .transaction_version(table.log_store().as_ref(), app_id)
-            .await
-            .context(|| format!("reading the watermark of `{}`", self.name))?)
-    }
-
     async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
         if self.table.is_some() {
             return Err(smelt_engine::EngineError::Internal(format!(
@@ -220,14 +235,6 @@ impl SilverTable for DeltaSilver {
         }
         self.pending = Some(schema);
         Ok(())
-    }
-
-    async fn lookup(
-        &self,
-        keys: RecordBatch,
-        columns: &[String],
-    ) -> smelt_engine::Result<RecordBatch> {
-        self.lookup(keys, columns).await
     }
 
     async fn stage(
@@ -276,6 +283,29 @@ impl SilverTable for DeltaSilver {
         Ok(())
     }
 
+    async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
+        self.expire(column, before_us).await
+    }
+
+    async fn commit(
+        &mut self,
+        keys: &[String],
+        watermark: &Watermark,
+    ) -> smelt_engine::Result<WriteStats> {
+        self.commit(keys, watermark).await
+    }
+}
+
+#[async_trait]
+impl KeyedTable for DeltaSilver {
+    async fn lookup(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> smelt_engine::Result<RecordBatch> {
+        self.lookup(keys, columns).await
+    }
+
     async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {
         if keys.num_rows() == 0 {
             return Ok(());
@@ -291,29 +321,5 @@ impl SilverTable for DeltaSilver {
             .deleted
             .push(key_columns(&keys, &names, &schema)?);
         Ok(())
-    }
-
-    async fn last_commit(&self) -> smelt_engine::Result<Option<LastCommit>> {
-        Ok(self.last_commit().await?)
-    }
-
-    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
-        let Some(table) = &self.table else {
-            return Ok(Vec::new());
-        };
-        let root = self.lake.table_path(&self.name);
-        Ok(crate::ledger::values(&root, table, &self.name, key).await?)
-    }
-
-    async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
-        self.expire(column, before_us).await
-    }
-
-    async fn commit(
-        &mut self,
-        keys: &[String],
-        watermark: &Watermark,
-    ) -> smelt_engine::Result<WriteStats> {
-        self.commit(keys, watermark).await
     }
 }

@@ -156,7 +156,7 @@ impl DeltaSilver {
         Ok(rewrites.into_iter().flatten().collect())
     }
 
-    /// `SilverTable::expire`: deletes the rows whose `column` is before `before_us` with a
+    /// `TableSink::expire`: deletes the rows whose `column` is before `before_us` with a
     /// delta-rs `DELETE`, in a commit of its own.
     pub(super) async fn expire(
         &mut self,

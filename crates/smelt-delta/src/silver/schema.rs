@@ -11,7 +11,7 @@ use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{Action, StructType};
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use smelt_engine::ports::{SilverTable, WriteStats};
+use smelt_engine::ports::{TableSink, WriteStats};
 
 use super::DeltaSilver;
 use super::lookup::read_whole;
@@ -30,7 +30,7 @@ impl DeltaSilver {
         }
     }
 
-    /// `SilverTable::add_columns`: the schema with the new columns, for the table this
+    /// `TableSink::add_columns`: the schema with the new columns, for the table this
     /// commit creates or in the commit's metadata.
     pub(super) fn add_columns(&mut self, fields: Vec<Field>) -> smelt_engine::Result<()> {
         let current = self.schema().ok_or_else(|| {
@@ -59,7 +59,7 @@ impl DeltaSilver {
         Ok(())
     }
 
-    /// `SilverTable::widen`: every file rewritten with `schema`'s wider types, in a commit
+    /// `TableSink::widen`: every file rewritten with `schema`'s wider types, in a commit
     /// of its own that changes no data.
     pub(super) async fn widen(
         &mut self,

@@ -64,7 +64,7 @@ impl DeltaSilver {
         Ok(adds.into_iter().flatten().collect())
     }
 
-    /// `SilverTable::stage`: writes `rows` as data files, with change data once silver
+    /// `TableSink::stage`: writes `rows` as data files, with change data once silver
     /// holds data, and records the keys of the rows that replace stored rows.
     pub(super) async fn stage(
         &mut self,

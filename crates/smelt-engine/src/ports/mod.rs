@@ -3,7 +3,8 @@
 //!
 //! * [`Lake`]: where tables live — change sources, tables by role, the event log.
 //! * [`ChangeSource`]: a table's changes, in commit, file and row order.
-//! * [`SilverTable`]: a table a flow writes, with its watermark.
+//! * [`TableSink`], [`KeyedTable`], [`WatermarkStore`]: a table a flow writes, with its
+//!   watermark; [`SilverTable`] is all three.
 //! * [`FileFlows`]: the flows that read or write files (ingest, export, replace_where from
 //!   files), implemented by `smelt-ingest`.
 //! * [`Reporter`]: progress and warnings, drawn by the CLI.
@@ -20,4 +21,6 @@ pub use files::{FileFlows, IngestTables};
 pub use lake::{Lake, SourceOptions, TableRole};
 pub use reporter::{Reporter, Silent};
 pub use source::{ChangeSet, ChangeSource};
-pub use table::{LastCommit, SilverTable, Watermark, WriteStats};
+pub use table::{
+    KeyedTable, LastCommit, SilverTable, TableSink, Watermark, WatermarkStore, WriteStats,
+};

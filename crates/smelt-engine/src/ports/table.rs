@@ -50,86 +50,125 @@ pub struct LastCommit {
     pub report: Option<String>,
 }
 
-/// A table a flow writes: silver, its tombstones and rejects, an ingest flow's bronze, an
-/// append or replace_where target.
+/// Where a table keeps the watermarks and ledgers committed with its data (Delta: `txn`
+/// actions and commit infos).
 #[async_trait]
-pub trait SilverTable: Send + Sync {
-    /// The silver table.
+pub trait WatermarkStore: Send + Sync {
+    /// The source version last applied by `app_id` (committed with the data).
+    async fn watermark(&self, app_id: &str) -> Result<Option<i64>>;
+    /// The values of entry `key` (as given in [`Watermark::extra`]) of every commit made,
+    /// oldest first: a ledger (the files a flow loaded) that must outlive log cleanup and
+    /// checkpoints.
+    async fn commit_values(&self, key: &str) -> Result<Vec<String>>;
+    /// The table's last commit, `None` when it does not exist yet (or the format keeps
+    /// no commit information).
+    async fn last_commit(&self) -> Result<Option<LastCommit>> {
+        Ok(None)
+    }
+}
+
+/// A table a flow writes: an ingest flow's bronze, an append or replace_where target, a
+/// rejects table. Rows are staged, then made visible with the watermark in one commit.
+/// The extra abilities (properties, schema changes, overwrites, deletes by predicate,
+/// expiry) are defaulted to "not supported", for formats that lack them.
+#[async_trait]
+pub trait TableSink: WatermarkStore {
+    /// The table.
     fn table(&self) -> &TableName;
     /// Its schema, `None` when it does not exist yet.
     fn schema(&self) -> Option<SchemaRef>;
     /// Its version, `None` when it does not exist yet.
     fn version(&self) -> Option<i64>;
-    /// The bronze version last applied by `app_id` (committed with the data).
-    async fn watermark(&self, app_id: &str) -> Result<Option<i64>>;
     /// Creates the table (change feed on).
     async fn create(&mut self, schema: SchemaRef) -> Result<()>;
-    /// Stored rows whose key equals a row of `keys` (NULL-safe), with the silver columns
-    /// `columns`. Row order is unspecified.
-    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch>;
-    /// Writes `rows` (silver schema, keys `keys`), invisible until [`commit`]. A run may
-    /// stage several times (one per partition of its keys); a key is staged at most once
-    /// per run. `replaces[i]` says row `i` replaces a stored row of the same key, which
-    /// a [`lookup`] at this version returned; otherwise its key is new.
+    /// Writes `rows` (the table's schema, keys `keys`), invisible until [`commit`]. A run
+    /// may stage several times (one per partition of its keys); a key is staged at most
+    /// once per run. `replaces[i]` says row `i` replaces a stored row of the same key,
+    /// which a [`lookup`] at this version returned; otherwise its key is new (all false
+    /// for a table without keys).
     ///
-    /// [`commit`]: SilverTable::commit
-    /// [`lookup`]: SilverTable::lookup
+    /// [`commit`]: TableSink::commit
+    /// [`lookup`]: KeyedTable::lookup
     async fn stage(
         &mut self,
         rows: RecordBatch,
         replaces: &BooleanArray,
         keys: &[String],
     ) -> Result<()>;
-    /// A table property (Delta: the table configuration), `None` when unset.
-    fn property(&self, key: &str) -> Option<String>;
-    /// Sets a table property in the next [`commit`].
-    ///
-    /// [`commit`]: SilverTable::commit
-    async fn set_property(&mut self, key: &str, value: &str) -> Result<()>;
-    /// Adds nullable columns, in the next [`commit`] (stored rows read them as NULL);
-    /// [`SilverTable::schema`] includes them from now on.
-    ///
-    /// [`commit`]: SilverTable::commit
-    async fn add_columns(&mut self, fields: Vec<arrow::datatypes::Field>) -> Result<()>;
-    /// Rewrites every stored row with `schema` — the table's columns, some of a wider
-    /// type — in a commit of its own that changes no data (`keys` orders the files).
-    async fn widen(&mut self, schema: SchemaRef, keys: &[String]) -> Result<WriteStats>;
-    /// Makes the next [`commit`] replace every stored row with the rows staged in this
-    /// run (a rebuild, `--full-refresh`).
-    ///
-    /// [`commit`]: SilverTable::commit
-    async fn stage_overwrite(&mut self) -> Result<()>;
-    /// Removes the stored rows whose key equals a row of `keys` (the key columns), invisible
-    /// until [`commit`]. A [`lookup`] at this version returned those rows.
-    ///
-    /// [`commit`]: SilverTable::commit
-    /// [`lookup`]: SilverTable::lookup
-    async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()>;
-    /// Removes the stored rows where `predicate` (over the table's columns) is true, in the
-    /// next [`commit`], which also adds the rows staged in this run (Delta's
-    /// `replaceWhere`).
-    ///
-    /// [`commit`]: SilverTable::commit
-    async fn stage_delete_where(&mut self, predicate: crate::predicate::Predicate) -> Result<()> {
-        let _ = predicate;
-        Err(crate::EngineError::Internal(
-            "this table does not support replace_where".into(),
-        ))
-    }
     /// Makes the staged rows visible — replacing the stored rows they replace, removing
     /// the deleted ones — and records `watermark`, in one commit. With nothing staged,
     /// commits the watermark alone.
     async fn commit(&mut self, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
-    /// The values of entry `key` (as given in [`Watermark::extra`]) of every commit made,
-    /// oldest first: a ledger (the files a flow loaded) that must outlive log cleanup and
-    /// checkpoints.
-    async fn commit_values(&self, key: &str) -> Result<Vec<String>>;
+    /// A table property (Delta: the table configuration), `None` when unset.
+    fn property(&self, key: &str) -> Option<String> {
+        let _ = key;
+        None
+    }
+    /// Sets a table property in the next [`commit`](TableSink::commit).
+    async fn set_property(&mut self, key: &str, value: &str) -> Result<()> {
+        let _ = value;
+        Err(unsupported(
+            self.table(),
+            &format!("table property `{key}`"),
+        ))
+    }
+    /// Adds nullable columns, in the next [`commit`](TableSink::commit) (stored rows read
+    /// them as NULL); [`TableSink::schema`] includes them from now on.
+    async fn add_columns(&mut self, fields: Vec<arrow::datatypes::Field>) -> Result<()> {
+        let _ = fields;
+        Err(unsupported(self.table(), "adding columns"))
+    }
+    /// Rewrites every stored row with `schema` — the table's columns, some of a wider
+    /// type — in a commit of its own that changes no data (`keys` orders the files).
+    async fn widen(&mut self, schema: SchemaRef, keys: &[String]) -> Result<WriteStats> {
+        let _ = (schema, keys);
+        Err(unsupported(self.table(), "widening column types"))
+    }
+    /// Makes the next [`commit`](TableSink::commit) replace every stored row with the rows
+    /// staged in this run (a rebuild, `--full-refresh`).
+    async fn stage_overwrite(&mut self) -> Result<()> {
+        Err(unsupported(self.table(), "overwriting"))
+    }
+    /// Removes the stored rows where `predicate` (over the table's columns) is true, in the
+    /// next [`commit`](TableSink::commit), which also adds the rows staged in this run
+    /// (Delta's `replaceWhere`).
+    async fn stage_delete_where(&mut self, predicate: crate::predicate::Predicate) -> Result<()> {
+        let _ = predicate;
+        Err(unsupported(self.table(), "replace_where"))
+    }
     /// Deletes the rows whose timestamp column `column` is before `before_us` (µs since the
     /// epoch, UTC), in a commit of its own; returns how many went. Used to expire
     /// tombstones, where deleting early is safe to repeat.
-    async fn expire(&mut self, column: &str, before_us: i64) -> Result<usize>;
-    /// The table's last commit, `None` when it does not exist yet.
-    async fn last_commit(&self) -> Result<Option<LastCommit>> {
-        Ok(None)
+    async fn expire(&mut self, column: &str, before_us: i64) -> Result<usize> {
+        let _ = (column, before_us);
+        Err(unsupported(self.table(), "expiring rows"))
     }
+}
+
+/// A table with keys, as apply flows write it (silver, tombstones): rows looked up and
+/// deleted by key.
+#[async_trait]
+pub trait KeyedTable: TableSink {
+    /// Stored rows whose key equals a row of `keys` (NULL-safe), with the columns
+    /// `columns`. Row order is unspecified.
+    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch>;
+    /// Removes the stored rows whose key equals a row of `keys` (the key columns), invisible
+    /// until [`commit`](TableSink::commit). A [`lookup`](KeyedTable::lookup) at this
+    /// version returned those rows.
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()>;
+}
+
+/// Every ability a flow may use on a table it writes: what [`Lake::table`] returns.
+///
+/// [`Lake::table`]: crate::ports::Lake::table
+pub trait SilverTable: KeyedTable {}
+
+impl<T: KeyedTable + ?Sized> SilverTable for T {}
+
+/// The error of an ability a table format lacks.
+fn unsupported(table: &TableName, what: &str) -> crate::EngineError {
+    crate::EngineError::user(
+        format!("`{table}`: {what} is not supported by this table format"),
+        "use a Delta table for this flow",
+    )
 }
