@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use smelt_engine::ports::Reporter;
-use smelt_engine::report::FlowReport;
+use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 
 /// A spinner on stderr while a flow works (nothing when stderr is not a terminal); each
 /// flow's report on stdout when it ends, unless the output is JSON.
@@ -102,23 +102,26 @@ pub fn bytes(n: u64) -> String {
 
 /// The human run report of one flow.
 pub fn flow_report(r: &FlowReport) -> String {
-    if r.kind == "ingest" {
+    if r.kind == ReportKind::Ingest {
         return ingest_report(r);
     }
-    if matches!(r.kind.as_str(), "append" | "replace_where" | "export") {
+    if matches!(
+        r.kind,
+        ReportKind::Append | ReportKind::ReplaceWhere | ReportKind::Export
+    ) {
         return move_report(r);
     }
     let range = match r.from_version {
         Some(w) => format!("bronze versions ({w}, {}]", r.to_version),
         None => format!("bronze snapshot at version {}", r.to_version),
     };
-    if r.status == "up_to_date" && r.mode == "replay" {
+    if r.status == ReportStatus::UpToDate && r.mode == ReadMode::Replay {
         return format!(
             "flow {}: {} -> {}\n  nothing to replay: no bronze version in the window\n",
             r.flow, r.from, r.into
         );
     }
-    if r.status == "up_to_date" {
+    if r.status == ReportStatus::UpToDate {
         return format!(
             "flow {}: {} -> {}\n  up to date: bronze version {} is applied; nothing to do\n",
             r.flow, r.from, r.into, r.to_version
@@ -248,7 +251,7 @@ fn ingest_report(r: &FlowReport) -> String {
             }
         }
     };
-    if r.status == "up_to_date" {
+    if r.status == ReportStatus::UpToDate {
         out.push_str(&format!(
             "  up to date: no new file among {} found\n",
             r.files_found
@@ -256,7 +259,7 @@ fn ingest_report(r: &FlowReport) -> String {
         changed(&mut out);
         return out;
     }
-    if r.status == "no_columns" {
+    if r.status == ReportStatus::NoColumns {
         out.push_str(&format!(
             "  no columns yet: the {} new file(s) name none (empty, or every line malformed); nothing is recorded\n",
             r.files_new
@@ -354,9 +357,9 @@ fn footer(out: &mut String, r: &FlowReport, version: &str) {
 /// The human run report of an append, replace_where or export flow.
 fn move_report(r: &FlowReport) -> String {
     let mut out = format!("flow {}: {} -> {}\n", r.flow, r.from, r.into);
-    if r.status == "up_to_date" {
-        out.push_str(&match r.kind.as_str() {
-            "replace_where" => "  up to date: no new batch\n".to_string(),
+    if r.status == ReportStatus::UpToDate {
+        out.push_str(&match r.kind {
+            ReportKind::ReplaceWhere => "  up to date: no new batch\n".to_string(),
             _ => format!(
                 "  up to date: source version {} is done; nothing to do\n",
                 r.to_version
@@ -364,9 +367,9 @@ fn move_report(r: &FlowReport) -> String {
         });
         return out;
     }
-    let range = match (r.kind.as_str(), r.from_version) {
-        ("replace_where", _) => format!("batch {}", r.to_version),
-        (_, Some(w)) if r.mode == "incremental" => {
+    let range = match (r.kind, r.from_version) {
+        (ReportKind::ReplaceWhere, _) => format!("batch {}", r.to_version),
+        (_, Some(w)) if r.mode == ReadMode::Incremental => {
             format!("source versions ({w}, {}]", r.to_version)
         }
         _ => format!("source snapshot at version {}", r.to_version),

@@ -109,7 +109,7 @@ pub async fn append(lake: &Lake, events: &[FlowEvent]) -> Result<()> {
             Some(if e.error.is_some() {
                 "failed".into()
             } else {
-                e.report.status.clone()
+                e.report.status.to_string()
             })
         }),
         ts(&|e| e.started_at_us),

@@ -37,7 +37,7 @@ use smelt_engine::ports::{
     KeyedTable, Silent, SilverTable, TableSink, Watermark, WatermarkStore, WriteStats,
 };
 use smelt_engine::rejects::rejects_table;
-use smelt_engine::report::FlowReport;
+use smelt_engine::report::{FlowReport, ReportStatus};
 use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
 
 /// Keys with `a` set: three values of `a` (the empty string among them) times eight of `b`
@@ -671,7 +671,7 @@ fn deliver(plan: &Plan) {
         // The last commit always gets a run: nothing left to do.
         let last = plan.commits.len() as i64 - 1;
         let report = run(&lake, &flow, How::default()).await.unwrap();
-        assert_eq!(report.status, "up_to_date");
+        assert_eq!(report.status, ReportStatus::UpToDate);
         let rejected = model.plain(&plan.commits, last);
         check(&lake, &model, &report, rejected, "after the last commit").await;
 

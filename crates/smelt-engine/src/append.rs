@@ -15,7 +15,7 @@ use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 use crate::apply::{RunContext, app_id};
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
-use crate::report::FlowReport;
+use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use crate::stage::{Buffered, CastMiss, block_on, cast_to, commit_report};
 
 /// The error of `on_cast_error: fail`.
@@ -55,7 +55,7 @@ pub async fn run_append(
     let mut rebuild = ctx.full_refresh || stored.is_none();
     let mut report = FlowReport {
         flow: flow_name.to_string(),
-        kind: "append".into(),
+        kind: ReportKind::Append,
         from: flow.from.to_string(),
         into: flow.into.to_string(),
         run_id: ctx.run_id.clone(),
@@ -65,8 +65,8 @@ pub async fn run_append(
         ..FlowReport::default()
     };
     if stored == Some(v) && !ctx.full_refresh {
-        report.status = "up_to_date".into();
-        report.mode = "incremental".into();
+        report.status = ReportStatus::UpToDate;
+        report.mode = ReadMode::Incremental;
         return Ok(report);
     }
     let started = Instant::now();
@@ -104,13 +104,12 @@ pub async fn run_append(
         }
     }
     report.mode = if rebuild && target.schema().is_some() {
-        "rebuild"
+        ReadMode::Rebuild
     } else if rebuild {
-        "snapshot"
+        ReadMode::Snapshot
     } else {
-        "incremental"
-    }
-    .into();
+        ReadMode::Incremental
+    };
 
     // The target's columns: the table's, else the DDL's, else the source's.
     let source_schema = source.schema();
@@ -140,7 +139,7 @@ pub async fn run_append(
         ));
     }
     if ctx.dry_run {
-        report.status = "planned".into();
+        report.status = ReportStatus::Planned;
         return Ok(report);
     }
     if target.schema().is_none() {

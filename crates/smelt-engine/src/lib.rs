@@ -3,9 +3,11 @@
 //! wires them into the run contract of DESIGN §3.
 //!
 //! [`run::run`] owns a run: the flows in dependency order ([`dag`]), replay windows,
-//! the event-log row a crash lost, the event log, stopping at the first failure.
+//! the event-log row a crash lost, the event log, stopping at the first failure. Each
+//! flow kind has one runner (`flow/`: run, check, status), built in one place.
+//! [`validate::validate`] collects every problem of the selected flows;
 //! [`status::status`] owns `smelt status`. The CLI resolves settings, builds the adapters
-//! and prints. Everything is read and written through [`ports`]: a [`ports::Lake`]
+//! and prints. See `docs/architecture.md`. Everything is read and written through [`ports`]: a [`ports::Lake`]
 //! (Delta: `smelt-delta`) gives change sources and tables by role; [`ports::FileFlows`]
 //! (`smelt-ingest`) runs the flows whose input or output is files.
 //!

@@ -18,7 +18,7 @@ use crate::append::cast_failed;
 use crate::apply::RunContext;
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
-use crate::report::FlowReport;
+use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use crate::stage::{Buffered, block_on, cast_to, commit_report};
 use crate::{EngineError, Result};
 
@@ -163,11 +163,11 @@ pub async fn run_replace_where(
     let what = format!("flow `{flow_name}`");
     let mut report = FlowReport {
         flow: flow_name.to_string(),
-        kind: "replace_where".into(),
+        kind: ReportKind::ReplaceWhere,
         from: flow.from_text.clone(),
         into: flow.into.to_string(),
         run_id: ctx.run_id.clone(),
-        mode: "batch".into(),
+        mode: ReadMode::Batch,
         to_version: watermark.version,
         silver_version: target.version(),
         ..FlowReport::default()
@@ -237,7 +237,7 @@ pub async fn run_replace_where(
     let predicate = Predicate::compile(&text, &schema, &format!("{what}: `predicate`"))?;
     report.predicate = Some(text.clone());
     if ctx.dry_run {
-        report.status = "planned".into();
+        report.status = ReportStatus::Planned;
         return Ok(report);
     }
 
@@ -338,11 +338,11 @@ pub fn up_to_date(
 ) -> FlowReport {
     FlowReport {
         flow: flow_name.to_string(),
-        kind: "replace_where".into(),
+        kind: ReportKind::ReplaceWhere,
         from: flow.from_text.clone(),
         into: flow.into.to_string(),
         run_id: ctx.run_id.clone(),
-        status: "up_to_date".into(),
+        status: ReportStatus::UpToDate,
         from_version: applied,
         to_version,
         silver_version: target_version,

@@ -1,8 +1,10 @@
 //! The run report (DESIGN §3.9): one record per flow run.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use smelt_spec::FlowKind;
 
 /// What one flow run did (or, for `smelt plan`, would do).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -11,18 +13,20 @@ pub struct FlowReport {
     /// Flow name.
     pub flow: String,
     /// Flow kind: `apply`, `ingest`, `append`, `replace_where` or `export`.
-    pub kind: String,
+    pub kind: ReportKind,
     /// Bronze table.
     pub from: String,
     /// Silver table.
     pub into: String,
     /// Run id (same for every flow of one run).
     pub run_id: String,
-    /// `applied`, `up_to_date`, `planned` (dry run) or `failed` (event log only).
-    pub status: String,
+    /// `applied`, `up_to_date`, `planned` (dry run), `no_columns` (ingest) or `failed`
+    /// (event log only).
+    pub status: ReportStatus,
     /// How the source was read: `snapshot` (first run), `incremental`, `rebuild`
-    /// (`--full-refresh`), `replay` (`--since`), or `batch` (replace_where).
-    pub mode: String,
+    /// (`--full-refresh`), `replay` (`--since`), or `batch` (replace_where); empty for a
+    /// failed run.
+    pub mode: ReadMode,
     /// Watermark before the run: bronze versions after it were read (`None` = none applied yet).
     pub from_version: Option<i64>,
     /// Bronze version read up to (inclusive).
@@ -123,6 +127,134 @@ impl FlowReport {
         self.cast_failures.values().sum()
     }
 }
+
+/// Generates `as_str` and `Display` (the serialized text) for a report enum.
+macro_rules! report_text {
+    ($ty:ident { $($variant:ident => $text:literal),* $(,)? }) => {
+        impl $ty {
+            /// The text the report stores (its JSON value).
+            pub fn as_str(&self) -> &'static str {
+                match self {
+                    $($ty::$variant => $text,)*
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// What a flow run did: [`FlowReport::status`].
+///
+/// Serialized as snake_case text; [`ReportStatus::Unknown`] is the empty string, and any
+/// text this version does not know (a report written by another version) reads as it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportStatus {
+    /// The run wrote its changes (`applied`).
+    Applied,
+    /// Nothing new to read (`up_to_date`).
+    UpToDate,
+    /// A dry run (`smelt plan`): what the run would do (`planned`).
+    Planned,
+    /// Ingest: no file named a column, nothing was created (`no_columns`).
+    NoColumns,
+    /// The run failed (event log only) (`failed`).
+    Failed,
+    /// Not set (the empty string), or text this version does not know.
+    #[default]
+    #[serde(rename = "", other)]
+    Unknown,
+}
+
+report_text!(ReportStatus {
+    Applied => "applied",
+    UpToDate => "up_to_date",
+    Planned => "planned",
+    NoColumns => "no_columns",
+    Failed => "failed",
+    Unknown => "",
+});
+
+/// The kind of flow a report is of: [`FlowReport::kind`], as written in the pipeline file.
+///
+/// Serialized as snake_case text; [`ReportKind::Unknown`] is the empty string, and any
+/// text this version does not know reads as it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportKind {
+    /// `apply`: bronze changes applied to silver.
+    Apply,
+    /// `ingest`: files loaded into bronze.
+    Ingest,
+    /// `append`: new source rows appended to a table.
+    Append,
+    /// `replace_where`: a batch replacing the target rows matching a predicate.
+    ReplaceWhere,
+    /// `export`: table changes written to files.
+    Export,
+    /// Not set (the empty string), or text this version does not know.
+    #[default]
+    #[serde(rename = "", other)]
+    Unknown,
+}
+
+report_text!(ReportKind {
+    Apply => "apply",
+    Ingest => "ingest",
+    Append => "append",
+    ReplaceWhere => "replace_where",
+    Export => "export",
+    Unknown => "",
+});
+
+impl From<&FlowKind> for ReportKind {
+    fn from(kind: &FlowKind) -> Self {
+        match kind {
+            FlowKind::Apply(_) => ReportKind::Apply,
+            FlowKind::Ingest(_) => ReportKind::Ingest,
+            FlowKind::Append(_) => ReportKind::Append,
+            FlowKind::ReplaceWhere(_) => ReportKind::ReplaceWhere,
+            FlowKind::Export(_) => ReportKind::Export,
+        }
+    }
+}
+
+/// How a flow run read its source: [`FlowReport::mode`].
+///
+/// Serialized as snake_case text; [`ReadMode::Unknown`] is the empty string (a failed
+/// run's report), and any text this version does not know reads as it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadMode {
+    /// The whole source, on a first run (`snapshot`).
+    Snapshot,
+    /// The source versions after the watermark (`incremental`).
+    Incremental,
+    /// The whole source again, with `--full-refresh` (`rebuild`).
+    Rebuild,
+    /// The source versions of a `--since` window (`replay`).
+    Replay,
+    /// One batch (replace_where) (`batch`).
+    Batch,
+    /// Not known (the empty string: a failed run), or text this version does not know.
+    #[default]
+    #[serde(rename = "", other)]
+    Unknown,
+}
+
+report_text!(ReadMode {
+    Snapshot => "snapshot",
+    Incremental => "incremental",
+    Rebuild => "rebuild",
+    Replay => "replay",
+    Batch => "batch",
+    Unknown => "",
+});
 
 /// One row of the lake's event log: a flow run, successful or not.
 #[derive(Debug, Clone, Serialize)]

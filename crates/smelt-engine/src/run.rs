@@ -6,7 +6,7 @@ use smelt_spec::{Flow, Pipeline};
 use crate::context::RunContext;
 use crate::flow::{FlowCx, build};
 use crate::ports::{FileFlows, Lake, Reporter};
-use crate::report::{FlowEvent, FlowReport};
+use crate::report::{FlowEvent, FlowReport, ReportKind, ReportStatus};
 use crate::window::parse_instant;
 use crate::{EngineError, Result, failpoint};
 
@@ -95,11 +95,11 @@ pub async fn run(
                 reporter.finished(&flow.name, None);
                 let report = FlowReport {
                     flow: flow.name.clone(),
-                    kind: flow.kind_name().into(),
+                    kind: ReportKind::from(&flow.kind),
                     from: flow.source(),
                     into: flow.target(),
                     run_id: ctx.run_id.clone(),
-                    status: "failed".into(),
+                    status: ReportStatus::Failed,
                     ..FlowReport::default()
                 };
                 events.push(FlowEvent {

@@ -10,7 +10,7 @@ use arrow::util::display::array_value_to_string;
 use smelt_core::cast::cast_columns;
 
 use crate::ports::{SilverTable, Watermark};
-use crate::report::FlowReport;
+use crate::report::{FlowReport, ReportStatus};
 use crate::{EngineError, Result, failpoint};
 
 /// Rows buffered before they are written as a data file.
@@ -146,7 +146,7 @@ pub async fn commit_report(
     read: (&str, u64),
 ) -> Result<FlowReport> {
     let started = std::time::Instant::now();
-    report.status = "applied".into();
+    report.status = ReportStatus::Applied;
     let mut committed = report.clone();
     committed.phases_ms = vec![(read.0.to_string(), read.1)];
     let watermark = Watermark {

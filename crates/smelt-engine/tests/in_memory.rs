@@ -447,7 +447,7 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     )
     .await
     .unwrap();
-    assert_eq!(r.status, "up_to_date");
+    assert_eq!(r.status, smelt_engine::report::ReportStatus::UpToDate);
     assert_eq!(silver.commits, commits, "no commit when nothing is new");
 
     // A full refresh rebuilds silver from the bronze snapshot, in one commit.

@@ -28,7 +28,7 @@ use smelt_core::change::{CHANGE_TYPE, INSERT, UPDATE_POSTIMAGE, timestamp_utc};
 use smelt_engine::apply::RunContext;
 use smelt_engine::ports::{ChangeSource, Reporter};
 use smelt_engine::predicate::Predicate;
-use smelt_engine::report::FlowReport;
+use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::stage::block_on;
 use smelt_engine::{EngineError, failpoint};
 use smelt_spec::{ChangedBy, Compression, ExportFlow};
@@ -270,18 +270,17 @@ pub async fn run_export(
     let v = source.version();
     let mut report = FlowReport {
         flow: flow_name.to_string(),
-        kind: "export".into(),
+        kind: ReportKind::Export,
         from: flow.from.to_string(),
         into: flow.to.clone(),
         run_id: ctx.run_id.clone(),
         from_version: state.version,
         to_version: v,
         mode: if state.version.is_none() {
-            "snapshot"
+            ReadMode::Snapshot
         } else {
-            "incremental"
-        }
-        .into(),
+            ReadMode::Incremental
+        },
         ..FlowReport::default()
     };
     let target = target.filter(|_| !ctx.dry_run);
@@ -291,14 +290,14 @@ pub async fn run_export(
         target.sweep(flow_name).await?;
     }
     if state.version == Some(v) {
-        report.status = "up_to_date".into();
+        report.status = ReportStatus::UpToDate;
         return Ok(report);
     }
     let partition = partition_value(flow, ctx.run_timestamp_us)?;
     let folder = format!("{}={partition}", flow.partition_column);
     report.partition = Some(folder.clone());
     let Some(target) = target else {
-        report.status = "planned".into();
+        report.status = ReportStatus::Planned;
         return Ok(report);
     };
 
@@ -439,7 +438,7 @@ pub async fn run_export(
         }
         None => None,
     };
-    report.status = "applied".into();
+    report.status = ReportStatus::Applied;
     let mut next = ExportState {
         version: Some(v),
         column_max,
@@ -457,7 +456,7 @@ pub async fn run_export(
             report.bytes_written += meta.size;
         }
     }
-    report.status = "applied".into();
+    report.status = ReportStatus::Applied;
     report.phases_ms = vec![
         ("write files".into(), write_ms),
         ("publish".into(), started.elapsed().as_millis() as u64),

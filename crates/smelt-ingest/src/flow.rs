@@ -24,7 +24,7 @@ use smelt_engine::apply::{RunContext, app_id};
 pub use smelt_engine::ports::IngestTables;
 use smelt_engine::ports::{Reporter, SilverTable, Watermark};
 use smelt_engine::rejects::rejects_table;
-use smelt_engine::report::FlowReport;
+use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::stage::Buffered;
 use smelt_engine::{EngineError, failpoint};
 use smelt_spec::{FileFormat, IngestFlow, OnChangedFile};
@@ -223,16 +223,15 @@ pub async fn run_ingest(
     let done = bronze.watermark(&app).await?.unwrap_or(0);
     let mut report = FlowReport {
         flow: flow_name.to_string(),
-        kind: "ingest".into(),
+        kind: ReportKind::Ingest,
         from: flow.from.clone(),
         into: flow.into.to_string(),
         run_id: ctx.run_id.clone(),
         mode: if ctx.full_refresh && bronze.schema().is_some() {
-            "rebuild"
+            ReadMode::Rebuild
         } else {
-            "incremental"
-        }
-        .into(),
+            ReadMode::Incremental
+        },
         from_version: bronze.schema().is_some().then_some(done),
         to_version: done,
         files_found: listing.found.len(),
@@ -248,7 +247,7 @@ pub async fn run_ingest(
         started.elapsed().as_millis() as u64,
     ));
     if ctx.dry_run {
-        report.status = "planned".into();
+        report.status = ReportStatus::Planned;
         report.phases_ms = phases;
         return Ok(report);
     }
@@ -262,7 +261,7 @@ pub async fn run_ingest(
         if stale_rejects {
             write_rejects(flow_name, &flow.into, rejects, batch, &[], ctx).await?;
         }
-        report.status = "up_to_date".into();
+        report.status = ReportStatus::UpToDate;
         report.phases_ms = phases;
         return Ok(report);
     }
@@ -360,7 +359,7 @@ pub async fn run_ingest(
     // Nothing to create bronze from (no file named a column: empty, or every line
     // malformed): nothing to record either, and the files are read again next run.
     if conformer.schema().is_none() {
-        report.status = "no_columns".into();
+        report.status = ReportStatus::NoColumns;
         report.phases_ms = phases;
         return Ok(report);
     }
@@ -369,7 +368,7 @@ pub async fn run_ingest(
         bronze.set_property(LOG_CLEANUP, "false").await?;
     }
     let files = files_entry(flow_name, ctx.full_refresh, &listing.to_load);
-    report.status = "applied".into();
+    report.status = ReportStatus::Applied;
     let mut committed = report.clone();
     committed.phases_ms = phases.clone();
     let report_json = serde_json::to_string(&committed).expect("serialisable");

@@ -78,5 +78,5 @@ async fn files_added_or_growing_during_a_run_wait_for_the_next() {
     assert_eq!((second.files_found, second.files_read), (3, 3));
     assert_eq!(second.rows_written, 5, "1 + (2, 3, 4) + 5");
     let third = run(&smelt_engine::ports::Silent).await.unwrap();
-    assert_eq!(third.status, "up_to_date");
+    assert_eq!(third.status, smelt_engine::report::ReportStatus::UpToDate);
 }

@@ -11,7 +11,7 @@ use super::scd1::Planned;
 use super::{ApplyCx, ApplyTables};
 use crate::ports::{SilverTable, Watermark};
 use crate::rejects::Rejects;
-use crate::report::FlowReport;
+use crate::report::{FlowReport, ReportStatus};
 use crate::{Result, failpoint};
 
 /// Stages what one partition writes: silver's rows and removes (creating silver for its
@@ -115,14 +115,14 @@ pub(super) async fn commit_tables(
     }
     failpoint("before_silver_commit")?;
     // The report as of this commit (file counts come after), for the event log.
-    report.status = "applied".into();
+    report.status = ReportStatus::Applied;
     watermark_out.report = serde_json::to_string(&*report).ok();
     let stats = silver.commit(&flow.keys, &watermark_out).await?;
     report.files_written = stats.files_added;
     report.files_removed = stats.files_removed;
     report.bytes_written = stats.bytes_written;
     report.silver_version = Some(stats.version);
-    report.status = "applied".into();
+    report.status = ReportStatus::Applied;
     tracing::info!(
         flow = flow_name,
         silver_version = stats.version,

@@ -49,7 +49,7 @@ use self::tombstones::{check_tombstones, expire_tombstones, tombstone_schema};
 use self::truncate::resolve_truncates;
 use crate::phases::Phases;
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
-use crate::report::FlowReport;
+use crate::report::{FlowReport, ReportKind, ReportStatus};
 use crate::{Result, failpoint};
 
 /// The tables an apply flow writes.
@@ -116,7 +116,7 @@ pub async fn run_apply(
     let range = resolve_range(flow_name, flow, source, &*silver, &app, ctx).await?;
     let mut report = start_report(&cx, &range, &*silver, &new_columns, &to_add);
     if range.up_to_date(flow_name, flow, ctx)? {
-        report.status = "up_to_date".into();
+        report.status = ReportStatus::UpToDate;
         phases.end("check");
         report.phases_ms = phases.done;
         return Ok(report);
@@ -258,7 +258,7 @@ pub async fn run_apply(
 
     report.quarantined = rejects.len();
     if ctx.dry_run {
-        report.status = "planned".into();
+        report.status = ReportStatus::Planned;
         report.phases_ms = phases.done;
         return Ok(report);
     }
@@ -309,11 +309,11 @@ fn start_report(
     } = *cx;
     FlowReport {
         flow: flow_name.to_string(),
-        kind: "apply".into(),
+        kind: ReportKind::Apply,
         from: flow.from.to_string(),
         into: flow.into.to_string(),
         run_id: ctx.run_id.clone(),
-        mode: range.mode(ctx, silver).to_string(),
+        mode: range.mode(ctx, silver),
         from_version: range.after,
         to_version: range.to,
         silver_version: silver.version(),

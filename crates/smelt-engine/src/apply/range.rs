@@ -6,6 +6,7 @@ use smelt_spec::ApplyFlow;
 
 use crate::context::RunContext;
 use crate::ports::{ChangeSource, SilverTable};
+use crate::report::ReadMode;
 use crate::{EngineError, Result};
 
 /// The bronze versions one run reads, `(after, to]`, and the watermark it commits.
@@ -64,15 +65,15 @@ pub(super) async fn resolve_range(
 impl Range {
     /// How the source is read, for the report: `replay`, `rebuild`, `snapshot` or
     /// `incremental`.
-    pub(super) fn mode(&self, ctx: &RunContext, silver: &dyn SilverTable) -> &'static str {
+    pub(super) fn mode(&self, ctx: &RunContext, silver: &dyn SilverTable) -> ReadMode {
         if ctx.replay_after.is_some() {
-            "replay"
+            ReadMode::Replay
         } else if ctx.full_refresh && silver.schema().is_some() {
-            "rebuild"
+            ReadMode::Rebuild
         } else if self.after.is_none() {
-            "snapshot"
+            ReadMode::Snapshot
         } else {
-            "incremental"
+            ReadMode::Incremental
         }
     }
 
