@@ -18,7 +18,6 @@ use arrow::array::{
     ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use serde::{Deserialize, Serialize};
 use smelt_core::change::timestamp_utc;
 use smelt_engine::apply::{RunContext, app_id};
 pub use smelt_engine::ports::IngestTables;
@@ -27,14 +26,12 @@ use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::stage::Buffered;
 use smelt_engine::{EngineError, failpoint};
-use smelt_spec::{FileFormat, IngestFlow, OnChangedFile};
+use smelt_spec::{FileFormat, IngestFlow};
 
 use crate::conform::Conformer;
 use crate::files::{Landing, LandingFile};
+pub use crate::ledger::{FILES_KEY, FileStamp, Listing, files_entry, loaded_files, plan_files};
 use crate::{IngestError, Malformed, RawRows, RowSink};
-
-/// Commit-info entry listing the files a commit loaded.
-pub const FILES_KEY: &str = "smelt.ingest.files";
 
 /// Table property that keeps the Delta log (which records the loaded files) from being
 /// cleaned up.
@@ -47,145 +44,7 @@ const MAX_MALFORMED: usize = 100_000;
 /// Rows read per batch.
 const BATCH_ROWS: usize = 8192;
 
-/// A file as loaded: its identity is the URL, its version the size and time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileStamp {
-    /// The file's URL.
-    pub url: String,
-    /// Its size in bytes.
-    pub size: u64,
-    /// Its modification time, µs since the epoch.
-    pub modified_us: i64,
-}
-
-/// What one commit of an ingest flow loaded.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Loaded {
-    /// The flow that loaded them (lineage; any flow's loads count).
-    flow: String,
-    /// The commit replaced bronze (`--full-refresh`): what came before no longer counts.
-    #[serde(default)]
-    refresh: bool,
-    files: Vec<FileStamp>,
-}
-
-/// The commit-info entry recording `files` as loaded by `flow_name` (`refresh`: the
-/// commit replaces the table, and what came before no longer counts).
-pub fn files_entry(flow_name: &str, refresh: bool, files: &[LandingFile]) -> (String, String) {
-    let loaded = Loaded {
-        flow: flow_name.to_string(),
-        refresh,
-        files: files
-            .iter()
-            .map(|f| FileStamp {
-                url: f.url.clone(),
-                size: f.size,
-                modified_us: f.modified_us,
-            })
-            .collect(),
-    };
-    (
-        FILES_KEY.to_string(),
-        serde_json::to_string(&loaded).expect("serialisable"),
-    )
-}
-
-/// The files recorded as loaded in `bronze`'s log (by whichever flow: one flow writes a
-/// table, and a renamed flow must not load its files again).
-pub async fn loaded_files(
-    bronze: &dyn SilverTable,
-) -> smelt_engine::Result<HashMap<String, FileStamp>> {
-    let mut loaded = HashMap::new();
-    for value in bronze.commit_values(FILES_KEY).await? {
-        let Ok(l) = serde_json::from_str::<Loaded>(&value) else {
-            continue;
-        };
-        if l.refresh {
-            loaded.clear();
-        }
-        loaded.extend(l.files.into_iter().map(|f| (f.url.clone(), f)));
-    }
-    Ok(loaded)
-}
-
-/// The files of the folder and which of them a run loads.
-pub struct Listing {
-    /// Every file found.
-    pub found: Vec<LandingFile>,
-    /// Files to load this run, oldest first.
-    pub to_load: Vec<LandingFile>,
-    /// New files left for later runs (`max_files_per_run`).
-    pub pending: usize,
-    /// Loaded files that have changed since.
-    pub changed: Vec<LandingFile>,
-}
-
-/// Lists the landing of `flow` and compares it with `loaded`. `all` ignores
-/// `max_files_per_run` (a rebuild replaces bronze with every file, in one commit).
-pub async fn plan_files(
-    flow_name: &str,
-    flow: &IngestFlow,
-    landing: &Landing,
-    loaded: &HashMap<String, FileStamp>,
-    all: bool,
-) -> smelt_engine::Result<Listing> {
-    let found = landing
-        .list(flow.pattern.as_deref())
-        .await
-        .map_err(|e| user(flow_name, e))?;
-    let mut to_load = Vec::new();
-    let mut changed = Vec::new();
-    for f in &found {
-        match loaded.get(&f.url) {
-            None => to_load.push(f.clone()),
-            Some(l) if l.size != f.size || l.modified_us != f.modified_us => {
-                changed.push(f.clone())
-            }
-            Some(_) => {}
-        }
-    }
-    match flow.on_changed_file {
-        OnChangedFile::Ignore => {}
-        OnChangedFile::Reload => to_load.append(&mut changed.clone()),
-        OnChangedFile::Fail if !changed.is_empty() => {
-            return Err(EngineError::user(
-                format!(
-                    "flow `{flow_name}`: {} loaded file(s) changed since: {}",
-                    changed.len(),
-                    names(&changed)
-                ),
-                "new data belongs in new files; to load a changed file again set `on_changed_file: reload`, or `ignore` to keep its first version",
-            ));
-        }
-        OnChangedFile::Fail => {}
-    }
-    to_load.sort_by(|a, b| (a.modified_us, &a.url).cmp(&(b.modified_us, &b.url)));
-    let mut pending = 0;
-    if let Some(max) = flow.max_files_per_run
-        && !all
-        && to_load.len() > max
-    {
-        pending = to_load.len() - max;
-        to_load.truncate(max);
-    }
-    Ok(Listing {
-        found,
-        to_load,
-        pending,
-        changed,
-    })
-}
-
-/// The first few URLs of `files`, for messages.
-fn names(files: &[LandingFile]) -> String {
-    let mut out: Vec<String> = files.iter().take(3).map(|f| f.url.clone()).collect();
-    if files.len() > 3 {
-        out.push(format!("and {} more", files.len() - 3));
-    }
-    out.join(", ")
-}
-
-fn user(flow_name: &str, e: IngestError) -> EngineError {
+pub(crate) fn user(flow_name: &str, e: IngestError) -> EngineError {
     let hint = match &e {
         IngestError::Malformed { .. } => {
             "fix or replace the file (a new name loads as a new file), or move it out of the landing folder"

@@ -18,6 +18,7 @@ pub mod files;
 pub mod flow;
 mod flows;
 pub mod json;
+pub mod ledger;
 pub mod parquet;
 
 use arrow::array::RecordBatch;

@@ -1,0 +1,153 @@
+//! The exactly-once ledger of ingest flows: which files a table has loaded (recorded with
+//! each commit, read back from every commit), and which files of a landing a run loads.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use smelt_engine::EngineError;
+use smelt_engine::ports::SilverTable;
+use smelt_spec::{IngestFlow, OnChangedFile};
+
+use crate::files::{Landing, LandingFile};
+use crate::flow::user;
+
+/// Commit-info entry listing the files a commit loaded.
+pub const FILES_KEY: &str = "smelt.ingest.files";
+
+/// A file as loaded: its identity is the URL, its version the size and time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStamp {
+    /// The file's URL.
+    pub url: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its modification time, µs since the epoch.
+    pub modified_us: i64,
+}
+
+/// What one commit of an ingest flow loaded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Loaded {
+    /// The flow that loaded them (lineage; any flow's loads count).
+    flow: String,
+    /// The commit replaced bronze (`--full-refresh`): what came before no longer counts.
+    #[serde(default)]
+    refresh: bool,
+    files: Vec<FileStamp>,
+}
+
+/// The commit-info entry recording `files` as loaded by `flow_name` (`refresh`: the
+/// commit replaces the table, and what came before no longer counts).
+pub fn files_entry(flow_name: &str, refresh: bool, files: &[LandingFile]) -> (String, String) {
+    let loaded = Loaded {
+        flow: flow_name.to_string(),
+        refresh,
+        files: files
+            .iter()
+            .map(|f| FileStamp {
+                url: f.url.clone(),
+                size: f.size,
+                modified_us: f.modified_us,
+            })
+            .collect(),
+    };
+    (
+        FILES_KEY.to_string(),
+        serde_json::to_string(&loaded).expect("serialisable"),
+    )
+}
+
+/// The files recorded as loaded in `bronze`'s log (by whichever flow: one flow writes a
+/// table, and a renamed flow must not load its files again).
+pub async fn loaded_files(
+    bronze: &dyn SilverTable,
+) -> smelt_engine::Result<HashMap<String, FileStamp>> {
+    let mut loaded = HashMap::new();
+    for value in bronze.commit_values(FILES_KEY).await? {
+        let Ok(l) = serde_json::from_str::<Loaded>(&value) else {
+            continue;
+        };
+        if l.refresh {
+            loaded.clear();
+        }
+        loaded.extend(l.files.into_iter().map(|f| (f.url.clone(), f)));
+    }
+    Ok(loaded)
+}
+
+/// The files of the folder and which of them a run loads.
+pub struct Listing {
+    /// Every file found.
+    pub found: Vec<LandingFile>,
+    /// Files to load this run, oldest first.
+    pub to_load: Vec<LandingFile>,
+    /// New files left for later runs (`max_files_per_run`).
+    pub pending: usize,
+    /// Loaded files that have changed since.
+    pub changed: Vec<LandingFile>,
+}
+
+/// Lists the landing of `flow` and compares it with `loaded`. `all` ignores
+/// `max_files_per_run` (a rebuild replaces bronze with every file, in one commit).
+pub async fn plan_files(
+    flow_name: &str,
+    flow: &IngestFlow,
+    landing: &Landing,
+    loaded: &HashMap<String, FileStamp>,
+    all: bool,
+) -> smelt_engine::Result<Listing> {
+    let found = landing
+        .list(flow.pattern.as_deref())
+        .await
+        .map_err(|e| user(flow_name, e))?;
+    let mut to_load = Vec::new();
+    let mut changed = Vec::new();
+    for f in &found {
+        match loaded.get(&f.url) {
+            None => to_load.push(f.clone()),
+            Some(l) if l.size != f.size || l.modified_us != f.modified_us => {
+                changed.push(f.clone())
+            }
+            Some(_) => {}
+        }
+    }
+    match flow.on_changed_file {
+        OnChangedFile::Ignore => {}
+        OnChangedFile::Reload => to_load.append(&mut changed.clone()),
+        OnChangedFile::Fail if !changed.is_empty() => {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{flow_name}`: {} loaded file(s) changed since: {}",
+                    changed.len(),
+                    names(&changed)
+                ),
+                "new data belongs in new files; to load a changed file again set `on_changed_file: reload`, or `ignore` to keep its first version",
+            ));
+        }
+        OnChangedFile::Fail => {}
+    }
+    to_load.sort_by(|a, b| (a.modified_us, &a.url).cmp(&(b.modified_us, &b.url)));
+    let mut pending = 0;
+    if let Some(max) = flow.max_files_per_run
+        && !all
+        && to_load.len() > max
+    {
+        pending = to_load.len() - max;
+        to_load.truncate(max);
+    }
+    Ok(Listing {
+        found,
+        to_load,
+        pending,
+        changed,
+    })
+}
+
+/// The first few URLs of `files`, for messages.
+fn names(files: &[LandingFile]) -> String {
+    let mut out: Vec<String> = files.iter().take(3).map(|f| f.url.clone()).collect();
+    if files.len() > 3 {
+        out.push(format!("and {} more", files.len() - 3));
+    }
+    out.join(", ")
+}
