@@ -11,7 +11,6 @@ use smelt_core::cast::cast_columns;
 use smelt_core::change::{
     CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, DELETE, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
 };
-use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
 use smelt_spec::{ApplyFlow, OnCastError, OnViolation, SourceDeletes};
 
 use super::schema::is_audit;
@@ -138,18 +137,8 @@ impl CastPlan {
             flow.source_deletes,
         );
         casting.as_truncates = as_truncates;
-        let cast_sequence: Vec<String> = flow
-            .sequence_by
-            .iter()
-            .map(|s| {
-                if s == SEQ_COMMIT_TIMESTAMP {
-                    COMMIT_TIMESTAMP.to_string()
-                } else {
-                    s.clone()
-                }
-            })
-            .collect();
-        casting.sequence = cast_sequence;
+        // `_commit_timestamp` in `sequence_by` is the change batch's own column.
+        casting.sequence = flow.sequence_by.clone();
         for (name, sql) in &flow.expectations {
             let predicate = Predicate::compile(
                 sql,
@@ -356,5 +345,17 @@ impl CastPlan {
             )?);
         }
         Ok(cast)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `sequence_by: [_commit_timestamp]` names the change batch's column as is.
+    #[test]
+    fn the_default_sequence_is_the_change_batch_column() {
+        assert_eq!(
+            smelt_spec::pipeline::COMMIT_TIMESTAMP,
+            smelt_core::change::COMMIT_TIMESTAMP
+        );
     }
 }
