@@ -111,60 +111,142 @@ pub(crate) async fn read_each<E: From<Error>>(
     split_columns: bool,
     mut f: impl FnMut(RecordBatch) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
-    let full_path = format!("{table}/{}", file.path);
-    let parquet_err = |source| Error::Parquet {
-        path: full_path.clone(),
-        source,
-    };
-    let reader = object_reader(&store, file);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader)
-        .await
-        .map_err(parquet_err)?;
-    let metadata = Arc::clone(builder.metadata());
-    let total = metadata.file_metadata().num_rows().max(0) as usize;
-    let roots: Vec<usize> = metadata
-        .file_metadata()
-        .schema_descr()
-        .root_schema()
-        .get_fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| columns.is_none_or(|c| c.iter().any(|c| c == f.name())))
-        .map(|(i, _)| i)
-        .collect();
-    let selection = match (rows, &file.rows) {
-        // Callers that pick rows read tables without deletion vectors.
-        (Some(rows), _) => Some(selection(rows.iter().map(|&r| r as u64), total)),
-        (None, FileRows::All) => None,
-        (None, FileRows::Except(deleted)) if deleted.is_empty() => None,
-        (None, FileRows::Except(deleted)) => Some(except(deleted, total, &full_path)?),
-        (None, FileRows::Only(only)) => {
-            check_rows(only, total, &full_path)?;
-            Some(selection(only.iter().copied(), total))
+    let mut reader = FileReader::open(store, table, file, columns, rows, split_columns).await?;
+    while let Some(batches) = reader.next_group().await? {
+        for b in batches {
+            f(b)?;
         }
-    };
-    // (row group, its rows); `None` reads every row group in one go.
-    let groups: Vec<(Option<usize>, usize)> =
-        if selection.is_some() || metadata.num_row_groups() <= 1 {
+    }
+    Ok(())
+}
+
+/// [`read_each`] as a stream of batches, every row of `file` (less its deleted rows), all
+/// columns, in file order.
+pub(crate) fn read_stream(
+    store: ObjectStoreRef,
+    table: String,
+    file: FileRef,
+) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
+    use futures::StreamExt;
+    futures::stream::once(async move {
+        let reader = FileReader::open(store, &table, &file, None, None, true).await?;
+        let groups = futures::stream::try_unfold(reader, |mut reader| async move {
+            Ok::<_, Error>(reader.next_group().await?.map(|batches| {
+                (
+                    futures::stream::iter(batches.into_iter().map(Ok::<_, Error>)),
+                    reader,
+                )
+            }))
+        })
+        .try_flatten();
+        Ok::<_, Error>(groups)
+    })
+    .try_flatten()
+    .boxed()
+}
+
+/// A Parquet file being read a row group at a time.
+struct FileReader {
+    store: ObjectStoreRef,
+    file: FileRef,
+    full_path: String,
+    metadata: Arc<deltalake::parquet::file::metadata::ParquetMetaData>,
+    /// The root columns read.
+    roots: Vec<usize>,
+    selection: Option<RowSelection>,
+    /// (row group, its rows) still to read; `None` reads every row group in one go.
+    groups: std::collections::VecDeque<(Option<usize>, usize)>,
+    split_columns: bool,
+}
+
+impl FileReader {
+    async fn open(
+        store: ObjectStoreRef,
+        table: &str,
+        file: &FileRef,
+        columns: Option<&[String]>,
+        rows: Option<&[u32]>,
+        split_columns: bool,
+    ) -> Result<Self> {
+        let full_path = format!("{table}/{}", file.path);
+        let parquet_err = |source| Error::Parquet {
+            path: full_path.clone(),
+            source,
+        };
+        let reader = object_reader(&store, file);
+        let builder = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(parquet_err)?;
+        let metadata = Arc::clone(builder.metadata());
+        let total = metadata.file_metadata().num_rows().max(0) as usize;
+        let roots: Vec<usize> = metadata
+            .file_metadata()
+            .schema_descr()
+            .root_schema()
+            .get_fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| columns.is_none_or(|c| c.iter().any(|c| c == f.name())))
+            .map(|(i, _)| i)
+            .collect();
+        let selection = match (rows, &file.rows) {
+            // Callers that pick rows read tables without deletion vectors.
+            (Some(rows), _) => Some(selection(rows.iter().map(|&r| r as u64), total)),
+            (None, FileRows::All) => None,
+            (None, FileRows::Except(deleted)) if deleted.is_empty() => None,
+            (None, FileRows::Except(deleted)) => Some(except(deleted, total, &full_path)?),
+            (None, FileRows::Only(only)) => {
+                check_rows(only, total, &full_path)?;
+                Some(selection(only.iter().copied(), total))
+            }
+        };
+        let groups = if selection.is_some() || metadata.num_row_groups() <= 1 {
             vec![(None, total)]
         } else {
             (0..metadata.num_row_groups())
                 .map(|g| (Some(g), metadata.row_group(g).num_rows().max(0) as usize))
                 .collect()
         };
-    for (group, group_rows) in groups {
+        Ok(Self {
+            store,
+            file: file.clone(),
+            full_path,
+            metadata,
+            roots,
+            selection,
+            groups: groups.into(),
+            split_columns,
+        })
+    }
+
+    /// The batches of the next row group, `None` after the last.
+    async fn next_group(&mut self) -> Result<Option<Vec<RecordBatch>>> {
+        let Some((group, group_rows)) = self.groups.pop_front() else {
+            return Ok(None);
+        };
+        let full_path = &self.full_path;
+        let parquet_err = |source| Error::Parquet {
+            path: full_path.clone(),
+            source,
+        };
         let batch_size = group_rows.clamp(1, 4 << 20);
-        let parts = if split_columns && group_rows >= 100_000 {
-            cores().min(roots.len()).max(1)
+        let parts = if self.split_columns && group_rows >= 100_000 {
+            cores().min(self.roots.len()).max(1)
         } else {
             1
         };
         let mut tasks = Vec::with_capacity(parts);
         for part in 0..parts {
-            let mine: Vec<usize> = roots.iter().copied().skip(part).step_by(parts).collect();
-            let reader = object_reader(&store, file);
+            let mine: Vec<usize> = self
+                .roots
+                .iter()
+                .copied()
+                .skip(part)
+                .step_by(parts)
+                .collect();
+            let reader = object_reader(&self.store, &self.file);
             let meta =
-                ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
+                ArrowReaderMetadata::try_new(Arc::clone(&self.metadata), ArrowReaderOptions::new())
                     .map_err(parquet_err)?;
             let mask = ProjectionMask::roots(meta.parquet_schema(), mine);
             let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
@@ -173,7 +255,7 @@ pub(crate) async fn read_each<E: From<Error>>(
             if let Some(g) = group {
                 builder = builder.with_row_groups(vec![g]);
             }
-            if let Some(selection) = &selection {
+            if let Some(selection) = &self.selection {
                 builder = builder.with_row_selection(selection.clone());
             }
             let stream = builder.build().map_err(parquet_err)?;
@@ -192,11 +274,9 @@ pub(crate) async fn read_each<E: From<Error>>(
             pieces.push(batches);
         }
         if pieces.len() == 1 {
-            for b in pieces.pop().unwrap_or_default() {
-                f(b)?;
-            }
-            continue;
+            return Ok(Some(pieces.pop().unwrap_or_default()));
         }
+        let mut out = Vec::with_capacity(pieces[0].len());
         for i in 0..pieces[0].len() {
             let mut fields = Vec::new();
             let mut arrays = Vec::new();
@@ -205,10 +285,10 @@ pub(crate) async fn read_each<E: From<Error>>(
                 fields.extend(b.schema().fields().iter().cloned());
                 arrays.extend(b.columns().iter().cloned());
             }
-            f(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(Error::from)?)?;
+            out.push(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?);
         }
+        Ok(Some(out))
     }
-    Ok(())
 }
 
 /// A reader of `file`; its size comes from the log where the log has it (a `remove` may

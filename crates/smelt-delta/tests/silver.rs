@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow::array::{AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use futures::TryStreamExt;
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
@@ -124,14 +125,7 @@ async fn contents(lake: &Lake) -> BTreeMap<i64, Vec<String>> {
 /// `_change_type` counts of the silver commits after version `after`, read from its log.
 async fn changes(lake: &Lake, after: i64) -> BTreeMap<String, Vec<(i64, String)>> {
     let source = DeltaSource::open(lake, &name()).await.unwrap();
-    let mut batches = Vec::new();
-    source
-        .read_changes(Some(after), &mut |b| {
-            batches.push(b);
-            Ok(())
-        })
-        .await
-        .unwrap();
+    let batches: Vec<_> = source.read(Some(after)).try_collect().await.unwrap();
     let mut out: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
     for b in batches {
         let ids = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
@@ -379,13 +373,10 @@ async fn data_files_are_committed_in_row_order() {
     table.commit(&[], &watermark(1)).await.unwrap();
     let source = DeltaSource::open(&lake, &name()).await.unwrap();
     let mut read = Vec::new();
-    source
-        .read_changes(None, &mut |b| {
-            let column = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
-            read.extend(column.values().iter().copied());
-            Ok(())
-        })
-        .await
-        .unwrap();
+    let batches: Vec<_> = source.read(None).try_collect().await.unwrap();
+    for b in batches {
+        let column = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+        read.extend(column.values().iter().copied());
+    }
     assert_eq!(read, ids);
 }

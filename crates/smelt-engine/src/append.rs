@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::AsArray;
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Int64Type, Schema, SchemaRef};
+use futures::TryStreamExt;
 use smelt_core::change::{CHANGE_TYPE, COMMIT_VERSION, INSERT};
 use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
@@ -16,7 +17,7 @@ use crate::apply::{RunContext, app_id};
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
-use crate::stage::{Buffered, CastMiss, block_on, cast_to, commit_report};
+use crate::stage::{Buffered, CastMiss, cast_to, commit_report};
 
 /// The error of `on_cast_error: fail`.
 pub(crate) fn cast_failed(
@@ -155,7 +156,8 @@ pub async fn run_append(
     let mut filtered = 0usize;
     let mut ignored = 0usize;
     let after = if rebuild { None } else { stored };
-    let mut sink = |batch: RecordBatch| -> Result<()> {
+    let mut batches = source.read(after);
+    while let Some(batch) = batches.try_next().await? {
         read += batch.num_rows();
         // Appended rows only: update images and deletes of kept commits are not new rows.
         let kinds = batch
@@ -172,7 +174,7 @@ pub async fn run_append(
             keep = both;
         }
         if keep.true_count() == 0 {
-            return Ok(());
+            continue;
         }
         let rows = filter_record_batch(&batch, &keep)?;
         let cast = cast_to(&rows, &schema, flow.tz.as_deref(), &what)?;
@@ -187,11 +189,10 @@ pub async fn run_append(
             return Err(cast_failed(flow_name, &flow.from, miss, version));
         }
         if buffer.push(cast.batch) {
-            block_on(buffer.flush(target))?;
+            buffer.flush(target).await?;
         }
-        Ok(())
-    };
-    source.read_changes(after, &mut sink).await?;
+    }
+    drop(batches);
     buffer.flush(target).await?;
     report.changes_read = read;
     report.ignored = ignored;

@@ -14,7 +14,7 @@
 //! The data path of an apply flow ([`apply`]):
 //!
 //! ```text
-//!  Lake::source ──► ChangeSource::read_changes ──► cast + classify + expectations
+//!  Lake::source ──► ChangeSource::read (stream) ──► cast + classify + expectations
 //!  (bronze, pinned     (commit / file / row order)      │ rejects ──► rejects table
 //!   at version v)                                       ▼
 //!                                      spill by key hash (memory limit)

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
 use datafusion::logical_expr::Accumulator;
 use datafusion::scalar::ScalarValue;
+use futures::TryStreamExt;
 use smelt_spec::{OnCastError, ReplaceWhereFlow};
 
 use crate::append::cast_failed;
@@ -49,7 +50,8 @@ impl BatchSource for TableBatch<'_> {
     async fn read(&self, sink: &mut BatchSink<'_>) -> Result<()> {
         let label = format!("`{}` version {}", self.0.table(), self.0.version());
         let mut next = 1i64;
-        let mut each = |batch: RecordBatch| {
+        let mut batches = self.0.read(None);
+        while let Some(batch) = batches.try_next().await? {
             let rows: Vec<i64> = (next..next + batch.num_rows() as i64).collect();
             next += batch.num_rows() as i64;
             sink(
@@ -58,9 +60,8 @@ impl BatchSource for TableBatch<'_> {
                     source: &label,
                     rows: &rows,
                 },
-            )
-        };
-        self.0.read_changes(None, &mut each).await?;
+            )?;
+        }
         Ok(())
     }
 }

@@ -8,6 +8,8 @@ use arrow::array::{
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use smelt_core::change::metadata_fields;
 use smelt_engine::apply::{ApplyTables, RunContext, run_apply};
 use smelt_engine::ports::{
@@ -56,11 +58,11 @@ impl ChangeSource for MemSource {
     async fn bytes_to_read(&self, _after: Option<i64>) -> Result<u64> {
         Ok(self.bytes)
     }
-    async fn read_changes(
-        &self,
-        after: Option<i64>,
-        sink: &mut (dyn FnMut(RecordBatch) -> Result<()> + Send),
-    ) -> Result<ChangeSet> {
+    async fn change_set(&self, _after: Option<i64>) -> Result<ChangeSet> {
+        Ok(ChangeSet::default())
+    }
+    fn read(&self, after: Option<i64>) -> BoxStream<'_, Result<RecordBatch>> {
+        let mut batches = Vec::new();
         let mut fields: Vec<Field> = bronze_schema()
             .fields()
             .iter()
@@ -95,9 +97,9 @@ impl ChangeSource for MemSource {
                         .with_timezone("UTC"),
                 ),
             ];
-            sink(RecordBatch::try_new(Arc::clone(&schema), columns)?)?;
+            batches.push(RecordBatch::try_new(Arc::clone(&schema), columns).map_err(Into::into));
         }
-        Ok(ChangeSet::default())
+        futures::stream::iter(batches).boxed()
     }
 }
 

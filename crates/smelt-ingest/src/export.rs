@@ -17,6 +17,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::functions_aggregate::min_max::MaxAccumulator;
 use datafusion::logical_expr::Accumulator;
 use futures::StreamExt;
+use futures::TryStreamExt;
 use object_store::buffered::BufWriter;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -29,7 +30,6 @@ use smelt_engine::apply::RunContext;
 use smelt_engine::ports::{ChangeSource, Reporter};
 use smelt_engine::predicate::Predicate;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
-use smelt_engine::stage::block_on;
 use smelt_engine::{EngineError, failpoint};
 use smelt_spec::{ChangedBy, Compression, ExportFlow};
 
@@ -355,7 +355,8 @@ pub async fn run_export(
     let mut rows_written = 0usize;
     let mut read = 0usize;
     let short = &ctx.run_id[..8.min(ctx.run_id.len())];
-    let mut sink = |batch: RecordBatch| -> smelt_engine::Result<()> {
+    let mut batches = source.read(after);
+    while let Some(batch) = batches.try_next().await? {
         read += batch.num_rows();
         // Changed rows: new rows and the new image of rewritten ones.
         let kinds = batch.column_by_name(CHANGE_TYPE).expect("change batch");
@@ -369,7 +370,7 @@ pub async fn run_export(
             keep = arrow::compute::and(&keep, &p.evaluate(&batch)?)?;
         }
         if keep.true_count() == 0 {
-            return Ok(());
+            continue;
         }
         let rows = filter_record_batch(&batch, &keep)?;
         if let Some((c, acc)) = &mut max {
@@ -384,37 +385,33 @@ pub async fn run_export(
             TimestampMicrosecondArray::from(vec![stamp; n]).with_timezone("UTC"),
         ));
         let out = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-        block_on(async {
-            if writer.is_none() {
-                let i = renames.len();
-                let tmp = format!("{folder}/{TMP}{flow_name}-{short}-{i:05}.parquet");
-                let name = format!("{folder}/part-{i:05}-{short}.parquet");
-                let w = AsyncArrowWriter::try_new(
-                    BufWriter::new(Arc::clone(&target.store), target.path(&tmp)),
-                    Arc::clone(&schema),
-                    Some(props.clone()),
-                )
-                .map_err(|e| storage(e, "writing an export file"))?;
-                renames.push((tmp, name));
-                writer = Some((w, 0));
-            }
-            let (w, written) = writer.as_mut().expect("opened above");
-            w.write(&out)
+        if writer.is_none() {
+            let i = renames.len();
+            let tmp = format!("{folder}/{TMP}{flow_name}-{short}-{i:05}.parquet");
+            let name = format!("{folder}/part-{i:05}-{short}.parquet");
+            let w = AsyncArrowWriter::try_new(
+                BufWriter::new(Arc::clone(&target.store), target.path(&tmp)),
+                Arc::clone(&schema),
+                Some(props.clone()),
+            )
+            .map_err(|e| storage(e, "writing an export file"))?;
+            renames.push((tmp, name));
+            writer = Some((w, 0));
+        }
+        let (w, written) = writer.as_mut().expect("opened above");
+        w.write(&out)
+            .await
+            .map_err(|e| storage(e, "writing an export file"))?;
+        *written += n;
+        if *written >= flow.rows_per_file {
+            let (w, _) = writer.take().expect("open");
+            w.close()
                 .await
                 .map_err(|e| storage(e, "writing an export file"))?;
-            *written += n;
-            if *written >= flow.rows_per_file {
-                let (w, _) = writer.take().expect("open");
-                w.close()
-                    .await
-                    .map_err(|e| storage(e, "writing an export file"))?;
-            }
-            Ok::<_, EngineError>(())
-        })?;
+        }
         rows_written += n;
-        Ok(())
-    };
-    source.read_changes(after, &mut sink).await?;
+    }
+    drop(batches);
     if let Some((w, _)) = writer.take() {
         w.close()
             .await

@@ -17,6 +17,8 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicr
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use smelt_core::change::{CHANGE_TYPE, metadata_fields};
 use smelt_engine::ports::{ChangeSet, ChangeSource};
 use smelt_spec::TableName;
@@ -218,16 +220,16 @@ impl ChangeSource for DeltaSource {
         Arc::clone(&self.schema)
     }
 
-    async fn bytes_to_read(&self, after: Option<i64>) -> smelt_engine::Result<u64> {
-        let (files, _) = self.planned(after).await?;
-        Ok(files.iter().map(|f| f.file.size.max(0) as u64).sum())
+    async fn change_set(&self, after: Option<i64>) -> smelt_engine::Result<ChangeSet> {
+        let (files, skipped_delete_files) = self.planned(after).await?;
+        Ok(ChangeSet {
+            files_read: files.len(),
+            bytes_read: files.iter().map(|f| f.file.size.max(0) as u64).sum(),
+            skipped_delete_files,
+        })
     }
 
-    async fn read_changes(
-        &self,
-        after: Option<i64>,
-        sink: &mut (dyn FnMut(RecordBatch) -> smelt_engine::Result<()> + Send),
-    ) -> smelt_engine::Result<ChangeSet> {
+    fn read(&self, after: Option<i64>) -> BoxStream<'_, smelt_engine::Result<RecordBatch>> {
         let mut fields: Vec<Field> = self
             .schema
             .fields()
@@ -236,27 +238,18 @@ impl ChangeSource for DeltaSource {
             .collect();
         fields.extend(metadata_fields());
         let out: SchemaRef = Arc::new(Schema::new(fields));
-        let (files, skipped_delete_files) = self.planned(after).await?;
-        tracing::debug!(table = %self.name, files = files.len(), skipped_delete_files, "planned bronze files");
-        let mut bytes_read = 0u64;
-        let name = self.name.to_string();
-        for file in &files {
-            crate::parquet::read_each(
-                self.table.object_store(),
-                &name,
-                &file.file,
-                None,
-                None,
-                true,
-                |b| sink(self.to_change_batch(b, file, &out)?),
-            )
-            .await?;
-            bytes_read += file.file.size.max(0) as u64;
-        }
-        Ok(ChangeSet {
-            files_read: files.len(),
-            bytes_read,
-            skipped_delete_files,
+        futures::stream::once(async move {
+            let (files, skipped_delete_files) = self.planned(after).await?;
+            tracing::debug!(table = %self.name, files = files.len(), skipped_delete_files, "planned bronze files");
+            let (store, name) = (self.table.object_store(), self.name.to_string());
+            let batches = futures::stream::iter(files).flat_map(move |file| {
+                let out = Arc::clone(&out);
+                crate::parquet::read_stream(Arc::clone(&store), name.clone(), file.file.clone())
+                    .map(move |b| Ok(self.to_change_batch(b?, &file, &out)?))
+            });
+            Ok::<_, smelt_engine::EngineError>(batches)
         })
+        .try_flatten()
+        .boxed()
     }
 }

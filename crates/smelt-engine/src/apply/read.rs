@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
+use futures::TryStreamExt;
 use smelt_spec::OnCastError;
 
 use super::ApplyCx;
@@ -55,34 +56,33 @@ pub(super) async fn read_and_cast(
     let mut rejects = Rejects::new(&ctx.run_id, flow_name, &flow.from, ctx.run_timestamp_us);
     let mut rows_seen = 0usize;
     let read_started = Instant::now();
-    let changes = {
-        let mut sink = |batch: RecordBatch| -> Result<()> {
-            let started = Instant::now();
-            report.changes_read += batch.num_rows();
-            let cast = casting.cast(
-                &batch,
-                flow,
-                rows_seen,
-                &mut CastSink {
-                    report,
-                    first_failure: &mut first_failure,
-                    first_violation: &mut first_violation,
-                    rejects: &mut rejects,
-                    truncates: &mut truncates,
-                },
-            )?;
-            rows_seen += cast.num_rows();
-            // A run that will fail only keeps counting failures.
-            let failing = (flow.on_cast_error == OnCastError::Fail && first_failure.is_some())
-                || first_violation.is_some();
-            if !failing {
-                store.push(cast, &flow.keys)?;
-            }
-            cast_ms += started.elapsed().as_millis() as u64;
-            Ok(())
-        };
-        source.read_changes(watermark, &mut sink).await?
-    };
+    let changes = source.change_set(watermark).await?;
+    let mut batches = source.read(watermark);
+    while let Some(batch) = batches.try_next().await? {
+        let started = Instant::now();
+        report.changes_read += batch.num_rows();
+        let cast = casting.cast(
+            &batch,
+            flow,
+            rows_seen,
+            &mut CastSink {
+                report,
+                first_failure: &mut first_failure,
+                first_violation: &mut first_violation,
+                rejects: &mut rejects,
+                truncates: &mut truncates,
+            },
+        )?;
+        rows_seen += cast.num_rows();
+        // A run that will fail only keeps counting failures.
+        let failing = (flow.on_cast_error == OnCastError::Fail && first_failure.is_some())
+            || first_violation.is_some();
+        if !failing {
+            store.push(cast, &flow.keys)?;
+        }
+        cast_ms += started.elapsed().as_millis() as u64;
+    }
+    drop(batches);
     let read_ms = read_started.elapsed().as_millis() as u64;
     phases.add("read", read_ms.saturating_sub(cast_ms));
     phases.add("cast", cast_ms);

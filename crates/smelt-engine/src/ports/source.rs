@@ -3,6 +3,7 @@
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
+use futures::stream::BoxStream;
 use smelt_spec::TableName;
 
 use crate::Result;
@@ -30,19 +31,20 @@ pub trait ChangeSource: Send + Sync {
     fn version(&self) -> i64;
     /// Bronze columns (without change metadata).
     fn schema(&self) -> SchemaRef;
-    /// Bytes of the data files `read_changes(after)` would read (from the log alone): what
-    /// the run plans its memory with.
-    async fn bytes_to_read(&self, after: Option<i64>) -> Result<u64>;
-    /// Streams the changes in `(after, version]` to `sink`, in input order (commit
-    /// version, file order, row order), a bounded batch at a time: bronze columns followed
-    /// by the change metadata columns (`smelt_core::change::metadata_fields`).
-    /// `after = None` reads the snapshot at `version`, each row stamped with the version
-    /// and time of the commit that added its file. Stops at the first error of `sink`.
-    async fn read_changes(
-        &self,
-        after: Option<i64>,
-        sink: &mut (dyn FnMut(RecordBatch) -> Result<()> + Send),
-    ) -> Result<ChangeSet>;
+    /// What [`ChangeSource::read`]`(after)` covers, from the log alone: the data files and
+    /// their bytes (what a run plans its memory with), and the delete files it leaves out.
+    async fn change_set(&self, after: Option<i64>) -> Result<ChangeSet>;
+    /// Bytes of the data files [`ChangeSource::read`]`(after)` reads: what a run plans its
+    /// memory with.
+    async fn bytes_to_read(&self, after: Option<i64>) -> Result<u64> {
+        Ok(self.change_set(after).await?.bytes_read)
+    }
+    /// The changes in `(after, version]`, in input order (commit version, file order, row
+    /// order), a bounded batch at a time: bronze columns followed by the change metadata
+    /// columns (`smelt_core::change::metadata_fields`). `after = None` reads the snapshot
+    /// at `version`, each row stamped with the version and time of the commit that added
+    /// its file. Nothing is read before the stream is polled; dropping it stops the read.
+    fn read(&self, after: Option<i64>) -> BoxStream<'_, Result<RecordBatch>>;
     /// The commits in `(after, version]` that rewrite rows (remove data files: update,
     /// delete, merge, overwrite), as (version, operation). A source that is only appended
     /// to has none.
@@ -50,7 +52,7 @@ pub trait ChangeSource: Send + Sync {
         let _ = after;
         Ok(Vec::new())
     }
-    /// Leaves the commits `versions` out of every later [`ChangeSource::read_changes`].
+    /// Leaves the commits `versions` out of every later [`ChangeSource::read`].
     fn skip_versions(&self, versions: &[i64]) {
         let _ = versions;
     }
