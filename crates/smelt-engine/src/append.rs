@@ -41,7 +41,7 @@ use crate::{EngineError, Result};
 
 /// Appends the rows `source` gained since the watermark of `flow_name` in `target` (all
 /// rows of the source snapshot on the first run, or with `--full-refresh`, replacing the
-/// target's). Needs a multi-threaded runtime: rows are written while they are read.
+/// target's).
 pub async fn run_append(
     flow_name: &str,
     flow: &AppendFlow,

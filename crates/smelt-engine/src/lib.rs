@@ -20,7 +20,7 @@
 //!                                      spill by key hash (memory limit)
 //!                                                       │ per partition
 //!                                                       ▼
-//!   SilverTable::lookup (guard) ◄── latest per key, conflicts, truncates
+//!    KeyedTable::lookup (guard) ◄── latest per key, conflicts, truncates
 //!          │                                            │
 //!          ▼                                            ▼
 //!   SCD1 plan / SCD2 rebuild ──► stage rows, removes, tombstones

@@ -247,8 +247,7 @@ fn properties(c: Compression) -> WriterProperties {
         .build()
 }
 
-/// Exports the rows of `source` changed since the last export of `flow_name`. Needs a
-/// multi-threaded runtime: files are written while the source is read.
+/// Exports the rows of `source` changed since the last export of `flow_name`.
 pub async fn run_export(
     flow_name: &str,
     flow: &ExportFlow,

@@ -52,7 +52,7 @@ pub(crate) fn user(flow_name: &str, e: IngestError) -> EngineError {
         IngestError::Options(_) => "see docs/pipeline.md for the ingest options",
         IngestError::Io { .. } => "check that the file exists and can be read",
         IngestError::Arrow(_) => {
-            return EngineError::Internal(format!("flow `{flow_name}`: {e}"));
+            return EngineError::Internal(e.to_string());
         }
     };
     EngineError::user(format!("flow `{flow_name}`: {e}"), hint)

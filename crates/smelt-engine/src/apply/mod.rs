@@ -159,11 +159,18 @@ pub async fn run_apply(
     .await?;
     report.truncated = truncate_now;
 
-    // Tombstones ahead of silver: a crashed attempt of this range committed them but not
-    // silver. The deletes that wrote them are applied again, not counted as stale.
-    let replayed_tombstones = !work_is_fresh(ctx, truncate_now)
-        && tombstones.version().is_some()
-        && tombstones.watermark(&app).await? > range.stored;
+    // Tombstones ahead of silver: a crashed attempt committed them (through bronze version
+    // `t`) but not silver. The deletes of versions up to `t` that wrote them are applied
+    // again, not counted as stale.
+    let replayed_tombstones = if work_is_fresh(ctx, truncate_now) || tombstones.version().is_none()
+    {
+        None
+    } else {
+        tombstones
+            .watermark(&app)
+            .await?
+            .filter(|&t| Some(t) > range.stored)
+    };
     let work = PartitionWork {
         flow,
         schema: &schema,

@@ -12,12 +12,12 @@ use arrow::compute::kernels::zip::zip;
 use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use smelt_core::apply::{Scd1Input, merge_updates, plan_scd1};
-use smelt_core::change::COMMIT_TIMESTAMP;
+use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
 use smelt_spec::ApplyFlow;
 
 use super::cast::{IS_DELETE, column};
 use super::lookup::lookup_aligned;
-use super::tombstones::{DELETED_AT, own_tombstones, stored_sequence_names};
+use super::tombstones::{DELETED_AT, own_tombstones, replayed_deletes, stored_sequence_names};
 use super::truncate::drop_stale;
 use crate::Result;
 use crate::phases::Phases;
@@ -40,9 +40,10 @@ pub(super) struct PartitionWork<'a> {
     pub(super) run_timestamp_us: i64,
     /// A rebuild or a truncate: what silver and the tombstones store is not looked at.
     pub(super) fresh: bool,
-    /// The tombstones are ahead of silver (a crash between their commits): a delete
-    /// equal to its key's tombstone (same sequence) wrote it in the crashed attempt.
-    pub(super) replayed_tombstones: bool,
+    /// The tombstones are ahead of silver, through this bronze version (a crash between
+    /// their commits): a delete of a version up to it, equal to its key's tombstone (same
+    /// sequence), wrote that tombstone in the crashed attempt.
+    pub(super) replayed_tombstones: Option<i64>,
     /// Changes with a sequence up to this one (a truncate's) are stale.
     pub(super) stale_through: Option<&'a [ArrayRef]>,
     /// The sequence columns of the cast batch.
@@ -202,8 +203,9 @@ impl PartitionWork<'_> {
 
         // Tombstones the crashed attempt of this range wrote do not guard against the
         // deletes that wrote them: those are applied (and counted) again.
-        let tomb_guards = if self.replayed_tombstones {
-            let own = own_tombstones(&delete, &tomb_matched, &new_seq, &tomb_seq)?;
+        let tomb_guards = if let Some(through) = self.replayed_tombstones {
+            let replayed = replayed_deletes(&delete, &col(COMMIT_VERSION)?, through)?;
+            let own = own_tombstones(&replayed, &tomb_matched, &new_seq, &tomb_seq)?;
             arrow::compute::kernels::boolean::and_not(&tomb_matched, &own)?
         } else {
             tomb_matched.clone()

@@ -11,14 +11,14 @@ use arrow::array::{
 };
 use arrow::compute::{filter_record_batch, take};
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use smelt_core::change::COMMIT_TIMESTAMP;
+use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
 use smelt_core::dedupe::latest_per_key;
 use smelt_spec::OnSequenceConflict;
 use smelt_spec::pipeline::{END_AT, START_AT};
 
 use super::cast::{IS_DELETE, column};
 use super::scd1::{PartitionWork, Planned};
-use super::tombstones::{DELETED_AT, not_own_tombstones, stored_sequence_names};
+use super::tombstones::{DELETED_AT, not_own_tombstones, replayed_deletes, stored_sequence_names};
 use crate::phases::Phases;
 use crate::ports::SilverTable;
 use crate::report::FlowReport;
@@ -166,8 +166,12 @@ impl PartitionWork<'_> {
         // wrote them: those are applied (and counted) again. Every stored tombstone of a
         // key still counts when its tombstones are staged again.
         let all_tomb_key = tomb_key.clone();
-        let (tomb_found, tomb_key, tomb_seq) = if self.replayed_tombstones && !tomb_key.is_empty() {
-            let keep = not_own_tombstones(&tomb_key, &tomb_seq, &change_key, &change_seq, &delete)?;
+        let (tomb_found, tomb_key, tomb_seq) = if let Some(through) = self.replayed_tombstones
+            && !tomb_key.is_empty()
+        {
+            let replayed = replayed_deletes(&delete, &col_of(&batch, COMMIT_VERSION)?, through)?;
+            let keep =
+                not_own_tombstones(&tomb_key, &tomb_seq, &change_key, &change_seq, &replayed)?;
             let kept: Vec<u32> = tomb_key
                 .iter()
                 .zip(keep.values().iter())

@@ -172,3 +172,71 @@ pub(super) fn not_own_tombstones(
         .map(|i| Some(!deletes.contains(&(tomb_key[i], stored.row(i).data()))))
         .collect())
 }
+
+/// The deletes of bronze versions up to `through` (the tombstones' watermark): those a
+/// crashed attempt may have written tombstones for.
+pub(super) fn replayed_deletes(
+    delete: &BooleanArray,
+    commit_version: &ArrayRef,
+    through: i64,
+) -> Result<BooleanArray> {
+    let version = arrow::compute::cast(commit_version, &arrow::datatypes::DataType::Int64)?;
+    let within = arrow::compute::kernels::cmp::lt_eq(
+        &version,
+        &arrow::array::Int64Array::new_scalar(through),
+    )?;
+    let both = arrow::compute::kernels::boolean::and(delete, &within)?;
+    Ok(if both.null_count() > 0 {
+        arrow::compute::prep_null_mask_filter(&both)
+    } else {
+        both
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, BooleanArray, Int64Array};
+
+    use super::*;
+
+    fn ints(v: &[Option<i64>]) -> ArrayRef {
+        Arc::new(Int64Array::from(v.to_vec()))
+    }
+
+    #[test]
+    fn only_deletes_up_to_the_tombstones_watermark_are_replayed() {
+        let delete = BooleanArray::from(vec![Some(true), Some(true), Some(false), None]);
+        let version = ints(&[Some(3), Some(4), Some(3), Some(3)]);
+        let got = replayed_deletes(&delete, &version, 3).unwrap();
+        assert_eq!(got, BooleanArray::from(vec![true, false, false, false]));
+    }
+
+    #[test]
+    fn a_tombstone_is_a_deletes_own_only_at_its_sequence() {
+        // Rows: a replayed delete at the tombstone's sequence; one at another sequence; a
+        // key without a tombstone; a delete not replayed.
+        let replayed = BooleanArray::from(vec![true, true, true, false]);
+        let tomb = BooleanArray::from(vec![Some(true), Some(true), None, Some(true)]);
+        let seq = ints(&[Some(5), Some(6), Some(5), Some(5)]);
+        let tomb_seq = ints(&[Some(5), Some(5), None, Some(5)]);
+        let own = own_tombstones(&replayed, &tomb, &[seq], &[tomb_seq]).unwrap();
+        assert_eq!(own, BooleanArray::from(vec![true, false, false, false]));
+    }
+
+    #[test]
+    fn scd2_keeps_every_tombstone_no_replayed_delete_wrote() {
+        // Tombstones (key group, sequence): (0, 5) written by the delete of key 0 at 5;
+        // (0, 2) older; (1, 5) of another key.
+        let keep = not_own_tombstones(
+            &[0, 0, 1],
+            &ints(&[Some(5), Some(2), Some(5)]),
+            &[0, 1],
+            &ints(&[Some(5), Some(7)]),
+            &BooleanArray::from(vec![true, true]),
+        )
+        .unwrap();
+        assert_eq!(keep, BooleanArray::from(vec![false, true, true]));
+    }
+}

@@ -29,11 +29,8 @@ impl FlowRunner for Append<'_> {
     }
 
     async fn check(&self, cx: &LakeCx<'_>, _: Option<&dyn ChangeSource>) -> Vec<EngineError> {
-        cx.lake
-            .inspect(&self.spec.into)
-            .await
-            .err()
-            .into_iter()
-            .collect()
+        // Opened as a run opens it: a table smelt must not write is a problem too.
+        let target = cx.lake.table(&self.spec.into, TableRole::Target).await;
+        target.err().into_iter().collect()
     }
 }

@@ -52,9 +52,12 @@ impl FlowRunner for Apply<'_> {
 
     async fn check(&self, cx: &LakeCx<'_>, source: Option<&dyn ChangeSource>) -> Vec<EngineError> {
         let spec = self.spec;
+        // Opened as a run opens them: a table smelt must not write is a problem too.
         let (silver, tombstones) = match (
-            cx.lake.inspect(&spec.into).await,
-            cx.lake.inspect(&tombstone_table(&spec.into)).await,
+            cx.lake.table(&spec.into, TableRole::Silver).await,
+            cx.lake
+                .table(&tombstone_table(&spec.into), TableRole::Tombstones)
+                .await,
         ) {
             (Ok(s), Ok(t)) => (s, t),
             (Err(e), _) | (_, Err(e)) => return vec![e],

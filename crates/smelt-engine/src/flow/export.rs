@@ -25,8 +25,12 @@ impl FlowRunner for Export<'_> {
         let spec = self.spec;
         let source = cx.lake.source(&spec.from, SourceOptions::default()).await?;
         if !cx.ctx.dry_run {
-            let last = cx.files.last_export(self.name, spec).await?;
-            cx.recover_from(self.name, last, events).await;
+            // A state that cannot be read is the export's to report (or, with
+            // `--full-refresh`, to replace); here it only means nothing to recover.
+            match cx.files.last_export(self.name, spec).await {
+                Ok(last) => cx.recover_from(self.name, last, events).await,
+                Err(e) => cx.cannot_check(self.name, e),
+            }
         }
         cx.files
             .export(self.name, spec, &*source, cx.ctx, cx.reporter)

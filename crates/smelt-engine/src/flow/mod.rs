@@ -109,7 +109,7 @@ impl FlowCx<'_> {
         }
     }
 
-    fn cannot_check(&self, flow: &str, e: EngineError) {
+    pub(crate) fn cannot_check(&self, flow: &str, e: EngineError) {
         self.reporter.warn(&format!(
             "could not check the event log for flow `{flow}`: {e}"
         ));

@@ -72,7 +72,12 @@ impl FlowRunner for ReplaceWhere<'_> {
                 landing_problem(cx, &self.flow.name, files, &self.spec.into, exported).await,
             );
         }
-        problems.extend(cx.lake.inspect(&self.spec.into).await.err());
+        problems.extend(
+            cx.lake
+                .table(&self.spec.into, TableRole::Target)
+                .await
+                .err(),
+        );
         problems
     }
 

@@ -18,7 +18,7 @@ pub struct WriteStats {
     pub files_removed: usize,
     /// Bytes of the files added.
     pub bytes_written: u64,
-    /// Stored rows removed by [`SilverTable::stage_delete_where`].
+    /// Stored rows removed by [`TableSink::stage_delete_where`].
     pub rows_removed: usize,
 }
 
@@ -35,7 +35,7 @@ pub struct Watermark {
     /// to a crash can be written later.
     pub report: Option<String>,
     /// More entries (key, JSON text) recorded with the commit and read back by
-    /// [`SilverTable::commit_values`], e.g. the files an ingest flow loaded.
+    /// [`WatermarkStore::commit_values`], e.g. the files an ingest flow loaded.
     pub extra: Vec<(String, String)>,
 }
 
