@@ -5,19 +5,19 @@
 //! delivered in random order over several runs (with replays); history must match the model
 //! after every run, and after a rebuild.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::array::{Array, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use proptest::prelude::*;
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
-use smelt_engine::ports::{
-    KeyedTable, Silent, SilverTable, TableSink, Watermark, WatermarkStore, WriteStats,
-};
+use smelt_engine::ports::{Silent, SilverTable};
 use smelt_engine::rejects::rejects_table;
 use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
 
@@ -116,115 +116,7 @@ async fn append(lake: &Lake, changes: &[Change], commit: i64) {
         ],
     )
     .unwrap();
-    let name = TableName::parse("b.t").unwrap();
-    let mut bronze = DeltaSilver::open(lake, &name)
-        .await
-        .unwrap()
-        .without_compaction();
-    if bronze.schema().is_none() {
-        bronze.create(schema).await.unwrap();
-    }
-    bronze
-        .stage(batch, &BooleanArray::from(vec![false; changes.len()]), &[])
-        .await
-        .unwrap();
-    let watermark = Watermark {
-        app_id: "test/bronze".into(),
-        version: commit,
-        run_id: format!("bronze-{commit}"),
-        report: None,
-        extra: Vec::new(),
-    };
-    bronze.commit(&[], &watermark).await.unwrap();
-}
-
-/// A silver table whose commit fails (the process dies after the tombstones commit).
-struct CrashOnCommit(DeltaSilver);
-
-#[async_trait::async_trait]
-impl WatermarkStore for CrashOnCommit {
-    async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
-        self.0.watermark(app_id).await
-    }
-
-    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
-        self.0.commit_values(key).await
-    }
-}
-
-#[async_trait::async_trait]
-impl TableSink for CrashOnCommit {
-    fn table(&self) -> &TableName {
-        self.0.table()
-    }
-
-    fn schema(&self) -> Option<SchemaRef> {
-        self.0.schema()
-    }
-
-    fn version(&self) -> Option<i64> {
-        self.0.version()
-    }
-
-    async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
-        self.0.create(schema).await
-    }
-
-    async fn stage(
-        &mut self,
-        rows: RecordBatch,
-        replaces: &BooleanArray,
-        keys: &[String],
-    ) -> smelt_engine::Result<()> {
-        self.0.stage(rows, replaces, keys).await
-    }
-
-    fn property(&self, key: &str) -> Option<String> {
-        self.0.property(key)
-    }
-
-    async fn set_property(&mut self, key: &str, value: &str) -> smelt_engine::Result<()> {
-        self.0.set_property(key, value).await
-    }
-
-    async fn add_columns(&mut self, fields: Vec<Field>) -> smelt_engine::Result<()> {
-        self.0.add_columns(fields).await
-    }
-
-    async fn widen(
-        &mut self,
-        schema: SchemaRef,
-        keys: &[String],
-    ) -> smelt_engine::Result<WriteStats> {
-        self.0.widen(schema, keys).await
-    }
-
-    async fn stage_overwrite(&mut self) -> smelt_engine::Result<()> {
-        self.0.stage_overwrite().await
-    }
-
-    async fn commit(&mut self, _: &[String], _: &Watermark) -> smelt_engine::Result<WriteStats> {
-        Err(smelt_engine::EngineError::Failpoint("silver commit".into()))
-    }
-
-    async fn expire(&mut self, column: &str, before_us: i64) -> smelt_engine::Result<usize> {
-        self.0.expire(column, before_us).await
-    }
-}
-
-#[async_trait::async_trait]
-impl KeyedTable for CrashOnCommit {
-    async fn lookup(
-        &self,
-        keys: RecordBatch,
-        columns: &[String],
-    ) -> smelt_engine::Result<RecordBatch> {
-        self.0.lookup(keys, columns).await
-    }
-
-    async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {
-        self.0.stage_deletes(keys).await
-    }
+    support::commit_bronze(lake, schema, batch, commit).await;
 }
 
 /// One run of the flow, as `smelt run` does it (every table opened anew).
@@ -245,7 +137,7 @@ async fn run_or_crash(
     let mut crashing;
     let mut plain;
     let silver: &mut dyn SilverTable = if crash {
-        crashing = CrashOnCommit(silver);
+        crashing = support::CrashOnCommit(silver);
         &mut crashing
     } else {
         plain = silver;
