@@ -60,3 +60,32 @@ fn a_sound_pipeline_validates() {
     // The checks write nothing: the plan still plans a first run.
     assert_eq!(p.flows(&["plan"])[0]["status"], "planned");
 }
+
+#[test]
+fn append_and_replace_where_problems_are_listed_too() {
+    let p = Project::example("append_active");
+    p.ok(&["sql", "-f", "input.sql"]);
+    p.write(
+        "output.sql",
+        "CREATE TABLE foundry.output (id STRING, status STRING, colour STRING, size STRING);",
+    );
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml"))
+        .unwrap()
+        .replace("status = 'active'", "statuss = 'active'")
+        .replace(
+            "      on_rewrite: fail",
+            "      on_rewrite: fail\n      schema: output.sql",
+        )
+        + "  copy:\n    replace_where:\n      from: foundry.input\n      into: foundry.copy\n      predicate: \"true\"\n";
+    p.write("smelt.yaml", &yaml);
+    let (_, err) = p.fails(&["validate"], 1);
+    for want in [
+        "flow `active`: `where`",
+        "target column `colour` is not a column of `foundry.input`",
+        "target column `size` is not a column of `foundry.input`",
+        "flow `copy`: `foundry.copy` does not exist and the flow has no `schema:`",
+        "4 problem(s) in 2 flow(s)",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+}

@@ -112,32 +112,11 @@ pub async fn run_append(
         ReadMode::Incremental
     };
 
-    // The target's columns: the table's, else the DDL's, else the source's.
-    let source_schema = source.schema();
-    let schema: SchemaRef = match (target.schema(), &flow.target) {
-        (Some(s), _) => s,
-        (None, Some(def)) => crate::schema::arrow_schema(def),
-        (None, None) => Arc::new(Schema::new(source_schema.fields().clone())),
-    };
     let what = format!("flow `{flow_name}`");
-    let filter = flow
-        .filter
-        .as_deref()
-        .map(|sql| Predicate::compile(sql, &source_schema, &format!("{what}: `where`")))
-        .transpose()?;
-    if let Some(missing) = schema
-        .fields()
-        .iter()
-        .find(|f| source_schema.field_with_name(f.name()).is_err())
-    {
-        return Err(EngineError::user(
-            format!(
-                "{what}: target column `{}` is not a column of `{}`",
-                missing.name(),
-                flow.from
-            ),
-            "add it to the source, or remove it from the target's CREATE TABLE",
-        ));
+    let source_schema = source.schema();
+    let (schema, filter, problems) = check_append(flow_name, flow, &source_schema, target.schema());
+    if let Some(e) = problems.into_iter().next() {
+        return Err(e);
     }
     if ctx.dry_run {
         report.status = ReportStatus::Planned;
@@ -212,4 +191,42 @@ pub async fn run_append(
         extra: Vec::new(),
     };
     commit_report(target, watermark, report, ("read and append", read_ms)).await
+}
+
+/// The columns `flow` appends (the target's, else its DDL's, else the source's) and its
+/// compiled `where`, checked against the source's columns `source_schema`: every problem,
+/// in the order a run meets them.
+pub(crate) fn check_append(
+    flow_name: &str,
+    flow: &AppendFlow,
+    source_schema: &SchemaRef,
+    target_schema: Option<SchemaRef>,
+) -> (SchemaRef, Option<Predicate>, Vec<EngineError>) {
+    let what = format!("flow `{flow_name}`");
+    let mut problems = Vec::new();
+    let schema: SchemaRef = match (target_schema, &flow.target) {
+        (Some(s), _) => s,
+        (None, Some(def)) => crate::schema::arrow_schema(def),
+        (None, None) => Arc::new(Schema::new(source_schema.fields().clone())),
+    };
+    let filter = flow.filter.as_deref().and_then(|sql| {
+        Predicate::compile(sql, source_schema, &format!("{what}: `where`"))
+            .map_err(|e| problems.push(e))
+            .ok()
+    });
+    for missing in schema
+        .fields()
+        .iter()
+        .filter(|f| source_schema.field_with_name(f.name()).is_err())
+    {
+        problems.push(EngineError::user(
+            format!(
+                "{what}: target column `{}` is not a column of `{}`",
+                missing.name(),
+                flow.from
+            ),
+            "add it to the source, or remove it from the target's CREATE TABLE",
+        ));
+    }
+    (schema, filter, problems)
 }

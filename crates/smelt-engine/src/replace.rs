@@ -173,19 +173,7 @@ pub async fn run_replace_where(
         silver_version: target.version(),
         ..FlowReport::default()
     };
-    let schema: SchemaRef = match (target.schema(), &flow.target) {
-        (Some(s), _) => s,
-        (None, Some(def)) => crate::schema::arrow_schema(def),
-        (None, None) => {
-            return Err(EngineError::user(
-                format!(
-                    "{what}: `{}` does not exist and the flow has no `schema:`",
-                    flow.into
-                ),
-                "add `schema: <CREATE TABLE file>` to the flow, or create the table first",
-            ));
-        }
-    };
+    let schema = target_schema(flow_name, flow, target.schema())?;
     let tz = flow.tz.as_deref();
 
     // Pass 1: the batch's bounds, for the placeholders.
@@ -365,6 +353,25 @@ pub fn watermark(
         run_id: ctx.run_id.clone(),
         report: None,
         extra,
+    }
+}
+
+/// The columns a replace_where flow writes: the target's, else its DDL's.
+pub(crate) fn target_schema(
+    flow_name: &str,
+    flow: &ReplaceWhereFlow,
+    existing: Option<SchemaRef>,
+) -> Result<SchemaRef> {
+    match (existing, &flow.target) {
+        (Some(s), _) => Ok(s),
+        (None, Some(def)) => Ok(crate::schema::arrow_schema(def)),
+        (None, None) => Err(EngineError::user(
+            format!(
+                "flow `{flow_name}`: `{}` does not exist and the flow has no `schema:`",
+                flow.into
+            ),
+            "add `schema: <CREATE TABLE file>` to the flow, or create the table first",
+        )),
     }
 }
 

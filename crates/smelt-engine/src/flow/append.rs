@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use smelt_spec::{AppendFlow, TableName};
 
 use super::{FlowCx, FlowRunner, LakeCx};
-use crate::append::run_append;
+use crate::append::{check_append, run_append};
 use crate::ports::{ChangeSource, SourceOptions, TableRole};
 use crate::report::{FlowEvent, FlowReport};
 use crate::{EngineError, Result};
@@ -28,9 +28,15 @@ impl FlowRunner for Append<'_> {
         run_append(self.name, spec, &*source, &mut *target, cx.ctx, cx.reporter).await
     }
 
-    async fn check(&self, cx: &LakeCx<'_>, _: Option<&dyn ChangeSource>) -> Vec<EngineError> {
+    async fn check(&self, cx: &LakeCx<'_>, source: Option<&dyn ChangeSource>) -> Vec<EngineError> {
         // Opened as a run opens it: a table smelt must not write is a problem too.
-        let target = cx.lake.table(&self.spec.into, TableRole::Target).await;
-        target.err().into_iter().collect()
+        let target = match cx.lake.table(&self.spec.into, TableRole::Target).await {
+            Ok(target) => target,
+            Err(e) => return vec![e],
+        };
+        match source {
+            Some(source) => check_append(self.name, self.spec, &source.schema(), target.schema()).2,
+            None => Vec::new(),
+        }
     }
 }

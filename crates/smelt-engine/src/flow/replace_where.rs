@@ -7,7 +7,7 @@ use smelt_spec::{Flow, IngestFlow, ReplaceSource, ReplaceWhereFlow, TableName};
 use super::{FlowCx, FlowRunner, LakeCx, landing_problem};
 use crate::context::app_id;
 use crate::ports::{ChangeSource, SourceOptions, TableRole};
-use crate::replace::{TableBatch, run_replace_where, up_to_date, watermark};
+use crate::replace::{TableBatch, run_replace_where, target_schema, up_to_date, watermark};
 use crate::report::{FlowEvent, FlowReport};
 use crate::{EngineError, Result};
 
@@ -72,12 +72,13 @@ impl FlowRunner for ReplaceWhere<'_> {
                 landing_problem(cx, &self.flow.name, files, &self.spec.into, exported).await,
             );
         }
-        problems.extend(
-            cx.lake
-                .table(&self.spec.into, TableRole::Target)
-                .await
-                .err(),
-        );
+        // Opened as a run opens it: a table smelt must not write is a problem too.
+        match cx.lake.table(&self.spec.into, TableRole::Target).await {
+            Ok(target) => {
+                problems.extend(target_schema(&self.flow.name, self.spec, target.schema()).err())
+            }
+            Err(e) => problems.push(e),
+        }
         problems
     }
 
