@@ -1,0 +1,21 @@
+"""An S3-compatible server for the tests: moto, on 127.0.0.1, on a free port.
+
+Prints `PORT <n>` once it listens, then serves until killed. Requests are served one at a
+time (moto's own server is threaded, and its conditional puts are not atomic then).
+"""
+
+import sys
+
+from moto.server import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import make_server
+
+
+def main() -> None:
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server("127.0.0.1", 0, app, threaded=False)
+    print(f"PORT {server.server_port}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
