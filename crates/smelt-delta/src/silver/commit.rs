@@ -40,9 +40,13 @@ impl DeltaSilver {
         for (key, value) in &watermark.extra {
             metadata.push((key.clone(), serde_json::json!(value)));
         }
+        // No retry over another writer's commit: this commit was planned on the version it
+        // read (lookups, rewritten files, the watermark), so a commit that landed since
+        // makes it wrong, not late. The run fails and a rerun starts from the new version.
         CommitProperties::default()
             .with_application_transaction(Transaction::new(&watermark.app_id, watermark.version))
             .with_metadata(metadata)
+            .with_max_retries(0)
     }
 
     /// Commits `actions` with the watermark and reloads the table at the new version.
@@ -72,7 +76,7 @@ impl DeltaSilver {
             .with_actions(actions)
             .build(Some(snapshot), table.log_store(), operation)
             .await
-            .context(|| format!("committing to `{}`", self.name))?;
+            .map_err(|e| self.commit_error(e, "committing to"))?;
         table
             .update_incremental(Some(commit.version()))
             .await
@@ -263,10 +267,40 @@ impl DeltaSilver {
             .with_actions(adds.into_iter().map(Action::Add))
             .with_commit_properties(props)
             .await
-            .context(|| format!("creating silver table `{}`", self.name))?;
+            .map_err(|e| self.commit_error(e, "creating silver table"))?;
         stats.version = table.version().map(|v| v as i64).unwrap_or_default();
         self.table = Some(table);
         Ok(stats)
+    }
+
+    /// The error of a commit: another writer's commit that landed first is a user error
+    /// that says what happened and what to do.
+    fn commit_error(&self, e: deltalake::DeltaTableError, doing: &str) -> Error {
+        use deltalake::DeltaTableError as E;
+        use deltalake::kernel::transaction::TransactionError as T;
+        let lost_race = match &e {
+            E::VersionAlreadyExists(_)
+            | E::Transaction {
+                source: T::MaxCommitAttempts(_) | T::VersionAlreadyExists(_),
+            } => true,
+            // Creating a table another writer created since this run looked
+            // (`CreateError::TableAlreadyExists`, which delta-rs does not export).
+            E::GenericError { source } => source.to_string().contains("table already exists"),
+            _ => false,
+        };
+        if lost_race {
+            return Error::user(
+                format!(
+                    "`{}` changed while this run was writing it: another writer committed first, and this run's commit was refused (nothing of it was written to `{}`)",
+                    self.name, self.name
+                ),
+                "run again: the rerun reads what the other writer committed and applies only what is left. Two runs of one flow at once cannot both commit",
+            );
+        }
+        Error::Delta {
+            context: format!("{doing} `{}`", self.name),
+            source: e,
+        }
     }
 
     /// The latest silver commit, if any.

@@ -90,10 +90,13 @@ impl DeltaSilver {
                 actions.push(Action::Add(add));
             }
         }
-        let props = CommitProperties::default().with_metadata([(
-            "smelt.operation".to_string(),
-            serde_json::json!("widen column types"),
-        )]);
+        // Every file was rewritten from the version read: no retry over another commit.
+        let props = CommitProperties::default()
+            .with_metadata([(
+                "smelt.operation".to_string(),
+                serde_json::json!("widen column types"),
+            )])
+            .with_max_retries(0);
         let operation = DeltaOperation::Write {
             mode: SaveMode::Overwrite,
             partition_by: None,
