@@ -58,3 +58,76 @@ fn concurrent_runs_never_apply_twice() {
     // neither (one finished before the other started), there was nothing to refuse.
     eprintln!("{refused} run(s) refused");
 }
+
+/// Rows of every visible exported Parquet file below `dir`, as `sale_id`s, sorted.
+fn exported_ids(dir: &std::path::Path) -> Vec<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    let mut ids = Vec::new();
+    for file in files {
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with('.') || !name.ends_with(".parquet") {
+            continue;
+        }
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            std::fs::File::open(&file).unwrap(),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let column = batch.column_by_name("sale_id").unwrap();
+            let column = arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).unwrap();
+            let column = arrow::array::AsArray::as_string::<i32>(&column);
+            ids.extend(column.iter().map(|v| v.unwrap().to_string()));
+        }
+    }
+    ids.sort();
+    ids
+}
+
+#[test]
+fn concurrent_exports_publish_each_row_once() {
+    let p = Project::example("export_replace");
+    p.ok(&["sql", "-f", "source.sql"]);
+    p.ok(&["sql", "-f", "target.sql"]);
+    let spawn = || {
+        p.smelt_process()
+            .args(["run", "export_demo_table"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert!(
+                stderr.contains("another run of this export saved its state first"),
+                "{stderr}"
+            );
+        }
+    }
+    // One more run publishes nothing new; every source row the export selects is there once.
+    p.ok(&["run", "export_demo_table"]);
+    let reference = Project::example("export_replace");
+    reference.ok(&["sql", "-f", "source.sql"]);
+    reference.ok(&["sql", "-f", "target.sql"]);
+    reference.ok(&["run", "export_demo_table"]);
+    let ids = exported_ids(&p.file("exports"));
+    assert!(!ids.is_empty());
+    assert_eq!(ids, exported_ids(&reference.file("exports")));
+}

@@ -876,6 +876,16 @@ fn exports(p: &Project, paths: &Paths, s: &mut Snapshot) {
             .into_owned();
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         if relative.components().any(|c| c.as_os_str() == "_smelt") {
+            // The last save of each flow's state (`_smelt/<flow>/<n>.json`): how many saves
+            // a crash and its rerun took is not part of the result.
+            let flow_dir = relative.parent().unwrap();
+            let is_last = files_below(file.parent().unwrap())
+                .into_iter()
+                .max()
+                .is_some_and(|last| last == file);
+            if !is_last {
+                continue;
+            }
             let mut state: Value =
                 serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
             // Which run saved the state, when, and its report (with that run's id and
@@ -884,7 +894,7 @@ fn exports(p: &Project, paths: &Paths, s: &mut Snapshot) {
                 state.as_object_mut().unwrap().remove(key);
             }
             s.insert(
-                format!("export state {}", relative.display()),
+                format!("export state {}", flow_dir.display()),
                 vec![paths.value(state).to_string()],
             );
         } else if name.starts_with('.') {

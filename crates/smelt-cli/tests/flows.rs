@@ -369,11 +369,14 @@ fn exports_are_exactly_once_across_crashes() {
         .filter(|f| f.ends_with(".parquet"))
         .count();
     assert_eq!(parquet, 2);
-    let state: Value = serde_json::from_str(
-        &std::fs::read_to_string(p.file("exports/export_demo_table/_smelt/export_demo_table.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    // The last save of the state (`_smelt/<flow>/<n>.json`, n growing).
+    let saves = p.file("exports/export_demo_table/_smelt/export_demo_table");
+    let last = std::fs::read_dir(saves)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(last).unwrap()).unwrap();
     assert_eq!(
         state["column_max"],
         "arrow_cast('2026-07-22T03:00:00Z', 'Timestamp(µs, \"UTC\")')"

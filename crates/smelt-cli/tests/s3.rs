@@ -212,13 +212,14 @@ fn ingest_from_s3_and_export_to_s3_exactly_once() {
     // The export state is kept beside the exports, in the bucket: through bronze version
     // 1 (the two loads are versions 0 and 1).
     let state = runtime().block_on(async {
-        store
-            .get(&ObjectPath::from("exports/items/_smelt/items_out.json"))
+        use futures::TryStreamExt;
+        let saves: Vec<_> = store
+            .list(Some(&ObjectPath::from("exports/items/_smelt/items_out")))
+            .try_collect()
             .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap()
+            .unwrap();
+        let last = saves.iter().map(|m| m.location.clone()).max().unwrap();
+        store.get(&last).await.unwrap().bytes().await.unwrap()
     });
     let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
     assert_eq!(state["version"], 1, "{state}");

@@ -20,7 +20,7 @@ use futures::StreamExt;
 use futures::TryStreamExt;
 use object_store::buffered::BufWriter;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use parquet::arrow::AsyncArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -58,6 +58,9 @@ pub struct ExportState {
     /// That run's report as JSON, for the event-log row a crash may lose.
     #[serde(default)]
     pub report: Option<String>,
+    /// Which save this is (`_smelt/<flow>/<number>.json`); 0 before the first.
+    #[serde(skip)]
+    pub number: u64,
 }
 
 /// The store and folder exports go to.
@@ -115,12 +118,44 @@ impl Target {
         ))
     }
 
-    fn state_path(&self, flow: &str) -> ObjectPath {
+    /// Where states were kept before they were numbered: read when no numbered one exists.
+    fn legacy_state_path(&self, flow: &str) -> ObjectPath {
         self.path(&format!("_smelt/{flow}.json"))
     }
 
+    /// Save `number` of the state of `flow`. Each save creates a new file, only if it does
+    /// not exist yet: two runs that loaded the same state cannot both save the next.
+    fn state_path(&self, flow: &str, number: u64) -> ObjectPath {
+        self.path(&format!("_smelt/{flow}/{number:020}.json"))
+    }
+
+    /// The number of the last save of `flow`'s state, 0 when there is none.
+    async fn latest(&self, flow: &str) -> smelt_engine::Result<u64> {
+        let dir = self.path(&format!("_smelt/{flow}"));
+        let mut objects = self.store.list(Some(&dir));
+        let mut latest = 0;
+        while let Some(meta) = objects.next().await {
+            let meta = meta.map_err(|e| storage(e, "listing the export state"))?;
+            let number = meta
+                .location
+                .filename()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.parse::<u64>().ok());
+            latest = latest.max(number.unwrap_or(0));
+        }
+        Ok(latest)
+    }
+
     async fn load(&self, flow: &str) -> smelt_engine::Result<ExportState> {
-        match self.store.get(&self.state_path(flow)).await {
+        let number = self.latest(flow).await?;
+        let (path, shown) = match number {
+            0 => (self.legacy_state_path(flow), format!("_smelt/{flow}.json")),
+            n => (
+                self.state_path(flow, n),
+                format!("_smelt/{flow}/{n:020}.json"),
+            ),
+        };
+        let mut state = match self.store.get(&path).await {
             Ok(got) => {
                 let bytes = got
                     .bytes()
@@ -128,26 +163,54 @@ impl Target {
                     .map_err(|e| storage(e, "reading the export state"))?;
                 serde_json::from_slice(&bytes).map_err(|e| {
                     EngineError::user(
-                        format!(
-                            "the export state `{}/_smelt/{flow}.json` is damaged: {e}",
-                            self.url
-                        ),
+                        format!("the export state `{}/{shown}` is damaged: {e}", self.url),
                         "remove it to export everything again",
                     )
-                })
+                })?
             }
-            Err(object_store::Error::NotFound { .. }) => Ok(ExportState::default()),
-            Err(e) => Err(storage(e, "reading the export state")),
-        }
+            Err(object_store::Error::NotFound { .. }) => ExportState::default(),
+            Err(e) => return Err(storage(e, "reading the export state")),
+        };
+        state.number = number;
+        Ok(state)
     }
 
-    async fn save(&self, flow: &str, state: &ExportState) -> smelt_engine::Result<()> {
+    /// Saves `state` as the next save after the one it was loaded from; fails, naming the
+    /// flow, when another run saved that one first.
+    async fn save(&self, flow: &str, state: &mut ExportState) -> smelt_engine::Result<()> {
         let json = serde_json::to_vec_pretty(state).expect("serialisable");
+        let number = state.number + 1;
+        let path = self.state_path(flow, number);
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
         // A put is atomic: the state is the old one or the new one.
-        self.store
-            .put(&self.state_path(flow), PutPayload::from(json))
+        match self
+            .store
+            .put_opts(&path, PutPayload::from(json), create)
             .await
-            .map_err(|e| storage(e, "saving the export state"))?;
+        {
+            Ok(_) => {}
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                return Err(EngineError::user(
+                    format!(
+                        "flow `{flow}`: another run of this export saved its state first (`{}/_smelt/{flow}/{number:020}.json` exists): what this run wrote is not published",
+                        self.url
+                    ),
+                    "run again: the rerun continues from what the other run exported. Two runs of one export at once cannot both publish",
+                ));
+            }
+            Err(e) => return Err(storage(e, "saving the export state")),
+        }
+        state.number = number;
+        // Older saves are no longer read (the one before this stays, for inspection).
+        if number > 2 {
+            match self.store.delete(&self.state_path(flow, number - 2)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(storage(e, "removing an old export state")),
+            }
+        }
         Ok(())
     }
 
@@ -264,7 +327,12 @@ pub async fn run_export(
     };
     let mut state = match (&target, ctx.full_refresh) {
         (Some(t), false) => t.load(flow_name).await?,
-        _ => ExportState::default(),
+        // What was exported no longer counts, but the next save still follows the last.
+        (Some(t), true) => ExportState {
+            number: t.latest(flow_name).await?,
+            ..ExportState::default()
+        },
+        (None, _) => ExportState::default(),
     };
     let v = source.version();
     let mut report = FlowReport {
@@ -442,9 +510,10 @@ pub async fn run_export(
         run_id: Some(ctx.run_id.clone()),
         at_ms: Some(chrono::Utc::now().timestamp_millis()),
         report: serde_json::to_string(&report).ok(),
+        number: state.number,
     };
     failpoint("before_export_state")?;
-    target.save(flow_name, &next).await?;
+    target.save(flow_name, &mut next).await?;
     let published: Vec<String> = next.pending.iter().map(|(_, to)| to.clone()).collect();
     target.finish(flow_name, &mut next).await?;
     for name in published {
