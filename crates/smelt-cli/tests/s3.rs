@@ -224,3 +224,46 @@ fn ingest_from_s3_and_export_to_s3_exactly_once() {
     let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
     assert_eq!(state["version"], 1, "{state}");
 }
+
+/// Two runs of one export to S3 at once: the state is created only if absent (S3
+/// `If-None-Match`), so one publishes and the other fails; each row is exported once.
+#[test]
+fn concurrent_exports_to_s3_publish_each_row_once() {
+    let s3 = S3Server::start("out");
+    let store = s3.store("out");
+    let p = Project::with_pipeline(
+        "lake: ./lake\nflows:\n  items_out:\n    export:\n      from: raw.items\n      to: s3://out/items\n",
+    );
+    p.ok(&[
+        "sql",
+        "CREATE TABLE raw.items (id STRING, name STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true)",
+    ]);
+    p.ok(&[
+        "sql",
+        "INSERT INTO raw.items VALUES ('1', 'apple'), ('2', 'pear'), ('3', 'plum')",
+    ]);
+    let spawn = || {
+        p.smelt_process()
+            .arg("run")
+            .envs(s3.env())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let mut refused = 0;
+    for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("another run of this export saved its state first"),
+                "{stderr}"
+            );
+            refused += 1;
+        }
+    }
+    run(&p, &s3);
+    let (ids, _) = exported(&store, "items");
+    assert_eq!(ids, ["1", "2", "3"], "{refused} run(s) refused");
+}
