@@ -231,21 +231,35 @@ impl Target {
             }
         }
         state.pending.clear();
-        self.save(flow, state).await
+        self.save(flow, state).await?;
+        // Hidden files written before this save are no export's any more: runs that
+        // crashed before saving, or lost the race to save. (A run still writing started
+        // after this save's state, which it loaded: its files are newer.)
+        let saved = self
+            .store
+            .head(&self.state_path(flow, state.number))
+            .await
+            .map_err(|e| storage(e, "reading the export state"))?;
+        self.sweep(flow, saved.last_modified).await?;
+        Ok(())
     }
 
-    /// Removes the hidden files that unfinished exports of `flow` left (none is pending:
-    /// [`Target::finish`] ran first).
-    async fn sweep(&self, flow: &str) -> smelt_engine::Result<usize> {
+    /// Removes the hidden files of `flow` written before `before` (the store's clock).
+    async fn sweep(
+        &self,
+        flow: &str,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> smelt_engine::Result<usize> {
         let mine = format!("{TMP}{flow}-");
         let mut objects = self.store.list(Some(&self.prefix));
         let mut gone = Vec::new();
         while let Some(meta) = objects.next().await {
             let meta = meta.map_err(|e| storage(e, "listing the export folder"))?;
-            if meta
-                .location
-                .filename()
-                .is_some_and(|n| n.starts_with(&mine))
+            if meta.last_modified < before
+                && meta
+                    .location
+                    .filename()
+                    .is_some_and(|n| n.starts_with(&mine))
             {
                 gone.push(meta.location);
             }
@@ -352,9 +366,8 @@ pub async fn run_export(
     };
     let target = target.filter(|_| !ctx.dry_run);
     if let Some(target) = &target {
-        // An export a crash interrupted: finish it, and clear what never became visible.
+        // An export a crash interrupted: finish it (and clear what never became visible).
         target.finish(flow_name, &mut state).await?;
-        target.sweep(flow_name).await?;
     }
     if state.version == Some(v) {
         report.status = ReportStatus::UpToDate;
