@@ -131,3 +131,52 @@ fn concurrent_exports_publish_each_row_once() {
     assert!(!ids.is_empty());
     assert_eq!(ids, exported_ids(&reference.file("exports")));
 }
+
+#[test]
+fn concurrent_ingests_load_each_file_once() {
+    let p = Project::with_pipeline(
+        "lake: ./lake\nflows:\n  raw:\n    ingest:\n      from: ./landing\n      into: raw.items\n      format: csv\n",
+    );
+    for round in 0..3 {
+        for f in 0..3 {
+            let name = format!("landing/r{round}-f{f}.csv");
+            let rows: String = (0..50)
+                .map(|i| format!("{round}-{f}-{i},x,oops\n"))
+                .collect();
+            // One malformed line per file: the rejects table is written too.
+            p.write(&name, &format!("id,name\n{rows}broken\"\n"));
+        }
+        let spawn = || {
+            p.smelt_process()
+                .arg("run")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                assert!(
+                    stderr.contains("another writer committed first"),
+                    "{stderr}"
+                );
+            }
+        }
+        p.ok(&["run"]);
+        let loaded = p.query("SELECT count(*) AS n, count(DISTINCT id) AS k FROM raw.items");
+        let want = 150 * (round + 1);
+        assert_eq!(
+            (loaded[0]["n"].as_i64(), loaded[0]["k"].as_i64()),
+            (Some(want), Some(want)),
+            "round {round}"
+        );
+        let rejected = p.query("SELECT count(*) AS n FROM raw.items__rejects");
+        assert_eq!(
+            rejected[0]["n"].as_i64(),
+            Some(3 * (round + 1)),
+            "round {round}"
+        );
+    }
+}
