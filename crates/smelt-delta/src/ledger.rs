@@ -150,6 +150,11 @@ pub(crate) async fn values(
             ));
         }
     }
+    // The table as this run read it: a commit another writer made since (its ledger file
+    // may already be there) is not part of it, like the rest of that commit.
+    if let Some(read) = table.version() {
+        entries.retain(|e| e.version <= read as i64);
+    }
     entries.sort_by_key(|e| (e.version, e.number));
     Ok(entries.into_iter().map(|e| e.value).collect())
 }
