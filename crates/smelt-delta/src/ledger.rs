@@ -159,24 +159,49 @@ pub(crate) async fn values(
     Ok(entries.into_iter().map(|e| e.value).collect())
 }
 
-/// Entries `key` of the commits still in `table`'s log (their commit infos).
+/// Entries `key` of the commits still in `table`'s log, up to the version it was read at
+/// (their commit infos; each with the version of its commit, which commit infos do not
+/// hold themselves).
 async fn logged(table: &DeltaTable, name: &TableName, key: &str) -> Result<Vec<Entry>> {
-    let infos: Vec<_> = table
-        .history(None)
+    use futures::StreamExt;
+    let Some(read) = table.version() else {
+        return Ok(Vec::new());
+    };
+    let log_store = table.log_store();
+    let commits: Vec<(i64, Option<_>)> = futures::stream::iter(0..=read)
+        .map(|version| {
+            let log_store = log_store.clone();
+            async move {
+                let bytes = log_store.read_commit_entry(version).await;
+                bytes.map(|b| (version as i64, b))
+            }
+        })
+        .buffered(16)
         .try_collect()
         .await
         .context(|| format!("reading the log of `{name}`"))?;
-    Ok(infos
-        .iter()
-        .filter_map(|i| {
-            Some(Entry {
-                app: i.info.get("smelt.flow")?.as_str()?.to_string(),
-                number: i.info.get("smelt.source_version")?.as_i64()?,
-                version: i.read_version.map_or(0, |r| r as i64 + 1),
-                value: i.info.get(key)?.as_str()?.to_string(),
-            })
-        })
-        .collect())
+    let mut entries = Vec::new();
+    for (version, bytes) in commits {
+        // Cleaned up (log retention): the ledger file is what remains of it.
+        let Some(bytes) = bytes else { continue };
+        let actions = deltalake::logstore::get_actions(version as u64, &bytes)
+            .context(|| format!("reading the log of `{name}`"))?;
+        for action in actions {
+            let deltalake::kernel::Action::CommitInfo(i) = action else {
+                continue;
+            };
+            let entry = (|| {
+                Some(Entry {
+                    app: i.info.get("smelt.flow")?.as_str()?.to_string(),
+                    number: i.info.get("smelt.source_version")?.as_i64()?,
+                    version,
+                    value: i.info.get(key)?.as_str()?.to_string(),
+                })
+            })();
+            entries.extend(entry);
+        }
+    }
+    Ok(entries)
 }
 
 /// Writes the entries of `watermark`, committed to `table` (at `root`) as `version`, and
