@@ -204,13 +204,17 @@ impl Project {
     /// `smelt run` started and left running, its output piped (read it with
     /// `wait_with_output`), to be killed.
     pub fn spawn_run(&self) -> std::process::Child {
-        self.smelt_process()
-            .arg("run")
+        self.piped(&["run"]).spawn().unwrap()
+    }
+
+    /// `smelt <args>` with its output piped, ready to spawn (runs started at once).
+    pub fn piped(&self, args: &[&str]) -> std::process::Command {
+        let mut c = self.smelt_process();
+        c.args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
+            .stderr(std::process::Stdio::piped());
+        c
     }
 
     /// Rows of a query as JSON objects.

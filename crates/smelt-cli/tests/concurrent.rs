@@ -3,20 +3,13 @@
 
 mod common;
 
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use common::{Project, without_audit};
 
 /// Starts two `smelt run` at the same moment; their outputs.
 fn two_runs(p: &Project) -> [Output; 2] {
-    let spawn = || {
-        p.smelt_process()
-            .arg("run")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || p.piped(&["run"]).spawn().unwrap();
     let (a, b) = (spawn(), spawn());
     [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()]
 }
@@ -102,14 +95,7 @@ fn concurrent_exports_publish_each_row_once() {
     let p = Project::example("export_replace");
     p.ok(&["sql", "-f", "source.sql"]);
     p.ok(&["sql", "-f", "target.sql"]);
-    let spawn = || {
-        p.smelt_process()
-            .args(["run", "export_demo_table"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || p.piped(&["run", "export_demo_table"]).spawn().unwrap();
     let (a, b) = (spawn(), spawn());
     for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -148,14 +134,7 @@ fn concurrent_ingests_load_each_file_once() {
             // One malformed line per file: the rejects table is written too, and raced.
             p.write(&name, &format!("id,name\n{rows}broken\"\n"));
         }
-        let spawn = || {
-            p.smelt_process()
-                .arg("run")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
+        let spawn = || p.piped(&["run"]).spawn().unwrap();
         let runs = [spawn(), spawn(), spawn()];
         for run in runs {
             let out = run.wait_with_output().unwrap();

@@ -242,15 +242,7 @@ fn concurrent_exports_to_s3_publish_each_row_once() {
         "sql",
         "INSERT INTO raw.items VALUES ('1', 'apple'), ('2', 'pear'), ('3', 'plum')",
     ]);
-    let spawn = || {
-        p.smelt_process()
-            .arg("run")
-            .envs(s3.env())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || p.piped(&["run"]).envs(s3.env()).spawn().unwrap();
     let (a, b) = (spawn(), spawn());
     let mut refused = 0;
     for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
