@@ -111,6 +111,8 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 /// Crash drills set it to stop a run at a write step and check that a rerun recovers.
 /// `SMELT_FAILPOINT` is a comma-separated list, e.g. `before_silver_commit:abort`.
 pub fn failpoint(point: &str) -> Result<()> {
+    // The crash tests find every point by this prefix.
+    debug_assert!(point.starts_with("before_"), "failpoint `{point}`");
     let Ok(v) = std::env::var("SMELT_FAILPOINT") else {
         return Ok(());
     };

@@ -8,8 +8,8 @@
 //! [`validate::validate`] collects every problem of the selected flows;
 //! [`status::status`] owns `smelt status`. The CLI resolves settings, builds the adapters
 //! and prints. See `docs/architecture.md`. Everything is read and written through [`ports`]: a [`ports::Lake`]
-//! (Delta: `smelt-delta`) gives change sources and tables by role; [`ports::FileFlows`]
-//! (`smelt-ingest`) runs the flows whose input or output is files.
+//! (Delta: `smelt-delta`) gives change sources and tables by role; [`ports::FileStores`]
+//! (`smelt-ingest`) gives landing folders to read and export targets to write.
 //!
 //! The data path of an apply flow ([`apply`]):
 //!
@@ -38,12 +38,15 @@ pub mod apply;
 pub mod context;
 pub mod dag;
 mod error;
+pub mod export;
 mod flow;
+pub mod ingest;
 mod phases;
 pub mod ports;
 pub mod predicate;
 pub mod rejects;
 pub mod replace;
+pub mod replace_files;
 pub mod report;
 pub mod run;
 pub mod schema;

@@ -5,7 +5,7 @@ use smelt_spec::{Flow, Pipeline};
 
 use crate::context::RunContext;
 use crate::flow::{FlowCx, build};
-use crate::ports::{FileFlows, Lake, Reporter};
+use crate::ports::{FileStores, Lake, Reporter};
 use crate::report::{FlowEvent, FlowReport, ReportKind, ReportStatus};
 use crate::window::parse_instant;
 use crate::{EngineError, Result, failpoint};
@@ -56,7 +56,7 @@ pub async fn run(
     pipeline: &Pipeline,
     flows: &[&Flow],
     lake: &dyn Lake,
-    files: &dyn FileFlows,
+    files: &dyn FileStores,
     settings: &RunSettings,
     reporter: &dyn Reporter,
 ) -> Result<RunOutcome> {

@@ -9,7 +9,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::util::display::array_value_to_string;
 use smelt_core::cast::cast_columns;
 
-use crate::ports::{SilverTable, Watermark};
+use crate::ports::{SilverTable, Watermark, WriteStats};
 use crate::report::{FlowReport, ReportStatus};
 use crate::{EngineError, Result, failpoint};
 
@@ -136,9 +136,31 @@ pub fn cast_to(
     })
 }
 
-/// Commits what `target` has staged with `watermark` and the `report` (status `applied`,
-/// the phase `read` took `read_ms`) in its commit info, then fills the report's write
-/// counts and phase times. Fails first at the failpoint `before_target_commit`.
+/// The commit of a flow's written table, shared by every flow kind: the failpoint
+/// `failpoint_name` fires first; then `report` (status `applied`, with the phases it has
+/// so far) goes into the commit info beside `watermark`, so that the event-log row a crash
+/// loses can be recovered from the table; the commit's counts go into `report`.
+pub async fn commit_with_report(
+    table: &mut dyn SilverTable,
+    keys: &[String],
+    mut watermark: Watermark,
+    report: &mut FlowReport,
+    failpoint_name: &str,
+) -> Result<WriteStats> {
+    failpoint(failpoint_name)?;
+    report.status = ReportStatus::Applied;
+    watermark.report = Some(serde_json::to_string(&*report).expect("serialisable"));
+    let stats = table.commit(keys, &watermark).await?;
+    report.silver_version = Some(stats.version);
+    report.files_written = stats.files_added;
+    report.files_removed = stats.files_removed;
+    report.bytes_written = stats.bytes_written;
+    Ok(stats)
+}
+
+/// [`commit_with_report`] for append and replace_where: the phase `read` took `read.1` ms,
+/// the failpoint is `before_target_commit`, and the rows the commit removed are the
+/// report's `rows_replaced`.
 pub async fn commit_report(
     target: &mut dyn SilverTable,
     watermark: Watermark,
@@ -146,23 +168,12 @@ pub async fn commit_report(
     read: (&str, u64),
 ) -> Result<FlowReport> {
     let started = std::time::Instant::now();
-    report.status = ReportStatus::Applied;
-    let mut committed = report.clone();
-    committed.phases_ms = vec![(read.0.to_string(), read.1)];
-    let watermark = Watermark {
-        report: Some(serde_json::to_string(&committed).expect("serialisable")),
-        ..watermark
-    };
-    failpoint("before_target_commit")?;
-    let stats = target.commit(&[], &watermark).await?;
-    report.silver_version = Some(stats.version);
+    report.phases_ms = vec![(read.0.to_string(), read.1)];
+    let stats =
+        commit_with_report(target, &[], watermark, &mut report, "before_target_commit").await?;
     report.rows_replaced = stats.rows_removed;
-    report.files_written = stats.files_added;
-    report.files_removed = stats.files_removed;
-    report.bytes_written = stats.bytes_written;
-    report.phases_ms = vec![
-        (read.0.to_string(), read.1),
-        ("commit".into(), started.elapsed().as_millis() as u64),
-    ];
+    report
+        .phases_ms
+        .push(("commit".into(), started.elapsed().as_millis() as u64));
     Ok(report)
 }

@@ -6,7 +6,8 @@ use smelt_spec::{Flow, IngestFlow, Pipeline, TableName};
 use crate::Result;
 use crate::context::app_id;
 use crate::flow::{LakeCx, build};
-use crate::ports::{FileFlows, Lake, SourceOptions};
+use crate::ingest::ledger::files_waiting;
+use crate::ports::{FileStores, Lake, SourceOptions};
 
 /// Where one flow stands.
 #[derive(Debug, Serialize)]
@@ -41,7 +42,7 @@ pub async fn status(
     pipeline: &Pipeline,
     flows: &[&Flow],
     lake: &dyn Lake,
-    files: &dyn FileFlows,
+    files: &dyn FileStores,
 ) -> Result<Vec<FlowStatus>> {
     let cx = LakeCx {
         pipeline,
@@ -84,13 +85,17 @@ pub(crate) async fn of_written_table(
     row: &mut FlowStatus,
 ) -> Result<()> {
     let output = cx.lake.inspect(table).await?;
-    if let Some(landing) = landing.filter(|f| f.url.is_none() && !f.folder.exists()) {
+    if let Some(landing) = landing.filter(|f| cx.files.landing_missing(f)) {
         row.problem = Some(format!(
             "no files yet: `{}` does not exist",
             landing.folder.display()
         ));
     } else if let Some(landing) = landing {
-        match cx.files.files_waiting(&row.flow, landing, &*output).await {
+        let waiting = async {
+            let files = cx.files.landing(&row.flow, landing)?;
+            files_waiting(&row.flow, landing, &*files, &*output).await
+        };
+        match waiting.await {
             Ok(n) => row.files_waiting = Some(n),
             Err(e) => row.problem = Some(e.to_string()),
         }

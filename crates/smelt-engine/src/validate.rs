@@ -5,7 +5,7 @@ use smelt_spec::{Flow, Pipeline, TableName};
 
 use crate::EngineError;
 use crate::flow::{LakeCx, build};
-use crate::ports::{FileFlows, Lake, SourceOptions};
+use crate::ports::{FileStores, Lake, SourceOptions};
 
 /// One problem of one flow.
 #[derive(Debug)]
@@ -24,7 +24,7 @@ pub async fn validate(
     pipeline: &Pipeline,
     flows: &[&Flow],
     lake: &dyn Lake,
-    files: &dyn FileFlows,
+    files: &dyn FileStores,
 ) -> Vec<Problem> {
     let cx = LakeCx {
         pipeline,

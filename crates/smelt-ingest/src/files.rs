@@ -11,29 +11,10 @@ use glob::{MatchOptions, Pattern};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme};
 use parquet::file::reader::{ChunkReader, Length};
+pub use smelt_engine::ports::LandingFile;
 use smelt_spec::IngestFlow;
 
 use crate::{IngestError, Result};
-
-/// A file in the landing folder.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LandingFile {
-    /// Where it is.
-    pub path: PathBuf,
-    /// Its path below the folder, with `/` separators.
-    pub relative: String,
-    /// Its URL (`file:///…`): the `_datasource` value and its identity.
-    pub url: String,
-    /// Size in bytes, when listed.
-    pub size: u64,
-    /// Modification time, µs since the epoch (UTC), when listed.
-    pub modified_us: i64,
-    /// Values of Hive-style partition folders (`export_timestamp=2026-07-21 10:00:00+09:00/`)
-    /// on its path, percent-decoded, outermost first.
-    pub partitions: Vec<(String, String)>,
-    /// Its path in the object store, for files listed from a URL.
-    pub object: Option<ObjectPath>,
-}
 
 /// Where an ingest flow's files are.
 pub enum Landing {
@@ -142,13 +123,12 @@ impl Landing {
                 continue;
             }
             files.push(LandingFile {
-                path: PathBuf::from(location),
+                location: location.to_string(),
                 partitions: partitions(&relative),
                 url: format!("{base}/{relative}"),
                 relative,
                 size: meta.size,
                 modified_us: meta.last_modified.timestamp_micros(),
-                object: Some(meta.location.clone()),
             });
         }
         files.sort_by(|a, b| a.relative.cmp(&b.relative));
@@ -157,8 +137,8 @@ impl Landing {
 
     /// The size and modification time (µs) of `file` now, `None` when it is gone.
     pub async fn stat(&self, file: &LandingFile) -> Result<Option<(u64, i64)>> {
-        match (self, &file.object) {
-            (Self::Store { store, .. }, Some(object)) => match store.head(object).await {
+        match self {
+            Self::Store { store, .. } => match store.head(&object(file)).await {
                 Ok(meta) => Ok(Some((meta.size, meta.last_modified.timestamp_micros()))),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(IngestError::Io {
@@ -166,7 +146,7 @@ impl Landing {
                     source: std::io::Error::other(e),
                 }),
             },
-            _ => match std::fs::metadata(&file.path) {
+            Self::Local(_) => match std::fs::metadata(&file.location) {
                 Ok(meta) => Ok(Some((meta.len(), modified_us(&meta)))),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(source) => Err(IngestError::Io {
@@ -188,10 +168,10 @@ impl Landing {
             file: file.url.clone(),
             source,
         };
-        match (self, &file.object) {
-            (Self::Store { store, .. }, Some(object)) => {
+        match self {
+            Self::Store { store, .. } => {
                 let get = handle
-                    .block_on(store.get(object))
+                    .block_on(store.get(&object(file)))
                     .map_err(|e| io(std::io::Error::other(e)))?;
                 let stream = get.into_stream();
                 Ok(Box::new(
@@ -203,8 +183,8 @@ impl Landing {
                     .take(file.size),
                 ))
             }
-            _ => {
-                let f = std::fs::File::open(&file.path).map_err(io)?;
+            Self::Local(_) => {
+                let f = std::fs::File::open(&file.location).map_err(io)?;
                 Ok(Box::new(f.take(file.size)))
             }
         }
@@ -217,16 +197,21 @@ impl Landing {
         file: &LandingFile,
         handle: &tokio::runtime::Handle,
     ) -> Option<StoreChunks> {
-        match (self, &file.object) {
-            (Self::Store { store, .. }, Some(object)) => Some(StoreChunks {
+        match self {
+            Self::Store { store, .. } => Some(StoreChunks {
                 store: Arc::clone(store),
-                object: object.clone(),
+                object: object(file),
                 size: file.size,
                 handle: handle.clone(),
             }),
-            _ => None,
+            Self::Local(_) => None,
         }
     }
+}
+
+/// The object-store path of a file listed from a store.
+fn object(file: &LandingFile) -> ObjectPath {
+    ObjectPath::parse(&file.location).unwrap_or_else(|_| ObjectPath::from(file.location.as_str()))
 }
 
 /// A byte stream from an object store as a blocking reader.
@@ -393,13 +378,12 @@ pub fn list(folder: &Path, pattern: Option<&str>) -> Result<Vec<LandingFile>> {
             .map(|u| u.to_string())
             .unwrap_or_else(|_| entry.path().display().to_string());
         files.push(LandingFile {
-            path: entry.path().to_path_buf(),
+            location: entry.path().to_string_lossy().into_owned(),
             partitions: partitions(&relative),
             relative,
             url,
             size: meta.len(),
             modified_us,
-            object: None,
         });
     }
     Ok(files)

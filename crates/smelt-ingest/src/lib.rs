@@ -1,52 +1,25 @@
-//! Files in and out (DESIGN §4). In: `ingest` flows find the files of a landing folder,
-//! read CSV, JSON lines or Parquet a bounded batch at a time, line the rows up with the
-//! bronze table (new columns, rescued fields, audit columns), and load each file exactly
-//! once ([`flow::run_ingest`]); the same readers give `replace_where` flows their batches
-//! ([`batch::FileBatch`]). Out: `export` flows write changed rows as Parquet
-//! ([`export::run_export`]).
+//! Files in and out (DESIGN §4), the adapter of the engine's
+//! [`FileStores`](smelt_engine::ports::FileStores) port: landing folders (a local folder or
+//! an object-store prefix, [`files`]) whose files are read as CSV, JSON lines or Parquet a
+//! bounded batch at a time ([`read`]), and export targets written as Parquet ([`target`]).
+//! The flows themselves (which files to load, lining rows up with bronze, exactly once,
+//! the export's state machine) are the engine's.
 //!
 //! The readers take any `std::io::Read` and hand batches to a [`RowSink`], so a file is
 //! never held in memory whole. Bronze is the raw layer: fields stay text unless the flow
 //! asks for `infer_types`.
 #![deny(missing_docs)]
 
-pub mod batch;
-pub mod conform;
 pub mod csv;
-pub mod export;
 pub mod files;
-pub mod flow;
 mod flows;
 pub mod json;
-pub mod ledger;
 pub mod parquet;
-
-use arrow::array::RecordBatch;
+pub mod read;
+mod target;
 
 pub use flows::Files;
-
-/// Rows read from a file: columns named as the file names them.
-#[derive(Debug)]
-pub struct RawRows {
-    /// The columns (text, except Parquet columns kept in their type).
-    pub batch: RecordBatch,
-    /// 1-based row number of each row in its file.
-    pub rows: Vec<i64>,
-    /// Per row, fields that have no column name (a CSV line with more fields than
-    /// columns), as a JSON object text; `None` when no row has any.
-    pub extra: Option<Vec<Option<String>>>,
-}
-
-/// A row that cannot be parsed at all.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Malformed {
-    /// 1-based line in the file.
-    pub line: i64,
-    /// The line's text, as far as it could be read.
-    pub raw: String,
-    /// What is wrong.
-    pub reason: String,
-}
+pub use smelt_engine::ports::{Malformed, RawRows};
 
 /// Where a reader puts what it reads.
 pub trait RowSink {

@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_engine::apply::RunContext;
+use smelt_engine::ingest::{IngestTables, run_ingest};
 use smelt_engine::ports::Reporter;
 use smelt_engine::rejects::rejects_table;
-use smelt_ingest::flow::{IngestTables, run_ingest};
+use smelt_ingest::read::FlowLanding;
 use smelt_spec::{FlowKind, Pipeline};
 
 /// Writes a new file and appends to a listed one when the run starts loading.
@@ -61,7 +62,9 @@ async fn files_added_or_growing_during_a_run_wait_for_the_next() {
             bronze: &mut bronze,
             rejects: &mut rejects,
         };
-        run_ingest("f", flow, tables, &RunContext::new(false, false), reporter).await
+        let landing = FlowLanding::of("f", flow).unwrap();
+        let ctx = RunContext::new(false, false);
+        run_ingest("f", flow, &landing, tables, &ctx, reporter).await
     };
 
     // b.csv grows after the listing: the run fails, committing nothing.

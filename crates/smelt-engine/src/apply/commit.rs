@@ -11,7 +11,8 @@ use super::scd1::Planned;
 use super::{ApplyCx, ApplyTables};
 use crate::ports::{SilverTable, Watermark};
 use crate::rejects::Rejects;
-use crate::report::{FlowReport, ReportStatus};
+use crate::report::FlowReport;
+use crate::stage::commit_with_report;
 use crate::{Result, failpoint};
 
 /// Stages what one partition writes: silver's rows and removes (creating silver for its
@@ -67,7 +68,7 @@ pub(super) async fn commit_tables(
     cx: &ApplyCx<'_>,
     tables: ApplyTables<'_>,
     rejects: Rejects,
-    mut watermark_out: Watermark,
+    watermark_out: Watermark,
     tombstones_staged: bool,
     schema: &SchemaRef,
     report: &mut FlowReport,
@@ -113,16 +114,14 @@ pub(super) async fn commit_tables(
     if silver.schema().is_none() {
         silver.create(Arc::clone(schema)).await?;
     }
-    failpoint("before_silver_commit")?;
-    // The report as of this commit (file counts come after), for the event log.
-    report.status = ReportStatus::Applied;
-    watermark_out.report = serde_json::to_string(&*report).ok();
-    let stats = silver.commit(&flow.keys, &watermark_out).await?;
-    report.files_written = stats.files_added;
-    report.files_removed = stats.files_removed;
-    report.bytes_written = stats.bytes_written;
-    report.silver_version = Some(stats.version);
-    report.status = ReportStatus::Applied;
+    let stats = commit_with_report(
+        silver,
+        &flow.keys,
+        watermark_out,
+        report,
+        "before_silver_commit",
+    )
+    .await?;
     tracing::info!(
         flow = flow_name,
         silver_version = stats.version,

@@ -1,12 +1,12 @@
-//! The runner of `export` flows: a table's changes → files, through the
-//! [`FileFlows`](crate::ports::FileFlows) port.
+//! The runner of `export` flows: a table's changes → files ([`crate::export`]).
 
 use async_trait::async_trait;
 use smelt_spec::{ExportFlow, TableName};
 
 use super::{FlowCx, FlowRunner, LakeCx};
 use crate::Result;
-use crate::ports::SourceOptions;
+use crate::export::{export_state, run_export};
+use crate::ports::{LastCommit, SourceOptions};
 use crate::report::{FlowEvent, FlowReport};
 use crate::status::FlowStatus;
 
@@ -27,23 +27,32 @@ impl FlowRunner for Export<'_> {
         if !cx.ctx.dry_run {
             // A state that cannot be read is the export's to report (or, with
             // `--full-refresh`, to replace); here it only means nothing to recover.
-            match cx.files.last_export(self.name, spec).await {
+            let last = async {
+                if cx.files.target_missing(spec) {
+                    return Ok(None);
+                }
+                let state = export_state(cx.files, self.name, spec).await?;
+                Ok(state.run_id.map(|run_id| LastCommit {
+                    at_ms: state.at_ms.unwrap_or_default(),
+                    run_id: Some(run_id),
+                    report: state.report,
+                }))
+            };
+            match last.await {
                 Ok(last) => cx.recover_from(self.name, last, events).await,
                 Err(e) => cx.cannot_check(self.name, e),
             }
         }
-        cx.files
-            .export(self.name, spec, &*source, cx.ctx, cx.reporter)
-            .await
+        run_export(self.name, spec, &*source, cx.files, cx.ctx, cx.reporter).await
     }
 
     /// The watermark is what the export's state says it exported.
     async fn status(&self, cx: &LakeCx<'_>, row: &mut FlowStatus) -> Result<()> {
-        if self.spec.url.is_none() && !self.spec.folder.exists() {
+        if cx.files.target_missing(self.spec) {
             row.problem = Some("not exported yet: run `smelt run`".into());
         } else {
-            match cx.files.exported_version(self.name, self.spec).await {
-                Ok(version) => row.watermark = version,
+            match export_state(cx.files, self.name, self.spec).await {
+                Ok(state) => row.watermark = state.version,
                 Err(e) => row.problem = Some(e.to_string()),
             }
         }

@@ -1,11 +1,12 @@
-//! The runner of `ingest` flows: a landing folder's new files → bronze, through the
-//! [`FileFlows`](crate::ports::FileFlows) port.
+//! The runner of `ingest` flows: a landing folder's new files → bronze
+//! ([`crate::ingest`]).
 
 use async_trait::async_trait;
 use smelt_spec::{IngestFlow, TableName};
 
 use super::{FlowCx, FlowRunner, LakeCx, landing_problem};
-use crate::ports::{ChangeSource, IngestTables, TableRole};
+use crate::ingest::{IngestTables, run_ingest};
+use crate::ports::{ChangeSource, TableRole};
 use crate::rejects::rejects_table;
 use crate::report::{FlowEvent, FlowReport};
 use crate::{EngineError, Result};
@@ -33,9 +34,8 @@ impl FlowRunner for Ingest<'_> {
             bronze: &mut *bronze,
             rejects: &mut *rejects,
         };
-        cx.files
-            .ingest(self.name, spec, tables, cx.ctx, cx.reporter)
-            .await
+        let landing = cx.files.landing(self.name, spec)?;
+        run_ingest(self.name, spec, &*landing, tables, cx.ctx, cx.reporter).await
     }
 
     async fn check(&self, cx: &LakeCx<'_>, _: Option<&dyn ChangeSource>) -> Vec<EngineError> {

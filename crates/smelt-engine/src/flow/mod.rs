@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use smelt_spec::{Flow, FlowKind, IngestFlow, Pipeline, TableName};
 
 use crate::context::RunContext;
-use crate::ports::{ChangeSource, FileFlows, Lake, LastCommit, Reporter, SilverTable};
+use crate::ingest::ledger::files_waiting;
+use crate::ports::{ChangeSource, FileStores, Lake, LastCommit, Reporter, SilverTable};
 use crate::report::{FlowEvent, FlowReport};
 use crate::run::RunSettings;
 use crate::status::FlowStatus;
@@ -22,7 +23,7 @@ use crate::{EngineError, Result};
 pub(crate) struct FlowCx<'a> {
     pub(crate) pipeline: &'a Pipeline,
     pub(crate) lake: &'a dyn Lake,
-    pub(crate) files: &'a dyn FileFlows,
+    pub(crate) files: &'a dyn FileStores,
     pub(crate) settings: &'a RunSettings,
     pub(crate) ctx: &'a RunContext,
     pub(crate) reporter: &'a dyn Reporter,
@@ -32,7 +33,7 @@ pub(crate) struct FlowCx<'a> {
 pub(crate) struct LakeCx<'a> {
     pub(crate) pipeline: &'a Pipeline,
     pub(crate) lake: &'a dyn Lake,
-    pub(crate) files: &'a dyn FileFlows,
+    pub(crate) files: &'a dyn FileStores,
 }
 
 /// Runs, checks and inspects one flow.
@@ -152,12 +153,13 @@ pub(crate) async fn landing_problem(
     table: &TableName,
     exported: bool,
 ) -> Option<EngineError> {
-    if exported && landing.url.is_none() && !landing.folder.exists() {
+    if exported && cx.files.landing_missing(landing) {
         return None;
     }
-    let output = match cx.lake.inspect(table).await {
-        Ok(output) => output,
-        Err(e) => return Some(e),
+    let problem = async {
+        let output = cx.lake.inspect(table).await?;
+        let files = cx.files.landing(name, landing)?;
+        files_waiting(name, landing, &*files, &*output).await
     };
-    cx.files.files_waiting(name, landing, &*output).await.err()
+    problem.await.err()
 }

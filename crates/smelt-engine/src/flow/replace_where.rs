@@ -6,8 +6,10 @@ use smelt_spec::{Flow, IngestFlow, ReplaceSource, ReplaceWhereFlow, TableName};
 
 use super::{FlowCx, FlowRunner, LakeCx, landing_problem};
 use crate::context::app_id;
-use crate::ports::{ChangeSource, SourceOptions, TableRole};
+use crate::ingest::ledger::{files_entry, loaded_files, plan_files};
+use crate::ports::{ChangeSource, SilverTable, SourceOptions, TableRole};
 use crate::replace::{TableBatch, run_replace_where, target_schema, up_to_date, watermark};
+use crate::replace_files::FileBatch;
 use crate::report::{FlowEvent, FlowReport};
 use crate::{EngineError, Result};
 
@@ -21,6 +23,48 @@ impl ReplaceWhere<'_> {
     /// no folder is no batch yet.
     fn exported(&self, pipeline: &smelt_spec::Pipeline) -> bool {
         pipeline.flows.iter().any(|g| self.flow.reads_files_of(g))
+    }
+}
+
+impl ReplaceWhere<'_> {
+    /// Replaces the rows of `target` matching the predicate with the files of `files` not
+    /// applied yet (all of them with `--full-refresh`).
+    async fn run_files(
+        &self,
+        cx: &FlowCx<'_>,
+        files: &IngestFlow,
+        exported: bool,
+        target: &mut dyn SilverTable,
+    ) -> Result<FlowReport> {
+        let (name, spec, ctx) = (self.flow.name.as_str(), self.spec, cx.ctx);
+        let applied = target.watermark(&app_id(name)).await?;
+        let up_to_date = |to| up_to_date(name, spec, ctx, applied, to, target.version());
+        // No folder yet, and an export of the pipeline writes it: no batch yet.
+        if exported && cx.files.landing_missing(files) {
+            return Ok(up_to_date(applied.unwrap_or(0)));
+        }
+        let landing = cx.files.landing(name, files)?;
+        let loaded = if ctx.full_refresh {
+            Default::default()
+        } else {
+            loaded_files(target).await?
+        };
+        let listing = plan_files(name, files, &*landing, &loaded, false).await?;
+        if listing.to_load.is_empty() {
+            return Ok(up_to_date(applied.unwrap_or(0)));
+        }
+        let next = applied.unwrap_or(0) + 1;
+        let batch = FileBatch {
+            landing: &*landing,
+            files: &listing.to_load,
+        };
+        let entry = files_entry(name, false, &listing.to_load);
+        let w = watermark(name, ctx, next, vec![entry]);
+        let mut report = run_replace_where(name, spec, &batch, target, w, ctx, cx.reporter).await?;
+        report.files_found = listing.found.len();
+        report.files_new = listing.to_load.len();
+        report.files_read = listing.to_load.len();
+        Ok(report)
     }
 }
 
@@ -57,9 +101,7 @@ impl FlowRunner for ReplaceWhere<'_> {
             }
             ReplaceSource::Files(files) => {
                 let exported = self.exported(cx.pipeline);
-                cx.files
-                    .replace_where(name, spec, files, exported, &mut *target, ctx, cx.reporter)
-                    .await
+                self.run_files(cx, files, exported, &mut *target).await
             }
         }
     }

@@ -5,8 +5,8 @@
 //! * [`ChangeSource`]: a table's changes, in commit, file and row order.
 //! * [`TableSink`], [`KeyedTable`], [`WatermarkStore`]: a table a flow writes, with its
 //!   watermark; [`SilverTable`] is all three.
-//! * [`FileFlows`]: the flows that read or write files (ingest, export, replace_where from
-//!   files), implemented by `smelt-ingest`.
+//! * [`FileStores`]: landing folders ([`Landing`]: list, read as batches) and export
+//!   targets ([`ExportTarget`]), implemented by `smelt-ingest`.
 //! * [`Reporter`]: progress and warnings, drawn by the CLI.
 
 mod event_log;
@@ -17,7 +17,10 @@ mod source;
 mod table;
 
 pub use event_log::EventLog;
-pub use files::{FileFlows, IngestTables};
+pub use files::{
+    ExportFile, ExportState, ExportTarget, FileRows, FileStores, Landing, LandingFile, Malformed,
+    RawRows,
+};
 pub use lake::{Lake, SourceOptions, TableRole};
 pub use reporter::{Reporter, Silent};
 pub use source::{ChangeSet, ChangeSource};

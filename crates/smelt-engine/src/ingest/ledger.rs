@@ -4,12 +4,10 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use smelt_engine::EngineError;
-use smelt_engine::ports::SilverTable;
 use smelt_spec::{IngestFlow, OnChangedFile};
 
-use crate::files::{Landing, LandingFile};
-use crate::flow::user;
+use crate::ports::{Landing, LandingFile, SilverTable};
+use crate::{EngineError, Result};
 
 /// Commit-info entry listing the files a commit loaded.
 pub const FILES_KEY: &str = "smelt.ingest.files";
@@ -59,9 +57,7 @@ pub fn files_entry(flow_name: &str, refresh: bool, files: &[LandingFile]) -> (St
 
 /// The files recorded as loaded in `bronze`'s log (by whichever flow: one flow writes a
 /// table, and a renamed flow must not load its files again).
-pub async fn loaded_files(
-    bronze: &dyn SilverTable,
-) -> smelt_engine::Result<HashMap<String, FileStamp>> {
+pub async fn loaded_files(bronze: &dyn SilverTable) -> Result<HashMap<String, FileStamp>> {
     let mut loaded = HashMap::new();
     for value in bronze.commit_values(FILES_KEY).await? {
         let Ok(l) = serde_json::from_str::<Loaded>(&value) else {
@@ -92,14 +88,11 @@ pub struct Listing {
 pub async fn plan_files(
     flow_name: &str,
     flow: &IngestFlow,
-    landing: &Landing,
+    landing: &dyn Landing,
     loaded: &HashMap<String, FileStamp>,
     all: bool,
-) -> smelt_engine::Result<Listing> {
-    let found = landing
-        .list(flow.pattern.as_deref())
-        .await
-        .map_err(|e| user(flow_name, e))?;
+) -> Result<Listing> {
+    let found = landing.list().await?;
     let mut to_load = Vec::new();
     let mut changed = Vec::new();
     for f in &found {
@@ -150,4 +143,17 @@ fn names(files: &[LandingFile]) -> String {
         out.push(format!("and {} more", files.len() - 3));
     }
     out.join(", ")
+}
+
+/// Files of the landing of `flow` that `table` has not loaded yet (listed for the next
+/// run, or left for later ones).
+pub async fn files_waiting(
+    flow_name: &str,
+    flow: &IngestFlow,
+    landing: &dyn Landing,
+    table: &dyn SilverTable,
+) -> Result<usize> {
+    let loaded = loaded_files(table).await?;
+    let listing = plan_files(flow_name, flow, landing, &loaded, false).await?;
+    Ok(listing.to_load.len() + listing.pending)
 }

@@ -14,8 +14,9 @@ use serde_json::{Map, Value};
 use smelt_core::change::timestamp_utc;
 use smelt_spec::{IngestEvolution, IngestFlow};
 
-use crate::files::LandingFile;
-use crate::{IngestError, RawRows, Result};
+use super::load::FIX_FILE;
+use crate::ports::{LandingFile, RawRows};
+use crate::{EngineError, Result};
 
 /// Rows ready for bronze.
 #[derive(Debug)]
@@ -30,20 +31,29 @@ pub struct Conformed {
 
 /// Lines rows up with one bronze table, as its schema grows.
 pub struct Conformer<'a> {
+    name: &'a str,
     flow: &'a IngestFlow,
     schema: Option<SchemaRef>,
 }
 
 impl<'a> Conformer<'a> {
-    /// For `flow`, writing a bronze table with `schema` (`None`: not created yet; the first
-    /// rows decide its columns).
-    pub fn new(flow: &'a IngestFlow, schema: Option<SchemaRef>) -> Self {
-        Self { flow, schema }
+    /// For the flow `name`, `flow`, writing a bronze table with `schema` (`None`: not
+    /// created yet; the first rows decide its columns).
+    pub fn new(name: &'a str, flow: &'a IngestFlow, schema: Option<SchemaRef>) -> Self {
+        Self { name, flow, schema }
     }
 
     /// The bronze schema as it is now.
     pub fn schema(&self) -> Option<&SchemaRef> {
         self.schema.as_ref()
+    }
+
+    /// `file` does not fit bronze: `message` says why.
+    fn malformed(&self, file: &LandingFile, message: String) -> EngineError {
+        EngineError::user(
+            format!("flow `{}`: {}: {message}", self.name, file.url),
+            FIX_FILE,
+        )
     }
 
     fn is_own(&self, name: &str) -> bool {
@@ -128,14 +138,14 @@ impl<'a> Conformer<'a> {
                             new_fields.push(field);
                         }
                         IngestEvolution::Fail if !self.is_own(f.name()) => {
-                            return Err(IngestError::Malformed {
-                                file: file.url.clone(),
-                                message: format!(
+                            return Err(self.malformed(
+                                file,
+                                format!(
                                     "column `{}` is not in bronze `{}` (schema_evolution: fail)",
                                     f.name(),
                                     self.flow.into
                                 ),
-                            });
+                            ));
                         }
                         _ => rescue.push((f.name().clone(), Arc::clone(c))),
                     }
@@ -167,13 +177,8 @@ impl<'a> Conformer<'a> {
                     None => new_null_array(f.data_type(), n),
                     Some((_, c)) if c.data_type() == f.data_type() => Arc::clone(c),
                     Some((_, c)) => {
-                        let cast =
-                            smelt_core::cast::cast_column(c, f.data_type(), None).map_err(|e| {
-                                IngestError::Malformed {
-                                    file: file.url.clone(),
-                                    message: format!("column `{name}`: {e}"),
-                                }
-                            })?;
+                        let cast = smelt_core::cast::cast_column(c, f.data_type(), None)
+                            .map_err(|e| self.malformed(file, format!("column `{name}`: {e}")))?;
                         if !cast.failed_rows.is_empty() {
                             failed.push((name.clone(), Arc::clone(c), cast.failed_rows));
                         }
@@ -238,12 +243,12 @@ impl<'a> Conformer<'a> {
                         )
                     }
                 };
-                return Err(IngestError::Malformed {
-                    file: file.url.clone(),
-                    message: format!(
+                return Err(self.malformed(
+                    file,
+                    format!(
                         "row {row}: {what}, and `rescued_data` is off; turn it on to keep such values"
                     ),
-                });
+                ));
             };
             let texts: StringArray = objects
                 .into_iter()
@@ -323,13 +328,12 @@ mod tests {
 
     fn file() -> LandingFile {
         LandingFile {
-            path: "/l/day=2026-07-21/a.csv".into(),
+            location: "/l/day=2026-07-21/a.csv".into(),
             relative: "day=2026-07-21/a.csv".into(),
             url: "file:///l/day=2026-07-21/a.csv".into(),
             size: 10,
             modified_us: 1_000_000,
             partitions: vec![("day".into(), "2026-07-21".into())],
-            object: None,
         }
     }
 
@@ -360,7 +364,7 @@ mod tests {
     #[test]
     fn first_rows_decide_the_columns_then_new_ones_are_added() {
         let flow = flow();
-        let mut c = Conformer::new(&flow, None);
+        let mut c = Conformer::new("f", &flow, None);
         let out = c
             .conform(raw(&[("id", vec![Some("1"), Some("2")])], None), &file())
             .unwrap();
@@ -415,7 +419,7 @@ mod tests {
         let mut flow = flow();
         flow.schema_evolution = IngestEvolution::Rescue;
         flow.infer_types = true;
-        let mut c = Conformer::new(&flow, None);
+        let mut c = Conformer::new("f", &flow, None);
         c.conform(raw(&[("n", vec![Some("1")])], None), &file())
             .unwrap();
         assert_eq!(c.schema().unwrap().field(0).data_type(), &DataType::Int64);
@@ -447,7 +451,7 @@ mod tests {
     fn fail_and_no_rescue_column_name_the_file_and_row() {
         let mut flow = flow();
         flow.schema_evolution = IngestEvolution::Fail;
-        let mut c = Conformer::new(&flow, None);
+        let mut c = Conformer::new("f", &flow, None);
         c.conform(raw(&[("a", vec![Some("1")])], None), &file())
             .unwrap();
         let err = c
@@ -458,11 +462,11 @@ mod tests {
             err.contains("column `b` is not in bronze `bronze.t`"),
             "{err}"
         );
-        assert!(err.starts_with("file:///l/"), "{err}");
+        assert!(err.starts_with("flow `f`: file:///l/"), "{err}");
 
         let mut flow = self::flow();
         flow.rescued_data = None;
-        let mut c = Conformer::new(&flow, None);
+        let mut c = Conformer::new("f", &flow, None);
         c.conform(raw(&[("a", vec![Some("1")])], None), &file())
             .unwrap();
         let err = c
