@@ -10,7 +10,6 @@
 //! after, the next run finishes the renames first.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use arrow::array::{AsArray, RecordBatch, TimestampMicrosecondArray};
 use arrow::compute::filter_record_batch;
@@ -22,6 +21,7 @@ use smelt_core::change::{CHANGE_TYPE, INSERT, UPDATE_POSTIMAGE, timestamp_utc};
 use smelt_spec::{ChangedBy, ExportFlow};
 
 use crate::context::RunContext;
+use crate::phases::Phases;
 use crate::ports::{ChangeSource, ExportFile, ExportState, FileStores, Reporter};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
@@ -127,7 +127,7 @@ pub async fn run_export(
         return Ok(report);
     };
 
-    let started = Instant::now();
+    let mut phases = Phases::new();
     reporter.phase(flow_name, "export");
     let source_schema = source.schema();
     let mut fields: Vec<Field> = source_schema
@@ -236,10 +236,9 @@ pub async fn run_export(
     report.changes_read = read;
     report.rows_written = rows_written;
     report.files_written = renames.len();
-    let write_ms = started.elapsed().as_millis() as u64;
+    phases.end("write files");
 
     // The state first (with the renames), then the renames: exactly once.
-    let started = Instant::now();
     let column_max = match max {
         Some((_, mut acc)) => {
             let value = acc.evaluate()?;
@@ -269,10 +268,8 @@ pub async fn run_export(
         report.bytes_written += target.size(&name).await.unwrap_or(0);
     }
     report.status = ReportStatus::Applied;
-    report.phases_ms = vec![
-        ("write files".into(), write_ms),
-        ("publish".into(), started.elapsed().as_millis() as u64),
-    ];
+    phases.end("publish");
+    report.phases_ms = phases.done;
     Ok(report)
 }
 

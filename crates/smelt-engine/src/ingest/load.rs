@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::TryStreamExt;
 use smelt_spec::IngestFlow;
@@ -18,6 +17,7 @@ use super::conform::Conformer;
 use super::ledger::{files_entry, loaded_files, plan_files};
 use super::rejects::write_rejects;
 use crate::context::{RunContext, app_id};
+use crate::phases::Phases;
 use crate::ports::{FileRows, Landing, LandingFile, Malformed, Reporter, SilverTable, Watermark};
 use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use crate::stage::{Buffered, commit_with_report};
@@ -50,8 +50,7 @@ pub async fn run_ingest(
     reporter: &dyn Reporter,
 ) -> Result<FlowReport> {
     let IngestTables { bronze, rejects } = tables;
-    let started = Instant::now();
-    let mut phases = Vec::new();
+    let mut phases = Phases::new();
     reporter.phase(flow_name, "list files");
     let loaded = if ctx.full_refresh {
         HashMap::new()
@@ -82,13 +81,10 @@ pub async fn run_ingest(
         silver_version: bronze.version(),
         ..FlowReport::default()
     };
-    phases.push((
-        "list files".to_string(),
-        started.elapsed().as_millis() as u64,
-    ));
+    phases.end("list files");
     if ctx.dry_run {
         report.status = ReportStatus::Planned;
-        report.phases_ms = phases;
+        report.phases_ms = phases.done;
         return Ok(report);
     }
     let batch = done + 1;
@@ -102,13 +98,12 @@ pub async fn run_ingest(
             write_rejects(flow_name, &flow.into, rejects, batch, &[], ctx).await?;
         }
         report.status = ReportStatus::UpToDate;
-        report.phases_ms = phases;
+        report.phases_ms = phases.done;
         return Ok(report);
     }
     report.to_version = batch;
 
     // Read every file into staged bronze data files.
-    let started = Instant::now();
     reporter.phase(flow_name, "load files");
     if ctx.full_refresh && bronze.schema().is_some() {
         bronze.stage_overwrite().await?;
@@ -167,12 +162,8 @@ pub async fn run_ingest(
     report.malformed = malformed.len();
     report.files_read = listing.to_load.len();
     report.columns_added = columns_added;
-    phases.push((
-        "load files".to_string(),
-        started.elapsed().as_millis() as u64,
-    ));
+    phases.end("load files");
 
-    let started = Instant::now();
     let watermark = |extra| Watermark {
         app_id: app.clone(),
         version: batch,
@@ -190,7 +181,7 @@ pub async fn run_ingest(
     // malformed): nothing to record either, and the files are read again next run.
     if conformer.schema().is_none() {
         report.status = ReportStatus::NoColumns;
-        report.phases_ms = phases;
+        report.phases_ms = phases.done;
         return Ok(report);
     }
     reporter.phase(flow_name, "commit");
@@ -198,7 +189,7 @@ pub async fn run_ingest(
         bronze.set_property(LOG_CLEANUP, "false").await?;
     }
     let files = files_entry(flow_name, ctx.full_refresh, &listing.to_load);
-    report.phases_ms = phases.clone();
+    report.phases_ms = phases.done.clone();
     commit_with_report(
         &mut *bronze,
         &[],
@@ -207,8 +198,8 @@ pub async fn run_ingest(
         "before_bronze_commit",
     )
     .await?;
-    phases.push(("commit".to_string(), started.elapsed().as_millis() as u64));
-    report.phases_ms = phases;
+    phases.end("commit");
+    report.phases_ms = phases.done;
     Ok(report)
 }
 
