@@ -8,7 +8,10 @@
 //!   `_commit_timestamp`).
 //! * [`cast`]: string → typed casts with SAFE_CAST semantics and per-column failure counts.
 //! * [`dedupe`]: the latest change per key, with deterministic tie-breaks.
-//! * [`apply`]: the newer-than guard and the SCD1 apply plan (insert / update / unchanged / stale).
+//! * [`guard`]: the newer-than guard (a change applies only when newer than silver and the
+//!   key's tombstone).
+//! * [`scd1`]: the SCD1 apply plan (insert / update / unchanged / stale / delete).
+//! * [`scd2`]: the SCD2 history of each key, rebuilt.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -22,11 +25,12 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod apply;
 pub mod cast;
 pub mod change;
 pub mod dedupe;
 mod error;
+pub mod guard;
+pub mod scd1;
 pub mod scd2;
 
 pub use error::{CoreError, Result};

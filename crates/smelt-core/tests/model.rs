@@ -9,8 +9,8 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray, UInt32Array};
 use arrow::compute::take;
 use proptest::prelude::*;
-use smelt_core::apply::{ApplyCounts, Scd1Input, plan_scd1};
 use smelt_core::dedupe::latest_per_key;
+use smelt_core::scd1::{ApplyCounts, Scd1Input, plan_scd1};
 
 type Key = (Option<String>, Option<i64>);
 

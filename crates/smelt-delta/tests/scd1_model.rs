@@ -14,7 +14,7 @@
 //! * guard (step 5): a change applies only if its sequence is greater than the stored row's
 //!   and the key's tombstone's; a delete removes a stored row older than it, and leaves a
 //!   tombstone when it is newer than the stored row (or there is none) and than the key's
-//!   tombstone (step 6, `smelt_core::apply::plan_scd1`'s contract).
+//!   tombstone (step 6, `smelt_core::scd1::plan_scd1`'s contract).
 //!
 //! Random streams of upserts and deletes for 27 keys (deletes before inserts, late changes,
 //! changes sent twice, two different changes of one key with one sequence in one commit)

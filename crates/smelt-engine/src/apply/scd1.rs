@@ -11,8 +11,8 @@ use arrow::array::{
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use smelt_core::apply::{Scd1Input, merge_updates, plan_scd1};
 use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
+use smelt_core::scd1::{Scd1Input, merge_updates, plan_scd1};
 use smelt_spec::ApplyFlow;
 
 use super::cast::{IS_DELETE, column};

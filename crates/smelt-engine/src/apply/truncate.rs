@@ -24,7 +24,7 @@ fn greatest(batches: &[RecordBatch]) -> Result<Option<Vec<ArrayRef>>> {
         return Ok(None);
     };
     let all = arrow::compute::concat_batches(&first.schema(), batches)?;
-    let Some(best) = smelt_core::apply::greatest(all.columns())? else {
+    let Some(best) = smelt_core::guard::greatest(all.columns())? else {
         return Ok(None);
     };
     Ok(Some(
@@ -98,7 +98,7 @@ pub(super) async fn resolve_truncates(
         None => None,
     };
     let truncate_now = match (&run_truncate, &stored_truncate) {
-        (Some(run), Some(stored)) => smelt_core::apply::newer_than(run, stored, 1)?.value(0),
+        (Some(run), Some(stored)) => smelt_core::guard::newer_than(run, stored, 1)?.value(0),
         (Some(_), None) => true,
         _ => false,
     };
@@ -148,7 +148,7 @@ pub(super) fn drop_stale(
                 .iter()
                 .map(|t| take(t.as_ref(), &zeros, None))
                 .collect::<std::result::Result<_, _>>()?;
-            let after = smelt_core::apply::newer_than(&seq, &bound, n)?;
+            let after = smelt_core::guard::newer_than(&seq, &bound, n)?;
             report.stale += n - after.true_count();
             if after.true_count() == n {
                 batch

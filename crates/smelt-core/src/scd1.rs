@@ -1,4 +1,4 @@
-//! The newer-than guard and the SCD1 apply plan (DESIGN §3.5–3.6).
+//! The SCD1 apply plan (DESIGN §3.5–3.6), with the newer-than guard of [`crate::guard`].
 //!
 //! Input: the latest change per key (already cast to silver types) lined up with what
 //! silver stores for the same key (NULLs where the key is new) and with the key's
@@ -12,7 +12,7 @@ use arrow::compute::kernels::boolean::{and, and_not, not, or};
 use arrow::compute::kernels::cmp::distinct;
 use arrow::compute::kernels::zip::zip;
 
-use crate::dedupe::encode;
+use crate::guard::newer_than;
 use crate::{CoreError, Result};
 
 /// What one run does to silver, per deduplicated change.
@@ -203,26 +203,6 @@ fn strip_nulls(b: &BooleanArray) -> BooleanArray {
         return b.clone();
     }
     BooleanArray::from_iter(b.iter().map(|v| Some(v.unwrap_or(false))))
-}
-
-/// The row of `columns` that is greatest, comparing the columns in order (a NULL is the
-/// smallest value); `None` when there are no rows or no columns.
-pub fn greatest(columns: &[ArrayRef]) -> Result<Option<usize>> {
-    let Some(rows) = encode(columns)? else {
-        return Ok(None);
-    };
-    Ok((0..rows.num_rows()).max_by(|&a, &b| rows.row(a).cmp(&rows.row(b))))
-}
-
-/// Row-wise "new sequence > stored sequence", lexicographic over the columns; a NULL
-/// is older than any value. With no sequence columns every change is newer.
-pub fn newer_than(new: &[ArrayRef], stored: &[ArrayRef], n: usize) -> Result<BooleanArray> {
-    let (Some(new_rows), Some(stored_rows)) = (encode(new)?, encode(stored)?) else {
-        return Ok(BooleanArray::from(vec![true; n]));
-    };
-    Ok(BooleanArray::from_iter(
-        (0..n).map(|i| Some(new_rows.row(i) > stored_rows.row(i))),
-    ))
 }
 
 #[cfg(test)]
