@@ -24,9 +24,10 @@ pub struct GlobalArgs {
         default_value = "smelt.yaml"
     )]
     pub pipeline: PathBuf,
-    /// The lake folder; overrides `lake:` of the pipeline file.
+    /// The lake: a folder, or a storage URL (`s3://bucket/prefix`, `gs://…`, `az://…`,
+    /// `abfss://…`, `file:///…`); overrides `lake:` of the pipeline file.
     #[arg(long, global = true, env = "SMELT_LAKE")]
-    pub lake: Option<PathBuf>,
+    pub lake: Option<String>,
     /// Print machine-readable JSON on stdout instead of tables.
     #[arg(long, global = true)]
     pub json: bool,

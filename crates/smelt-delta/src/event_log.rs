@@ -12,7 +12,7 @@ use smelt_engine::report::FlowEvent;
 use smelt_spec::TableName;
 
 use crate::Lake;
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Result};
 
 /// The event log's table name.
 pub fn table_name() -> TableName {
@@ -138,11 +138,7 @@ pub async fn append(lake: &Lake, events: &[FlowEvent]) -> Result<()> {
     ];
     let batch = RecordBatch::try_new(schema(), columns)?;
     let name = table_name();
-    let path = lake.table_path(&name);
-    std::fs::create_dir_all(&path).map_err(|source| Error::Io {
-        context: format!("creating `{}`", path.display()),
-        source,
-    })?;
+    lake.prepare(&name)?;
     let table = match lake.open(&name).await? {
         Some(t) => t,
         None => DeltaTable::try_from_url(lake.table_url(&name)?)

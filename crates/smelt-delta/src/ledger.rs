@@ -7,13 +7,15 @@
 //! once that commit landed (by the run that made it, so a run that lost a commit race writes
 //! nothing). A crash in between is repaired from the log by the next commit.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use std::collections::HashSet;
-
 use deltalake::DeltaTable;
+use deltalake::logstore::ObjectStoreRef;
 use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use object_store::path::Path as ObjectPath;
 use serde::{Deserialize, Serialize};
 use smelt_engine::ports::Watermark;
 use smelt_spec::TableName;
@@ -40,11 +42,38 @@ pub(crate) struct Ledger {
     pub entries: Vec<Entry>,
     /// Files that do not parse (a crash mid-write on a file system without ordered
     /// writes): flow folder, number, path.
-    pub damaged: Vec<(String, i64, PathBuf)>,
+    pub damaged: Vec<(String, i64, String)>,
+}
+
+/// Where a table's ledgers are: beside a local table (written durably: synced, then
+/// renamed into place), or in the table's object store (a put is atomic there).
+pub(crate) enum Place {
+    /// The folder of a local table.
+    Local(PathBuf),
+    /// The store of a table on an object store, rooted at the table.
+    Store(ObjectStoreRef),
+}
+
+impl Place {
+    /// The ledgers of `table`, named `name` in `lake`.
+    pub(crate) fn of(lake: &crate::Lake, name: &TableName, table: &DeltaTable) -> Self {
+        match lake.local_root() {
+            Some(root) => Self::Local(root.join(&name.schema).join(&name.table)),
+            None => Self::Store(table.object_store()),
+        }
+    }
 }
 
 fn folder(table: &Path, key: &str) -> PathBuf {
     table.join("_smelt").join("ledger").join(encode(key))
+}
+
+fn store_folder(key: &str) -> String {
+    format!("_smelt/ledger/{}", encode(key))
+}
+
+fn store_error(context: String) -> impl FnOnce(object_store::Error) -> Error {
+    move |source| Error::Store { context, source }
 }
 
 /// The folder name of a flow or key.
@@ -56,9 +85,25 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { context, source }
 }
 
-/// Writes `entry` of ledger `key` of the table at `table`, durably (synced, then renamed
-/// into place).
-pub(crate) async fn write(table: &Path, key: &str, entry: &Entry) -> Result<()> {
+/// Writes `entry` of ledger `key` of the table at `place`.
+pub(crate) async fn write(place: &Place, key: &str, entry: &Entry) -> Result<()> {
+    let table = match place {
+        Place::Local(table) => table,
+        Place::Store(store) => {
+            let path = format!(
+                "{}/{}/{:020}.json",
+                store_folder(key),
+                encode(&entry.app),
+                entry.number
+            );
+            let text = serde_json::to_string(entry).expect("serialisable");
+            store
+                .put(&ObjectPath::from(path.as_str()), text.into_bytes().into())
+                .await
+                .map_err(store_error(format!("writing `{path}`")))?;
+            return Ok(());
+        }
+    };
     let dir = folder(table, key).join(encode(&entry.app));
     let text = serde_json::to_string(entry).expect("serialisable");
     let number = entry.number;
@@ -80,8 +125,12 @@ pub(crate) async fn write(table: &Path, key: &str, entry: &Entry) -> Result<()> 
     .map_err(|e| Error::Internal(format!("a task writing a ledger failed: {e}")))?
 }
 
-/// Every entry of ledger `key` of the table at `table`.
-pub(crate) async fn read(table: &Path, key: &str) -> Result<Ledger> {
+/// Every entry of ledger `key` of the table at `place`.
+pub(crate) async fn read(place: &Place, key: &str) -> Result<Ledger> {
+    let table = match place {
+        Place::Local(table) => table,
+        Place::Store(store) => return read_store(store, key).await,
+    };
     let dir = folder(table, key);
     tokio::task::spawn_blocking(move || {
         let mut ledger = Ledger::default();
@@ -107,7 +156,11 @@ pub(crate) async fn read(table: &Path, key: &str) -> Result<Ledger> {
                     .map_err(io(format!("reading `{}`", path.display())))?;
                 match serde_json::from_str::<Entry>(&text) {
                     Ok(entry) => ledger.entries.push(entry),
-                    Err(_) => ledger.damaged.push((app_dir.clone(), number, path)),
+                    Err(_) => {
+                        ledger
+                            .damaged
+                            .push((app_dir.clone(), number, path.display().to_string()))
+                    }
                 }
             }
         }
@@ -117,15 +170,54 @@ pub(crate) async fn read(table: &Path, key: &str) -> Result<Ledger> {
     .map_err(|e| Error::Internal(format!("a task reading a ledger failed: {e}")))?
 }
 
-/// The values of ledger `key` of `table` (at `root`, `name` in errors), oldest first: the
-/// entries beside the table, and those only the log still has.
+/// Every entry of ledger `key` in a table's object store.
+async fn read_store(store: &ObjectStoreRef, key: &str) -> Result<Ledger> {
+    let dir = store_folder(key);
+    let prefix = ObjectPath::from(dir.as_str());
+    let objects: Vec<_> = store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(store_error(format!("listing `{dir}`")))?;
+    let mut ledger = Ledger::default();
+    for meta in objects {
+        let location = meta.location.as_ref().to_string();
+        let rest = location
+            .strip_prefix(&format!("{dir}/"))
+            .unwrap_or(&location);
+        let Some((app_dir, file)) = rest.split_once('/') else {
+            continue;
+        };
+        let Some(number) = file
+            .strip_suffix(".json")
+            .and_then(|n| n.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        let bytes = store
+            .get(&meta.location)
+            .await
+            .map_err(store_error(format!("reading `{location}`")))?
+            .bytes()
+            .await
+            .map_err(store_error(format!("reading `{location}`")))?;
+        match serde_json::from_slice::<Entry>(&bytes) {
+            Ok(entry) => ledger.entries.push(entry),
+            Err(_) => ledger.damaged.push((app_dir.to_string(), number, location)),
+        }
+    }
+    Ok(ledger)
+}
+
+/// The values of ledger `key` of `table` (its ledgers at `place`, `name` in errors), oldest
+/// first: the entries beside the table, and those only the log still has.
 pub(crate) async fn values(
-    root: &Path,
+    place: &Place,
     table: &DeltaTable,
     name: &TableName,
     key: &str,
 ) -> Result<Vec<String>> {
-    let ledger = read(root, key).await?;
+    let ledger = read(place, key).await?;
     let mut entries = ledger.entries;
     // Entries still in the log whose ledger file is missing (a crash right after their
     // commit; tables written before the ledger existed).
@@ -143,8 +235,7 @@ pub(crate) async fn values(
         {
             return Err(Error::user(
                 format!(
-                    "ledger entry `{}` of `{name}` is damaged, and the table's log no longer has it",
-                    path.display()
+                    "ledger entry `{path}` of `{name}` is damaged, and the table's log no longer has it"
                 ),
                 "delete the file and rebuild the table with `smelt run --full-refresh` (the files it listed would be loaded again otherwise)",
             ));
@@ -209,7 +300,7 @@ async fn logged(table: &DeltaTable, name: &TableName, key: &str) -> Result<Vec<E
 /// commit). The commit landed already: a failure here is logged, and repaired by the next
 /// commit.
 pub(crate) async fn record(
-    root: &Path,
+    place: &Place,
     table: Option<&DeltaTable>,
     name: &TableName,
     watermark: &Watermark,
@@ -223,18 +314,18 @@ pub(crate) async fn record(
             value: value.clone(),
         };
         let repaired = async {
-            write(root, key, &entry).await?;
+            write(place, key, &entry).await?;
             let Some(table) = table else {
                 return Ok(());
             };
-            let ledger = read(root, key).await?;
+            let ledger = read(place, key).await?;
             for e in logged(table, name, key).await? {
                 if !ledger
                     .entries
                     .iter()
                     .any(|l| l.app == e.app && l.number == e.number)
                 {
-                    write(root, key, &e).await?;
+                    write(place, key, &e).await?;
                 }
             }
             Ok::<_, Error>(())
@@ -267,24 +358,37 @@ mod tests {
             entry("smelt/a", 2, 3),
         ];
         for e in &written {
-            write(dir.path(), "k", e).await.unwrap();
+            write(&Place::Local(dir.path().into()), "k", e)
+                .await
+                .unwrap();
         }
         // Written again (a repair from the log): the same entry.
-        write(dir.path(), "k", &written[0]).await.unwrap();
-        let mut got = read(dir.path(), "k").await.unwrap().entries;
+        write(&Place::Local(dir.path().into()), "k", &written[0])
+            .await
+            .unwrap();
+        let mut got = read(&Place::Local(dir.path().into()), "k")
+            .await
+            .unwrap()
+            .entries;
         got.sort_by_key(|e| e.version);
         assert_eq!(got, written);
 
         let flow = folder(dir.path(), "k").join(encode("smelt/a"));
         std::fs::write(flow.join(format!("{:020}.json", 7)), "").unwrap();
         std::fs::write(flow.join(".tmp-x"), "{").unwrap();
-        let ledger = read(dir.path(), "k").await.unwrap();
+        let ledger = read(&Place::Local(dir.path().into()), "k").await.unwrap();
         assert_eq!(ledger.entries.len(), 3);
         assert_eq!(ledger.damaged.len(), 1);
         assert_eq!(
             (ledger.damaged[0].0.as_str(), ledger.damaged[0].1),
             ("smelt%2Fa", 7)
         );
-        assert!(read(dir.path(), "other").await.unwrap().entries.is_empty());
+        assert!(
+            read(&Place::Local(dir.path().into()), "other")
+                .await
+                .unwrap()
+                .entries
+                .is_empty()
+        );
     }
 }

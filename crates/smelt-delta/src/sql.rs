@@ -206,11 +206,15 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
         }
         Statement::CreateSchema { schema_name, .. } => {
             let name = schema_name.to_string().trim_matches('`').to_string();
-            let path = lake.root().join(&name);
-            std::fs::create_dir_all(&path).map_err(|source| Error::Io {
-                context: format!("creating `{}`", path.display()),
-                source,
-            })?;
+            // A schema is a folder: made on a local lake, implied by its tables' paths
+            // on an object store.
+            if let Some(root) = lake.local_root() {
+                let path = root.join(&name);
+                std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+                    context: format!("creating `{}`", path.display()),
+                    source,
+                })?;
+            }
             Ok(SqlOutput::Message(format!("created schema {name}")))
         }
         statement @ Statement::Query(_) => {
@@ -257,7 +261,7 @@ async fn query(lake: &Lake, statement: Statement) -> Result<(SchemaRef, Vec<Reco
 }
 
 async fn create_table(lake: &Lake, def: &smelt_spec::TableDef) -> Result<SqlOutput> {
-    let exists = lake.exists(&def.name);
+    let exists = lake.exists(&def.name).await?;
     if exists && def.if_not_exists {
         return Ok(SqlOutput::Message(format!(
             "table {} exists; left as is",
@@ -272,13 +276,9 @@ async fn create_table(lake: &Lake, def: &smelt_spec::TableDef) -> Result<SqlOutp
     }
     let schema = arrow_schema(def);
     let delta_schema: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
-    let path = lake.table_path(&def.name);
-    std::fs::create_dir_all(&path).map_err(|source| Error::Io {
-        context: format!("creating `{}`", path.display()),
-        source,
-    })?;
+    lake.prepare(&def.name)?;
     let mut builder = CreateBuilder::new()
-        .with_location(path.to_string_lossy().to_string())
+        .with_location(lake.table_url(&def.name)?.to_string())
         .with_table_name(def.name.table.clone())
         .with_columns(delta_schema.fields().cloned())
         .with_save_mode(if exists {

@@ -304,7 +304,11 @@ fn ints(a: &ArrayRef) -> Vec<Option<i64>> {
 
 /// The stored silver rows, read through delta-rs' own scan (not smelt's lookups), sorted.
 async fn silver_rows(lake: &Lake) -> Vec<Row> {
-    if !lake.exists(&TableName::parse("s.t").unwrap()) {
+    if !lake
+        .exists(&TableName::parse("s.t").unwrap())
+        .await
+        .unwrap()
+    {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -325,7 +329,11 @@ async fn silver_rows(lake: &Lake) -> Vec<Row> {
 
 /// The stored tombstones, sorted.
 async fn tombstones(lake: &Lake) -> Vec<Tomb> {
-    if !lake.exists(&TableName::parse("s.t__tombstones").unwrap()) {
+    if !lake
+        .exists(&TableName::parse("s.t__tombstones").unwrap())
+        .await
+        .unwrap()
+    {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -725,6 +733,6 @@ fn null_and_composite_keys_with_late_deletes_and_a_tie() {
         );
         check(&lake, &fresh, &report, rejected, "after --full-refresh").await;
         // Rejected keys are counted, not quarantined.
-        assert!(!lake.exists(&rejects_table(&flow.into)));
+        assert!(!lake.exists(&rejects_table(&flow.into)).await.unwrap());
     });
 }

@@ -170,7 +170,11 @@ async fn run_or_crash(
 /// The stored history, read through delta-rs' own scan (not smelt's lookups).
 async fn history(lake: &Lake) -> History {
     let ctx = lake.session().await.unwrap();
-    if !lake.exists(&TableName::parse("s.h").unwrap()) {
+    if !lake
+        .exists(&TableName::parse("s.h").unwrap())
+        .await
+        .unwrap()
+    {
         return History::new();
     }
     let batches = ctx
@@ -211,7 +215,11 @@ async fn history(lake: &Lake) -> History {
 
 /// The stored tombstones (key, sequence), sorted.
 async fn tombstones(lake: &Lake) -> Vec<(String, i64)> {
-    if !lake.exists(&TableName::parse("s.h__tombstones").unwrap()) {
+    if !lake
+        .exists(&TableName::parse("s.h__tombstones").unwrap())
+        .await
+        .unwrap()
+    {
         return Vec::new();
     }
     let ctx = lake.session().await.unwrap();

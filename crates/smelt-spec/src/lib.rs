@@ -24,6 +24,7 @@ mod error;
 mod export;
 pub mod ingest;
 mod load;
+pub use load::check_lake_url;
 mod locate;
 mod model;
 mod ordered;

@@ -12,7 +12,7 @@
 //!       schema: product2_silver.sql
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 
@@ -69,7 +69,17 @@ impl Pipeline {
         let at = |p: &[&str]| line_of(text, p);
 
         let lake = match raw.lake {
-            Some(l) => dir.join(l),
+            Some(l) if l.contains("://") => {
+                if let Err(message) = check_lake_url(&l) {
+                    errors.push(
+                        SpecError::new(path, "lake", message)
+                            .at(at(&["lake"]))
+                            .hint("use a local folder, or an `s3://`, `gs://`, `az://`, `abfss://` or `file://` URL"),
+                    );
+                }
+                l
+            }
+            Some(l) => dir.join(l).to_string_lossy().into_owned(),
             None => {
                 errors.push(
                     SpecError::new(
@@ -80,7 +90,7 @@ impl Pipeline {
                     .at(Some(1))
                     .hint("add `lake: ./lake` at the top of the file"),
                 );
-                PathBuf::new()
+                String::new()
             }
         };
         let mut flows = Vec::new();
@@ -292,6 +302,19 @@ fn shortest_cycle(start: usize, downstream: &[Vec<usize>]) -> Option<Vec<usize>>
         }
     }
     None
+}
+
+/// Whether `url` is a lake location smelt can open: a URL of a store delta-rs writes to.
+pub fn check_lake_url(url: &str) -> std::result::Result<(), String> {
+    let known = [
+        "file", "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss",
+    ];
+    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or_default();
+    if !known.contains(&scheme) {
+        return Err(format!("`{scheme}://` is not a storage a lake can be on"));
+    }
+    url::Url::parse(url).map_err(|e| format!("`{url}` is not a valid URL: {e}"))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@ use crate::replace_where::{ReplaceSource, ReplaceWhereFlow};
 pub struct Pipeline {
     /// The file it was read from.
     pub file: PathBuf,
-    /// The lake root: a local folder, resolved against the file's folder.
-    pub lake: PathBuf,
+    /// The lake root: a local folder (resolved against the file's folder), or a storage URL
+    /// (`s3://bucket/prefix`, `gs://…`, `az://…`, `abfss://…`, `file:///…`).
+    pub lake: String,
     /// Flows in file order.
     pub flows: Vec<Flow>,
 }

@@ -5,8 +5,6 @@ pub mod sql;
 pub mod status;
 pub mod validate;
 
-use std::path::PathBuf;
-
 use smelt_spec::{Pipeline, did_you_mean};
 
 use crate::args::GlobalArgs;
@@ -23,14 +21,14 @@ pub fn load_pipeline(global: &GlobalArgs) -> Result<Pipeline, Failure> {
 
 /// The lake folder for commands that work without a pipeline: `--lake`, else the
 /// pipeline file's `lake:` if the file exists, else `./lake`.
-pub fn lake_root(global: &GlobalArgs) -> Result<PathBuf, Failure> {
+pub fn lake_root(global: &GlobalArgs) -> Result<String, Failure> {
     if let Some(lake) = &global.lake {
         return Ok(lake.clone());
     }
     if global.pipeline.exists() {
         return Ok(load_pipeline(global)?.lake);
     }
-    Ok(PathBuf::from("lake"))
+    Ok("lake".to_string())
 }
 
 /// The flows named on the command line (all when none), in pipeline order.
@@ -58,7 +56,7 @@ pub fn select<'a>(
         .collect())
 }
 
-/// Opens the lake of a path.
-pub fn open_lake(root: &std::path::Path) -> Result<smelt_delta::Lake, Failure> {
-    Ok(smelt_delta::Lake::new(root)?)
+/// Opens the lake at a folder or URL.
+pub fn open_lake(location: &str) -> Result<smelt_delta::Lake, Failure> {
+    Ok(smelt_delta::Lake::at(location)?)
 }

@@ -93,9 +93,15 @@ impl DeltaSilver {
         watermark: &Watermark,
     ) -> smelt_engine::Result<WriteStats> {
         let stats = self.commit_staged(keys, watermark).await?;
-        let root = self.lake.table_path(&self.name);
+        let place = self
+            .table
+            .as_ref()
+            .map(|t| crate::ledger::Place::of(&self.lake, &self.name, t));
+        let Some(place) = place else {
+            return Ok(stats);
+        };
         crate::ledger::record(
-            &root,
+            &place,
             self.table.as_ref(),
             &self.name,
             watermark,
@@ -238,11 +244,7 @@ impl DeltaSilver {
         properties: Vec<(String, String)>,
         props: CommitProperties,
     ) -> Result<WriteStats> {
-        let path = self.lake.table_path(&self.name);
-        std::fs::create_dir_all(&path).map_err(|source| Error::Io {
-            context: format!("creating `{}`", path.display()),
-            source,
-        })?;
+        self.lake.prepare(&self.name)?;
         let mut stats = WriteStats {
             version: 0,
             files_added: adds.len(),

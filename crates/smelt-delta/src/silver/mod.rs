@@ -200,8 +200,8 @@ impl WatermarkStore for DeltaSilver {
         let Some(table) = &self.table else {
             return Ok(Vec::new());
         };
-        let root = self.lake.table_path(&self.name);
-        Ok(crate::ledger::values(&root, table, &self.name, key).await?)
+        let place = crate::ledger::Place::of(&self.lake, &self.name, table);
+        Ok(crate::ledger::values(&place, table, &self.name, key).await?)
     }
 }
 

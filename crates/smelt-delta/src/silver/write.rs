@@ -77,11 +77,7 @@ impl DeltaSilver {
         }
         let schema = match (&self.pending, &self.table) {
             (Some(schema), _) => {
-                let path = self.lake.table_path(&self.name);
-                std::fs::create_dir_all(&path).map_err(|source| Error::Io {
-                    context: format!("creating `{}`", path.display()),
-                    source,
-                })?;
+                self.lake.prepare(&self.name)?;
                 Arc::clone(schema)
             }
             (None, Some(table)) => self.current_schema(table)?,

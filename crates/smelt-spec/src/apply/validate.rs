@@ -372,7 +372,7 @@ pub(crate) fn apply_flow(
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     use crate::error::Result;
     use crate::{AuditColumns, FlowKind, OnCastError, Pipeline};
@@ -390,7 +390,7 @@ mod tests {
         assert_eq!(a.sequence_by, vec!["_commit_timestamp"]);
         assert_eq!(a.on_cast_error, OnCastError::Null);
         assert_eq!(a.audit, AuditColumns::default());
-        assert_eq!(p.lake, PathBuf::from("./lake"));
+        assert_eq!(p.lake, "./lake");
     }
 
     #[test]
