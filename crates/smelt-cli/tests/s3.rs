@@ -1,6 +1,7 @@
-//! Ingest from and export to a real S3-compatible server (moto, from `testenv/`, started on
-//! a loopback port for each test): the same flows as on local folders, through the S3
-//! protocol. Expected rows come from the files the test writes.
+//! A real S3-compatible server (moto, from `testenv/`, started on a loopback port for each
+//! test): the lake itself on S3, ingest from and export to S3, through the S3 protocol.
+//! Expected rows come from the files the test writes, or from the same run on a local
+//! lake.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use arrow::array::AsArray;
-use common::{Project, rows};
+use common::{Project, rows, without_audit};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -26,6 +27,11 @@ impl S3Server {
     /// Starts the server of `testenv/` (installed by `testenv/setup.sh`, which the
     /// README's test command runs) and creates bucket `bucket`.
     fn start(bucket: &str) -> Self {
+        Self::start_with(bucket, &[])
+    }
+
+    /// The same, with options of `s3_server.py` (`--ignore-conditions`).
+    fn start_with(bucket: &str, options: &[&str]) -> Self {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testenv");
         let python = root.join(".venv/bin/python");
         assert!(
@@ -34,6 +40,7 @@ impl S3Server {
         );
         let mut child = Command::new(python)
             .arg(root.join("s3_server.py"))
+            .args(options)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -258,4 +265,110 @@ fn concurrent_exports_to_s3_publish_each_row_once() {
     run(&p, &s3);
     let (ids, _) = exported(&store, "items");
     assert_eq!(ids, ["1", "2", "3"], "{refused} run(s) refused");
+}
+
+impl Project {
+    /// `smelt <args>` with the lake at `lake` on the server; requires success, returns
+    /// stdout.
+    fn on(&self, s3: &S3Server, lake: &str, args: &[&str]) -> String {
+        let out = self
+            .smelt()
+            .args(["--lake", lake])
+            .args(args)
+            .envs(s3.env())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "smelt {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+/// The object names below `prefix` in `bucket`.
+fn objects(store: &AmazonS3, prefix: &str) -> Vec<String> {
+    runtime().block_on(async {
+        use futures::TryStreamExt;
+        let list: Vec<_> = store
+            .list(Some(&ObjectPath::from(prefix)))
+            .try_collect()
+            .await
+            .unwrap();
+        list.into_iter().map(|m| m.location.to_string()).collect()
+    })
+}
+
+#[test]
+fn product2_with_the_lake_on_s3_gives_the_silver_of_a_local_lake() {
+    let s3 = S3Server::start("lake");
+    let lake = "s3://lake/warehouse";
+    let remote = Project::product2();
+    let local = Project::product2();
+    let silver = "SELECT * FROM medallion_demo.product2__silver ORDER BY Id";
+    for step in ["insert_1.sql", "insert_2.sql"] {
+        if step == "insert_1.sql" {
+            remote.on(&s3, lake, &["sql", "-f", "bronze.sql"]);
+            local.ok(&["sql", "-f", "bronze.sql"]);
+        }
+        remote.on(&s3, lake, &["sql", "-f", step]);
+        local.ok(&["sql", "-f", step]);
+        let flows: serde_json::Value =
+            serde_json::from_str(&remote.on(&s3, lake, &["--json", "run"])).unwrap();
+        assert_eq!(flows["flows"][0]["status"], "applied", "{flows}");
+        local.ok(&["run"]);
+        let on_s3: Vec<serde_json::Value> =
+            serde_json::from_str(&remote.on(&s3, lake, &["--json", "sql", silver])).unwrap();
+        assert_eq!(
+            without_audit(&on_s3),
+            without_audit(&local.query(silver)),
+            "after {step}"
+        );
+        assert!(!on_s3.is_empty());
+    }
+    // Nothing new: up to date, and status reads the watermark from S3.
+    let again: serde_json::Value =
+        serde_json::from_str(&remote.on(&s3, lake, &["--json", "run"])).unwrap();
+    assert_eq!(again["flows"][0]["status"], "up_to_date", "{again}");
+    let status: serde_json::Value =
+        serde_json::from_str(&remote.on(&s3, lake, &["--json", "status"])).unwrap();
+    assert_eq!(
+        status[0]["watermark"], status[0]["bronze_version"],
+        "{status}"
+    );
+    assert_eq!(status[0]["versions_behind"], 0, "{status}");
+
+    // Everything is in the bucket, the event log included; nothing on local disk.
+    let names = objects(&s3.store("lake"), "warehouse");
+    for table in [
+        "medallion_demo/product2__bronze/_delta_log/",
+        "medallion_demo/product2__silver/_delta_log/",
+        "_smelt/event_log/_delta_log/",
+    ] {
+        assert!(
+            names.iter().any(|n| n.contains(table)),
+            "no {table} in {names:?}"
+        );
+    }
+    assert!(!remote.path().join("lake").exists());
+}
+
+#[test]
+fn a_store_that_ignores_conditional_writes_is_refused_before_anything_is_written() {
+    let s3 = S3Server::start_with("lake", &["--ignore-conditions"]);
+    let p = Project::product2();
+    let out = p
+        .smelt()
+        .args(["--lake", "s3://lake/warehouse", "sql", "-f", "bronze.sql"])
+        .envs(s3.env())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ignores conditional writes"), "{err}");
+    assert!(err.contains("AWS_S3_LOCKING_PROVIDER=dynamodb"), "{err}");
+    let left: Vec<String> = objects(&s3.store("lake"), "warehouse");
+    assert!(left.is_empty(), "{left:?}");
 }

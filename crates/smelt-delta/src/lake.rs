@@ -23,6 +23,8 @@ pub struct Lake {
     root: Url,
     /// The root folder of a local lake.
     local: Option<PathBuf>,
+    /// Set once the store has shown it refuses a second create of one object.
+    safe: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl Lake {
@@ -41,6 +43,7 @@ impl Lake {
         Ok(Self {
             root: url,
             local: Some(root),
+            safe: Arc::default(),
         })
     }
 
@@ -77,6 +80,7 @@ impl Lake {
         Ok(Self {
             root: url,
             local: None,
+            safe: Arc::default(),
         })
     }
 
@@ -139,6 +143,70 @@ impl Lake {
         let log_store = logstore_for(&self.root, StorageConfig::default())
             .context(|| format!("opening the lake `{}`", self.root))?;
         Ok(log_store.object_store(None))
+    }
+
+    /// Checks, once per lake, that its store refuses to create an object that exists: the
+    /// conditional put (`If-None-Match` on S3, preconditions on GCS and Azure) that delta-rs
+    /// commits with, so that two writers can never both commit one version. A store that
+    /// ignores it (some S3-compatible servers) is refused before anything is written. Local
+    /// lakes commit by an atomic create-if-absent of the file system; a lake whose S3 commits
+    /// go through a DynamoDB lock (`AWS_S3_LOCKING_PROVIDER=dynamodb`) needs no probe.
+    pub async fn check_safe_commits(&self) -> Result<()> {
+        if self.local.is_some()
+            || std::env::var("AWS_S3_LOCKING_PROVIDER").is_ok_and(|p| p == "dynamodb")
+        {
+            return Ok(());
+        }
+        self.safe
+            .get_or_try_init(|| async {
+                use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+                let store = self.store()?;
+                let probe = ObjectPath::from(format!(
+                    "_smelt/probe/{}.json",
+                    uuid::Uuid::new_v4()
+                ));
+                let create = || PutOptions {
+                    mode: PutMode::Create,
+                    ..PutOptions::default()
+                };
+                let failed = |e: object_store::Error| Error::Store {
+                    context: format!("checking that `{}` supports conditional writes", self.root),
+                    source: e,
+                };
+                let unsafe_store = |why: String| {
+                    Error::user(
+                        format!(
+                            "the lake `{}` is on a store that {why}: two writers could both commit the same table version, so smelt does not write there",
+                            self.root
+                        ),
+                        "use a store with conditional writes (AWS S3, GCS, Azure Blob, MinIO, Cloudflare R2 support them), or on S3 set AWS_S3_LOCKING_PROVIDER=dynamodb with a DynamoDB lock table (see docs/storage.md)",
+                    )
+                };
+                match store.put_opts(&probe, PutPayload::from_static(b"{}"), create()).await {
+                    Ok(_) => {}
+                    Err(object_store::Error::NotImplemented { .. }) => {
+                        return Err(unsafe_store("does not support conditional writes".into()));
+                    }
+                    Err(e) => return Err(failed(e)),
+                }
+                let second = store
+                    .put_opts(&probe, PutPayload::from_static(b"{}"), create())
+                    .await;
+                let _ = store.delete(&probe).await;
+                match second {
+                    Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+                    Ok(_) => Err(unsafe_store(
+                        "ignores conditional writes (a second create of one object succeeded)"
+                            .into(),
+                    )),
+                    Err(object_store::Error::NotImplemented { .. }) => {
+                        Err(unsafe_store("does not support conditional writes".into()))
+                    }
+                    Err(e) => Err(failed(e)),
+                }
+            })
+            .await?;
+        Ok(())
     }
 
     /// True when a Delta table exists at the table's place.

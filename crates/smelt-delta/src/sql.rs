@@ -103,6 +103,9 @@ fn table_name(name: &ObjectName) -> Result<TableName> {
 }
 
 async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
+    if !matches!(statement, Statement::Query(_)) {
+        lake.check_safe_commits().await?;
+    }
     match statement {
         Statement::CreateTable(create) => {
             if create.query.is_some() {
