@@ -372,3 +372,121 @@ fn a_store_that_ignores_conditional_writes_is_refused_before_anything_is_written
     let left: Vec<String> = objects(&s3.store("lake"), "warehouse");
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `smelt --lake <lake> <args>` on the server, started and left running, output piped.
+fn spawn_on(p: &Project, s3: &S3Server, lake: &str, args: &[&str]) -> Child {
+    let mut all = vec!["--lake", lake];
+    all.extend_from_slice(args);
+    p.piped(&all).envs(s3.env()).spawn().unwrap()
+}
+
+#[test]
+fn concurrent_runs_on_s3_never_apply_twice() {
+    let s3 = S3Server::start("lake");
+    let lake = "s3://lake/warehouse";
+    let p = Project::product2();
+    let reference = Project::product2();
+    let silver = "SELECT * FROM medallion_demo.product2__silver ORDER BY Id";
+    let mut refused = 0;
+    for (i, step) in ["insert_1.sql", "insert_2.sql"].iter().enumerate() {
+        if i == 0 {
+            p.on(&s3, lake, &["sql", "-f", "bronze.sql"]);
+            reference.ok(&["sql", "-f", "bronze.sql"]);
+        }
+        p.on(&s3, lake, &["sql", "-f", step]);
+        reference.ok(&["sql", "-f", step]);
+        reference.ok(&["run"]);
+        let (a, b) = (
+            spawn_on(&p, &s3, lake, &["run"]),
+            spawn_on(&p, &s3, lake, &["run"]),
+        );
+        for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                assert_eq!(out.status.code(), Some(1), "{stderr}");
+                assert!(
+                    stderr.contains("another writer committed first")
+                        && stderr.contains("hint: run again"),
+                    "{stderr}"
+                );
+                refused += 1;
+            }
+        }
+        p.on(&s3, lake, &["run"]);
+        let on_s3: Vec<serde_json::Value> =
+            serde_json::from_str(&p.on(&s3, lake, &["--json", "sql", silver])).unwrap();
+        assert_eq!(
+            without_audit(&on_s3),
+            without_audit(&reference.query(silver)),
+            "after {step}"
+        );
+    }
+    eprintln!("{refused} run(s) refused");
+}
+
+#[test]
+fn runs_on_s3_killed_with_sigkill_rerun_to_the_uninterrupted_silver() {
+    let s3 = S3Server::start("lake");
+    let lake = "s3://lake/warehouse";
+    let killed = Project::product2();
+    let reference = Project::product2();
+    let silver = "SELECT * FROM medallion_demo.product2__silver ORDER BY Id";
+    let mut kills = Vec::new();
+    // A fixed spread of delays, as fractions of an uninterrupted run.
+    let fractions = [0.1, 0.3, 0.5, 0.7, 0.9, 1.05];
+    for (i, step) in ["insert_1.sql", "insert_2.sql"].iter().enumerate() {
+        if i == 0 {
+            killed.on(&s3, lake, &["sql", "-f", "bronze.sql"]);
+            reference.ok(&["sql", "-f", "bronze.sql"]);
+        }
+        killed.on(&s3, lake, &["sql", "-f", step]);
+        reference.ok(&["sql", "-f", step]);
+        reference.ok(&["run"]);
+        // About how long a run on S3 takes here: a plan reads what a run reads; twice that
+        // for the writes.
+        let started = std::time::Instant::now();
+        killed.on(&s3, lake, &["plan"]);
+        let typical = started.elapsed() * 2;
+        for f in fractions {
+            let delay = typical.mul_f64(f);
+            let mut child = spawn_on(&killed, &s3, lake, &["run"]);
+            std::thread::sleep(delay);
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            let signal = common::signal_of(&out.status);
+            assert!(
+                signal == Some(9) || out.status.success(),
+                "a run killed after {delay:?} ended with {:?}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            kills.push((i + 1, delay, signal == Some(9)));
+        }
+        killed.on(&s3, lake, &["run"]);
+        let on_s3: Vec<serde_json::Value> =
+            serde_json::from_str(&killed.on(&s3, lake, &["--json", "sql", silver])).unwrap();
+        assert_eq!(
+            without_audit(&on_s3),
+            without_audit(&reference.query(silver)),
+            "after {step} and SIGKILLs {kills:?}"
+        );
+    }
+    assert!(
+        kills.iter().any(|(_, _, k)| *k),
+        "no run was killed before it finished: {kills:?}"
+    );
+    // The event log holds each applied run once: no row of a killed run that did not commit.
+    let log: Vec<serde_json::Value> = serde_json::from_str(&killed.on(
+        &s3,
+        lake,
+        &[
+            "--json",
+            "sql",
+            "SELECT to_version, count(*) AS n FROM _smelt.event_log WHERE status = 'applied' GROUP BY to_version",
+        ],
+    ))
+    .unwrap();
+    for row in &log {
+        assert_eq!(row["n"], 1, "{log:?}");
+    }
+}
