@@ -490,3 +490,64 @@ fn runs_on_s3_killed_with_sigkill_rerun_to_the_uninterrupted_silver() {
         assert_eq!(row["n"], 1, "{log:?}");
     }
 }
+
+#[test]
+fn a_table_placed_on_s3_by_the_tables_map_is_read_and_written_there() {
+    let s3 = S3Server::start("other");
+    let placed = Project::product2();
+    let plain = Project::product2();
+    let yaml = std::fs::read_to_string(placed.file("smelt.yaml")).unwrap();
+    placed.write(
+        "smelt.yaml",
+        &format!(
+            "{yaml}\ntables:\n  medallion_demo.product2__bronze: s3://other/bronze/product2\n"
+        ),
+    );
+    let silver = "SELECT * FROM medallion_demo.product2__silver ORDER BY Id";
+    for step in ["bronze.sql", "insert_1.sql", "insert_2.sql"] {
+        for p in [&placed, &plain] {
+            let out = p
+                .smelt()
+                .args(["sql", "-f", step])
+                .envs(s3.env())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if step != "bronze.sql" {
+                let out = p.smelt().args(["run"]).envs(s3.env()).output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        let query = |p: &Project| -> Vec<serde_json::Value> {
+            let out = p
+                .smelt()
+                .args(["--json", "sql", silver])
+                .envs(s3.env())
+                .output()
+                .unwrap();
+            if step == "bronze.sql" {
+                return Vec::new();
+            }
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        assert_eq!(
+            without_audit(&query(&placed)),
+            without_audit(&query(&plain)),
+            "after {step}"
+        );
+    }
+    // Bronze is in the bucket, silver in the local lake, and no bronze in the lake.
+    let names = objects(&s3.store("other"), "bronze/product2/_delta_log");
+    assert!(!names.is_empty());
+    let lake = placed.path().join("lake/medallion_demo");
+    assert!(lake.join("product2__silver/_delta_log").is_dir());
+    assert!(!lake.join("product2__bronze").exists());
+}

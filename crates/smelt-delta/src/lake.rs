@@ -1,5 +1,6 @@
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use deltalake::DeltaTable;
 use deltalake::datafusion::catalog::MemorySchemaProvider;
@@ -14,44 +15,53 @@ use url::Url;
 use crate::error::{Context, Error, Result};
 
 /// A lake: Delta tables at `<root>/<schema>/<table>`, the root a local folder or a
-/// storage URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `abfss://…`). Stores are opened
-/// by delta-rs, credentials and options from the environment (`AWS_*`, `GOOGLE_*`,
-/// `AZURE_*`).
+/// storage URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `abfss://…`), and tables placed
+/// at their own folder or URL ([`Lake::with_tables`]). Stores are opened by delta-rs,
+/// credentials and options from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
 #[derive(Debug, Clone)]
 pub struct Lake {
     /// The root as a directory URL (ends with `/`).
     root: Url,
     /// The root folder of a local lake.
     local: Option<PathBuf>,
-    /// Set once the store has shown it refuses a second create of one object.
-    safe: Arc<tokio::sync::OnceCell<()>>,
+    /// Tables placed outside the root.
+    placed: HashMap<TableName, Place>,
+    /// Stores (`scheme://host`) that have shown they refuse a second create of one object.
+    safe: Arc<Mutex<HashSet<String>>>,
 }
 
-impl Lake {
-    /// A lake in the local folder `root` (it need not exist yet).
-    pub fn new(root: impl AsRef<Path>) -> Result<Self> {
-        let root = std::path::absolute(root.as_ref()).map_err(|source| Error::Io {
-            context: format!("resolving lake path `{}`", root.as_ref().display()),
-            source,
-        })?;
-        let url = Url::from_directory_path(&root).map_err(|_| {
+/// Where one table is.
+#[derive(Debug, Clone)]
+struct Place {
+    /// Its folder as a directory URL.
+    url: Url,
+    /// Its local folder, for a local table.
+    local: Option<PathBuf>,
+}
+
+impl Place {
+    /// A local folder.
+    fn folder(path: PathBuf) -> Result<Self> {
+        let url = Url::from_directory_path(&path).map_err(|_| {
             Error::user(
-                format!("cannot make a URL of `{}`", root.display()),
-                "use a plain local path for `lake`",
+                format!("cannot make a URL of `{}`", path.display()),
+                "use a plain local path",
             )
         })?;
         Ok(Self {
-            root: url,
-            local: Some(root),
-            safe: Arc::default(),
+            url,
+            local: Some(path),
         })
     }
 
-    /// The lake at `location`: a local folder, or a storage URL (`file://` URLs are local
-    /// folders).
-    pub fn at(location: &str) -> Result<Self> {
+    /// A local folder or a storage URL, as written in the pipeline file.
+    fn parse(location: &str) -> Result<Self> {
         if !location.contains("://") {
-            return Self::new(location);
+            let path = std::path::absolute(location).map_err(|source| Error::Io {
+                context: format!("resolving path `{location}`"),
+                source,
+            })?;
+            return Self::folder(path);
         }
         smelt_spec::check_lake_url(location).map_err(|m| {
             Error::user(
@@ -69,19 +79,57 @@ impl Lake {
             let path = url.to_file_path().map_err(|_| {
                 Error::user(
                     format!("`{location}` is not a local path"),
-                    "write a local lake as `file:///absolute/folder` or as a plain path",
+                    "write a local folder as `file:///absolute/folder` or as a plain path",
                 )
             })?;
-            return Self::new(path);
+            return Self::folder(path);
         }
         if !url.path().ends_with('/') {
             url.set_path(&format!("{}/", url.path()));
         }
+        Ok(Self { url, local: None })
+    }
+
+    /// The store of a remote place, rooted at it.
+    fn store(&self) -> Result<ObjectStoreRef> {
+        let log_store = logstore_for(&self.url, StorageConfig::default())
+            .context(|| format!("opening `{}`", self.url))?;
+        Ok(log_store.object_store(None))
+    }
+}
+
+impl Lake {
+    /// A lake in the local folder `root` (it need not exist yet).
+    pub fn new(root: impl AsRef<Path>) -> Result<Self> {
+        let root = std::path::absolute(root.as_ref()).map_err(|source| Error::Io {
+            context: format!("resolving lake path `{}`", root.as_ref().display()),
+            source,
+        })?;
+        Self::from_place(Place::folder(root)?)
+    }
+
+    /// The lake at `location`: a local folder, or a storage URL (`file://` URLs are local
+    /// folders).
+    pub fn at(location: &str) -> Result<Self> {
+        Self::from_place(Place::parse(location)?)
+    }
+
+    fn from_place(place: Place) -> Result<Self> {
         Ok(Self {
-            root: url,
-            local: None,
+            root: place.url,
+            local: place.local,
+            placed: HashMap::new(),
             safe: Arc::default(),
         })
+    }
+
+    /// Places `tables` at their own folders or URLs (the pipeline's `tables:`), instead of
+    /// `<root>/<schema>/<table>`.
+    pub fn with_tables(mut self, tables: &[(TableName, String)]) -> Result<Self> {
+        for (name, location) in tables {
+            self.placed.insert(name.clone(), Place::parse(location)?);
+        }
+        Ok(self)
     }
 
     /// The lake root, as a directory URL.
@@ -89,47 +137,61 @@ impl Lake {
         &self.root
     }
 
-    /// The root folder of a local lake, `None` for a lake on an object store.
+    /// Where table `name` is.
+    fn place(&self, name: &TableName) -> Result<Place> {
+        if let Some(place) = self.placed.get(name) {
+            return Ok(place.clone());
+        }
+        match &self.local {
+            Some(root) => Place::folder(root.join(&name.schema).join(&name.table)),
+            None => {
+                let url = self
+                    .root
+                    .join(&format!("{}/{}/", name.schema, name.table))
+                    .map_err(|e| {
+                        Error::user(
+                            format!(
+                                "cannot make a URL of table `{name}` under `{}`: {e}",
+                                self.root
+                            ),
+                            "use plain schema and table names",
+                        )
+                    })?;
+                Ok(Place { url, local: None })
+            }
+        }
+    }
+
+    /// The local folder of a table, `None` for a table on an object store.
+    pub fn local_path(&self, name: &TableName) -> Option<PathBuf> {
+        self.place(name).ok().and_then(|p| p.local)
+    }
+
+    /// The local folder of a local lake's root (schemas are folders there).
     pub fn local_root(&self) -> Option<&Path> {
         self.local.as_deref()
     }
 
     /// Where a table is, for messages: its folder (local) or URL.
     pub fn location(&self, name: &TableName) -> String {
-        match &self.local {
-            Some(root) => root
-                .join(&name.schema)
-                .join(&name.table)
-                .display()
-                .to_string(),
-            None => self
-                .root
-                .join(&format!("{}/{}", name.schema, name.table))
-                .map(|u| u.to_string())
-                .unwrap_or_default(),
+        match self.place(name) {
+            Ok(Place {
+                local: Some(path), ..
+            }) => path.display().to_string(),
+            Ok(Place { url, .. }) => url.to_string(),
+            Err(_) => format!("{}{}/{}", self.root, name.schema, name.table),
         }
     }
 
     /// URL of a table (a directory URL).
     pub fn table_url(&self, name: &TableName) -> Result<Url> {
-        self.root
-            .join(&format!("{}/{}/", name.schema, name.table))
-            .map_err(|e| {
-                Error::user(
-                    format!(
-                        "cannot make a URL of table `{name}` under `{}`: {e}",
-                        self.root
-                    ),
-                    "use plain schema and table names",
-                )
-            })
+        Ok(self.place(name)?.url)
     }
 
-    /// Makes the folder of a table of a local lake (delta-rs writes a new local table only
-    /// into an existing folder); nothing to do on an object store.
+    /// Makes the folder of a local table (delta-rs writes a new local table only into an
+    /// existing folder); nothing to do on an object store.
     pub fn prepare(&self, name: &TableName) -> Result<()> {
-        if let Some(root) = &self.local {
-            let path = root.join(&name.schema).join(&name.table);
+        if let Some(path) = self.place(name)?.local {
             std::fs::create_dir_all(&path).map_err(|source| Error::Io {
                 context: format!("creating `{}`", path.display()),
                 source,
@@ -138,94 +200,100 @@ impl Lake {
         Ok(())
     }
 
-    /// The store at the lake root.
-    fn store(&self) -> Result<ObjectStoreRef> {
-        let log_store = logstore_for(&self.root, StorageConfig::default())
-            .context(|| format!("opening the lake `{}`", self.root))?;
-        Ok(log_store.object_store(None))
-    }
-
-    /// Checks, once per lake, that its store refuses to create an object that exists: the
-    /// conditional put (`If-None-Match` on S3, preconditions on GCS and Azure) that delta-rs
-    /// commits with, so that two writers can never both commit one version. A store that
-    /// ignores it (some S3-compatible servers) is refused before anything is written. Local
-    /// lakes commit by an atomic create-if-absent of the file system; a lake whose S3 commits
-    /// go through a DynamoDB lock (`AWS_S3_LOCKING_PROVIDER=dynamodb`) needs no probe.
-    pub async fn check_safe_commits(&self) -> Result<()> {
-        if self.local.is_some()
+    /// Checks, once per store, that the store of `table` (of the lake root when `None`)
+    /// refuses to create an object that exists: the conditional put (`If-None-Match` on
+    /// S3, preconditions on GCS and Azure) that delta-rs commits with, so that two writers
+    /// can never both commit one version. A store that ignores it (some S3-compatible
+    /// servers) is refused before anything is written. Local tables commit by an atomic
+    /// create-if-absent of the file system; S3 commits through a DynamoDB lock
+    /// (`AWS_S3_LOCKING_PROVIDER=dynamodb`) need no probe. The probe is an object created
+    /// twice, then deleted, under `_smelt/probe/` of the table's folder (the root's).
+    pub async fn check_safe_commits(&self, table: Option<&TableName>) -> Result<()> {
+        let place = match table {
+            Some(name) => self.place(name)?,
+            None => Place {
+                url: self.root.clone(),
+                local: self.local.clone(),
+            },
+        };
+        if place.local.is_some()
             || std::env::var("AWS_S3_LOCKING_PROVIDER").is_ok_and(|p| p == "dynamodb")
         {
             return Ok(());
         }
-        self.safe
-            .get_or_try_init(|| async {
-                use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
-                let store = self.store()?;
-                let probe = ObjectPath::from(format!(
-                    "_smelt/probe/{}.json",
-                    uuid::Uuid::new_v4()
-                ));
-                let create = || PutOptions {
-                    mode: PutMode::Create,
-                    ..PutOptions::default()
-                };
-                let failed = |e: object_store::Error| Error::Store {
-                    context: format!("checking that `{}` supports conditional writes", self.root),
-                    source: e,
-                };
-                let unsafe_store = |why: String| {
-                    Error::user(
-                        format!(
-                            "the lake `{}` is on a store that {why}: two writers could both commit the same table version, so smelt does not write there",
-                            self.root
-                        ),
-                        "use a store with conditional writes (AWS S3, GCS, Azure Blob, MinIO, Cloudflare R2 support them), or on S3 set AWS_S3_LOCKING_PROVIDER=dynamodb with a DynamoDB lock table (see docs/storage.md)",
-                    )
-                };
-                match store.put_opts(&probe, PutPayload::from_static(b"{}"), create()).await {
-                    Ok(_) => {}
-                    Err(object_store::Error::NotImplemented { .. }) => {
-                        return Err(unsafe_store("does not support conditional writes".into()));
-                    }
-                    Err(e) => return Err(failed(e)),
-                }
-                let second = store
-                    .put_opts(&probe, PutPayload::from_static(b"{}"), create())
-                    .await;
-                let _ = store.delete(&probe).await;
-                match second {
-                    Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
-                    Ok(_) => Err(unsafe_store(
-                        "ignores conditional writes (a second create of one object succeeded)"
-                            .into(),
-                    )),
-                    Err(object_store::Error::NotImplemented { .. }) => {
-                        Err(unsafe_store("does not support conditional writes".into()))
-                    }
-                    Err(e) => Err(failed(e)),
-                }
-            })
-            .await?;
-        Ok(())
+        let key = format!(
+            "{}://{}",
+            place.url.scheme(),
+            place.url.host_str().unwrap_or("")
+        );
+        if self.safe.lock().expect("not poisoned").contains(&key) {
+            return Ok(());
+        }
+        use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+        let store = place.store()?;
+        let probe = ObjectPath::from(format!("_smelt/probe/{}.json", uuid::Uuid::new_v4()));
+        let create = || PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        let failed = |e: object_store::Error| Error::Store {
+            context: format!("checking that `{}` supports conditional writes", place.url),
+            source: e,
+        };
+        let unsafe_store = |why: &str| {
+            Error::user(
+                format!(
+                    "`{}` is on a store that {why}: two writers could both commit the same table version, so smelt does not write there",
+                    place.url
+                ),
+                "use a store with conditional writes (AWS S3, GCS, Azure Blob, MinIO, Cloudflare R2 support them), or on S3 set AWS_S3_LOCKING_PROVIDER=dynamodb with a DynamoDB lock table (see docs/storage.md)",
+            )
+        };
+        match store
+            .put_opts(&probe, PutPayload::from_static(b"{}"), create())
+            .await
+        {
+            Ok(_) => {}
+            Err(object_store::Error::NotImplemented { .. }) => {
+                return Err(unsafe_store("does not support conditional writes"));
+            }
+            Err(e) => return Err(failed(e)),
+        }
+        let second = store
+            .put_opts(&probe, PutPayload::from_static(b"{}"), create())
+            .await;
+        let _ = store.delete(&probe).await;
+        match second {
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                self.safe.lock().expect("not poisoned").insert(key);
+                Ok(())
+            }
+            Ok(_) => Err(unsafe_store(
+                "ignores conditional writes (a second create of one object succeeded)",
+            )),
+            Err(object_store::Error::NotImplemented { .. }) => {
+                Err(unsafe_store("does not support conditional writes"))
+            }
+            Err(e) => Err(failed(e)),
+        }
     }
 
     /// True when a Delta table exists at the table's place.
     pub async fn exists(&self, name: &TableName) -> Result<bool> {
-        if let Some(root) = &self.local {
-            return Ok(root
-                .join(&name.schema)
-                .join(&name.table)
-                .join("_delta_log")
-                .is_dir());
+        let place = self.place(name)?;
+        if let Some(path) = &place.local {
+            return Ok(path.join("_delta_log").is_dir());
         }
-        let store = self.store()?;
-        let log = ObjectPath::from(format!("{}/{}/_delta_log", name.schema, name.table));
-        let first = store.list(Some(&log)).next().await;
+        let store = place.store()?;
+        let first = store
+            .list(Some(&ObjectPath::from("_delta_log")))
+            .next()
+            .await;
         match first {
             None => Ok(false),
             Some(Ok(_)) => Ok(true),
             Some(Err(e)) => Err(Error::Store {
-                context: format!("looking for table `{name}` at {}", self.location(name)),
+                context: format!("looking for table `{name}` at {}", place.url),
                 source: e,
             }),
         }
@@ -257,29 +325,32 @@ impl Lake {
         })
     }
 
-    /// Every table in the lake, sorted.
+    /// Every table in the lake (placed ones included), sorted.
     pub async fn tables(&self) -> Result<Vec<TableName>> {
         let mut out = Vec::new();
         if let Some(root) = &self.local {
-            let Ok(schemas) = std::fs::read_dir(root) else {
-                return Ok(out);
-            };
-            for schema in schemas.flatten() {
-                let Ok(tables) = std::fs::read_dir(schema.path()) else {
-                    continue;
-                };
-                for table in tables.flatten() {
-                    if table.path().join("_delta_log").is_dir()
-                        && let (Some(s), Some(t)) =
-                            (schema.file_name().to_str(), table.file_name().to_str())
-                        && let Some(name) = TableName::parse(&format!("{s}.{t}"))
-                    {
-                        out.push(name);
+            if let Ok(schemas) = std::fs::read_dir(root) {
+                for schema in schemas.flatten() {
+                    let Ok(tables) = std::fs::read_dir(schema.path()) else {
+                        continue;
+                    };
+                    for table in tables.flatten() {
+                        if table.path().join("_delta_log").is_dir()
+                            && let (Some(s), Some(t)) =
+                                (schema.file_name().to_str(), table.file_name().to_str())
+                            && let Some(name) = TableName::parse(&format!("{s}.{t}"))
+                        {
+                            out.push(name);
+                        }
                     }
                 }
             }
         } else {
-            let store = self.store()?;
+            let store = Place {
+                url: self.root.clone(),
+                local: None,
+            }
+            .store()?;
             let listing = |e: object_store::Error| Error::Store {
                 context: format!("listing the lake `{}`", self.root),
                 source: e,
@@ -300,6 +371,13 @@ impl Lake {
                         out.push(name);
                     }
                 }
+            }
+        }
+        // A placed table is where it is placed, not where its name would put it.
+        out.retain(|n| !self.placed.contains_key(n));
+        for name in self.placed.keys() {
+            if self.exists(name).await? {
+                out.push(name.clone());
             }
         }
         out.sort();

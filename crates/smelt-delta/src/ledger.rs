@@ -57,8 +57,8 @@ pub(crate) enum Place {
 impl Place {
     /// The ledgers of `table`, named `name` in `lake`.
     pub(crate) fn of(lake: &crate::Lake, name: &TableName, table: &DeltaTable) -> Self {
-        match lake.local_root() {
-            Some(root) => Self::Local(root.join(&name.schema).join(&name.table)),
+        match lake.local_path(name) {
+            Some(path) => Self::Local(path),
             None => Self::Store(table.object_store()),
         }
     }

@@ -104,7 +104,7 @@ fn table_name(name: &ObjectName) -> Result<TableName> {
 
 async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
     if !matches!(statement, Statement::Query(_)) {
-        lake.check_safe_commits().await?;
+        lake.check_safe_commits(None).await?;
     }
     match statement {
         Statement::CreateTable(create) => {

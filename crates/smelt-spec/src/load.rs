@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 use crate::append::{RawAppend, append_flow};
 use crate::apply::{RawApply, apply_flow};
+use crate::ddl::TableName;
 use crate::error::{Result, SpecError, SpecErrors, did_you_mean};
 use crate::export::{RawExport, export_flow, same_place};
 use crate::ingest::{RawIngest, ingest_flow};
@@ -30,6 +31,8 @@ use crate::replace_where::{RawReplaceWhere, replace_where_flow};
 #[serde(deny_unknown_fields)]
 struct RawPipeline {
     lake: Option<String>,
+    #[serde(default)]
+    tables: Ordered<String>,
     #[serde(default)]
     flows: OrderedFlows,
 }
@@ -93,6 +96,30 @@ impl Pipeline {
                 String::new()
             }
         };
+        let mut tables = Vec::new();
+        for (table, place) in raw.tables.0 {
+            let field = format!("tables.{table}");
+            let line = at(&["tables", &table]);
+            let Some(name) = TableName::parse(&table) else {
+                errors.push(
+                    SpecError::new(path, &field, format!("`{table}` is not a table name"))
+                        .at(line)
+                        .hint("write tables as `schema.table`, e.g. `raw.product2: s3://bucket/bronze/product2`"),
+                );
+                continue;
+            };
+            if place.contains("://") {
+                if let Err(message) = check_lake_url(&place) {
+                    errors.push(SpecError::new(path, &field, message).at(line).hint(
+                        "use a local folder, or an `s3://`, `gs://`, `az://`, `abfss://` or `file://` URL of the table's folder",
+                    ));
+                    continue;
+                }
+                tables.push((name, place));
+            } else {
+                tables.push((name, dir.join(place).to_string_lossy().into_owned()));
+            }
+        }
         let mut flows = Vec::new();
         for (name, flow) in raw.flows.0 {
             let field = format!("flows.{name}");
@@ -186,6 +213,7 @@ impl Pipeline {
             Ok(Pipeline {
                 file: path.to_path_buf(),
                 lake,
+                tables,
                 flows,
             })
         } else {
@@ -398,5 +426,27 @@ mod tests {
         assert_eq!(err.0[0].line, Some(5));
         // Without the loop back, the same flows load.
         load("lake: l\nflows:\n  out:\n    export:\n      from: s.sales\n      to: ./files\n  load:\n    ingest:\n      from: ./files/**/*.parquet\n      into: b.raw\n      format: parquet\n").unwrap();
+    }
+
+    #[test]
+    fn tables_map_places_tables_and_names_bad_entries() {
+        let p = load("lake: s3://bucket/lake\ntables:\n  raw.p: s3://other/bronze/p\n  s.t: ./elsewhere/t\nflows: {}\n").unwrap();
+        assert_eq!(p.lake, "s3://bucket/lake");
+        assert_eq!(p.tables[0].0.to_string(), "raw.p");
+        assert_eq!(p.tables[0].1, "s3://other/bronze/p");
+        assert_eq!(p.tables[1].1, "./elsewhere/t");
+
+        let err = load("lake: l\ntables:\n  nodot: s3://b/x\n  s.t: ftp://h/x\nflows: {}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`nodot` is not a table name"), "{err}");
+        assert!(err.contains("`ftp://` is not a storage"), "{err}");
+        let err = load("lake: ftp://h/lake\nflows: {}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`ftp://` is not a storage a lake can be on"),
+            "{err}"
+        );
     }
 }

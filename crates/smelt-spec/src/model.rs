@@ -18,6 +18,9 @@ pub struct Pipeline {
     /// The lake root: a local folder (resolved against the file's folder), or a storage URL
     /// (`s3://bucket/prefix`, `gs://…`, `az://…`, `abfss://…`, `file:///…`).
     pub lake: String,
+    /// Tables placed outside the lake root (`tables:`): name → local folder (resolved) or
+    /// storage URL, in file order.
+    pub tables: Vec<(TableName, String)>,
     /// Flows in file order.
     pub flows: Vec<Flow>,
 }

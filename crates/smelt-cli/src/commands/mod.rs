@@ -19,16 +19,15 @@ pub fn load_pipeline(global: &GlobalArgs) -> Result<Pipeline, Failure> {
     Ok(pipeline)
 }
 
-/// The lake folder for commands that work without a pipeline: `--lake`, else the
-/// pipeline file's `lake:` if the file exists, else `./lake`.
-pub fn lake_root(global: &GlobalArgs) -> Result<String, Failure> {
-    if let Some(lake) = &global.lake {
-        return Ok(lake.clone());
-    }
+/// The lake of commands that work without a pipeline: `--lake`, else the pipeline file's
+/// `lake:` if the file exists, else `./lake`; with the file's `tables:` if it exists.
+pub fn lake_without_pipeline(global: &GlobalArgs) -> Result<smelt_delta::Lake, Failure> {
     if global.pipeline.exists() {
-        return Ok(load_pipeline(global)?.lake);
+        let pipeline = load_pipeline(global)?;
+        return open_lake(&pipeline);
     }
-    Ok("lake".to_string())
+    let root = global.lake.clone().unwrap_or_else(|| "lake".to_string());
+    Ok(smelt_delta::Lake::at(&root)?)
 }
 
 /// The flows named on the command line (all when none), in pipeline order.
@@ -56,7 +55,7 @@ pub fn select<'a>(
         .collect())
 }
 
-/// Opens the lake at a folder or URL.
-pub fn open_lake(location: &str) -> Result<smelt_delta::Lake, Failure> {
-    Ok(smelt_delta::Lake::at(location)?)
+/// Opens the lake of a pipeline: its root folder or URL, and its placed tables.
+pub fn open_lake(pipeline: &Pipeline) -> Result<smelt_delta::Lake, Failure> {
+    Ok(smelt_delta::Lake::at(&pipeline.lake)?.with_tables(&pipeline.tables)?)
 }

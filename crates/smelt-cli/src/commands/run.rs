@@ -25,7 +25,7 @@ fn settings(args: &RunArgs, dry_run: bool) -> RunSettings {
 pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
-    let lake = open_lake(&pipeline.lake)?;
+    let lake = open_lake(&pipeline)?;
     let settings = settings(args, dry_run);
     // A window that does not parse is a usage error, found before any flow runs.
     check_window(&settings, chrono::Utc::now().timestamp_micros())

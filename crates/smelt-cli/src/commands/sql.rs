@@ -3,7 +3,7 @@
 use arrow::util::pretty::pretty_format_batches;
 use smelt_delta::sql::{SqlOutput, execute};
 
-use super::{lake_root, open_lake};
+use super::lake_without_pipeline;
 use crate::args::{GlobalArgs, SqlArgs};
 use crate::failure::Failure;
 
@@ -19,7 +19,7 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
         })?,
         (None, None) => unreachable!("clap requires SQL or --file"),
     };
-    let lake = open_lake(&lake_root(global)?)?;
+    let lake = lake_without_pipeline(global)?;
     let (outputs, failure) = match execute(&lake, &text).await {
         Ok(outputs) => (outputs, None),
         Err((outputs, n, e)) => (outputs, Some((n, e))),

@@ -10,7 +10,7 @@ use crate::failure::Failure;
 pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
-    let lake = open_lake(&pipeline.lake)?;
+    let lake = open_lake(&pipeline)?;
     let rows = smelt_engine::status::status(&pipeline, &flows, &lake, &Files).await?;
     if global.json {
         println!(

@@ -31,7 +31,7 @@ pub async fn check(
     pipeline: &Pipeline,
     flows: &[&Flow],
 ) -> Result<(), Failure> {
-    let lake = open_lake(&pipeline.lake)?;
+    let lake = open_lake(pipeline)?;
     let problems = smelt_engine::validate::validate(pipeline, flows, &lake, &Files).await;
     if problems.is_empty() {
         return Ok(());

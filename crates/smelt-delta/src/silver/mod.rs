@@ -107,7 +107,7 @@ impl DeltaSilver {
     /// Opens the table a run writes: fails, naming the feature, when a smelt commit would
     /// not keep a Delta feature the existing table uses (docs/delta.md).
     pub async fn open_for_write(lake: &Lake, name: &TableName) -> Result<Self> {
-        lake.check_safe_commits().await?;
+        lake.check_safe_commits(Some(name)).await?;
         let silver = Self::open(lake, name).await?;
         if let Some(table) = &silver.table {
             let state = table.snapshot().context(|| format!("reading `{name}`"))?;
