@@ -5,7 +5,14 @@ time (moto's own server is threaded, and its conditional puts are not atomic the
 
 `--ignore-conditions` drops `If-None-Match` and `If-Match` from requests: a store that does
 not honour conditional writes, as some S3-compatible servers do not.
+
+`--count-requests` counts requests by kind (GET, PUT, HEAD, DELETE, POST, and LIST for
+listings): `GET /__requests` returns the counts as JSON, `DELETE /__requests` resets them
+(for the benchmark's request counts).
 """
+
+import collections
+import json
 
 import sys
 
@@ -22,10 +29,30 @@ def ignoring_conditions(app):
     return wrapped
 
 
+def counting_requests(app):
+    counts = collections.Counter()
+
+    def wrapped(environ, start_response):
+        method = environ["REQUEST_METHOD"]
+        if environ.get("PATH_INFO") == "/__requests":
+            if method == "DELETE":
+                counts.clear()
+            body = json.dumps(counts).encode()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [body]
+        query = environ.get("QUERY_STRING", "")
+        counts["LIST" if method == "GET" and "list-type" in query else method] += 1
+        return app(environ, start_response)
+
+    return wrapped
+
+
 def main() -> None:
     app = DomainDispatcherApplication(create_backend_app)
     if "--ignore-conditions" in sys.argv[1:]:
         app = ignoring_conditions(app)
+    if "--count-requests" in sys.argv[1:]:
+        app = counting_requests(app)
     server = make_server("127.0.0.1", 0, app, threaded=False)
     print(f"PORT {server.server_port}", flush=True)
     server.serve_forever()
