@@ -243,6 +243,21 @@ impl Project {
     }
 }
 
+/// Whether a run of two started at once lost the commit race: it then failed with exit 1
+/// and the message naming the other writer; any other failure fails the test.
+pub fn refused_by_a_race(out: &std::process::Output) -> bool {
+    if out.status.success() {
+        return false;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("another writer committed first") && stderr.contains("hint: run again"),
+        "{stderr}"
+    );
+    true
+}
+
 /// Drops the audit columns (run time, bronze commit time) from rows, for comparing runs
 /// over different lakes.
 pub fn without_audit(rows: &[Value]) -> Vec<Value> {
