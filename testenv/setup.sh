@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs the services the tests start (an S3-compatible server: moto) into
-# testenv/.venv, from PyPI. Idempotent: does nothing when the pinned versions are there.
+# Installs the services the tests start, from the registries: an S3-compatible server (moto,
+# PyPI) into testenv/.venv, and the Azure Blob emulator (Azurite, npm) into
+# testenv/node_modules. Idempotent: does nothing when the pinned versions are there.
 set -euo pipefail
 cd "$(dirname "$0")"
-if [ -x .venv/bin/python ] && cmp -s requirements.txt .venv/requirements.txt; then
-  exit 0
+if ! { [ -x .venv/bin/python ] && cmp -s requirements.txt .venv/requirements.txt; }; then
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+  cp requirements.txt .venv/requirements.txt
 fi
-python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
-cp requirements.txt .venv/requirements.txt
+if ! { [ -x node_modules/.bin/azurite-blob ] && cmp -s package.json node_modules/.package.json.installed; }; then
+  npm install --silent --no-audit --no-fund --no-package-lock
+  cp package.json node_modules/.package.json.installed
+fi
