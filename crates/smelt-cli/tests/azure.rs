@@ -77,20 +77,7 @@ impl Drop for Azurite {
 
 /// `smelt --lake <lake> <args>` against the emulator; requires success, returns stdout.
 fn on(p: &Project, az: &Azurite, lake: &str, args: &[&str]) -> String {
-    let out = p
-        .smelt()
-        .args(["--lake", lake])
-        .args(args)
-        .envs(az.env())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "smelt {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    p.ok_with(&az.env(), &[&["--lake", lake], args].concat())
 }
 
 #[test]

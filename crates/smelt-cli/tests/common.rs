@@ -109,7 +109,17 @@ impl Project {
 
     /// Runs `smelt <args>` and requires success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.smelt().args(args).output().unwrap();
+        self.ok_with(&[], args)
+    }
+
+    /// [`Project::ok`] with more environment (a storage server's endpoint and keys).
+    pub fn ok_with(&self, env: &[(&str, String)], args: &[&str]) -> String {
+        let out = self
+            .smelt()
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "smelt {args:?} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",

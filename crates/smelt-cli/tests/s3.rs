@@ -104,19 +104,8 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Runs `smelt --json run` against the server; returns the flow reports.
 fn run(p: &Project, s3: &S3Server) -> Vec<serde_json::Value> {
-    let out = p
-        .smelt()
-        .args(["--json", "run"])
-        .envs(s3.env())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "smelt run failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&p.ok_with(&s3.env(), &["--json", "run"])).unwrap();
     v["flows"].as_array().unwrap().clone()
 }
 
@@ -271,20 +260,7 @@ impl Project {
     /// `smelt <args>` with the lake at `lake` on the server; requires success, returns
     /// stdout.
     fn on(&self, s3: &S3Server, lake: &str, args: &[&str]) -> String {
-        let out = self
-            .smelt()
-            .args(["--lake", lake])
-            .args(args)
-            .envs(s3.env())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "smelt {args:?} failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        self.ok_with(&s3.env(), &[&["--lake", lake], args].concat())
     }
 }
 

@@ -200,8 +200,8 @@ impl Lake {
         Ok(())
     }
 
-    /// Checks, once per store, that the store of `table` (of the lake root when `None`)
-    /// refuses to create an object that exists: the conditional put (`If-None-Match` on
+    /// Checks, once per store, that the store of `table` (of the lake root and every placed
+    /// table when `None`) refuses to create an object that exists: the conditional put (`If-None-Match` on
     /// S3, preconditions on GCS and Azure) that delta-rs commits with, so that two writers
     /// can never both commit one version. A store that ignores it (some S3-compatible
     /// servers) is refused before anything is written. Local tables commit by an atomic
@@ -209,13 +209,24 @@ impl Lake {
     /// (`AWS_S3_LOCKING_PROVIDER=dynamodb`) need no probe. The probe is an object created
     /// twice, then deleted, under `_smelt/probe/` of the table's folder (the root's).
     pub async fn check_safe_commits(&self, table: Option<&TableName>) -> Result<()> {
-        let place = match table {
-            Some(name) => self.place(name)?,
-            None => Place {
+        let places = match table {
+            Some(name) => vec![self.place(name)?],
+            // The root's store and those of the placed tables.
+            None => std::iter::once(Place {
                 url: self.root.clone(),
                 local: self.local.clone(),
-            },
+            })
+            .chain(self.placed.values().cloned())
+            .collect(),
         };
+        for place in places {
+            self.probe(place).await?;
+        }
+        Ok(())
+    }
+
+    /// The probe of [`Lake::check_safe_commits`] for one place, once per store.
+    async fn probe(&self, place: Place) -> Result<()> {
         if place.local.is_some()
             || std::env::var("AWS_S3_LOCKING_PROVIDER").is_ok_and(|p| p == "dynamodb")
         {
@@ -365,9 +376,13 @@ impl Lake {
                     let (Some(s), Some(t)) = (schema.filename(), table.filename()) else {
                         continue;
                     };
-                    if let Some(name) = TableName::parse(&format!("{s}.{t}"))
-                        && self.exists(&name).await?
-                    {
+                    let log = ObjectPath::from(format!("{s}/{t}/_delta_log"));
+                    let has_log = match store.list(Some(&log)).next().await {
+                        None => false,
+                        Some(Ok(_)) => true,
+                        Some(Err(e)) => return Err(listing(e)),
+                    };
+                    if has_log && let Some(name) = TableName::parse(&format!("{s}.{t}")) {
                         out.push(name);
                     }
                 }

@@ -96,12 +96,12 @@ impl Landing for FlowLanding {
                 }
             }
         });
-        tokio_stream(rx).boxed()
+        receiver_stream(rx).boxed()
     }
 }
 
 /// The receiving end of a channel as a stream.
-fn tokio_stream<T: Send + 'static>(rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+fn receiver_stream<T: Send + 'static>(rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
 }
 

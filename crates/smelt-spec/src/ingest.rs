@@ -282,10 +282,9 @@ pub(crate) fn ingest_flow(
     let url = match folder.split_once("://") {
         None => None,
         Some((scheme, _)) => {
-            let known = [
-                "file", "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https",
-            ];
-            if !known.contains(&scheme) {
+            let known =
+                crate::load::STORE_SCHEMES.contains(&scheme) || matches!(scheme, "http" | "https");
+            if !known {
                 error(
                     "from",
                     format!("`{scheme}://` is not a storage smelt can list"),

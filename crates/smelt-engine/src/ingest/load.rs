@@ -164,13 +164,6 @@ pub async fn run_ingest(
     report.columns_added = columns_added;
     phases.end("load files");
 
-    let watermark = |extra| Watermark {
-        app_id: app.clone(),
-        version: batch,
-        run_id: ctx.run_id.clone(),
-        report: None,
-        extra,
-    };
     if !malformed.is_empty() || stale_rejects || (ctx.full_refresh && rejects.schema().is_some()) {
         reporter.phase(flow_name, "write rejects");
         failpoint("before_ingest_rejects_commit")?;
@@ -193,7 +186,13 @@ pub async fn run_ingest(
     commit_with_report(
         &mut *bronze,
         &[],
-        watermark(vec![files]),
+        Watermark {
+            app_id: app.clone(),
+            version: batch,
+            run_id: ctx.run_id.clone(),
+            report: None,
+            extra: vec![files],
+        },
         &mut report,
         "before_bronze_commit",
     )
