@@ -16,10 +16,7 @@ use crate::error::{Context, Result};
 
 /// The event log's table name.
 pub fn table_name() -> TableName {
-    TableName {
-        schema: "_smelt".into(),
-        table: "event_log".into(),
-    }
+    TableName::new("_smelt", "event_log")
 }
 
 fn schema() -> SchemaRef {

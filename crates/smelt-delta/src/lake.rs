@@ -139,6 +139,14 @@ impl Lake {
 
     /// Where table `name` is.
     fn place(&self, name: &TableName) -> Result<Place> {
+        if let Some(catalog) = &name.catalog {
+            return Err(Error::user(
+                format!(
+                    "`{name}` is a table of Iceberg catalog `{catalog}`, not of the Delta lake"
+                ),
+                "this command reads Delta tables only; name the Delta table as `schema.table`",
+            ));
+        }
         if let Some(place) = self.placed.get(name) {
             return Ok(place.clone());
         }

@@ -17,10 +17,7 @@ use crate::{EngineError, Result};
 
 /// The rejects table of a silver table: `<schema>.<table>__rejects`.
 pub fn rejects_table(silver: &TableName) -> TableName {
-    TableName {
-        schema: silver.schema.clone(),
-        table: format!("{}__rejects", silver.table),
-    }
+    silver.sibling(format!("{}__rejects", silver.table))
 }
 
 /// Column of the rejects table holding the bronze version of the rejected change.

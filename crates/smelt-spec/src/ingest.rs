@@ -396,10 +396,7 @@ pub(crate) fn ingest_flow(
         url,
         pattern,
         // A bad name is reported above; the other checks still run.
-        into: into.clone().unwrap_or(TableName {
-            schema: String::new(),
-            table: String::new(),
-        }),
+        into: into.clone().unwrap_or(TableName::new("", "")),
         format: raw.format,
         csv: CsvLayout {
             header: raw.header.unwrap_or(defaults.header),

@@ -18,6 +18,7 @@
 
 mod append;
 mod apply;
+pub mod catalog;
 mod check;
 pub mod ddl;
 mod error;
@@ -33,6 +34,7 @@ mod replace_where;
 
 pub use append::AppendFlow;
 pub use apply::{ApplyFlow, AuditColumns};
+pub use catalog::{Catalog, CatalogKind};
 pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
 pub use export::{ChangedBy, Compression, ExportFlow};

@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 use crate::append::{RawAppend, append_flow};
 use crate::apply::{RawApply, apply_flow};
+use crate::catalog::{RawCatalog, catalogs, check_catalog_names};
 use crate::ddl::TableName;
 use crate::error::{Result, SpecError, SpecErrors, did_you_mean};
 use crate::export::{RawExport, export_flow, same_place};
@@ -31,6 +32,8 @@ use crate::replace_where::{RawReplaceWhere, replace_where_flow};
 #[serde(deny_unknown_fields)]
 struct RawPipeline {
     lake: Option<String>,
+    #[serde(default)]
+    catalogs: Ordered<RawCatalog>,
     #[serde(default)]
     tables: Ordered<String>,
     #[serde(default)]
@@ -96,6 +99,7 @@ impl Pipeline {
                 String::new()
             }
         };
+        let catalogs = catalogs(path, &dir, text, raw.catalogs, &mut errors);
         let mut tables = Vec::new();
         for (table, place) in raw.tables.0 {
             let field = format!("tables.{table}");
@@ -108,6 +112,14 @@ impl Pipeline {
                 );
                 continue;
             };
+            if name.catalog.is_some() {
+                errors.push(
+                    SpecError::new(path, &field, format!("`{table}` is an Iceberg table; its catalog places it"))
+                        .at(line)
+                        .hint("place Delta tables (`schema.table`) here; an Iceberg table's location is its catalog's"),
+                );
+                continue;
+            }
             if place.contains("://") {
                 if let Err(message) = check_lake_url(&place) {
                     errors.push(SpecError::new(path, &field, message).at(line).hint(
@@ -207,12 +219,14 @@ impl Pipeline {
                 );
             }
         }
+        check_catalog_names(path, text, &flows, &catalogs, &mut errors);
         // No cycle: a flow cannot run after itself.
         cycle_errors(path, text, &flows, &mut errors);
         if errors.is_empty() {
             Ok(Pipeline {
                 file: path.to_path_buf(),
                 lake,
+                catalogs,
                 tables,
                 flows,
             })

@@ -18,6 +18,9 @@ pub struct Pipeline {
     /// The lake root: a local folder (resolved against the file's folder), or a storage URL
     /// (`s3://bucket/prefix`, `gs://…`, `az://…`, `abfss://…`, `file:///…`).
     pub lake: String,
+    /// Iceberg catalogs (`catalogs:`), in file order: where `catalog.namespace.table` names
+    /// are found.
+    pub catalogs: Vec<crate::catalog::Catalog>,
     /// Tables placed outside the lake root (`tables:`): name → local folder (resolved) or
     /// storage URL, in file order.
     pub tables: Vec<(TableName, String)>,
@@ -35,6 +38,9 @@ pub struct Flow {
 }
 
 /// The kinds of flow (DESIGN §4).
+// A pipeline holds a handful of flows: their size does not matter, boxing would only add
+// indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum FlowKind {
     /// Bronze → silver by key.

@@ -55,6 +55,35 @@ pub fn select<'a>(
         .collect())
 }
 
+/// The tables of a pipeline: its Delta lake and its Iceberg catalogs.
+pub struct Lakes {
+    delta: smelt_delta::Lake,
+    catalogs: Vec<(String, smelt_iceberg::IcebergLake)>,
+}
+
+impl Lakes {
+    /// Every table of the pipeline behind one [`smelt_engine::ports::Lake`].
+    pub fn ports(&self) -> smelt_engine::ports::Catalogs<'_> {
+        self.catalogs.iter().fold(
+            smelt_engine::ports::Catalogs::new(&self.delta),
+            |all, (name, lake)| all.with(name.clone(), lake),
+        )
+    }
+}
+
+/// Opens the Delta lake of a pipeline and each of its catalogs.
+pub async fn open_lakes(pipeline: &Pipeline) -> Result<Lakes, Failure> {
+    let delta = open_lake(pipeline)?;
+    let mut catalogs = Vec::new();
+    for spec in &pipeline.catalogs {
+        let catalog = smelt_iceberg::IcebergCatalog::open(spec)
+            .await
+            .map_err(smelt_engine::EngineError::from)?;
+        catalogs.push((spec.name.clone(), smelt_iceberg::IcebergLake::new(catalog)));
+    }
+    Ok(Lakes { delta, catalogs })
+}
+
 /// Opens the lake of a pipeline: its root folder or URL, and its placed tables.
 pub fn open_lake(pipeline: &Pipeline) -> Result<smelt_delta::Lake, Failure> {
     Ok(smelt_delta::Lake::at(&pipeline.lake)?.with_tables(&pipeline.tables)?)

@@ -3,7 +3,7 @@
 use smelt_engine::run::{RunSettings, check_window};
 use smelt_ingest::Files;
 
-use super::{load_pipeline, open_lake, select};
+use super::{load_pipeline, open_lakes, select};
 use crate::args::{GlobalArgs, RunArgs};
 use crate::failure::Failure;
 use crate::printer::Progress;
@@ -25,7 +25,8 @@ fn settings(args: &RunArgs, dry_run: bool) -> RunSettings {
 pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
-    let lake = open_lake(&pipeline)?;
+    let lakes = open_lakes(&pipeline).await?;
+    let lake = lakes.ports();
     let settings = settings(args, dry_run);
     // A window that does not parse is a usage error, found before any flow runs.
     check_window(&settings, chrono::Utc::now().timestamp_micros())

@@ -2,7 +2,7 @@
 
 use smelt_ingest::Files;
 
-use super::{load_pipeline, open_lake, select};
+use super::{load_pipeline, open_lakes, select};
 use crate::args::{GlobalArgs, StatusArgs};
 use crate::failure::Failure;
 
@@ -10,7 +10,8 @@ use crate::failure::Failure;
 pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
-    let lake = open_lake(&pipeline)?;
+    let lakes = open_lakes(&pipeline).await?;
+    let lake = lakes.ports();
     let rows = smelt_engine::status::status(&pipeline, &flows, &lake, &Files).await?;
     if global.json {
         println!(

@@ -4,7 +4,7 @@ use smelt_engine::validate::Problem;
 use smelt_ingest::Files;
 use smelt_spec::{Flow, Pipeline};
 
-use super::{load_pipeline, open_lake, select};
+use super::{load_pipeline, open_lakes, select};
 use crate::args::{GlobalArgs, ValidateArgs};
 use crate::failure::Failure;
 
@@ -31,7 +31,8 @@ pub async fn check(
     pipeline: &Pipeline,
     flows: &[&Flow],
 ) -> Result<(), Failure> {
-    let lake = open_lake(pipeline)?;
+    let lakes = open_lakes(pipeline).await?;
+    let lake = lakes.ports();
     let problems = smelt_engine::validate::validate(pipeline, flows, &lake, &Files).await;
     if problems.is_empty() {
         return Ok(());

@@ -21,10 +21,7 @@ use crate::{EngineError, Result};
 
 /// The tombstone table of a silver table: `<schema>.<table>__tombstones`.
 pub fn tombstone_table(silver: &smelt_spec::TableName) -> smelt_spec::TableName {
-    smelt_spec::TableName {
-        schema: silver.schema.clone(),
-        table: format!("{}__tombstones", silver.table),
-    }
+    silver.sibling(format!("{}__tombstones", silver.table))
 }
 
 /// The column of a tombstone that says when the key was deleted (the run's time).

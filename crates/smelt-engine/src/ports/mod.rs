@@ -1,7 +1,8 @@
 //! The ports a table format and a file store implement (DESIGN §7). Small on purpose:
 //! required methods are the minimum the run contract needs; extra abilities are defaulted.
 //!
-//! * [`Lake`]: where tables live — change sources, tables by role, the event log.
+//! * [`Lake`]: where tables live — change sources, tables by role, the event log;
+//!   [`Catalogs`] routes each table to the lake of its format (Delta, a named catalog).
 //! * [`ChangeSource`]: a table's changes, in commit, file and row order.
 //! * [`TableSink`], [`KeyedTable`], [`WatermarkStore`]: a table a flow writes, with its
 //!   watermark; [`SilverTable`] is all three.
@@ -9,6 +10,7 @@
 //!   targets ([`ExportTarget`]), implemented by `smelt-ingest`.
 //! * [`Reporter`]: progress and warnings, drawn by the CLI.
 
+mod catalogs;
 mod event_log;
 mod files;
 mod lake;
@@ -16,6 +18,7 @@ mod reporter;
 mod source;
 mod table;
 
+pub use catalogs::Catalogs;
 pub use event_log::EventLog;
 pub use files::{
     ExportFile, ExportState, ExportTarget, FileRows, FileStores, Landing, LandingFile, Malformed,

@@ -1,0 +1,238 @@
+//! Iceberg tables as sources: pyiceberg (from PyPI, installed by `testenv/setup.sh`) writes
+//! an Iceberg bronze in a SQL catalog (SQLite) — appends, copy-on-write overwrites and
+//! deletes — and `smelt run` applies its changes into a Delta silver. The expected silver
+//! is a model the test keeps as it writes (the last row written per key).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::{Project, text};
+use serde_json::{Value, json};
+
+const PIPELINE: &str = "lake: ./lake
+catalogs:
+  ice:
+    type: sql
+    uri: sqlite:catalog.db
+    warehouse: ./warehouse
+flows:
+  orders:
+    apply:
+      from: ice.raw.orders
+      into: silver.orders
+      schema: silver.sql
+      keys: [id]
+      sequence_by: [_commit_timestamp]
+      source_deletes: apply
+";
+
+const SILVER: &str =
+    "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING, amount BIGINT)";
+
+/// Runs `steps` (JSON lines, see `testenv/iceberg_tables.py`) through pyiceberg on the
+/// project's catalog; returns what the steps printed.
+fn pyiceberg(p: &Project, steps: &[Value]) -> Vec<Value> {
+    let testenv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testenv");
+    let python = testenv.join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "pyiceberg is not installed: run `testenv/setup.sh` (the README's test command does)"
+    );
+    let mut child = Command::new(python)
+        .arg(testenv.join("iceberg_tables.py"))
+        .arg("--uri")
+        .arg(format!("sqlite:///{}", p.file("catalog.db").display()))
+        .arg("--warehouse")
+        .arg(p.file("warehouse"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for step in steps {
+            writeln!(stdin, "{step}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "pyiceberg failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn row(id: &str, status: &str, amount: i64) -> Value {
+    json!({"id": id, "status": status, "amount": amount.to_string()})
+}
+
+/// The silver as (id, status, amount) rows, by id.
+fn silver(p: &Project) -> Vec<(String, String, String)> {
+    p.query("SELECT id, status, amount FROM silver.orders ORDER BY id")
+        .iter()
+        .map(|r| (text(&r["id"]), text(&r["status"]), text(&r["amount"])))
+        .collect()
+}
+
+/// The model: the last row written per key, less the keys deleted.
+#[derive(Default)]
+struct Model(BTreeMap<String, (String, String)>);
+
+impl Model {
+    fn write(&mut self, rows: &[Value]) {
+        for r in rows {
+            self.0
+                .insert(text(&r["id"]), (text(&r["status"]), text(&r["amount"])));
+        }
+    }
+
+    fn rows(&self) -> Vec<(String, String, String)> {
+        self.0
+            .iter()
+            .map(|(k, (s, a))| (k.clone(), s.clone(), a.clone()))
+            .collect()
+    }
+}
+
+#[test]
+fn an_iceberg_bronze_written_by_pyiceberg_applies_into_delta_silver() {
+    let p = Project::with_pipeline(PIPELINE);
+    p.write("silver.sql", SILVER);
+    let mut model = Model::default();
+    let table = "raw.orders";
+    pyiceberg(
+        &p,
+        &[json!({"create": table, "columns": ["id", "status", "amount"]})],
+    );
+
+    // 1. Two appends: the first run reads the current snapshot.
+    let first = [row("1", "new", 10), row("2", "new", 20)];
+    let second = [row("1", "active", 11), row("3", "new", 30)];
+    pyiceberg(
+        &p,
+        &[
+            json!({"append": table, "rows": first}),
+            json!({"append": table, "rows": second}),
+        ],
+    );
+    model.write(&first);
+    model.write(&second);
+    p.ok(&["run"]);
+    assert_eq!(silver(&p), model.rows());
+
+    // 2. A copy-on-write overwrite of key 2: pyiceberg removes the files holding it and
+    // re-adds their other rows (an old version of key 1 among them), which are carried
+    // over, not changes.
+    let overwrite = [row("2", "active", 21)];
+    pyiceberg(
+        &p,
+        &[json!({"overwrite": table, "where": "id = '2'", "rows": overwrite})],
+    );
+    model.write(&overwrite);
+    p.ok(&["run"]);
+    assert_eq!(
+        silver(&p),
+        model.rows(),
+        "carried-over rows are not changes"
+    );
+
+    // 3. A copy-on-write delete of key 3, and a new key: with `source_deletes: apply` the
+    // delete reaches silver.
+    let late = [row("4", "new", 40)];
+    pyiceberg(
+        &p,
+        &[
+            json!({"delete": table, "where": "id = '3'"}),
+            json!({"append": table, "rows": late}),
+        ],
+    );
+    model.0.remove("3");
+    model.write(&late);
+    p.ok(&["run"]);
+    assert_eq!(silver(&p), model.rows());
+
+    // Nothing new: nothing read. The watermark is the bronze's last sequence number,
+    // as pyiceberg reports it.
+    let snapshots = &pyiceberg(&p, &[json!({"snapshots": table})])[0]["snapshots"];
+    let last = snapshots.as_array().unwrap().last().unwrap()["sequence"]
+        .as_i64()
+        .unwrap();
+    let status = p.status();
+    assert_eq!(status["watermark"], last, "{status}");
+    assert_eq!(status["bronze_version"], last, "{status}");
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["changes_read"], 0, "{flows:?}");
+    assert_eq!(silver(&p), model.rows());
+
+    // The bronze as pyiceberg reads it has every key of the model (and the silver agrees
+    // with the latest row of each).
+    let bronze = &pyiceberg(&p, &[json!({"scan": table})])[0]["rows"];
+    let keys: std::collections::BTreeSet<String> = bronze
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| text(&r["id"]))
+        .collect();
+    assert_eq!(keys, model.0.keys().cloned().collect());
+}
+
+#[test]
+fn a_full_refresh_reads_the_current_snapshot_with_its_deletes() {
+    let p = Project::with_pipeline(PIPELINE);
+    p.write("silver.sql", SILVER);
+    let table = "raw.orders";
+    let rows = [
+        row("1", "new", 10),
+        row("2", "new", 20),
+        row("3", "new", 30),
+    ];
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": table, "columns": ["id", "status", "amount"]}),
+            json!({"append": table, "rows": rows}),
+            json!({"delete": table, "where": "id = '2'"}),
+        ],
+    );
+    p.ok(&["run"]);
+    let mut model = Model::default();
+    model.write(&[row("1", "new", 10), row("3", "new", 30)]);
+    assert_eq!(silver(&p), model.rows());
+    p.ok(&["run", "--full-refresh"]);
+    assert_eq!(silver(&p), model.rows());
+}
+
+#[test]
+fn an_unknown_iceberg_table_and_a_write_to_iceberg_are_refused_by_name() {
+    let p = Project::with_pipeline(PIPELINE);
+    p.write("silver.sql", SILVER);
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(err.contains("`ice.raw.orders` does not exist"), "{err}");
+    assert!(err.contains("Iceberg catalog `ice`"), "{err}");
+
+    let p =
+        Project::with_pipeline(&PIPELINE.replace("into: silver.orders", "into: ice.silver.orders"));
+    p.write("silver.sql", SILVER);
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": "raw.orders", "columns": ["id", "status", "amount"]}),
+            json!({"append": "raw.orders", "rows": [row("1", "new", 10)]}),
+        ],
+    );
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(
+        err.contains("`ice.silver.orders`: smelt reads Iceberg tables but does not write them yet"),
+        "{err}"
+    );
+}

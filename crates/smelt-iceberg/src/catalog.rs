@@ -1,0 +1,249 @@
+//! An Iceberg catalog of a pipeline (`catalogs:`): loads and creates tables, and commits
+//! new metadata with the catalog's atomic swap.
+//!
+//! The `iceberg` crate's `Catalog::update_table` takes a `TableCommit` that only the crate's
+//! own transactions can build, and they cannot remove files. smelt builds the new metadata
+//! itself (`TableMetadataBuilder`) and swaps the table's pointer the way the catalog does:
+//! for a SQL catalog, the same `UPDATE … WHERE metadata_location = <the one read>` as
+//! `SqlCatalog::update_table` and pyiceberg's `SqlCatalog`.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog as _, CatalogBuilder, MetadataLocation, NamespaceIdent, TableCreation, TableIdent,
+};
+use iceberg_catalog_sql::{SqlBindStyle, SqlCatalog, SqlCatalogBuilder};
+use smelt_spec::{Catalog, CatalogKind, TableName};
+use sqlx::AnyPool;
+
+use crate::error::{Context, Error, Result};
+use crate::storage::{ObjectStorageFactory, to_url};
+
+/// An opened catalog.
+#[derive(Debug)]
+pub struct IcebergCatalog {
+    name: String,
+    catalog: SqlCatalog,
+    /// Our own connection to the catalog's database, for the pointer swap.
+    pool: AnyPool,
+    factory: Arc<ObjectStorageFactory>,
+}
+
+/// What a commit lost to: another writer swapped the table's pointer first.
+pub const LOST_RACE: &str = "another writer committed to the table first";
+
+impl IcebergCatalog {
+    /// Opens the catalog `spec` (for a SQL catalog, creating its database file and tables
+    /// when missing).
+    pub async fn open(spec: &Catalog) -> Result<Self> {
+        let uri = match &spec.kind {
+            CatalogKind::Sql { uri } => uri.clone(),
+            CatalogKind::Rest { uri } => {
+                return Err(Error::user(
+                    format!(
+                        "catalog `{}` is a REST catalog ({uri}); smelt does not open REST catalogs yet",
+                        spec.name
+                    ),
+                    "use a `type: sql` catalog (a SQLite file) for now",
+                ));
+            }
+        };
+        for (key, value) in &spec.properties {
+            let numeric = matches!(key.as_str(), "pool.max-connections" | "pool.idle-timeout");
+            let boolean = key == "pool.test-before-acquire";
+            if (numeric && value.parse::<u64>().is_err())
+                || (boolean && value.parse::<bool>().is_err())
+            {
+                return Err(Error::user(
+                    format!(
+                        "catalog `{}`: `{key}: {value}` is not a valid value",
+                        spec.name
+                    ),
+                    if numeric {
+                        "give a whole number"
+                    } else {
+                        "give `true` or `false`"
+                    },
+                ));
+            }
+        }
+        // sqlx opens SQLite files read-write, creating them when missing, with `mode=rwc`.
+        let uri = if uri.contains('?') {
+            uri
+        } else {
+            format!("{uri}?mode=rwc")
+        };
+        if let Some(path) = uri
+            .strip_prefix("sqlite://")
+            .and_then(|p| p.split('?').next())
+            && let Some(dir) = std::path::Path::new(path).parent()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::user(
+                    format!(
+                        "catalog `{}`: cannot create the folder of `{path}`: {e}",
+                        spec.name
+                    ),
+                    "check the `uri` of the catalog and the folder's permissions",
+                )
+            })?;
+        }
+        let warehouse = spec.warehouse.clone().unwrap_or_default();
+        let warehouse = to_url(&warehouse).map(|u| u.to_string()).map_err(|e| {
+            Error::user(format!("catalog `{}`: {e}", spec.name), "check `warehouse`")
+        })?;
+        let factory = Arc::new(ObjectStorageFactory::default());
+        let props: HashMap<String, String> = spec.properties.iter().cloned().collect();
+        let catalog = SqlCatalogBuilder::default()
+            .uri(&uri)
+            .warehouse_location(warehouse.trim_end_matches('/'))
+            .sql_bind_style(SqlBindStyle::QMark)
+            .with_storage_factory(factory.clone())
+            .load(&spec.name, props)
+            .await
+            .context(|| format!("opening catalog `{}` ({uri})", spec.name))?;
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&uri)
+            .await
+            .context(|| format!("opening catalog `{}` ({uri})", spec.name))?;
+        Ok(IcebergCatalog {
+            name: spec.name.clone(),
+            catalog,
+            pool,
+            factory,
+        })
+    }
+
+    /// The catalog's name (`catalogs:` key).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The storage the catalog's tables are read and written through.
+    pub fn storage(&self) -> &Arc<ObjectStorageFactory> {
+        &self.factory
+    }
+
+    /// Table `name`, `None` when the catalog has no such table.
+    pub async fn load(&self, name: &TableName) -> Result<Option<Table>> {
+        let ident = ident(name);
+        let exists = self
+            .catalog
+            .table_exists(&ident)
+            .await
+            .context(|| format!("looking up `{name}` in catalog `{}`", self.name))?;
+        if !exists {
+            return Ok(None);
+        }
+        let table = self
+            .catalog
+            .load_table(&ident)
+            .await
+            .context(|| format!("loading `{name}`"))?;
+        Ok(Some(table))
+    }
+
+    /// Creates table `name` (format version 2) with `schema`, and its namespace when missing.
+    pub async fn create(&self, name: &TableName, schema: iceberg::spec::Schema) -> Result<Table> {
+        let ns = NamespaceIdent::new(name.schema.clone());
+        let has_ns = self.catalog.namespace_exists(&ns).await.context(|| {
+            format!(
+                "looking up namespace `{}` in catalog `{}`",
+                name.schema, self.name
+            )
+        })?;
+        if !has_ns {
+            // Another writer may create it at the same moment: only its absence afterwards
+            // is an error.
+            if let Err(e) = self.catalog.create_namespace(&ns, HashMap::new()).await {
+                let now = self.catalog.namespace_exists(&ns).await.unwrap_or(false);
+                if !now {
+                    return Err(Error::Iceberg {
+                        context: format!(
+                            "creating namespace `{}` in catalog `{}`",
+                            name.schema, self.name
+                        ),
+                        source: Box::new(e),
+                    });
+                }
+            }
+        }
+        let creation = TableCreation::builder()
+            .name(name.table.clone())
+            .schema(schema)
+            .build();
+        self.catalog
+            .create_table(&ns, creation)
+            .await
+            .context(|| format!("creating `{name}`"))
+    }
+
+    /// Commits the metadata `update` makes of `table`'s, if the table is still at the
+    /// metadata `table` was loaded from; returns the table at the new metadata. Losing the
+    /// race is a user error naming the table ([`LOST_RACE`]).
+    pub async fn commit(
+        &self,
+        name: &TableName,
+        table: &Table,
+        update: impl FnOnce(TableMetadataBuilder) -> iceberg::Result<TableMetadataBuilder>,
+    ) -> Result<Table> {
+        let current = table
+            .metadata_location_result()
+            .context(|| format!("committing to `{name}`"))?
+            .to_string();
+        let builder = table.metadata().clone().into_builder(Some(current.clone()));
+        let metadata: TableMetadata = update(builder)
+            .and_then(|b| b.build())
+            .context(|| format!("building the new metadata of `{name}`"))?
+            .metadata;
+        let location = MetadataLocation::from_str(&current)
+            .context(|| format!("reading the metadata location of `{name}`"))?
+            .with_next_version()
+            .with_new_metadata(&metadata);
+        metadata
+            .write_to(table.file_io(), &location)
+            .await
+            .context(|| format!("writing the new metadata of `{name}`"))?;
+        let location = location.to_string();
+        let swapped = sqlx::query(
+            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
+             AND metadata_location = ?",
+        )
+        .bind(&location)
+        .bind(&current)
+        .bind(&self.name)
+        .bind(&name.schema)
+        .bind(&name.table)
+        .bind(&current)
+        .execute(&self.pool)
+        .await
+        .context(|| format!("committing to `{name}` in catalog `{}`", self.name))?;
+        if swapped.rows_affected() == 0 {
+            // The metadata file written is never referenced; it is harmless.
+            return Err(Error::user(
+                format!("`{name}`: {LOST_RACE} (its catalog pointer moved while this run wrote)"),
+                "run again: the next run starts from the committed state",
+            ));
+        }
+        Table::builder()
+            .identifier(table.identifier().clone())
+            .metadata_location(location)
+            .metadata(metadata)
+            .file_io(table.file_io().clone())
+            .runtime(iceberg::Runtime::try_current().context(|| "the tokio runtime".to_string())?)
+            .build()
+            .context(|| format!("opening `{name}` after the commit"))
+    }
+}
+
+/// The catalog identifier of `name` (namespace = its schema).
+pub fn ident(name: &TableName) -> TableIdent {
+    TableIdent::new(NamespaceIdent::new(name.schema.clone()), name.table.clone())
+}

@@ -1,0 +1,88 @@
+//! The Iceberg adapter's error type.
+
+use smelt_engine::EngineError;
+
+/// Errors of the Iceberg adapter.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Something the user can fix: names what and where.
+    #[error("{message}")]
+    User {
+        /// What is wrong.
+        message: String,
+        /// The next step.
+        hint: Option<String>,
+    },
+    /// The `iceberg` crate failed.
+    #[error("{context}")]
+    Iceberg {
+        /// What smelt was doing.
+        context: String,
+        /// The error (boxed: it is large).
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+    /// The SQL catalog's database failed.
+    #[error("{context}")]
+    Sql {
+        /// What smelt was doing.
+        context: String,
+        /// The error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Moving batches between the two Arrow versions failed.
+    #[error(transparent)]
+    Bridge(#[from] crate::bridge::BridgeError),
+    /// Arrow failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+impl Error {
+    /// A user error with a hint.
+    pub fn user(message: impl Into<String>, hint: impl Into<String>) -> Self {
+        Error::User {
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+}
+
+/// Adds what smelt was doing to the `iceberg` crate's and sqlx's errors.
+pub(crate) trait Context<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> Context<T> for Result<T, iceberg::Error> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::Iceberg {
+            context: what(),
+            source: Box::new(source),
+        })
+    }
+}
+
+impl<T> Context<T> for Result<T, sqlx::Error> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::Sql {
+            context: what(),
+            source,
+        })
+    }
+}
+
+impl From<Error> for EngineError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::User { message, hint } => EngineError::User { message, hint },
+            Error::Iceberg { context, source } => EngineError::storage(context, *source),
+            Error::Sql { context, source } => EngineError::storage(context, source),
+            Error::Bridge(e) => EngineError::Internal(e.to_string()),
+            Error::Arrow(e) => EngineError::storage("arrow", e),
+        }
+    }
+}
+
+/// Result alias of the Iceberg adapter.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

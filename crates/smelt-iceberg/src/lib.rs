@@ -1,0 +1,19 @@
+//! Apache Iceberg tables for smelt, behind the engine's ports.
+//!
+//! The `iceberg` crate models the spec (metadata, manifests, Avro, catalogs) and reads and
+//! writes data files on Arrow 58; smelt is on Arrow 59. [`bridge`] moves batches and
+//! schemas between the two through the Arrow C Data Interface, without copying buffers.
+
+#![deny(unsafe_code)]
+
+pub mod bridge;
+pub mod catalog;
+pub mod error;
+pub mod storage;
+
+pub use catalog::IcebergCatalog;
+pub use error::{Error, Result};
+pub mod lake;
+pub mod source;
+
+pub use lake::IcebergLake;

@@ -1,0 +1,89 @@
+"""The Iceberg oracle of the tests: pyiceberg (a SQL catalog on SQLite) writes the tables
+smelt reads, and reads the tables smelt writes.
+
+    iceberg_tables.py --uri sqlite:////abs/catalog.db --warehouse /abs/wh --catalog ice < steps
+
+`steps` is one JSON object per line:
+
+    {"create": "ns.t", "columns": ["id", "status"]}      all-string columns (bronze)
+    {"append": "ns.t", "rows": [{"id": "1", "status": "active"}]}
+    {"overwrite": "ns.t", "where": "id = '1'", "rows": [...]}   copy-on-write
+    {"delete": "ns.t", "where": "id = '2'"}                     copy-on-write
+    {"scan": "ns.t"}           prints {"rows": [...]} (sorted by every column)
+    {"snapshots": "ns.t"}      prints {"snapshots": [{"id", "sequence", "operation", "summary"}]}
+    {"properties": "ns.t"}     prints {"properties": {...}}
+
+Each printed result is one JSON line on stdout.
+"""
+
+import argparse
+import json
+import sys
+
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.expressions.parser import parse as parse_filter
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--uri", required=True)
+    p.add_argument("--warehouse", required=True)
+    p.add_argument("--catalog", default="ice")
+    args = p.parse_args()
+    catalog = SqlCatalog(args.catalog, uri=args.uri, warehouse=f"file://{args.warehouse}")
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        step = json.loads(line)
+        if "create" in step:
+            name = step["create"]
+            ns = name.split(".")[0]
+            catalog.create_namespace_if_not_exists(ns)
+            schema = pa.schema([pa.field(c, pa.string()) for c in step["columns"]])
+            catalog.create_table(name, schema=schema)
+        elif "append" in step:
+            t = catalog.load_table(step["append"])
+            t.append(arrow_rows(t, step["rows"]))
+        elif "overwrite" in step:
+            t = catalog.load_table(step["overwrite"])
+            t.overwrite(arrow_rows(t, step["rows"]), overwrite_filter=parse_filter(step["where"]))
+        elif "delete" in step:
+            t = catalog.load_table(step["delete"])
+            t.delete(delete_filter=parse_filter(step["where"]))
+        elif "scan" in step:
+            t = catalog.load_table(step["scan"])
+            rows = t.scan().to_arrow().to_pylist()
+            rows.sort(key=lambda r: json.dumps(r, sort_keys=True, default=str))
+            print(json.dumps({"rows": rows}, default=str), flush=True)
+        elif "snapshots" in step:
+            t = catalog.load_table(step["snapshots"])
+            out = []
+            current = t.current_snapshot()
+            chain = []
+            while current is not None:
+                chain.append(current)
+                current = t.snapshot_by_id(current.parent_snapshot_id) if current.parent_snapshot_id else None
+            for s in reversed(chain):
+                out.append({
+                    "id": s.snapshot_id,
+                    "sequence": s.sequence_number,
+                    "operation": s.summary.operation.value if s.summary else None,
+                    "summary": dict(s.summary.additional_properties) if s.summary else {},
+                })
+            print(json.dumps({"snapshots": out}), flush=True)
+        elif "properties" in step:
+            t = catalog.load_table(step["properties"])
+            print(json.dumps({"properties": dict(t.properties)}), flush=True)
+        else:
+            raise SystemExit(f"unknown step: {line}")
+
+
+def arrow_rows(table, rows):
+    schema = table.schema().as_arrow()
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+if __name__ == "__main__":
+    main()
