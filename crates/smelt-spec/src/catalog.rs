@@ -300,7 +300,7 @@ mod tests {
                 uri: "sqlite:///p/cat.db".into()
             }
         );
-        assert_eq!(p.catalogs[0].warehouse.as_deref(), Some("/p/./wh"));
+        assert_eq!(p.catalogs[0].warehouse.as_deref(), Some("/p/wh"));
         assert_eq!(
             p.catalogs[1].kind,
             CatalogKind::Rest {
