@@ -6,6 +6,7 @@ smelt reads, and reads the tables smelt writes.
 `steps` is one JSON object per line:
 
     {"create": "ns.t", "columns": ["id", "status"]}      all-string columns (bronze)
+    {"create": "ns.t", "schema": [["id", "long"], ["ts", "timestamptz"], ["amount", "decimal(10,2)"]]}
     {"append": "ns.t", "rows": [{"id": "1", "status": "active"}]}
     {"overwrite": "ns.t", "where": "id = '1'", "rows": [...]}   copy-on-write
     {"delete": "ns.t", "where": "id = '2'"}                     copy-on-write
@@ -17,6 +18,8 @@ Each printed result is one JSON line on stdout.
 """
 
 import argparse
+import datetime
+import decimal
 import json
 import sys
 
@@ -41,7 +44,10 @@ def main():
             name = step["create"]
             ns = name.split(".")[0]
             catalog.create_namespace_if_not_exists(ns)
-            schema = pa.schema([pa.field(c, pa.string()) for c in step["columns"]])
+            if "schema" in step:
+                schema = pa.schema([pa.field(c, arrow_type(t)) for c, t in step["schema"]])
+            else:
+                schema = pa.schema([pa.field(c, pa.string()) for c in step["columns"]])
             catalog.create_table(name, schema=schema)
         elif "append" in step:
             t = catalog.load_table(step["append"])
@@ -80,9 +86,33 @@ def main():
             raise SystemExit(f"unknown step: {line}")
 
 
+def arrow_type(name):
+    if name == "string":
+        return pa.string()
+    if name == "long":
+        return pa.int64()
+    if name == "timestamptz":
+        return pa.timestamp("us", tz="UTC")
+    if name.startswith("decimal("):
+        p, s = name[len("decimal("):-1].split(",")
+        return pa.decimal128(int(p), int(s))
+    raise SystemExit(f"unknown type {name}")
+
+
 def arrow_rows(table, rows):
     schema = table.schema().as_arrow()
-    return pa.Table.from_pylist(rows, schema=schema)
+    converted = []
+    for r in rows:
+        out = {}
+        for field in schema:
+            v = r.get(field.name)
+            if v is not None and pa.types.is_timestamp(field.type):
+                v = datetime.datetime.fromisoformat(v)
+            elif v is not None and pa.types.is_decimal(field.type):
+                v = decimal.Decimal(v)
+            out[field.name] = v
+        converted.append(out)
+    return pa.Table.from_pylist(converted, schema=schema)
 
 
 if __name__ == "__main__":

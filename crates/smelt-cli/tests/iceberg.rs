@@ -232,7 +232,102 @@ fn an_unknown_iceberg_table_and_a_write_to_iceberg_are_refused_by_name() {
     );
     let (_, err) = p.fails(&["run"], 1);
     assert!(
-        err.contains("`ice.silver.orders`: smelt reads Iceberg tables but does not write them yet"),
+        err.contains("`ice.silver.orders`: apply flows into Iceberg tables are not supported yet"),
         "{err}"
     );
+}
+
+const SEED_004: &str = "lake: ./lake
+catalogs:
+  ice:
+    type: sql
+    uri: sqlite:catalog.db
+    warehouse: ./warehouse
+flows:
+  active:
+    append:
+      from: ice.foundry.input
+      into: ice.foundry.output
+      where: status = 'active'
+      on_rewrite: fail
+";
+
+fn input_row(id: i64, status: &str, day: u32, amount: &str) -> Value {
+    json!({"id": id, "status": status, "ts": format!("2026-07-0{day}T09:00:00+00:00"), "amount": amount})
+}
+
+/// The output as pyiceberg reads it: (id, status, amount), by id.
+fn output(p: &Project) -> Vec<(i64, String, String)> {
+    let mut rows: Vec<(i64, String, String)> = pyiceberg(p, &[json!({"scan": "foundry.output"})])[0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["id"].as_i64().unwrap(), text(&r["status"]), text(&r["amount"])))
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn seed_004_appends_the_active_rows_of_an_iceberg_input_to_an_iceberg_output() {
+    let p = Project::with_pipeline(SEED_004);
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": "foundry.input", "schema": [["id", "long"], ["status", "string"], ["ts", "timestamptz"], ["amount", "decimal(10,2)"]]}),
+            json!({"append": "foundry.input", "rows": [
+                input_row(1, "active", 1, "10.00"),
+                input_row(2, "inactive", 1, "20.00"),
+                input_row(3, "active", 1, "30.00"),
+            ]}),
+        ],
+    );
+    // Build 1: the output is created and gets the active rows.
+    p.ok(&["run"]);
+    let active = |id: i64, amount: &str| (id, "active".to_string(), amount.to_string());
+    assert_eq!(output(&p), vec![active(1, "10.00"), active(3, "30.00")]);
+
+    // Build 2: only the rows added since are read.
+    pyiceberg(
+        &p,
+        &[json!({"append": "foundry.input", "rows": [
+            input_row(4, "active", 2, "40.00"),
+            input_row(5, "inactive", 2, "50.00"),
+        ]})],
+    );
+    p.ok(&["run"]);
+    assert_eq!(
+        output(&p),
+        vec![active(1, "10.00"), active(3, "30.00"), active(4, "40.00")]
+    );
+
+    // Build 3: nothing added, nothing appended.
+    p.ok(&["run"]);
+    assert_eq!(output(&p).len(), 3);
+
+    // The output's snapshots are appends, each carrying the input's sequence number it
+    // read up to, as pyiceberg sees them.
+    let input = &pyiceberg(&p, &[json!({"snapshots": "foundry.input"})])[0]["snapshots"];
+    let input_last = input.as_array().unwrap().last().unwrap()["sequence"].as_i64().unwrap();
+    let snapshots = &pyiceberg(&p, &[json!({"snapshots": "foundry.output"})])[0]["snapshots"];
+    let last = snapshots.as_array().unwrap().last().unwrap();
+    assert_eq!(last["operation"], "append", "{snapshots}");
+    let watermark = last["summary"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| k.starts_with("smelt.watermark."))
+        .map(|(_, v)| text(v));
+    assert_eq!(watermark, Some(input_last.to_string()), "{snapshots}");
+    let status = p.status();
+    assert_eq!(status["watermark"], input_last, "{status}");
+
+    // A rewrite of the input stops the flow (`on_rewrite: fail`) and writes nothing.
+    pyiceberg(
+        &p,
+        &[json!({"overwrite": "foundry.input", "where": "id = 2", "rows": [input_row(2, "active", 3, "21.00")]})],
+    );
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(err.contains("overwrite"), "{err}");
+    assert_eq!(output(&p).len(), 3);
 }

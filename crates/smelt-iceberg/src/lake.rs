@@ -1,6 +1,8 @@
 //! The engine's [`Lake`] port on an Iceberg catalog: the tables named
 //! `catalog.namespace.table`.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use smelt_engine::ports::{ChangeSource, EventLog, Lake, SilverTable, SourceOptions, TableRole};
 use smelt_engine::report::FlowEvent;
@@ -9,17 +11,20 @@ use smelt_spec::TableName;
 
 use crate::catalog::IcebergCatalog;
 use crate::source::IcebergSource;
+use crate::table::IcebergTable;
 
 /// The tables of one Iceberg catalog.
 #[derive(Debug)]
 pub struct IcebergLake {
-    catalog: IcebergCatalog,
+    catalog: Arc<IcebergCatalog>,
 }
 
 impl IcebergLake {
     /// The tables of `catalog`.
     pub fn new(catalog: IcebergCatalog) -> Self {
-        IcebergLake { catalog }
+        IcebergLake {
+            catalog: Arc::new(catalog),
+        }
     }
 
     /// The catalog.
@@ -27,11 +32,14 @@ impl IcebergLake {
         &self.catalog
     }
 
-    fn not_writable(&self, name: &TableName) -> EngineError {
-        EngineError::user(
-            format!("`{name}`: smelt reads Iceberg tables but does not write them yet"),
-            "write the flow's table to the Delta lake (`schema.table`)",
-        )
+    /// Table `name`, opened to write or inspect.
+    async fn open(&self, name: &TableName) -> Result<IcebergTable> {
+        let table = self.catalog.load(name).await?;
+        Ok(IcebergTable::new(
+            name.clone(),
+            self.catalog.clone(),
+            table,
+        )?)
     }
 }
 
@@ -56,12 +64,20 @@ impl Lake for IcebergLake {
         )?))
     }
 
-    async fn table(&self, name: &TableName, _role: TableRole) -> Result<Box<dyn SilverTable>> {
-        Err(self.not_writable(name))
+    async fn table(&self, name: &TableName, role: TableRole) -> Result<Box<dyn SilverTable>> {
+        let what = match role {
+            TableRole::Target => return Ok(Box::new(self.open(name).await?)),
+            TableRole::Silver | TableRole::Tombstones | TableRole::Rejects => "apply flows",
+            TableRole::Bronze => "ingest flows",
+        };
+        Err(EngineError::user(
+            format!("`{name}`: {what} into Iceberg tables are not supported yet"),
+            "write the flow's table to the Delta lake (`schema.table`); append flows may write Iceberg tables",
+        ))
     }
 
     async fn inspect(&self, name: &TableName) -> Result<Box<dyn SilverTable>> {
-        Err(self.not_writable(name))
+        Ok(Box::new(self.open(name).await?))
     }
 
     fn event_log(&self) -> &dyn EventLog {

@@ -14,6 +14,8 @@ pub mod storage;
 pub use catalog::IcebergCatalog;
 pub use error::{Error, Result};
 pub mod lake;
+mod snapshot;
 pub mod source;
+pub mod table;
 
 pub use lake::IcebergLake;

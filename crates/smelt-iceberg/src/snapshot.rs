@@ -1,0 +1,185 @@
+//! New snapshots: the manifests, manifest list and snapshot of a commit, made with the
+//! `iceberg` crate's writers, and committed with the catalog's swap (`catalog.rs`).
+//!
+//! The crate's own snapshot producer only appends (and retries over other writers); smelt
+//! needs to remove files too (copy-on-write) and never to retry over another writer.
+
+use std::collections::HashMap;
+
+use iceberg::spec::{
+    DataFile, FormatVersion, MAIN_BRANCH, ManifestListWriter, ManifestWriterBuilder, Operation,
+    Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+};
+use iceberg::table::Table;
+use smelt_spec::TableName;
+use uuid::Uuid;
+
+use crate::catalog::IcebergCatalog;
+use crate::error::{Context, Error, Result};
+
+/// What one commit does to a table.
+#[derive(Debug, Default)]
+pub(crate) struct Change {
+    /// Data files to add.
+    pub added: Vec<DataFile>,
+    /// Summary properties of the snapshot (`smelt.*`).
+    pub summary: HashMap<String, String>,
+    /// Table properties to set in the same metadata commit.
+    pub properties: HashMap<String, String>,
+}
+
+/// Commits `change` to `table` as an `append` snapshot (the watermark and the smelt
+/// summary ride in the same metadata swap); returns the table at the new snapshot.
+pub(crate) async fn commit_append(
+    catalog: &IcebergCatalog,
+    name: &TableName,
+    table: &Table,
+    change: Change,
+) -> Result<Table> {
+    let metadata = table.metadata();
+    if metadata.format_version() == FormatVersion::V1 {
+        return Err(Error::user(
+            format!("`{name}` is an Iceberg format version 1 table; smelt writes version 2 tables"),
+            "upgrade the table to format version 2 (`ALTER TABLE … SET TBLPROPERTIES ('format-version' = '2')` in Spark)",
+        ));
+    }
+    let snapshot_id = new_snapshot_id(table);
+    let sequence = metadata.next_sequence_number();
+    let location = metadata.location().trim_end_matches('/').to_string();
+    let commit = Uuid::new_v4();
+    let io = table.file_io();
+    let schema = metadata.current_schema().clone();
+    let spec = metadata.default_partition_spec().as_ref().clone();
+
+    let mut summary = SnapshotSummaryCollector::default();
+    for file in &change.added {
+        summary.add_file(
+            file,
+            schema.clone(),
+            metadata.default_partition_spec().clone(),
+        );
+    }
+    let mut manifests = Vec::new();
+    if !change.added.is_empty() {
+        let path = format!("{location}/metadata/{commit}-m0.avro");
+        let output = io
+            .new_output(&path)
+            .context(|| format!("writing `{path}`"))?;
+        let mut writer =
+            ManifestWriterBuilder::new(output, Some(snapshot_id), schema.clone(), spec)
+                .build_v2_data();
+        for file in change.added {
+            writer
+                .add_file(file, sequence)
+                .context(|| format!("writing the manifest of `{name}`"))?;
+        }
+        manifests.push(
+            writer
+                .write_manifest_file()
+                .await
+                .context(|| format!("writing the manifest of `{name}`"))?,
+        );
+    }
+    let parent = metadata.current_snapshot();
+    if let Some(parent) = parent {
+        let list = table
+            .manifest_list_reader(parent)
+            .load()
+            .await
+            .context(|| format!("reading the manifest list of `{name}`"))?;
+        manifests.extend(list.entries().iter().cloned());
+    }
+    let list_path = format!("{location}/metadata/snap-{snapshot_id}-0-{commit}.avro");
+    let out = io
+        .new_output(&list_path)
+        .context(|| format!("writing `{list_path}`"))?
+        .writer()
+        .await
+        .context(|| format!("writing `{list_path}`"))?;
+    let mut list =
+        ManifestListWriter::v2(out, snapshot_id, parent.map(|p| p.snapshot_id()), sequence);
+    list.add_manifests(manifests.into_iter())
+        .context(|| format!("writing the manifest list of `{name}`"))?;
+    list.close()
+        .await
+        .context(|| format!("writing the manifest list of `{name}`"))?;
+
+    let mut properties = change.summary;
+    let added = summary.build();
+    let totals = totals(parent.map(|p| &p.summary().additional_properties), &added);
+    properties.extend(added);
+    properties.extend(totals);
+    let snapshot = Snapshot::builder()
+        .with_manifest_list(list_path)
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
+        .with_sequence_number(sequence)
+        .with_summary(Summary {
+            operation: Operation::Append,
+            additional_properties: properties,
+        })
+        .with_schema_id(metadata.current_schema_id())
+        .with_timestamp_ms(chrono_now_ms())
+        .build();
+    let table_properties = change.properties;
+    catalog
+        .commit(name, table, move |b| {
+            let b = b.add_snapshot(snapshot)?.set_ref(
+                MAIN_BRANCH,
+                SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+            )?;
+            if table_properties.is_empty() {
+                Ok(b)
+            } else {
+                b.set_properties(table_properties)
+            }
+        })
+        .await
+}
+
+/// The `total-*` summary entries after adding `added` (the `added-*` entries) to the
+/// parent's totals, as Iceberg writers keep them.
+fn totals(
+    parent: Option<&HashMap<String, String>>,
+    added: &HashMap<String, String>,
+) -> HashMap<String, String> {
+    let get = |m: Option<&HashMap<String, String>>, k: &str| {
+        m.and_then(|m| m.get(k))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    [
+        ("total-data-files", "added-data-files"),
+        ("total-records", "added-records"),
+        ("total-files-size", "added-files-size"),
+        ("total-delete-files", "added-delete-files"),
+        ("total-position-deletes", "added-position-deletes"),
+        ("total-equality-deletes", "added-equality-deletes"),
+    ]
+    .into_iter()
+    .map(|(total, add)| {
+        (
+            total.to_string(),
+            (get(parent, total) + get(Some(added), add)).to_string(),
+        )
+    })
+    .collect()
+}
+
+/// A positive snapshot id not used by the table (as the `iceberg` crate makes them).
+fn new_snapshot_id(table: &Table) -> i64 {
+    loop {
+        let (a, b) = Uuid::new_v4().as_u64_pair();
+        let id = ((a ^ b) >> 1) as i64;
+        if id != 0 && table.metadata().snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+fn chrono_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
