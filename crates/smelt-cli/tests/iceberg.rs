@@ -186,6 +186,74 @@ fn an_iceberg_bronze_written_by_pyiceberg_applies_into_delta_silver() {
     assert_eq!(keys, model.0.keys().cloned().collect());
 }
 
+/// The Iceberg silver as pyiceberg reads it: (id, status, amount), by id.
+fn iceberg_silver(p: &Project) -> Vec<(String, String, String)> {
+    let mut rows: Vec<(String, String, String)> = pyiceberg(p, &[json!({"scan": "silver.orders"})])
+        [0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (text(&r["id"]), text(&r["status"]), text(&r["amount"])))
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn an_apply_flow_writes_iceberg_silver_copy_on_write_that_pyiceberg_reads() {
+    let p =
+        Project::with_pipeline(&PIPELINE.replace("into: silver.orders", "into: ice.silver.orders"));
+    p.write("silver.sql", SILVER);
+    let mut model = Model::default();
+    let table = "raw.orders";
+    let first = [
+        row("1", "new", 10),
+        row("2", "new", 20),
+        row("3", "new", 30),
+    ];
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": table, "columns": ["id", "status", "amount"]}),
+            json!({"append": table, "rows": first}),
+        ],
+    );
+    model.write(&first);
+    p.ok(&["run"]);
+    assert_eq!(iceberg_silver(&p), model.rows());
+
+    // A delete of key 2 (pyiceberg rewrites the file, carrying keys 1 and 3 over), then
+    // updates of keys 1 and 3 and a new key 4.
+    let second = [
+        row("1", "active", 11),
+        row("3", "active", 31),
+        row("4", "new", 40),
+    ];
+    pyiceberg(
+        &p,
+        &[
+            json!({"delete": table, "where": "id = '2'"}),
+            json!({"append": table, "rows": second}),
+        ],
+    );
+    model.0.remove("2");
+    model.write(&second);
+    p.ok(&["run"]);
+    assert_eq!(iceberg_silver(&p), model.rows());
+    // The silver's last snapshot rewrote the file holding the old rows.
+    let snapshots = &pyiceberg(&p, &[json!({"snapshots": "silver.orders"})])[0]["snapshots"];
+    let last = snapshots.as_array().unwrap().last().unwrap();
+    assert_eq!(last["operation"], "overwrite", "{snapshots}");
+    assert_eq!(last["summary"]["total-records"], "3", "{snapshots}");
+
+    // A rebuild gives the same silver.
+    p.ok(&["run", "--full-refresh"]);
+    assert_eq!(iceberg_silver(&p), model.rows());
+    // Nothing new: nothing changes.
+    p.ok(&["run"]);
+    assert_eq!(iceberg_silver(&p), model.rows());
+}
+
 #[test]
 fn a_full_refresh_reads_the_current_snapshot_with_its_deletes() {
     let p = Project::with_pipeline(PIPELINE);
@@ -213,26 +281,21 @@ fn a_full_refresh_reads_the_current_snapshot_with_its_deletes() {
 }
 
 #[test]
-fn an_unknown_iceberg_table_and_a_write_to_iceberg_are_refused_by_name() {
+fn an_unknown_iceberg_table_and_an_ingest_into_iceberg_are_refused_by_name() {
     let p = Project::with_pipeline(PIPELINE);
     p.write("silver.sql", SILVER);
     let (_, err) = p.fails(&["run"], 1);
     assert!(err.contains("`ice.raw.orders` does not exist"), "{err}");
     assert!(err.contains("Iceberg catalog `ice`"), "{err}");
 
-    let p =
-        Project::with_pipeline(&PIPELINE.replace("into: silver.orders", "into: ice.silver.orders"));
-    p.write("silver.sql", SILVER);
-    pyiceberg(
-        &p,
-        &[
-            json!({"create": "raw.orders", "columns": ["id", "status", "amount"]}),
-            json!({"append": "raw.orders", "rows": [row("1", "new", 10)]}),
-        ],
+    let p = Project::with_pipeline(
+        "lake: ./lake\ncatalogs:\n  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}\nflows:\n  land:\n    ingest:\n      from: ./landing\n      into: ice.raw.orders\n      format: csv\n",
     );
+    std::fs::create_dir_all(p.file("landing")).unwrap();
+    p.write("landing/a.csv", "id,status\n1,new\n");
     let (_, err) = p.fails(&["run"], 1);
     assert!(
-        err.contains("`ice.silver.orders`: apply flows into Iceberg tables are not supported yet"),
+        err.contains("`ice.raw.orders`: ingest flows into Iceberg tables are not supported yet"),
         "{err}"
     );
 }
@@ -258,11 +321,18 @@ fn input_row(id: i64, status: &str, day: u32, amount: &str) -> Value {
 
 /// The output as pyiceberg reads it: (id, status, amount), by id.
 fn output(p: &Project) -> Vec<(i64, String, String)> {
-    let mut rows: Vec<(i64, String, String)> = pyiceberg(p, &[json!({"scan": "foundry.output"})])[0]["rows"]
+    let mut rows: Vec<(i64, String, String)> = pyiceberg(p, &[json!({"scan": "foundry.output"})])
+        [0]["rows"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| (r["id"].as_i64().unwrap(), text(&r["status"]), text(&r["amount"])))
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                text(&r["status"]),
+                text(&r["amount"]),
+            )
+        })
         .collect();
     rows.sort();
     rows
@@ -308,7 +378,9 @@ fn seed_004_appends_the_active_rows_of_an_iceberg_input_to_an_iceberg_output() {
     // The output's snapshots are appends, each carrying the input's sequence number it
     // read up to, as pyiceberg sees them.
     let input = &pyiceberg(&p, &[json!({"snapshots": "foundry.input"})])[0]["snapshots"];
-    let input_last = input.as_array().unwrap().last().unwrap()["sequence"].as_i64().unwrap();
+    let input_last = input.as_array().unwrap().last().unwrap()["sequence"]
+        .as_i64()
+        .unwrap();
     let snapshots = &pyiceberg(&p, &[json!({"snapshots": "foundry.output"})])[0]["snapshots"];
     let last = snapshots.as_array().unwrap().last().unwrap();
     assert_eq!(last["operation"], "append", "{snapshots}");
@@ -325,9 +397,36 @@ fn seed_004_appends_the_active_rows_of_an_iceberg_input_to_an_iceberg_output() {
     // A rewrite of the input stops the flow (`on_rewrite: fail`) and writes nothing.
     pyiceberg(
         &p,
-        &[json!({"overwrite": "foundry.input", "where": "id = 2", "rows": [input_row(2, "active", 3, "21.00")]})],
+        &[
+            json!({"overwrite": "foundry.input", "where": "id = 2", "rows": [input_row(2, "active", 3, "21.00")]}),
+        ],
     );
     let (_, err) = p.fails(&["run"], 1);
     assert!(err.contains("overwrite"), "{err}");
     assert_eq!(output(&p).len(), 3);
+}
+
+#[test]
+fn a_run_killed_before_its_iceberg_commit_is_finished_by_the_next_run_exactly_once() {
+    let p = Project::with_pipeline(SEED_004);
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": "foundry.input", "schema": [["id", "long"], ["status", "string"], ["ts", "timestamptz"], ["amount", "decimal(10,2)"]]}),
+            json!({"append": "foundry.input", "rows": [input_row(1, "active", 1, "10.00"), input_row(2, "active", 1, "20.00")]}),
+        ],
+    );
+    p.ok(&["run"]);
+    pyiceberg(
+        &p,
+        &[json!({"append": "foundry.input", "rows": [input_row(3, "active", 2, "30.00")]})],
+    );
+    // Killed after its data files are written, before the catalog swap: nothing visible.
+    let out = p.abort_at("before_target_commit", &["run"]);
+    assert!(!out.status.success());
+    assert_eq!(common::signal_of(&out.status), Some(6), "aborted: {out:?}");
+    assert_eq!(output(&p).len(), 2, "nothing of the killed run is visible");
+    p.ok(&["run"]);
+    let ids: Vec<i64> = output(&p).iter().map(|r| r.0).collect();
+    assert_eq!(ids, [1, 2, 3], "each row once");
 }

@@ -80,12 +80,67 @@ pub fn batch_from_58(batch: RecordBatch58, schema: &SchemaRef) -> Result<RecordB
     // SAFETY: `array` and `ffi_schema` were exported together just above, by arrow-rs.
     let data = unsafe { ffi59::from_ffi(array, &ffi_schema) }.map_err(e59)?;
     let columns = StructArray::from(data).into_parts().1;
+    let columns = conform_columns(columns, schema)?;
     RecordBatch::try_new_with_options(
         schema.clone(),
         columns,
         &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows)),
     )
     .map_err(e59)
+}
+
+/// `columns` cast to the types of `schema` where they differ: the `iceberg` crate spells
+/// UTC `+00:00`, smelt spells it `UTC` (the same instants).
+fn conform_columns(
+    columns: Vec<arrow::array::ArrayRef>,
+    schema: &SchemaRef,
+) -> Result<Vec<arrow::array::ArrayRef>, BridgeError> {
+    columns
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c)
+            } else {
+                arrow::compute::cast(&c, f.data_type()).map_err(e59)
+            }
+        })
+        .collect()
+}
+
+/// `batch` with the types of `schema` (same columns; time zone spellings may differ).
+pub fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, BridgeError> {
+    let rows = batch.num_rows();
+    let columns = conform_columns(batch.columns().to_vec(), schema)?;
+    RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows)),
+    )
+    .map_err(e59)
+}
+
+/// `schema` as smelt sees it: no field metadata, UTC timestamps spelled `UTC`.
+pub fn plain(schema: &Schema) -> Schema {
+    use arrow::datatypes::DataType;
+    Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let f = f.as_ref().clone().with_metadata(Default::default());
+                match f.data_type() {
+                    DataType::Timestamp(unit, Some(tz))
+                        if matches!(tz.as_ref(), "+00:00" | "Z" | "UTC" | "Etc/UTC") =>
+                    {
+                        let t = DataType::Timestamp(*unit, Some("UTC".into()));
+                        f.with_data_type(t)
+                    }
+                    _ => f,
+                }
+            })
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// An Arrow 59 batch as Arrow 58, with `schema` (the bridged schema of the batch).

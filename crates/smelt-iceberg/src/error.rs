@@ -37,6 +37,9 @@ pub enum Error {
     /// Arrow failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// A bug in smelt.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -79,6 +82,7 @@ impl From<Error> for EngineError {
             Error::Iceberg { context, source } => EngineError::storage(context, *source),
             Error::Sql { context, source } => EngineError::storage(context, source),
             Error::Bridge(e) => EngineError::Internal(e.to_string()),
+            Error::Internal(message) => EngineError::Internal(message),
             Error::Arrow(e) => EngineError::storage("arrow", e),
         }
     }

@@ -65,15 +65,16 @@ impl Lake for IcebergLake {
     }
 
     async fn table(&self, name: &TableName, role: TableRole) -> Result<Box<dyn SilverTable>> {
-        let what = match role {
-            TableRole::Target => return Ok(Box::new(self.open(name).await?)),
-            TableRole::Silver | TableRole::Tombstones | TableRole::Rejects => "apply flows",
-            TableRole::Bronze => "ingest flows",
-        };
-        Err(EngineError::user(
-            format!("`{name}`: {what} into Iceberg tables are not supported yet"),
-            "write the flow's table to the Delta lake (`schema.table`); append flows may write Iceberg tables",
-        ))
+        match role {
+            TableRole::Target | TableRole::Silver | TableRole::Tombstones | TableRole::Rejects => {
+                Ok(Box::new(self.open(name).await?))
+            }
+            // Its file ledger would live in snapshot summaries, which snapshot expiry drops.
+            TableRole::Bronze => Err(EngineError::user(
+                format!("`{name}`: ingest flows into Iceberg tables are not supported yet"),
+                "ingest into a Delta table of the lake (`schema.table`), and append or apply it into Iceberg",
+            )),
+        }
     }
 
     async fn inspect(&self, name: &TableName) -> Result<Box<dyn SilverTable>> {

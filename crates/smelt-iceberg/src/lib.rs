@@ -8,6 +8,7 @@
 
 pub mod bridge;
 pub mod catalog;
+mod cow;
 pub mod error;
 pub mod storage;
 

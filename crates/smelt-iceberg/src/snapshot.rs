@@ -4,11 +4,12 @@
 //! The crate's own snapshot producer only appends (and retries over other writers); smelt
 //! needs to remove files too (copy-on-write) and never to retry over another writer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use iceberg::spec::{
-    DataFile, FormatVersion, MAIN_BRANCH, ManifestListWriter, ManifestWriterBuilder, Operation,
-    Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+    DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
 use smelt_spec::TableName;
@@ -22,15 +23,18 @@ use crate::error::{Context, Error, Result};
 pub(crate) struct Change {
     /// Data files to add.
     pub added: Vec<DataFile>,
+    /// Paths of the live data files to remove (rewritten copy-on-write).
+    pub removed: HashSet<String>,
     /// Summary properties of the snapshot (`smelt.*`).
     pub summary: HashMap<String, String>,
     /// Table properties to set in the same metadata commit.
     pub properties: HashMap<String, String>,
 }
 
-/// Commits `change` to `table` as an `append` snapshot (the watermark and the smelt
-/// summary ride in the same metadata swap); returns the table at the new snapshot.
-pub(crate) async fn commit_append(
+/// Commits `change` to `table` as one snapshot — `append` when it removes no file,
+/// `overwrite` otherwise — with the smelt summary and the table properties in the same
+/// metadata swap; returns the table at the new snapshot.
+pub(crate) async fn commit(
     catalog: &IcebergCatalog,
     name: &TableName,
     table: &Table,
@@ -81,13 +85,71 @@ pub(crate) async fn commit_append(
         );
     }
     let parent = metadata.current_snapshot();
+    let mut removed = 0;
     if let Some(parent) = parent {
         let list = table
             .manifest_list_reader(parent)
             .load()
             .await
             .context(|| format!("reading the manifest list of `{name}`"))?;
-        manifests.extend(list.entries().iter().cloned());
+        for (n, manifest) in list.entries().iter().enumerate() {
+            if change.removed.is_empty() || manifest.content != ManifestContentType::Data {
+                manifests.push(manifest.clone());
+                continue;
+            }
+            let loaded = manifest
+                .load_manifest(io)
+                .await
+                .context(|| format!("reading manifest `{}` of `{name}`", manifest.manifest_path))?;
+            let hit = loaded
+                .entries()
+                .iter()
+                .any(|e| e.is_alive() && change.removed.contains(e.file_path()));
+            if !hit {
+                manifests.push(manifest.clone());
+                continue;
+            }
+            // The manifest again: its removed files as deleted entries, the others existing.
+            let path = format!("{location}/metadata/{commit}-m{}.avro", n + 1);
+            let output = io
+                .new_output(&path)
+                .context(|| format!("writing `{path}`"))?;
+            let spec = loaded.metadata().partition_spec().clone();
+            let mut writer =
+                ManifestWriterBuilder::new(output, Some(snapshot_id), schema.clone(), spec)
+                    .build_v2_data();
+            for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+                let seq = entry.sequence_number().unwrap_or(0);
+                let file_seq = entry.file_sequence_number.or(Some(seq));
+                let file = entry.data_file().clone();
+                let written = if change.removed.contains(entry.file_path()) {
+                    removed += 1;
+                    summary.remove_file(
+                        &file,
+                        schema.clone(),
+                        metadata.default_partition_spec().clone(),
+                    );
+                    writer.add_delete_file(file, seq, file_seq)
+                } else {
+                    let added_by = entry.snapshot_id().unwrap_or(snapshot_id);
+                    writer.add_existing_file(file, added_by, seq, file_seq)
+                };
+                written.context(|| format!("rewriting a manifest of `{name}`"))?;
+            }
+            manifests.push(
+                writer
+                    .write_manifest_file()
+                    .await
+                    .context(|| format!("rewriting a manifest of `{name}`"))?,
+            );
+        }
+    }
+    if removed != change.removed.len() {
+        return Err(Error::Internal(format!(
+            "`{name}`: {} of the {} files to remove are not live in the snapshot read",
+            change.removed.len() - removed,
+            change.removed.len()
+        )));
     }
     let list_path = format!("{location}/metadata/snap-{snapshot_id}-0-{commit}.avro");
     let out = io
@@ -115,7 +177,11 @@ pub(crate) async fn commit_append(
         .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
         .with_sequence_number(sequence)
         .with_summary(Summary {
-            operation: Operation::Append,
+            operation: if change.removed.is_empty() {
+                Operation::Append
+            } else {
+                Operation::Overwrite
+            },
             additional_properties: properties,
         })
         .with_schema_id(metadata.current_schema_id())
@@ -137,8 +203,8 @@ pub(crate) async fn commit_append(
         .await
 }
 
-/// The `total-*` summary entries after adding `added` (the `added-*` entries) to the
-/// parent's totals, as Iceberg writers keep them.
+/// The `total-*` summary entries after applying `added` (the `added-*`, `deleted-*` and
+/// `removed-*` entries) to the parent's totals, as Iceberg writers keep them.
 fn totals(
     parent: Option<&HashMap<String, String>>,
     added: &HashMap<String, String>,
@@ -158,9 +224,17 @@ fn totals(
     ]
     .into_iter()
     .map(|(total, add)| {
+        let gone = match total {
+            "total-data-files" => get(Some(added), "deleted-data-files"),
+            "total-records" => get(Some(added), "deleted-records"),
+            "total-files-size" => get(Some(added), "removed-files-size"),
+            _ => 0,
+        };
         (
             total.to_string(),
-            (get(parent, total) + get(Some(added), add)).to_string(),
+            (get(parent, total) + get(Some(added), add))
+                .saturating_sub(gone)
+                .to_string(),
         )
     })
     .collect()

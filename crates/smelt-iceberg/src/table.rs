@@ -1,15 +1,18 @@
-//! An Iceberg table a flow appends to (an append flow's target): created from the flow's
-//! schema on the first run, rows written as Parquet data files by the `iceberg` crate, made
-//! visible with the watermark in one `append` snapshot.
+//! An Iceberg table a flow writes (an apply flow's silver, tombstones and rejects, an append
+//! flow's target): created from the flow's schema on the first run, rows written as Parquet
+//! data files by the `iceberg` crate, made visible with the watermark in one snapshot —
+//! `append` when no stored row changes, otherwise `overwrite`, copy-on-write: the files
+//! holding replaced or deleted keys are rewritten without them.
 //!
 //! The watermark is kept twice in that one metadata commit: in the snapshot's summary
 //! (`smelt.watermark.<app id>`, with the run id and report: lineage, `smelt status`) and in
 //! the table's properties, which outlive snapshot expiry.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{BooleanArray, RecordBatch};
+use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use iceberg::table::Table;
@@ -28,8 +31,9 @@ use smelt_spec::TableName;
 
 use crate::bridge;
 use crate::catalog::IcebergCatalog;
+use crate::cow;
 use crate::error::{Context, Error, Result};
-use crate::snapshot::{Change, commit_append};
+use crate::snapshot::{Change, commit};
 
 /// Summary and property key prefix of a flow's watermark.
 const WATERMARK: &str = "smelt.watermark.";
@@ -48,6 +52,12 @@ pub struct IcebergTable {
     schema: Option<Schemas>,
     staged: Vec<iceberg::spec::DataFile>,
     properties: HashMap<String, String>,
+    /// Keys (key columns only) whose stored rows the next commit removes.
+    remove_keys: Vec<RecordBatch>,
+    /// The key column names of `remove_keys`.
+    key_names: Vec<String>,
+    /// The next commit replaces every stored row (`--full-refresh`).
+    overwrite: bool,
 }
 
 /// The table's schema for smelt (no field ids) and for the writer (Arrow 58, field ids).
@@ -72,6 +82,9 @@ impl IcebergTable {
             schema,
             staged: Vec::new(),
             properties: HashMap::new(),
+            remove_keys: Vec::new(),
+            key_names: Vec::new(),
+            overwrite: false,
         })
     }
 
@@ -101,6 +114,7 @@ impl IcebergTable {
     async fn write(&mut self, rows: RecordBatch) -> Result<()> {
         let table = self.existing()?.clone();
         let schema = self.schema.clone().expect("a table has a schema");
+        let rows = bridge::conform(rows, &schema.with_ids.arrow)?;
         let rows = bridge::batch_to_58(rows, &schema.with_ids.arrow58)?;
         let metadata = table.metadata();
         let locations = DefaultLocationGenerator::new(metadata)
@@ -139,18 +153,44 @@ impl IcebergTable {
     }
 }
 
+impl IcebergTable {
+    /// The live files the next commit removes (those holding a key being replaced or
+    /// deleted, or all with `--full-refresh`), their rows that stay staged again, and how
+    /// many stored rows go.
+    async fn removals(&mut self, table: &Table) -> Result<(HashSet<String>, usize)> {
+        let plain = match &self.schema {
+            Some(s) => s.plain.clone(),
+            None => return Ok((HashSet::new(), 0)),
+        };
+        if self.overwrite {
+            self.overwrite = false;
+            self.remove_keys.clear();
+            let files = cow::live_files(&self.name, table).await?;
+            let rows = files.iter().filter_map(|f| f.record_count).sum::<u64>() as usize;
+            return Ok((files.into_iter().map(|f| f.data_file_path).collect(), rows));
+        }
+        let Some(index) = cow::keys_of(&std::mem::take(&mut self.remove_keys))? else {
+            return Ok((HashSet::new(), 0));
+        };
+        let keys = self.key_names.clone();
+        let mut removed = HashSet::new();
+        let mut rows = 0;
+        for file in cow::rewrites(&self.name, table, &plain, &index, &keys).await? {
+            rows += file.removed_rows;
+            for batch in file.kept {
+                self.write(batch).await?;
+            }
+            removed.insert(file.path);
+        }
+        Ok((removed, rows))
+    }
+}
+
 fn schemas(name: &TableName, table: &Table) -> Result<Schemas> {
     let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
         .context(|| format!("reading the schema of `{name}`"))?;
     let with_ids = bridge::Schemas::from_58(Arc::new(arrow))?;
-    let plain = Arc::new(Schema::new(
-        with_ids
-            .arrow
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_metadata(Default::default()))
-            .collect::<Vec<_>>(),
-    ));
+    let plain = Arc::new(bridge::plain(&with_ids.arrow));
     Ok(Schemas { plain, with_ids })
 }
 
@@ -243,16 +283,21 @@ impl TableSink for IcebergTable {
         &mut self,
         rows: RecordBatch,
         replaces: &BooleanArray,
-        _keys: &[String],
+        keys: &[String],
     ) -> EngineResult<()> {
         if replaces.true_count() > 0 {
-            return Err(EngineError::user(
-                format!(
-                    "`{}`: smelt does not replace rows of Iceberg tables yet",
-                    self.name
-                ),
-                "write the flow's table to the Delta lake (`schema.table`)",
-            ));
+            let replaced = filter_record_batch(&rows, replaces).map_err(Error::from)?;
+            let columns = cow::key_columns(&replaced, keys)?;
+            let fields: Vec<_> = keys
+                .iter()
+                .map(|k| replaced.schema().field_with_name(k).cloned())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(Error::from)?;
+            self.remove_keys.push(
+                RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+                    .map_err(Error::from)?,
+            );
+            self.key_names = keys.to_vec();
         }
         if rows.num_rows() == 0 {
             return Ok(());
@@ -284,18 +329,22 @@ impl TableSink for IcebergTable {
             format!("{WATERMARK}{}", watermark.app_id),
             watermark.version.to_string(),
         );
+        let (removed, rows_removed) = self.removals(&table).await?;
         let added = std::mem::take(&mut self.staged);
         let stats = WriteStats {
             files_added: added.len(),
+            files_removed: removed.len(),
             bytes_written: added.iter().map(|f| f.file_size_in_bytes()).sum(),
+            rows_removed,
             ..WriteStats::default()
         };
-        let table = commit_append(
+        let table = commit(
             &self.catalog,
             &self.name,
             &table,
             Change {
                 added,
+                removed,
                 summary,
                 properties,
             },
@@ -321,22 +370,33 @@ impl TableSink for IcebergTable {
         self.properties.insert(key.to_string(), value.to_string());
         Ok(())
     }
+
+    async fn stage_overwrite(&mut self) -> EngineResult<()> {
+        self.overwrite = true;
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl KeyedTable for IcebergTable {
-    async fn lookup(&self, _keys: RecordBatch, _columns: &[String]) -> EngineResult<RecordBatch> {
-        Err(not_keyed(&self.name))
+    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> EngineResult<RecordBatch> {
+        let (Some(table), Some(schema)) = (&self.table, &self.schema) else {
+            return Err(EngineError::Internal(format!(
+                "looking up rows of `{}`, which does not exist",
+                self.name
+            )));
+        };
+        Ok(cow::lookup(&self.name, table, &schema.plain, &keys, columns).await?)
     }
 
-    async fn stage_deletes(&mut self, _keys: RecordBatch) -> EngineResult<()> {
-        Err(not_keyed(&self.name))
+    async fn stage_deletes(&mut self, keys: RecordBatch) -> EngineResult<()> {
+        self.key_names = keys
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        self.remove_keys.push(keys);
+        Ok(())
     }
-}
-
-fn not_keyed(name: &TableName) -> EngineError {
-    EngineError::user(
-        format!("`{name}`: apply flows into Iceberg tables are not supported yet"),
-        "write the apply flow's silver to the Delta lake (`schema.table`); append flows may write Iceberg tables",
-    )
 }

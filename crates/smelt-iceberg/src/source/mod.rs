@@ -52,16 +52,12 @@ impl IcebergSource {
         let snapshot = table.metadata().current_snapshot().cloned();
         let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
             .context(|| format!("reading the schema of `{name}`"))?;
-        let fields: Vec<_> = bridge::schema_from_58(&arrow)?
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_metadata(Default::default()))
-            .collect();
+        let schema = bridge::plain(&bridge::schema_from_58(&arrow)?);
         Ok(IcebergSource {
             name,
             table,
             snapshot,
-            schema: Arc::new(Schema::new(fields)),
+            schema: Arc::new(schema),
             read_removed,
             skipped: Mutex::new(HashSet::new()),
         })

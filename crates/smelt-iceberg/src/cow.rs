@@ -1,0 +1,186 @@
+//! Copy-on-write over an Iceberg table's live data files: the stored rows with some keys
+//! (the guard's lookup), and the files that hold keys being replaced or deleted, rewritten
+//! without those rows.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::{concat_batches, filter_record_batch, is_not_null, not};
+use arrow::datatypes::SchemaRef;
+use futures::{StreamExt, TryStreamExt, stream};
+use iceberg::arrow::ArrowReaderBuilder;
+use iceberg::scan::FileScanTask;
+use iceberg::table::Table;
+use smelt_core::dedupe::KeyIndex;
+use smelt_spec::TableName;
+
+use crate::bridge;
+use crate::error::{Context, Error, Result};
+
+/// The live data files of `table`'s current snapshot, as read tasks. A table with delete
+/// files (merge-on-read) is refused: a rewrite would have to carry its deletes over.
+pub(crate) async fn live_files(name: &TableName, table: &Table) -> Result<Vec<FileScanTask>> {
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return Ok(Vec::new());
+    };
+    let tasks: Vec<FileScanTask> = table
+        .scan()
+        .snapshot_id(snapshot.snapshot_id())
+        .build()
+        .context(|| format!("planning a read of `{name}`"))?
+        .plan_files()
+        .await
+        .context(|| format!("planning a read of `{name}`"))?
+        .try_collect()
+        .await
+        .context(|| format!("planning a read of `{name}`"))?;
+    if let Some(task) = tasks.iter().find(|t| !t.deletes.is_empty()) {
+        return Err(Error::user(
+            format!(
+                "`{name}` has delete files (merge-on-read) on `{}`; smelt rewrites Iceberg tables copy-on-write only",
+                task.data_file_path
+            ),
+            "compact the table's deletes away (Spark: `CALL system.rewrite_data_files(...)` with `delete-file-threshold`), or write the flow's table to the Delta lake",
+        ));
+    }
+    Ok(tasks)
+}
+
+/// The rows of one data file (smelt's schema, `schema`).
+pub(crate) async fn read_file(
+    name: &TableName,
+    table: &Table,
+    task: FileScanTask,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    let path = task.data_file_path.clone();
+    let runtime = iceberg::Runtime::try_current().context(|| "the tokio runtime".to_string())?;
+    let reader = ArrowReaderBuilder::new(table.file_io().clone(), runtime)
+        .with_data_file_concurrency_limit(1)
+        .build();
+    let batches: Vec<_> = reader
+        .read(stream::iter([Ok(task)]).boxed())
+        .context(|| format!("reading `{path}` of `{name}`"))?
+        .stream()
+        .try_collect()
+        .await
+        .context(|| format!("reading `{path}` of `{name}`"))?;
+    batches
+        .into_iter()
+        .map(|b| Ok(bridge::batch_from_58(b, schema)?))
+        .collect()
+}
+
+/// The key columns `keys` of `batch`.
+pub(crate) fn key_columns(batch: &RecordBatch, keys: &[String]) -> Result<Vec<ArrayRef>> {
+    keys.iter()
+        .map(|k| {
+            batch.column_by_name(k).cloned().ok_or_else(|| {
+                Error::user(format!("no key column `{k}` in the table"), "check `keys`")
+            })
+        })
+        .collect()
+}
+
+/// Which rows of `batch` have a key of `index` (true) and which do not.
+pub(crate) fn matches(
+    index: &KeyIndex,
+    batch: &RecordBatch,
+    keys: &[String],
+) -> Result<arrow::array::BooleanArray> {
+    let positions = index.positions(&key_columns(batch, keys)?).map_err(|e| {
+        Error::user(
+            e.to_string(),
+            "the key columns' types must match the table's",
+        )
+    })?;
+    Ok(is_not_null(&positions)?)
+}
+
+/// The stored rows whose key is one of `lookup`'s, with `columns`.
+pub(crate) async fn lookup(
+    name: &TableName,
+    table: &Table,
+    schema: &SchemaRef,
+    lookup: &RecordBatch,
+    columns: &[String],
+) -> Result<RecordBatch> {
+    let keys: Vec<String> = lookup
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let index =
+        KeyIndex::new(lookup.columns()).map_err(|e| Error::user(e.to_string(), "check `keys`"))?;
+    let projection: Vec<usize> = columns
+        .iter()
+        .map(|c| schema.index_of(c))
+        .collect::<std::result::Result<_, _>>()?;
+    let out_schema: SchemaRef = Arc::new(schema.project(&projection)?);
+    let mut found = Vec::new();
+    for task in live_files(name, table).await? {
+        for batch in read_file(name, table, task, schema).await? {
+            let hit = matches(&index, &batch, &keys)?;
+            if hit.true_count() == 0 {
+                continue;
+            }
+            found.push(filter_record_batch(&batch, &hit)?.project(&projection)?);
+        }
+    }
+    Ok(concat_batches(&out_schema, &found)?)
+}
+
+/// A data file that holds some of the keys being removed: its path, and its other rows.
+pub(crate) struct Rewritten {
+    pub path: String,
+    pub kept: Vec<RecordBatch>,
+    pub removed_rows: usize,
+}
+
+/// The live data files holding a key of `index`, each with the rows that stay.
+pub(crate) async fn rewrites(
+    name: &TableName,
+    table: &Table,
+    schema: &SchemaRef,
+    index: &KeyIndex,
+    keys: &[String],
+) -> Result<Vec<Rewritten>> {
+    let mut out = Vec::new();
+    for task in live_files(name, table).await? {
+        let path = task.data_file_path.clone();
+        let batches = read_file(name, table, task, schema).await?;
+        let mut kept = Vec::new();
+        let mut removed_rows = 0;
+        for batch in &batches {
+            let hit = matches(index, batch, keys)?;
+            removed_rows += hit.true_count();
+            let stay = filter_record_batch(batch, &not(&hit)?)?;
+            if stay.num_rows() > 0 {
+                kept.push(stay);
+            }
+        }
+        if removed_rows > 0 {
+            out.push(Rewritten {
+                path,
+                kept,
+                removed_rows,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// An index of the keys in `batches` (key columns only), `None` when there are none.
+pub(crate) fn keys_of(batches: &[RecordBatch]) -> Result<Option<KeyIndex>> {
+    let Some(first) = batches.first() else {
+        return Ok(None);
+    };
+    let all = concat_batches(&first.schema(), batches)?;
+    if all.num_rows() == 0 {
+        return Ok(None);
+    }
+    let index =
+        KeyIndex::new(all.columns()).map_err(|e| Error::user(e.to_string(), "check `keys`"))?;
+    Ok(Some(index))
+}
