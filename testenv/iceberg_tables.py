@@ -10,6 +10,9 @@ smelt reads, and reads the tables smelt writes.
     {"append": "ns.t", "rows": [{"id": "1", "status": "active"}]}
     {"overwrite": "ns.t", "where": "id = '1'", "rows": [...]}   copy-on-write
     {"delete": "ns.t", "where": "id = '2'"}                     copy-on-write
+    {"expire": "ns.t", "sequences": [1, 2]}   expires the snapshots with those sequence numbers
+    {"rename": "ns.t", "from": "amount", "to": "total"}
+    {"add_column": "ns.t", "name": "note"}      a string column
     {"scan": "ns.t"}           prints {"rows": [...]} (sorted by every column)
     {"snapshots": "ns.t"}      prints {"snapshots": [{"id", "sequence", "operation", "summary"}]}
     {"properties": "ns.t"}     prints {"properties": {...}}
@@ -26,6 +29,7 @@ import sys
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions.parser import parse as parse_filter
+from pyiceberg.types import StringType
 
 
 def main():
@@ -58,6 +62,18 @@ def main():
         elif "delete" in step:
             t = catalog.load_table(step["delete"])
             t.delete(delete_filter=parse_filter(step["where"]))
+        elif "expire" in step:
+            t = catalog.load_table(step["expire"])
+            ids = [s.snapshot_id for s in t.snapshots() if s.sequence_number in step["sequences"]]
+            t.maintenance.expire_snapshots().by_ids(ids).commit()
+        elif "rename" in step:
+            t = catalog.load_table(step["rename"])
+            with t.update_schema() as u:
+                u.rename_column(step["from"], step["to"])
+        elif "add_column" in step:
+            t = catalog.load_table(step["add_column"])
+            with t.update_schema() as u:
+                u.add_column(step["name"], StringType())
         elif "scan" in step:
             t = catalog.load_table(step["scan"])
             rows = t.scan().to_arrow().to_pylist()

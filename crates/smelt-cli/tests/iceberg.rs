@@ -393,6 +393,13 @@ fn seed_004_appends_the_active_rows_of_an_iceberg_input_to_an_iceberg_output() {
     assert_eq!(watermark, Some(input_last.to_string()), "{snapshots}");
     let status = p.status();
     assert_eq!(status["watermark"], input_last, "{status}");
+    let input_last_id = &input.as_array().unwrap().last().unwrap()["id"];
+    assert_eq!(&status["watermark_snapshot_id"], input_last_id, "{status}");
+    let table = p.ok(&["status"]);
+    assert!(
+        table.contains(&format!("watermark = snapshot {input_last_id}")),
+        "{table}"
+    );
 
     // A rewrite of the input stops the flow (`on_rewrite: fail`) and writes nothing.
     pyiceberg(
@@ -429,4 +436,80 @@ fn a_run_killed_before_its_iceberg_commit_is_finished_by_the_next_run_exactly_on
     p.ok(&["run"]);
     let ids: Vec<i64> = output(&p).iter().map(|r| r.0).collect();
     assert_eq!(ids, [1, 2, 3], "each row once");
+}
+
+#[test]
+fn renamed_and_added_columns_are_read_by_field_id() {
+    let p = Project::with_pipeline(PIPELINE);
+    p.write(
+        "silver.sql",
+        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING, total BIGINT, note STRING)",
+    );
+    let table = "raw.orders";
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": table, "columns": ["id", "status", "amount"]}),
+            json!({"append": table, "rows": [row("1", "new", 10), row("2", "new", 20)]}),
+            // `amount` becomes `total` (same field id); `note` is new.
+            json!({"rename": table, "from": "amount", "to": "total"}),
+            json!({"add_column": table, "name": "note"}),
+            json!({"append": table, "rows": [{"id": "2", "status": "active", "total": "21", "note": "late"}]}),
+        ],
+    );
+    p.ok(&["run"]);
+    let got: Vec<Vec<String>> = p
+        .query("SELECT id, status, total, note FROM silver.orders ORDER BY id")
+        .iter()
+        .map(|r| {
+            ["id", "status", "total", "note"]
+                .iter()
+                .map(|c| text(&r[*c]))
+                .collect()
+        })
+        .collect();
+    // The first file was written before the rename: its `amount` reads as `total`, and it
+    // has no `note`.
+    assert_eq!(
+        got,
+        vec![
+            vec!["1".to_string(), "new".into(), "10".into(), "NULL".into()],
+            vec!["2".to_string(), "active".into(), "21".into(), "late".into()],
+        ]
+    );
+}
+
+#[test]
+fn expired_snapshots_after_the_watermark_are_refused_with_the_fix() {
+    let p = Project::with_pipeline(PIPELINE);
+    p.write("silver.sql", SILVER);
+    let table = "raw.orders";
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": table, "columns": ["id", "status", "amount"]}),
+            json!({"append": table, "rows": [row("1", "new", 10)]}),
+        ],
+    );
+    p.ok(&["run"]);
+    pyiceberg(
+        &p,
+        &[
+            json!({"append": table, "rows": [row("2", "new", 20)]}),
+            json!({"append": table, "rows": [row("3", "new", 30)]}),
+            json!({"expire": table, "sequences": [2]}),
+        ],
+    );
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(err.contains("are no longer all there"), "{err}");
+    assert!(err.contains("--full-refresh"), "{err}");
+    // The fix works: a rebuild reads the current snapshot.
+    p.ok(&["run", "--full-refresh"]);
+    let mut model = Model::default();
+    model.write(&[
+        row("1", "new", 10),
+        row("2", "new", 20),
+        row("3", "new", 30),
+    ]);
+    assert_eq!(silver(&p), model.rows());
 }

@@ -20,6 +20,9 @@ pub struct FlowStatus {
     pub into: String,
     /// The source version applied (export: exported) so far.
     pub watermark: Option<i64>,
+    /// The source's own id of the watermark version, where it has one (Iceberg: the
+    /// snapshot id; the version is its sequence number).
+    pub watermark_snapshot_id: Option<i64>,
     /// The source's version now.
     pub bronze_version: Option<i64>,
     /// Source versions not applied yet.
@@ -56,6 +59,7 @@ pub async fn status(
             from: flow.source(),
             into: flow.target(),
             watermark: None,
+            watermark_snapshot_id: None,
             bronze_version: None,
             versions_behind: None,
             files_waiting: None,
@@ -65,13 +69,20 @@ pub async fn status(
             problem: None,
         };
         // The table the flow reads (its version says how far behind the flow is).
+        let mut opened = None;
         if let Some(source) = flow.reads() {
             match lake.source(source, SourceOptions::default()).await {
-                Ok(source) => row.bronze_version = Some(source.version()),
+                Ok(source) => {
+                    row.bronze_version = Some(source.version());
+                    opened = Some(source);
+                }
                 Err(e) => row.problem = Some(e.to_string()),
             }
         }
         build(flow).status(&cx, &mut row).await?;
+        if let (Some(source), Some(watermark)) = (&opened, row.watermark) {
+            row.watermark_snapshot_id = source.snapshot_id(watermark);
+        }
         rows.push(behind(row));
     }
     Ok(rows)

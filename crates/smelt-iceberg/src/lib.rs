@@ -15,6 +15,7 @@ pub mod storage;
 pub use catalog::IcebergCatalog;
 pub use error::{Error, Result};
 pub mod lake;
+mod manifests;
 mod snapshot;
 pub mod source;
 pub mod table;

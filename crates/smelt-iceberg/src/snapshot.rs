@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::catalog::IcebergCatalog;
 use crate::error::{Context, Error, Result};
+use crate::manifests;
 
 /// What one commit does to a table.
 #[derive(Debug, Default)]
@@ -87,20 +88,13 @@ pub(crate) async fn commit(
     let parent = metadata.current_snapshot();
     let mut removed = 0;
     if let Some(parent) = parent {
-        let list = table
-            .manifest_list_reader(parent)
-            .load()
-            .await
-            .context(|| format!("reading the manifest list of `{name}`"))?;
+        let list = manifests::list(name, table, parent).await?;
         for (n, manifest) in list.entries().iter().enumerate() {
             if change.removed.is_empty() || manifest.content != ManifestContentType::Data {
                 manifests.push(manifest.clone());
                 continue;
             }
-            let loaded = manifest
-                .load_manifest(io)
-                .await
-                .context(|| format!("reading manifest `{}` of `{name}`", manifest.manifest_path))?;
+            let loaded = manifests::load(name, table, manifest).await?;
             let hit = loaded
                 .entries()
                 .iter()

@@ -34,7 +34,10 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
             opt(r.versions_behind.or(r.files_waiting.map(|f| f as i64))),
             opt(r.silver_version),
             r.last_run_at.clone().unwrap_or_else(|| "-".into()),
-            r.problem.clone().unwrap_or_default()
+            r.problem.clone().unwrap_or_else(|| r
+                .watermark_snapshot_id
+                .map(|id| format!("watermark = snapshot {id}"))
+                .unwrap_or_default())
         );
     }
     Ok(0)

@@ -52,6 +52,12 @@ pub trait ChangeSource: Send + Sync {
         let _ = after;
         Ok(Vec::new())
     }
+    /// The table format's own id of `version`, where it has one besides the version
+    /// (Iceberg: the id of the snapshot with that sequence number), for `smelt status`.
+    fn snapshot_id(&self, version: i64) -> Option<i64> {
+        let _ = version;
+        None
+    }
     /// Leaves the commits `versions` out of every later [`ChangeSource::read`].
     fn skip_versions(&self, versions: &[i64]) {
         let _ = versions;

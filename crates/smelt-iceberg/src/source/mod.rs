@@ -253,6 +253,14 @@ impl ChangeSource for IcebergSource {
             .collect())
     }
 
+    fn snapshot_id(&self, version: i64) -> Option<i64> {
+        let current = self.snapshot.as_ref()?;
+        let metadata = self.table.metadata_ref();
+        iceberg::util::snapshot::ancestors_of(&metadata, current.snapshot_id())
+            .find(|s| s.sequence_number() == version)
+            .map(|s| s.snapshot_id())
+    }
+
     fn skip_versions(&self, versions: &[i64]) {
         self.skipped
             .lock()

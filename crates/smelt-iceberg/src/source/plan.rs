@@ -14,6 +14,7 @@ use smelt_core::change::{DELETE, INSERT};
 use smelt_spec::TableName;
 
 use crate::error::{Context, Error, Result};
+use crate::manifests;
 
 /// One data file to read, and the change its rows are.
 #[derive(Debug, Clone)]
@@ -114,6 +115,22 @@ pub(crate) fn steps(
         chain.push(s);
     }
     chain.reverse();
+    // A writer that expires a snapshot may also drop its child's parent link (pyiceberg
+    // does): the oldest snapshot read then has no parent, and the sequence numbers between
+    // the watermark and it were lost.
+    if let Some(oldest) = chain.first()
+        && oldest.parent_snapshot_id().is_none()
+        && oldest.sequence_number() > after + 1
+    {
+        return Err(Error::user(
+            format!(
+                "`{name}`: the snapshots after sequence number {after} are no longer all there (the oldest left, snapshot {} at sequence number {}, has no parent: the ones before it were expired)",
+                oldest.snapshot_id(),
+                oldest.sequence_number()
+            ),
+            "their changes can no longer be read; rebuild what reads the table with `smelt run --full-refresh`, and keep snapshots longer than the time between runs",
+        ));
+    }
     Ok(chain
         .into_iter()
         .map(|snapshot| {
@@ -144,11 +161,7 @@ pub(crate) async fn plan_changes(
         let snapshot = &step.snapshot;
         let id = snapshot.snapshot_id();
         let (version, at) = (snapshot.sequence_number(), snapshot.timestamp_ms() * 1000);
-        let list = table
-            .manifest_list_reader(snapshot)
-            .load()
-            .await
-            .context(|| format!("reading the manifest list of `{name}` snapshot {id}"))?;
+        let list = manifests::list(name, table, snapshot).await?;
         let mut inserts = Vec::new();
         let mut deletes = Vec::new();
         for manifest in list.entries().iter().filter(|m| m.added_snapshot_id == id) {
@@ -161,10 +174,7 @@ pub(crate) async fn plan_changes(
                     "write the table copy-on-write (`write.delete.mode`, `write.update.mode`, `write.merge.mode` = `copy-on-write`), or rebuild what reads it with `smelt run --full-refresh` after such snapshots",
                 ));
             }
-            let loaded = manifest
-                .load_manifest(table.file_io())
-                .await
-                .context(|| format!("reading manifest `{}` of `{name}`", manifest.manifest_path))?;
+            let loaded = manifests::load(name, table, manifest).await?;
             let spec: Option<PartitionSpecRef> =
                 Some(Arc::new(loaded.metadata().partition_spec().clone()));
             for entry in loaded.entries() {
@@ -249,20 +259,13 @@ pub(crate) async fn plan_snapshot(
         .map(|s| s.timestamp_ms())
         .min()
         .unwrap_or(snapshot.timestamp_ms());
-    let list = table
-        .manifest_list_reader(snapshot)
-        .load()
-        .await
-        .context(|| format!("reading the manifest list of `{name}` snapshot {id}"))?;
+    let list = manifests::list(name, table, snapshot).await?;
     let mut files = Vec::new();
     for manifest in list.entries() {
         if manifest.content != ManifestContentType::Data {
             continue;
         }
-        let loaded = manifest
-            .load_manifest(table.file_io())
-            .await
-            .context(|| format!("reading manifest `{}` of `{name}`", manifest.manifest_path))?;
+        let loaded = manifests::load(name, table, manifest).await?;
         let spec: Option<PartitionSpecRef> =
             Some(Arc::new(loaded.metadata().partition_spec().clone()));
         for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
