@@ -513,3 +513,33 @@ fn expired_snapshots_after_the_watermark_are_refused_with_the_fix() {
     ]);
     assert_eq!(silver(&p), model.rows());
 }
+
+#[test]
+fn two_runs_at_once_never_append_twice() {
+    let p = Project::with_pipeline(SEED_004);
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": "foundry.input", "schema": [["id", "long"], ["status", "string"], ["ts", "timestamptz"], ["amount", "decimal(10,2)"]]}),
+        ],
+    );
+    let mut refused = 0;
+    for (build, id) in [(1, 1), (2, 2), (3, 3)] {
+        pyiceberg(
+            &p,
+            &[json!({"append": "foundry.input", "rows": [input_row(id, "active", build, "1.00")]})],
+        );
+        let spawn = || p.piped(&["run"]).spawn().unwrap();
+        let (a, b) = (spawn(), spawn());
+        for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+            if common::refused_by_a_race(&out) {
+                refused += 1;
+            }
+        }
+        // Whatever the race did, one more run finishes the job, each row once.
+        p.ok(&["run"]);
+        let ids: Vec<i64> = output(&p).iter().map(|r| r.0).collect();
+        assert_eq!(ids, (1..=id).collect::<Vec<_>>());
+    }
+    eprintln!("{refused} run(s) refused");
+}

@@ -33,9 +33,6 @@ pub struct IcebergCatalog {
     factory: Arc<ObjectStorageFactory>,
 }
 
-/// What a commit lost to: another writer swapped the table's pointer first.
-pub const LOST_RACE: &str = "another writer committed to the table first";
-
 impl IcebergCatalog {
     /// Opens the catalog `spec` (for a SQL catalog, creating its database file and tables
     /// when missing).
@@ -178,15 +175,28 @@ impl IcebergCatalog {
             .name(name.table.clone())
             .schema(schema)
             .build();
-        self.catalog
-            .create_table(&ns, creation)
-            .await
-            .context(|| format!("creating `{name}`"))
+        match self.catalog.create_table(&ns, creation).await {
+            Ok(table) => Ok(table),
+            // Another run created it at the same moment: as a lost commit.
+            Err(_)
+                if self
+                    .catalog
+                    .table_exists(&ident(name))
+                    .await
+                    .unwrap_or(false) =>
+            {
+                Err(lost_race(name, "it created the table while this run did"))
+            }
+            Err(e) => Err(Error::Iceberg {
+                context: format!("creating `{name}`"),
+                source: Box::new(e),
+            }),
+        }
     }
 
     /// Commits the metadata `update` makes of `table`'s, if the table is still at the
     /// metadata `table` was loaded from; returns the table at the new metadata. Losing the
-    /// race is a user error naming the table ([`LOST_RACE`]).
+    /// race to another writer is a user error naming the table.
     pub async fn commit(
         &self,
         name: &TableName,
@@ -227,9 +237,9 @@ impl IcebergCatalog {
         .context(|| format!("committing to `{name}` in catalog `{}`", self.name))?;
         if swapped.rows_affected() == 0 {
             // The metadata file written is never referenced; it is harmless.
-            return Err(Error::user(
-                format!("`{name}`: {LOST_RACE} (its catalog pointer moved while this run wrote)"),
-                "run again: the next run starts from the committed state",
+            return Err(lost_race(
+                name,
+                "its pointer in the catalog moved while this run wrote",
             ));
         }
         Table::builder()
@@ -241,6 +251,15 @@ impl IcebergCatalog {
             .build()
             .context(|| format!("opening `{name}` after the commit"))
     }
+}
+
+/// A commit (or table creation) that lost to another writer: refused, never retried over
+/// the other writer's changes.
+fn lost_race(name: &TableName, what: &str) -> Error {
+    Error::user(
+        format!("`{name}`: another writer committed first ({what})"),
+        "run again: the next run starts from what the other writer committed",
+    )
 }
 
 /// The catalog identifier of `name` (namespace = its schema).
