@@ -1,7 +1,8 @@
 """The Iceberg oracle of the tests: pyiceberg (a SQL catalog on SQLite) writes the tables
 smelt reads, and reads the tables smelt writes.
 
-    iceberg_tables.py --uri sqlite:////abs/catalog.db --warehouse /abs/wh --catalog ice < steps
+    iceberg_tables.py --uri sqlite:////abs/catalog.db --warehouse /abs/wh|s3://b/wh --catalog ice
+        [--prop s3.endpoint=http://127.0.0.1:9000 ...] < steps
 
 `steps` is one JSON object per line:
 
@@ -37,8 +38,11 @@ def main():
     p.add_argument("--uri", required=True)
     p.add_argument("--warehouse", required=True)
     p.add_argument("--catalog", default="ice")
+    p.add_argument("--prop", action="append", default=[], help="catalog property key=value")
     args = p.parse_args()
-    catalog = SqlCatalog(args.catalog, uri=args.uri, warehouse=f"file://{args.warehouse}")
+    warehouse = args.warehouse if "://" in args.warehouse else f"file://{args.warehouse}"
+    props = dict(kv.split("=", 1) for kv in args.prop)
+    catalog = SqlCatalog(args.catalog, uri=args.uri, warehouse=warehouse, **props)
     for line in sys.stdin:
         line = line.strip()
         if not line:

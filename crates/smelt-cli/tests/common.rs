@@ -317,3 +317,54 @@ pub fn signal_of(status: &std::process::ExitStatus) -> Option<i32> {
 pub fn signal_of(_status: &std::process::ExitStatus) -> Option<i32> {
     None
 }
+
+/// Runs `steps` (JSON lines, see `testenv/iceberg_tables.py`) through pyiceberg on the
+/// project's SQL catalog (`catalog.db`) with warehouse `warehouse` and the extra catalog
+/// properties `props` (`s3.endpoint`, …); returns what the steps printed.
+pub fn pyiceberg(
+    p: &Project,
+    warehouse: &str,
+    props: &[(&str, String)],
+    steps: &[Value],
+) -> Vec<Value> {
+    use std::io::Write;
+    let testenv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testenv");
+    let python = testenv.join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "pyiceberg is not installed: run `testenv/setup.sh` (the README's test command does)"
+    );
+    let mut command = std::process::Command::new(python);
+    command
+        .arg(testenv.join("iceberg_tables.py"))
+        .arg("--uri")
+        .arg(format!("sqlite:///{}", p.file("catalog.db").display()))
+        .arg("--warehouse")
+        .arg(warehouse);
+    for (k, v) in props {
+        command.arg("--prop").arg(format!("{k}={v}"));
+    }
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for step in steps {
+            writeln!(stdin, "{step}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "pyiceberg failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

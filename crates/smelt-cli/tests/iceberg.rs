@@ -6,9 +6,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use common::{Project, text};
 use serde_json::{Value, json};
@@ -33,43 +30,9 @@ flows:
 const SILVER: &str =
     "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING, amount BIGINT)";
 
-/// Runs `steps` (JSON lines, see `testenv/iceberg_tables.py`) through pyiceberg on the
-/// project's catalog; returns what the steps printed.
+/// Runs `steps` through pyiceberg on the project's catalog (warehouse `./warehouse`).
 fn pyiceberg(p: &Project, steps: &[Value]) -> Vec<Value> {
-    let testenv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testenv");
-    let python = testenv.join(".venv/bin/python");
-    assert!(
-        python.exists(),
-        "pyiceberg is not installed: run `testenv/setup.sh` (the README's test command does)"
-    );
-    let mut child = Command::new(python)
-        .arg(testenv.join("iceberg_tables.py"))
-        .arg("--uri")
-        .arg(format!("sqlite:///{}", p.file("catalog.db").display()))
-        .arg("--warehouse")
-        .arg(p.file("warehouse"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for step in steps {
-            writeln!(stdin, "{step}").unwrap();
-        }
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "pyiceberg failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    common::pyiceberg(p, &p.file("warehouse").display().to_string(), &[], steps)
 }
 
 fn row(id: &str, status: &str, amount: i64) -> Value {

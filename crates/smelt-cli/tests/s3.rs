@@ -525,3 +525,64 @@ fn a_table_placed_on_s3_by_the_tables_map_is_read_and_written_there() {
     assert!(lake.join("product2__silver/_delta_log").is_dir());
     assert!(!lake.join("product2__bronze").exists());
 }
+
+/// Catalog properties pyiceberg reaches the server with.
+fn pyiceberg_s3(s3: &S3Server) -> Vec<(&'static str, String)> {
+    vec![
+        ("s3.endpoint", format!("http://127.0.0.1:{}", s3.port)),
+        ("s3.access-key-id", "test".into()),
+        ("s3.secret-access-key", "test".into()),
+        ("s3.region", "us-east-1".into()),
+    ]
+}
+
+#[test]
+fn iceberg_tables_with_their_warehouse_on_s3() {
+    let s3 = S3Server::start("ice");
+    let p = Project::with_pipeline(
+        "lake: ./lake
+catalogs:
+  ice:
+    type: sql
+    uri: sqlite:catalog.db
+    warehouse: s3://ice/warehouse
+flows:
+  active:
+    append:
+      from: ice.foundry.input
+      into: ice.foundry.output
+      where: status = 'active'
+",
+    );
+    let props = pyiceberg_s3(&s3);
+    let ice =
+        |steps: &[serde_json::Value]| common::pyiceberg(&p, "s3://ice/warehouse", &props, steps);
+    let row = |id: &str, status: &str| serde_json::json!({"id": id, "status": status});
+    ice(&[
+        serde_json::json!({"create": "foundry.input", "columns": ["id", "status"]}),
+        serde_json::json!({"append": "foundry.input", "rows": [row("1", "active"), row("2", "inactive")]}),
+    ]);
+    p.ok_with(&s3.env(), &["run"]);
+    ice(&[serde_json::json!({"append": "foundry.input", "rows": [row("3", "active")]})]);
+    p.ok_with(&s3.env(), &["run"]);
+    let scanned = &ice(&[serde_json::json!({"scan": "foundry.output"})])[0]["rows"];
+    let ids: Vec<String> = scanned
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| common::text(&r["id"]))
+        .collect();
+    assert_eq!(ids, ["1", "3"]);
+    // The output's files are in the bucket, nothing of it on local disk.
+    let store = s3.store("ice");
+    let listed: Vec<_> = runtime().block_on(async {
+        use futures::TryStreamExt;
+        store
+            .list(Some(&ObjectPath::from("warehouse/foundry/output/data")))
+            .try_collect()
+            .await
+            .unwrap()
+    });
+    assert!(!listed.is_empty(), "data files in the bucket");
+    assert!(!p.file("warehouse").exists());
+}
