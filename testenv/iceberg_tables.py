@@ -28,6 +28,7 @@ import json
 import sys
 
 import pyarrow as pa
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions.parser import parse as parse_filter
 from pyiceberg.types import StringType
@@ -35,14 +36,17 @@ from pyiceberg.types import StringType
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--uri", required=True)
+    p.add_argument("--uri", required=True, help="sqlite:///… (SQL catalog) or http://… (REST catalog)")
     p.add_argument("--warehouse", required=True)
     p.add_argument("--catalog", default="ice")
     p.add_argument("--prop", action="append", default=[], help="catalog property key=value")
     args = p.parse_args()
     warehouse = args.warehouse if "://" in args.warehouse else f"file://{args.warehouse}"
     props = dict(kv.split("=", 1) for kv in args.prop)
-    catalog = SqlCatalog(args.catalog, uri=args.uri, warehouse=warehouse, **props)
+    if args.uri.startswith("http"):
+        catalog = RestCatalog(args.catalog, uri=args.uri, warehouse=warehouse, **props)
+    else:
+        catalog = SqlCatalog(args.catalog, uri=args.uri, warehouse=warehouse, **props)
     for line in sys.stdin:
         line = line.strip()
         if not line:

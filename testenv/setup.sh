@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the services the tests start, from the registries: an S3-compatible server (moto,
-# PyPI) and pyiceberg (the Iceberg tests' oracle) into testenv/.venv, and the Azure Blob
-# emulator (Azurite, npm) into testenv/node_modules. Idempotent: does nothing when the pinned
-# versions are there.
+# PyPI), pyiceberg (the Iceberg tests' oracle) and SeaweedFS (their REST catalog) into
+# testenv/.venv, and the Azure Blob emulator (Azurite, npm) into testenv/node_modules.
+# Idempotent: does nothing when the pinned versions are there.
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! { [ -x .venv/bin/python ] && cmp -s requirements.txt .venv/requirements.txt; }; then

@@ -327,6 +327,17 @@ pub fn pyiceberg(
     props: &[(&str, String)],
     steps: &[Value],
 ) -> Vec<Value> {
+    let uri = format!("sqlite:///{}", p.file("catalog.db").display());
+    pyiceberg_at(&uri, warehouse, props, steps)
+}
+
+/// [`pyiceberg`] on the catalog at `uri`: `sqlite:///…` (SQL) or `http://…` (REST).
+pub fn pyiceberg_at(
+    uri: &str,
+    warehouse: &str,
+    props: &[(&str, String)],
+    steps: &[Value],
+) -> Vec<Value> {
     use std::io::Write;
     let testenv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testenv");
     let python = testenv.join(".venv/bin/python");
@@ -338,7 +349,7 @@ pub fn pyiceberg(
     command
         .arg(testenv.join("iceberg_tables.py"))
         .arg("--uri")
-        .arg(format!("sqlite:///{}", p.file("catalog.db").display()))
+        .arg(uri)
         .arg("--warehouse")
         .arg(warehouse);
     for (k, v) in props {

@@ -5,32 +5,47 @@
 //! own transactions can build, and they cannot remove files. smelt builds the new metadata
 //! itself (`TableMetadataBuilder`) and swaps the table's pointer the way the catalog does:
 //! for a SQL catalog, the same `UPDATE … WHERE metadata_location = <the one read>` as
-//! `SqlCatalog::update_table` and pyiceberg's `SqlCatalog`.
+//! `SqlCatalog::update_table` and pyiceberg's `SqlCatalog`; for a REST catalog, the
+//! protocol's commit request with the table's UUID and main branch as requirements
+//! (`rest.rs`).
 
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
-use iceberg::{
-    Catalog as _, CatalogBuilder, MetadataLocation, NamespaceIdent, TableCreation, TableIdent,
-};
+use iceberg::{CatalogBuilder, MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{TableRequirement, TableUpdate};
+use iceberg_catalog_rest::{RestCatalog, RestCatalogBuilder};
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalog, SqlCatalogBuilder};
 use smelt_spec::{Catalog, CatalogKind, TableName};
 use sqlx::AnyPool;
 
 use crate::error::{Context, Error, Result};
+use crate::rest::{Committed, RestCommits};
 use crate::storage::{ObjectStorageFactory, to_url};
 
 /// An opened catalog.
 #[derive(Debug)]
 pub struct IcebergCatalog {
     name: String,
-    catalog: SqlCatalog,
-    /// Our own connection to the catalog's database, for the pointer swap.
-    pool: AnyPool,
+    backend: Backend,
     factory: Arc<ObjectStorageFactory>,
+}
+
+/// The kinds of catalog, and how each commits.
+#[derive(Debug)]
+enum Backend {
+    Sql {
+        catalog: SqlCatalog,
+        /// Our own connection to the catalog's database, for the pointer swap.
+        pool: AnyPool,
+    },
+    Rest {
+        catalog: Box<RestCatalog>,
+        commits: RestCommits,
+    },
 }
 
 impl IcebergCatalog {
@@ -39,15 +54,7 @@ impl IcebergCatalog {
     pub async fn open(spec: &Catalog) -> Result<Self> {
         let uri = match &spec.kind {
             CatalogKind::Sql { uri } => uri.clone(),
-            CatalogKind::Rest { uri } => {
-                return Err(Error::user(
-                    format!(
-                        "catalog `{}` is a REST catalog ({uri}); smelt does not open REST catalogs yet",
-                        spec.name
-                    ),
-                    "use a `type: sql` catalog (a SQLite file) for now",
-                ));
-            }
+            CatalogKind::Rest { uri } => return Self::open_rest(spec, uri).await,
         };
         for (key, value) in &spec.properties {
             let numeric = matches!(key.as_str(), "pool.max-connections" | "pool.idle-timeout");
@@ -111,10 +118,40 @@ impl IcebergCatalog {
             .context(|| format!("opening catalog `{}` ({uri})", spec.name))?;
         Ok(IcebergCatalog {
             name: spec.name.clone(),
-            catalog,
-            pool,
+            backend: Backend::Sql { catalog, pool },
             factory,
         })
+    }
+
+    /// Opens REST catalog `spec` at `uri`.
+    async fn open_rest(spec: &Catalog, uri: &str) -> Result<Self> {
+        let factory = Arc::new(ObjectStorageFactory::default());
+        let mut props: HashMap<String, String> = spec.properties.iter().cloned().collect();
+        props.insert("uri".into(), uri.to_string());
+        if let Some(w) = &spec.warehouse {
+            props.insert("warehouse".into(), w.clone());
+        }
+        let catalog = RestCatalogBuilder::default()
+            .with_storage_factory(factory.clone())
+            .load(&spec.name, props.clone())
+            .await
+            .context(|| format!("opening REST catalog `{}` ({uri})", spec.name))?;
+        let commits = RestCommits::new(uri, props).await?;
+        Ok(IcebergCatalog {
+            name: spec.name.clone(),
+            backend: Backend::Rest {
+                catalog: Box::new(catalog),
+                commits,
+            },
+            factory,
+        })
+    }
+
+    fn catalog(&self) -> &dyn iceberg::Catalog {
+        match &self.backend {
+            Backend::Sql { catalog, .. } => catalog,
+            Backend::Rest { catalog, .. } => catalog.as_ref(),
+        }
     }
 
     /// The catalog's name (`catalogs:` key).
@@ -131,7 +168,7 @@ impl IcebergCatalog {
     pub async fn load(&self, name: &TableName) -> Result<Option<Table>> {
         let ident = ident(name);
         let exists = self
-            .catalog
+            .catalog()
             .table_exists(&ident)
             .await
             .context(|| format!("looking up `{name}` in catalog `{}`", self.name))?;
@@ -139,7 +176,7 @@ impl IcebergCatalog {
             return Ok(None);
         }
         let table = self
-            .catalog
+            .catalog()
             .load_table(&ident)
             .await
             .context(|| format!("loading `{name}`"))?;
@@ -149,7 +186,7 @@ impl IcebergCatalog {
     /// Creates table `name` (format version 2) with `schema`, and its namespace when missing.
     pub async fn create(&self, name: &TableName, schema: iceberg::spec::Schema) -> Result<Table> {
         let ns = NamespaceIdent::new(name.schema.clone());
-        let has_ns = self.catalog.namespace_exists(&ns).await.context(|| {
+        let has_ns = self.catalog().namespace_exists(&ns).await.context(|| {
             format!(
                 "looking up namespace `{}` in catalog `{}`",
                 name.schema, self.name
@@ -158,8 +195,8 @@ impl IcebergCatalog {
         if !has_ns {
             // Another writer may create it at the same moment: only its absence afterwards
             // is an error.
-            if let Err(e) = self.catalog.create_namespace(&ns, HashMap::new()).await {
-                let now = self.catalog.namespace_exists(&ns).await.unwrap_or(false);
+            if let Err(e) = self.catalog().create_namespace(&ns, HashMap::new()).await {
+                let now = self.catalog().namespace_exists(&ns).await.unwrap_or(false);
                 if !now {
                     return Err(Error::Iceberg {
                         context: format!(
@@ -175,12 +212,12 @@ impl IcebergCatalog {
             .name(name.table.clone())
             .schema(schema)
             .build();
-        match self.catalog.create_table(&ns, creation).await {
+        match self.catalog().create_table(&ns, creation).await {
             Ok(table) => Ok(table),
             // Another run created it at the same moment: as a lost commit.
             Err(_)
                 if self
-                    .catalog
+                    .catalog()
                     .table_exists(&ident(name))
                     .await
                     .unwrap_or(false) =>
@@ -194,22 +231,70 @@ impl IcebergCatalog {
         }
     }
 
-    /// Commits the metadata `update` makes of `table`'s, if the table is still at the
-    /// metadata `table` was loaded from; returns the table at the new metadata. Losing the
-    /// race to another writer is a user error naming the table.
+    /// Commits `updates` to `table` if the table is still at the metadata `table` was
+    /// loaded from; returns the table at the new metadata. Losing the race to another
+    /// writer is a user error naming the table.
     pub async fn commit(
         &self,
         name: &TableName,
         table: &Table,
-        update: impl FnOnce(TableMetadataBuilder) -> iceberg::Result<TableMetadataBuilder>,
+        updates: Vec<TableUpdate>,
     ) -> Result<Table> {
+        let (location, metadata) = match &self.backend {
+            Backend::Sql { pool, .. } => self.commit_sql(pool, name, table, updates).await?,
+            Backend::Rest { commits, .. } => {
+                let metadata = table.metadata();
+                let requirements = vec![
+                    TableRequirement::UuidMatch {
+                        uuid: metadata.uuid(),
+                    },
+                    TableRequirement::RefSnapshotIdMatch {
+                        r#ref: iceberg::spec::MAIN_BRANCH.to_string(),
+                        snapshot_id: metadata.current_snapshot_id(),
+                    },
+                ];
+                match commits
+                    .commit(name, table.identifier(), requirements, updates)
+                    .await?
+                {
+                    Committed::Done(done) => (done.metadata_location, done.metadata),
+                    Committed::Conflict => {
+                        return Err(lost_race(name, "the catalog refused this run's commit"));
+                    }
+                }
+            }
+        };
+        Table::builder()
+            .identifier(table.identifier().clone())
+            .metadata_location(location)
+            .metadata(metadata)
+            .file_io(table.file_io().clone())
+            .runtime(iceberg::Runtime::try_current().context(|| "the tokio runtime".to_string())?)
+            .build()
+            .context(|| format!("opening `{name}` after the commit"))
+    }
+
+    /// The SQL catalog's commit: the new metadata written, then the pointer swapped if it
+    /// still points where this run read.
+    async fn commit_sql(
+        &self,
+        pool: &AnyPool,
+        name: &TableName,
+        table: &Table,
+        updates: Vec<TableUpdate>,
+    ) -> Result<(String, TableMetadata)> {
         let current = table
             .metadata_location_result()
             .context(|| format!("committing to `{name}`"))?
             .to_string();
-        let builder = table.metadata().clone().into_builder(Some(current.clone()));
-        let metadata: TableMetadata = update(builder)
-            .and_then(|b| b.build())
+        let mut builder = table.metadata().clone().into_builder(Some(current.clone()));
+        for update in updates {
+            builder = update
+                .apply(builder)
+                .context(|| format!("building the new metadata of `{name}`"))?;
+        }
+        let metadata: TableMetadata = builder
+            .build()
             .context(|| format!("building the new metadata of `{name}`"))?
             .metadata;
         let location = MetadataLocation::from_str(&current)
@@ -232,7 +317,7 @@ impl IcebergCatalog {
         .bind(&name.schema)
         .bind(&name.table)
         .bind(&current)
-        .execute(&self.pool)
+        .execute(pool)
         .await
         .context(|| format!("committing to `{name}` in catalog `{}`", self.name))?;
         if swapped.rows_affected() == 0 {
@@ -242,14 +327,7 @@ impl IcebergCatalog {
                 "its pointer in the catalog moved while this run wrote",
             ));
         }
-        Table::builder()
-            .identifier(table.identifier().clone())
-            .metadata_location(location)
-            .metadata(metadata)
-            .file_io(table.file_io().clone())
-            .runtime(iceberg::Runtime::try_current().context(|| "the tokio runtime".to_string())?)
-            .build()
-            .context(|| format!("opening `{name}` after the commit"))
+        Ok((location, metadata))
     }
 }
 

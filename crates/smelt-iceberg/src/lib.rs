@@ -16,6 +16,7 @@ pub use catalog::IcebergCatalog;
 pub use error::{Error, Result};
 pub mod lake;
 mod manifests;
+mod rest;
 mod snapshot;
 pub mod source;
 pub mod table;

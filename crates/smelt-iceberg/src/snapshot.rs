@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use iceberg::TableUpdate;
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestListWriter,
     ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
@@ -181,20 +182,22 @@ pub(crate) async fn commit(
         .with_schema_id(metadata.current_schema_id())
         .with_timestamp_ms(chrono_now_ms())
         .build();
-    let table_properties = change.properties;
-    catalog
-        .commit(name, table, move |b| {
-            let b = b.add_snapshot(snapshot)?.set_ref(
-                MAIN_BRANCH,
-                SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
-            )?;
-            if table_properties.is_empty() {
-                Ok(b)
-            } else {
-                b.set_properties(table_properties)
-            }
-        })
-        .await
+    let mut updates = vec![
+        TableUpdate::AddSnapshot { snapshot },
+        TableUpdate::SetSnapshotRef {
+            ref_name: MAIN_BRANCH.to_string(),
+            reference: SnapshotReference::new(
+                snapshot_id,
+                SnapshotRetention::branch(None, None, None),
+            ),
+        },
+    ];
+    if !change.properties.is_empty() {
+        updates.push(TableUpdate::SetProperties {
+            updates: change.properties,
+        });
+    }
+    catalog.commit(name, table, updates).await
 }
 
 /// The `total-*` summary entries after applying `added` (the `added-*`, `deleted-*` and
