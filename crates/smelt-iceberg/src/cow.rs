@@ -57,6 +57,7 @@ pub(crate) async fn read_file(
     let runtime = iceberg::Runtime::try_current().context(|| "the tokio runtime".to_string())?;
     let reader = ArrowReaderBuilder::new(table.file_io().clone(), runtime)
         .with_data_file_concurrency_limit(1)
+        .with_batch_size(64 * 1024)
         .build();
     let batches: Vec<_> = reader
         .read(stream::iter([Ok(task)]).boxed())

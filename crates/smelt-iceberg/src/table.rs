@@ -177,8 +177,10 @@ impl IcebergTable {
         let mut rows = 0;
         for file in cow::rewrites(&self.name, table, &plain, &index, &keys).await? {
             rows += file.removed_rows;
-            for batch in file.kept {
-                self.write(batch).await?;
+            // The rows that stay go to one new file (the writer rolls over large ones).
+            let kept = arrow::compute::concat_batches(&plain, &file.kept)?;
+            if kept.num_rows() > 0 {
+                self.write(kept).await?;
             }
             removed.insert(file.path);
         }
