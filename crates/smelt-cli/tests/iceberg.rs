@@ -506,3 +506,34 @@ fn two_runs_at_once_never_append_twice() {
     }
     eprintln!("{refused} run(s) refused");
 }
+
+#[test]
+fn a_rewritten_file_keeps_its_rows_in_one_new_file() {
+    let p =
+        Project::with_pipeline(&PIPELINE.replace("into: silver.orders", "into: ice.silver.orders"));
+    p.write("silver.sql", SILVER);
+    let table = "raw.orders";
+    let many: Vec<Value> = (0..3000)
+        .map(|i| row(&format!("{i:05}"), "new", i))
+        .collect();
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": table, "columns": ["id", "status", "amount"]}),
+            json!({"append": table, "rows": many}),
+        ],
+    );
+    p.ok(&["run"]);
+    pyiceberg(
+        &p,
+        &[json!({"append": table, "rows": [row("00007", "active", 7)]})],
+    );
+    p.ok(&["run"]);
+    let snapshots = &pyiceberg(&p, &[json!({"snapshots": "silver.orders"})])[0]["snapshots"];
+    let last = &snapshots.as_array().unwrap().last().unwrap()["summary"];
+    // The file holding key 00007 is replaced by one file of its other 2,999 rows, plus the
+    // file of the updated row.
+    assert_eq!(last["deleted-data-files"], "1", "{last}");
+    assert_eq!(last["added-data-files"], "2", "{last}");
+    assert_eq!(last["total-records"], "3000", "{last}");
+}

@@ -147,29 +147,32 @@ pub(crate) async fn rewrites(
     index: &KeyIndex,
     keys: &[String],
 ) -> Result<Vec<Rewritten>> {
-    let mut out = Vec::new();
+    // A large file may be planned as several tasks (one per split): they are one file.
+    let mut files: Vec<Rewritten> = Vec::new();
     for task in live_files(name, table).await? {
         let path = task.data_file_path.clone();
-        let batches = read_file(name, table, task, schema).await?;
-        let mut kept = Vec::new();
-        let mut removed_rows = 0;
-        for batch in &batches {
-            let hit = matches(index, batch, keys)?;
-            removed_rows += hit.true_count();
-            let stay = filter_record_batch(batch, &not(&hit)?)?;
+        let at = match files.iter().position(|f| f.path == path) {
+            Some(at) => at,
+            None => {
+                files.push(Rewritten {
+                    path,
+                    kept: Vec::new(),
+                    removed_rows: 0,
+                });
+                files.len() - 1
+            }
+        };
+        for batch in read_file(name, table, task, schema).await? {
+            let hit = matches(index, &batch, keys)?;
+            files[at].removed_rows += hit.true_count();
+            let stay = filter_record_batch(&batch, &not(&hit)?)?;
             if stay.num_rows() > 0 {
-                kept.push(stay);
+                files[at].kept.push(stay);
             }
         }
-        if removed_rows > 0 {
-            out.push(Rewritten {
-                path,
-                kept,
-                removed_rows,
-            });
-        }
     }
-    Ok(out)
+    files.retain(|f| f.removed_rows > 0);
+    Ok(files)
 }
 
 /// An index of the keys in `batches` (key columns only), `None` when there are none.

@@ -165,9 +165,13 @@ impl IcebergTable {
         if self.overwrite {
             self.overwrite = false;
             self.remove_keys.clear();
-            let files = cow::live_files(&self.name, table).await?;
-            let rows = files.iter().filter_map(|f| f.record_count).sum::<u64>() as usize;
-            return Ok((files.into_iter().map(|f| f.data_file_path).collect(), rows));
+            // One task per split of a file: count each file's rows once.
+            let mut files: HashMap<String, u64> = HashMap::new();
+            for task in cow::live_files(&self.name, table).await? {
+                files.insert(task.data_file_path, task.record_count.unwrap_or(0));
+            }
+            let rows = files.values().sum::<u64>() as usize;
+            return Ok((files.into_keys().collect(), rows));
         }
         let Some(index) = cow::keys_of(&std::mem::take(&mut self.remove_keys))? else {
             return Ok((HashSet::new(), 0));
