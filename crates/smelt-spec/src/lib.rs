@@ -28,6 +28,7 @@ mod load;
 pub use load::check_lake_url;
 mod locate;
 mod model;
+mod name;
 mod ordered;
 mod policy;
 mod replace_where;
