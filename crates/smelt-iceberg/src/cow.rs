@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow::compute::{concat_batches, filter_record_batch, is_not_null, not};
 use arrow::datatypes::SchemaRef;
 use futures::{StreamExt, TryStreamExt, stream};
@@ -88,7 +88,7 @@ pub(crate) fn matches(
     index: &KeyIndex,
     batch: &RecordBatch,
     keys: &[String],
-) -> Result<arrow::array::BooleanArray> {
+) -> Result<BooleanArray> {
     let positions = index.positions(&key_columns(batch, keys)?).map_err(|e| {
         Error::user(
             e.to_string(),
@@ -139,13 +139,13 @@ pub(crate) struct Rewritten {
     pub removed_rows: usize,
 }
 
-/// The live data files holding a key of `index`, each with the rows that stay.
+/// The live data files holding a row that `removes` marks (true; never NULL), each with
+/// the rows that stay.
 pub(crate) async fn rewrites(
     name: &TableName,
     table: &Table,
     schema: &SchemaRef,
-    index: &KeyIndex,
-    keys: &[String],
+    removes: &(dyn Fn(&RecordBatch) -> Result<BooleanArray> + Sync),
 ) -> Result<Vec<Rewritten>> {
     // A large file may be planned as several tasks (one per split): they are one file.
     let mut files: Vec<Rewritten> = Vec::new();
@@ -163,7 +163,7 @@ pub(crate) async fn rewrites(
             }
         };
         for batch in read_file(name, table, task, schema).await? {
-            let hit = matches(index, &batch, keys)?;
+            let hit = removes(&batch)?;
             files[at].removed_rows += hit.true_count();
             let stay = filter_record_batch(&batch, &not(&hit)?)?;
             if stay.num_rows() > 0 {

@@ -37,6 +37,9 @@ pub enum Error {
     /// Arrow failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// The engine failed (a flow's predicate, evaluated on stored rows).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
     /// A bug in smelt.
     #[error("internal error: {0}")]
     Internal(String),
@@ -84,6 +87,7 @@ impl From<Error> for EngineError {
             Error::Bridge(e) => EngineError::Internal(e.to_string()),
             Error::Internal(message) => EngineError::Internal(message),
             Error::Arrow(e) => EngineError::storage("arrow", e),
+            Error::Engine(e) => e,
         }
     }
 }

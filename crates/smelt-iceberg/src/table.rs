@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -26,6 +26,7 @@ use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use smelt_engine::ports::{
     KeyedTable, LastCommit, TableSink, Watermark, WatermarkStore, WriteStats,
 };
+use smelt_engine::predicate::Predicate;
 use smelt_engine::{EngineError, Result as EngineResult};
 use smelt_spec::TableName;
 
@@ -58,6 +59,8 @@ pub struct IcebergTable {
     key_names: Vec<String>,
     /// The next commit replaces every stored row (`--full-refresh`).
     overwrite: bool,
+    /// The next commit removes the stored rows matching this (replace_where).
+    delete_where: Option<Predicate>,
 }
 
 /// The table's schema for smelt (no field ids) and for the writer (Arrow 58, field ids).
@@ -85,6 +88,7 @@ impl IcebergTable {
             remove_keys: Vec::new(),
             key_names: Vec::new(),
             overwrite: false,
+            delete_where: None,
         })
     }
 
@@ -155,16 +159,16 @@ impl IcebergTable {
 
 impl IcebergTable {
     /// The live files the next commit removes (those holding a key being replaced or
-    /// deleted, or all with `--full-refresh`), their rows that stay staged again, and how
-    /// many stored rows go.
+    /// deleted or a row matching the replace_where predicate, or all with
+    /// `--full-refresh`), their rows that stay staged again, and how many stored rows go.
     async fn removals(&mut self, table: &Table) -> Result<(HashSet<String>, usize)> {
-        let plain = match &self.schema {
-            Some(s) => s.plain.clone(),
-            None => return Ok((HashSet::new(), 0)),
-        };
+        if self.schema.is_none() {
+            return Ok((HashSet::new(), 0));
+        }
         if self.overwrite {
             self.overwrite = false;
             self.remove_keys.clear();
+            self.delete_where = None;
             // One task per split of a file: count each file's rows once.
             let mut files: HashMap<String, u64> = HashMap::new();
             for task in cow::live_files(&self.name, table).await? {
@@ -173,13 +177,38 @@ impl IcebergTable {
             let rows = files.values().sum::<u64>() as usize;
             return Ok((files.into_keys().collect(), rows));
         }
-        let Some(index) = cow::keys_of(&std::mem::take(&mut self.remove_keys))? else {
+        let index = cow::keys_of(&std::mem::take(&mut self.remove_keys))?;
+        let predicate = self.delete_where.take();
+        if index.is_none() && predicate.is_none() {
             return Ok((HashSet::new(), 0));
-        };
+        }
         let keys = self.key_names.clone();
+        let removes = |batch: &RecordBatch| -> Result<BooleanArray> {
+            let by_key = index
+                .as_ref()
+                .map(|i| cow::matches(i, batch, &keys))
+                .transpose()?;
+            let by_predicate = predicate.as_ref().map(|p| p.evaluate(batch)).transpose()?;
+            Ok(match (by_key, by_predicate) {
+                (Some(k), Some(p)) => arrow::compute::or(&k, &p)?,
+                (Some(hit), None) | (None, Some(hit)) => hit,
+                (None, None) => BooleanArray::from(vec![false; batch.num_rows()]),
+            })
+        };
+        self.rewrite(table, &removes).await
+    }
+
+    /// Rewrites the live files holding a row that `removes` marks: their rows that stay
+    /// are staged again; returns the files and how many rows go.
+    async fn rewrite(
+        &mut self,
+        table: &Table,
+        removes: &(dyn Fn(&RecordBatch) -> Result<BooleanArray> + Sync),
+    ) -> Result<(HashSet<String>, usize)> {
+        let plain = self.schema.as_ref().expect("a table has a schema").plain.clone();
         let mut removed = HashSet::new();
         let mut rows = 0;
-        for file in cow::rewrites(&self.name, table, &plain, &index, &keys).await? {
+        for file in cow::rewrites(&self.name, table, &plain, removes).await? {
             rows += file.removed_rows;
             // The rows that stay go to one new file (the writer rolls over large ones).
             let kept = arrow::compute::concat_batches(&plain, &file.kept)?;
@@ -380,6 +409,59 @@ impl TableSink for IcebergTable {
     async fn stage_overwrite(&mut self) -> EngineResult<()> {
         self.overwrite = true;
         Ok(())
+    }
+
+    async fn stage_delete_where(&mut self, predicate: Predicate) -> EngineResult<()> {
+        self.delete_where = Some(predicate);
+        Ok(())
+    }
+
+    async fn expire(&mut self, column: &str, before_us: i64) -> EngineResult<usize> {
+        let Some(table) = self.table.clone() else {
+            return Ok(0);
+        };
+        if !self.staged.is_empty() {
+            return Err(EngineError::Internal(format!(
+                "expiring rows of `{}` with rows staged",
+                self.name
+            )));
+        }
+        let name = self.name.clone();
+        let before = |batch: &RecordBatch| -> Result<BooleanArray> {
+            let values = batch.column_by_name(column).ok_or_else(|| {
+                Error::Internal(format!("`{name}` has no column `{column}` to expire by"))
+            })?;
+            let micros = arrow::compute::cast(
+                values,
+                &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            )?;
+            let micros = arrow::compute::cast(&micros, &DataType::Int64)?;
+            let bound = arrow::array::Int64Array::new_scalar(before_us);
+            let hit = arrow::compute::kernels::cmp::lt(&micros, &bound)?;
+            // A NULL timestamp never expires (the mask helper needs a null buffer).
+            Ok(match arrow::array::Array::null_count(&hit) {
+                0 => hit,
+                _ => arrow::compute::prep_null_mask_filter(&hit),
+            })
+        };
+        let (removed, rows) = self.rewrite(&table, &before).await?;
+        if removed.is_empty() {
+            return Ok(0);
+        }
+        let added = std::mem::take(&mut self.staged);
+        let table = commit(
+            &self.catalog,
+            &self.name,
+            &table,
+            Change {
+                added,
+                removed,
+                ..Change::default()
+            },
+        )
+        .await?;
+        self.table = Some(table);
+        Ok(rows)
     }
 }
 

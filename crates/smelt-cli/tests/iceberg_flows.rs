@@ -1,0 +1,227 @@
+//! More flows into Iceberg tables, checked by pyiceberg (installed by `testenv/setup.sh`):
+//! a replace_where flow into a table pyiceberg created and filled, and an SCD2 silver with
+//! its tombstones — a late delete, the version it closes arriving after it, and the
+//! tombstone's expiry. Expected results are models the tests keep.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{Project, text};
+use serde_json::{Value, json};
+
+/// Runs `steps` through pyiceberg on the project's catalog (warehouse `./warehouse`).
+fn pyiceberg(p: &Project, steps: &[Value]) -> Vec<Value> {
+    common::pyiceberg(p, &p.file("warehouse").display().to_string(), &[], steps)
+}
+
+/// An Iceberg table as pyiceberg reads it, `columns` of each row as text, sorted.
+fn scan(p: &Project, table: &str, columns: &[&str]) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = pyiceberg(p, &[json!({ "scan": table })])[0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| columns.iter().map(|c| text(&r[*c])).collect())
+        .collect();
+    rows.sort();
+    rows
+}
+
+fn sale(id: &str, day: &str, amount: &str) -> Value {
+    json!({"sale_id": id, "sale_date": day, "amount": amount})
+}
+
+#[test]
+fn replace_where_replaces_the_matching_rows_of_a_table_pyiceberg_wrote() {
+    let p = Project::with_pipeline(
+        "lake: ./lake
+catalogs:
+  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}
+flows:
+  sales:
+    replace_where:
+      from: abc.sales
+      into: ice.demo.sales
+      predicate: \"sale_date >= {min(sale_date)}\"
+",
+    );
+    // The target: three days in one file, written by pyiceberg.
+    let stored = [
+        sale("1", "2026-07-19", "100"),
+        sale("2", "2026-07-20", "200"),
+        sale("3", "2026-07-20", "300"),
+        sale("4", "2026-07-21", "400"),
+    ];
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": "demo.sales", "columns": ["sale_id", "sale_date", "amount"]}),
+            json!({"append": "demo.sales", "rows": stored}),
+        ],
+    );
+    // The batch: days 07-20 and 07-21 again, re-exported.
+    p.ok(&[
+        "sql",
+        "CREATE TABLE abc.sales (sale_id STRING, sale_date STRING, amount STRING)",
+    ]);
+    p.ok(&[
+        "sql",
+        "INSERT INTO abc.sales VALUES ('2', '2026-07-20', '250'), ('5', '2026-07-21', '500')",
+    ]);
+    let expected = |batch: &[[&str; 3]]| {
+        // The model: the stored rows before the batch's first day, then the batch.
+        let first = batch.iter().map(|r| r[1]).min().unwrap();
+        let mut rows: Vec<Vec<String>> = stored
+            .iter()
+            .map(|r| {
+                ["sale_id", "sale_date", "amount"]
+                    .iter()
+                    .map(|c| text(&r[*c]))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|r| r[1].as_str() < first)
+            .chain(batch.iter().map(|r| r.map(str::to_string).to_vec()))
+            .collect();
+        rows.sort();
+        rows
+    };
+    let columns = ["sale_id", "sale_date", "amount"];
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["rows_written"], 2, "{flows:?}");
+    assert_eq!(flows[0]["rows_replaced"], 3, "{flows:?}");
+    let batch = [["2", "2026-07-20", "250"], ["5", "2026-07-21", "500"]];
+    assert_eq!(scan(&p, "demo.sales", &columns), expected(&batch));
+    let snapshots = &pyiceberg(&p, &[json!({"snapshots": "demo.sales"})])[0]["snapshots"];
+    let last = snapshots.as_array().unwrap().last().unwrap();
+    assert_eq!(last["operation"], "overwrite", "{snapshots}");
+    assert_eq!(last["summary"]["total-records"], "3", "{snapshots}");
+
+    // A new source version: the whole batch again, with one more row.
+    p.ok(&[
+        "sql",
+        "INSERT INTO abc.sales VALUES ('6', '2026-07-22', '600')",
+    ]);
+    p.ok(&["run"]);
+    let batch = [
+        ["2", "2026-07-20", "250"],
+        ["5", "2026-07-21", "500"],
+        ["6", "2026-07-22", "600"],
+    ];
+    assert_eq!(scan(&p, "demo.sales", &columns), expected(&batch));
+    assert_eq!(p.flows(&["run"])[0]["status"], "up_to_date");
+}
+
+const SCD2: &str = "lake: ./lake
+catalogs:
+  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}
+flows:
+  orders:
+    apply:
+      from: ice.raw.orders
+      into: ice.silver.orders
+      schema: silver.sql
+      keys: [id]
+      scd: 2
+      sequence_by: [seq]
+      apply_as_deletes: status = 'deleted'
+      tombstone_retention: 3s
+";
+
+fn order(id: &str, seq: i64, status: &str) -> Value {
+    json!({"id": id, "seq": seq.to_string(), "status": status})
+}
+
+/// The SCD2 model: per key, its changes by sequence (`None`: a delete); a version runs
+/// from an upsert to the next change.
+#[derive(Default)]
+struct History(BTreeMap<String, BTreeMap<i64, Option<String>>>);
+
+impl History {
+    fn write(&mut self, rows: &[Value]) {
+        for r in rows {
+            let status = text(&r["status"]);
+            let seq: i64 = text(&r["seq"]).parse().unwrap();
+            self.0
+                .entry(text(&r["id"]))
+                .or_default()
+                .insert(seq, (status != "deleted").then_some(status));
+        }
+    }
+
+    /// (id, status, __START_AT, __END_AT) rows, sorted.
+    fn versions(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        for (id, changes) in &self.0 {
+            let changes: Vec<_> = changes.iter().collect();
+            for (i, (seq, status)) in changes.iter().enumerate() {
+                let Some(status) = status else { continue };
+                let end = changes
+                    .get(i + 1)
+                    .map_or("NULL".to_string(), |(s, _)| s.to_string());
+                out.push(vec![id.clone(), status.clone(), seq.to_string(), end]);
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+#[test]
+fn scd2_iceberg_silver_keeps_a_late_delete_and_expires_its_tombstone() {
+    let p = Project::with_pipeline(SCD2);
+    p.write(
+        "silver.sql",
+        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING, seq BIGINT)",
+    );
+    let table = "raw.orders";
+    let columns = ["id", "status", "__START_AT", "__END_AT"];
+    let mut model = History::default();
+    let mut step = |p: &Project, rows: &[Value]| {
+        pyiceberg(p, &[json!({"append": table, "rows": rows})]);
+        model.write(rows);
+        let flows = p.flows(&["run"]);
+        (flows, model.versions())
+    };
+    pyiceberg(
+        &p,
+        &[json!({"create": table, "columns": ["id", "seq", "status"]})],
+    );
+    let (_, expected) = step(
+        &p,
+        &[order("1", 1, "new"), order("1", 2, "paid"), order("2", 1, "new")],
+    );
+    assert_eq!(scan(&p, "silver.orders", &columns), expected);
+
+    // Key 1 gets a later version; key 2 is deleted; key 3's delete (seq 5) arrives before
+    // the version it closes: it leaves a tombstone.
+    let (_, expected) = step(
+        &p,
+        &[
+            order("1", 3, "shipped"),
+            order("2", 3, "deleted"),
+            order("3", 5, "deleted"),
+        ],
+    );
+    assert_eq!(scan(&p, "silver.orders", &columns), expected);
+    assert_eq!(
+        scan(&p, "silver.orders__tombstones", &["id"]),
+        [["3".to_string()]]
+    );
+
+    // Key 3's version at seq 4 arrives late: it ends at the delete.
+    let (first, expected) = step(&p, &[order("3", 4, "new")]);
+    assert_eq!(scan(&p, "silver.orders", &columns), expected);
+    assert!(expected.contains(&vec!["3".into(), "new".into(), "4".into(), "5".into()]));
+
+    // Past the retention, the tombstone goes (in this run or the one before).
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let (second, expected) = step(&p, &[order("4", 1, "new")]);
+    assert_eq!(scan(&p, "silver.orders", &columns), expected);
+    assert_eq!(
+        scan(&p, "silver.orders__tombstones", &["id"]),
+        Vec::<Vec<String>>::new()
+    );
+    let expired = first[0]["tombstones_expired"].as_u64().unwrap()
+        + second[0]["tombstones_expired"].as_u64().unwrap();
+    assert_eq!(expired, 1, "{first:?} {second:?}");
+}
