@@ -11,6 +11,11 @@ smelt reads, and reads the tables smelt writes.
     {"append": "ns.t", "rows": [{"id": "1", "status": "active"}]}
     {"overwrite": "ns.t", "where": "id = '1'", "rows": [...]}   copy-on-write
     {"delete": "ns.t", "where": "id = '2'"}                     copy-on-write
+    {"mor_delete": "ns.t", "column": "id", "values": ["2"], "rows": [...]}
+        merge-on-read, as Spark, Flink and Trino write it: one position-delete file marks the live
+        rows whose `column` is one of `values`, and `rows` (optional) go to a new data file, in
+        one snapshot (`delete`, or `overwrite` with rows: an update). pyiceberg 0.12 writes
+        deletes copy-on-write only, so this builds the snapshot from its manifest writers.
     {"expire": "ns.t", "sequences": [1, 2]}   expires the snapshots with those sequence numbers
     {"rename": "ns.t", "from": "amount", "to": "total"}
     {"add_column": "ns.t", "name": "note"}      a string column
@@ -70,6 +75,8 @@ def main():
         elif "delete" in step:
             t = catalog.load_table(step["delete"])
             t.delete(delete_filter=parse_filter(step["where"]))
+        elif "mor_delete" in step:
+            mor_delete(catalog, step)
         elif "expire" in step:
             t = catalog.load_table(step["expire"])
             ids = [s.snapshot_id for s in t.snapshots() if s.sequence_number in step["sequences"]]
@@ -108,6 +115,98 @@ def main():
             print(json.dumps({"properties": dict(t.properties)}), flush=True)
         else:
             raise SystemExit(f"unknown step: {line}")
+
+
+# The reserved field ids of a position-delete file's columns (Iceberg spec).
+FILE_PATH_ID, POS_ID = 2147483546, 2147483545
+
+
+def mor_delete(catalog, step):
+    import uuid
+
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    from pyiceberg.manifest import (
+        DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestEntryStatus,
+        ManifestWriterV2,
+    )
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+    from pyiceberg.typedef import Record
+
+    t = catalog.load_table(step["mor_delete"])
+    column, values = step["column"], set(step["values"])
+    # The positions of the live rows to delete, file by file (positions already deleted skipped).
+    marks = []
+    for task in t.scan().plan_files():
+        path = task.file.file_path
+        gone = set()
+        for d in task.delete_files:
+            with t.io.new_input(d.file_path).open() as f:
+                dt = pq.read_table(f)
+            gone |= {p for fp, p in zip(dt["file_path"].to_pylist(), dt["pos"].to_pylist()) if fp == path}
+        with t.io.new_input(path).open() as f:
+            data = pq.read_table(f, columns=[column])
+        for pos, v in enumerate(data[column].to_pylist()):
+            if v in values and pos not in gone:
+                marks.append((path, pos))
+    marks.sort()
+    schema = pa.schema([
+        pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(FILE_PATH_ID)}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(POS_ID)}),
+    ])
+    deletes = pa.table([pa.array([m[0] for m in marks]), pa.array([m[1] for m in marks], pa.int64())], schema=schema)
+    location = f"{t.location().rstrip('/')}/data/{uuid.uuid4()}-deletes.parquet"
+    with t.io.new_output(location).create() as f:
+        pq.write_table(deletes, f)
+    size = len(t.io.new_input(location))
+    delete_file = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=len(marks),
+        file_size_in_bytes=size,
+        sort_order_id=None,
+        spec_id=t.metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+    )
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self):
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self):
+            return {**super()._meta, "content": "deletes"}
+
+    class MergeOnRead(_FastAppendFiles):
+        def _manifests(self):
+            manifests = super()._manifests()
+            writer = DeleteManifestWriter(
+                self._transaction.table_metadata.spec(), self.schema(), self.new_manifest_output(),
+                self._snapshot_id, self._compression,
+            )
+            with writer:
+                writer.add(ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                    sequence_number=None, file_sequence_number=None, data_file=delete_file,
+                ))
+            return [writer.to_manifest_file()] + manifests
+
+    rows = step.get("rows") or []
+    with t.transaction() as tx:
+        producer = MergeOnRead(
+            operation=Operation.OVERWRITE if rows else Operation.DELETE,
+            transaction=tx,
+            io=t.io,
+            snapshot_properties={"added-delete-files": "1", "added-position-deletes": str(len(marks))},
+        )
+        if rows:
+            for data_file in _dataframe_to_data_files(tx.table_metadata, arrow_rows(t, rows), t.io):
+                producer.append_data_file(data_file)
+        producer.commit()
 
 
 def arrow_type(name):

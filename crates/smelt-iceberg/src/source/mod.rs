@@ -11,6 +11,7 @@
 
 mod carry_over;
 mod plan;
+mod positions;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -173,10 +174,19 @@ impl IcebergSource {
         };
         let path = file.path.clone();
         let name = self.name.clone();
+        // The file's row position of each batch's first row (position deletes).
+        let mut offset = 0u64;
         batches
             .map(move |b| {
                 let b = b.context(|| format!("reading `{path}` of `{name}`"))?;
-                stamp(b, &schema, &file)
+                let rows = b.num_rows();
+                let batch = stamp(b, &schema, &file)?;
+                let Some(positions) = &file.positions else {
+                    return Ok(batch);
+                };
+                let mask = positions::at_positions(positions, offset, rows);
+                offset += rows as u64;
+                Ok(arrow::compute::filter_record_batch(&batch, &mask)?)
             })
             .boxed()
     }

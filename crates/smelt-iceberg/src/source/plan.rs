@@ -13,6 +13,7 @@ use iceberg::table::Table;
 use smelt_core::change::{DELETE, INSERT};
 use smelt_spec::TableName;
 
+use super::positions::{self, PositionDeleteFile};
 use crate::error::{Context, Error, Result};
 use crate::manifests;
 
@@ -31,8 +32,11 @@ pub(crate) struct FileToRead {
     pub version: i64,
     /// When that snapshot was committed, µs since the epoch.
     pub timestamp_us: i64,
-    /// Delete files that apply (a snapshot read only).
+    /// Delete files that apply: a snapshot read, and a removed file read without the rows
+    /// deleted before it was removed.
     pub deletes: Vec<iceberg::scan::FileScanTaskDeleteFile>,
+    /// Only the rows at these positions (sorted): the rows position deletes name.
+    pub positions: Option<Arc<Vec<u64>>>,
 }
 
 /// One snapshot of the range a run reads.
@@ -164,23 +168,36 @@ pub(crate) async fn plan_changes(
         let list = manifests::list(name, table, snapshot).await?;
         let mut inserts = Vec::new();
         let mut deletes = Vec::new();
+        let mut position_deletes = Vec::new();
         for manifest in list.entries().iter().filter(|m| m.added_snapshot_id == id) {
-            if manifest.content == ManifestContentType::Deletes {
-                return Err(Error::user(
-                    format!(
-                        "`{name}` snapshot {id} ({}) deletes rows with delete files (merge-on-read); smelt does not read row-level deletes as changes yet",
-                        step.snapshot.summary().operation.as_str()
-                    ),
-                    "write the table copy-on-write (`write.delete.mode`, `write.update.mode`, `write.merge.mode` = `copy-on-write`), or rebuild what reads it with `smelt run --full-refresh` after such snapshots",
-                ));
-            }
             let loaded = manifests::load(name, table, manifest).await?;
             let spec: Option<PartitionSpecRef> =
                 Some(Arc::new(loaded.metadata().partition_spec().clone()));
             for entry in loaded.entries() {
-                if entry.snapshot_id() != Some(id) || entry.content_type() != DataContentType::Data
-                {
+                if entry.snapshot_id() != Some(id) {
                     continue;
+                }
+                match (entry.content_type(), entry.status()) {
+                    (DataContentType::PositionDeletes, ManifestStatus::Added) => {
+                        position_deletes.push(PositionDeleteFile {
+                            path: entry.file_path().to_string(),
+                            size: entry.file_size_in_bytes(),
+                            format: entry.file_format(),
+                        });
+                        continue;
+                    }
+                    (DataContentType::EqualityDeletes, ManifestStatus::Added) => {
+                        return Err(Error::user(
+                            format!(
+                                "`{name}` snapshot {id} ({}) deletes rows with equality delete files (as Flink writes them); smelt reads position deletes as changes, not equality deletes yet",
+                                snapshot.summary().operation.as_str()
+                            ),
+                            "rewrite the table's equality deletes into position deletes or data files (Spark: `CALL system.rewrite_data_files(...)` with `delete-file-threshold`) before the next run, or rebuild what reads it with `smelt run --full-refresh` after such snapshots",
+                        ));
+                    }
+                    (DataContentType::Data, _) => {}
+                    // A delete file dropped (its data file rewritten or compacted).
+                    _ => continue,
                 }
                 let kind = match entry.status() {
                     ManifestStatus::Added => INSERT,
@@ -198,12 +215,36 @@ pub(crate) async fn plan_changes(
                     version,
                     timestamp_us: at,
                     deletes: Vec::new(),
+                    positions: None,
                 };
                 if kind == INSERT {
                     inserts.push(file);
                 } else {
                     deletes.push(file);
                 }
+            }
+        }
+        // A removed file is read without the rows deleted before (merge-on-read).
+        if !deletes.is_empty()
+            && let Some(parent) = snapshot
+                .parent_snapshot_id()
+                .and_then(|p| table.metadata().snapshot_by_id(p).cloned())
+        {
+            let mut live = positions::live_deletes(name, table, &parent).await?;
+            for file in &mut deletes {
+                file.deletes = live.remove(&file.path).unwrap_or_default();
+            }
+        }
+        if !position_deletes.is_empty() {
+            if read_removed {
+                changes.parts.extend(
+                    deleted_rows(name, table, snapshot, &position_deletes)
+                        .await?
+                        .into_iter()
+                        .map(Part::File),
+                );
+            } else {
+                changes.skipped_deletes += position_deletes.len();
             }
         }
         if !deletes.is_empty() && !inserts.is_empty() {
@@ -222,6 +263,66 @@ pub(crate) async fn plan_changes(
         changes.parts.extend(inserts.into_iter().map(Part::File));
     }
     Ok(changes)
+}
+
+/// The rows the position-delete files `files` of `snapshot` delete, as delete reads of the
+/// data files they name (in the order first named).
+async fn deleted_rows(
+    name: &TableName,
+    table: &Table,
+    snapshot: &SnapshotRef,
+    files: &[PositionDeleteFile],
+) -> Result<Vec<FileToRead>> {
+    let marks = positions::read(name, table, files).await?;
+    let mut wanted: HashMap<&str, Arc<Vec<u64>>> = marks
+        .iter()
+        .map(|(path, p)| (path.as_str(), p.clone()))
+        .collect();
+    let mut found: HashMap<String, FileToRead> = HashMap::new();
+    let list = manifests::list(name, table, snapshot).await?;
+    for manifest in list.entries() {
+        if manifest.content != ManifestContentType::Data || wanted.is_empty() {
+            continue;
+        }
+        let loaded = manifests::load(name, table, manifest).await?;
+        let spec: Option<PartitionSpecRef> =
+            Some(Arc::new(loaded.metadata().partition_spec().clone()));
+        for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+            let Some(positions) = wanted.remove(entry.file_path()) else {
+                continue;
+            };
+            found.insert(
+                entry.file_path().to_string(),
+                FileToRead {
+                    path: entry.file_path().to_string(),
+                    size: entry.file_size_in_bytes(),
+                    records: entry.record_count(),
+                    format: entry.file_format(),
+                    partition: entry.data_file().partition().clone(),
+                    spec: spec.clone(),
+                    kind: DELETE,
+                    version: snapshot.sequence_number(),
+                    timestamp_us: snapshot.timestamp_ms() * 1000,
+                    deletes: Vec::new(),
+                    positions: Some(positions),
+                },
+            );
+        }
+    }
+    marks
+        .into_iter()
+        .map(|(path, _)| {
+            found.remove(&path).ok_or_else(|| {
+                Error::user(
+                    format!(
+                        "`{name}` snapshot {} deletes rows of `{path}` by position, but that data file is not live in the snapshot",
+                        snapshot.snapshot_id()
+                    ),
+                    "the table's writer broke the Iceberg spec; rebuild what reads it with `smelt run --full-refresh`",
+                )
+            })
+        })
+        .collect()
 }
 
 /// The live data files of `snapshot`, with the delete files that apply, in the order they
@@ -290,6 +391,7 @@ pub(crate) async fn plan_snapshot(
                 version,
                 timestamp_us: at_ms * 1000,
                 deletes,
+                positions: None,
             });
         }
     }
