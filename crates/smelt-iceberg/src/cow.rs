@@ -17,15 +17,22 @@ use smelt_spec::TableName;
 use crate::bridge;
 use crate::error::{Context, Error, Result};
 
-/// The live data files of `table`'s current snapshot, as read tasks. A table with delete
-/// files (merge-on-read) is refused: a rewrite would have to carry its deletes over.
-pub(crate) async fn live_files(name: &TableName, table: &Table) -> Result<Vec<FileScanTask>> {
+/// The live data files of `table`'s current snapshot, as read tasks of the columns
+/// `select` (all when `None`). A table with delete files (merge-on-read) is refused: a
+/// rewrite would have to carry its deletes over.
+pub(crate) async fn live_files(
+    name: &TableName,
+    table: &Table,
+    select: Option<&[String]>,
+) -> Result<Vec<FileScanTask>> {
     let Some(snapshot) = table.metadata().current_snapshot() else {
         return Ok(Vec::new());
     };
-    let tasks: Vec<FileScanTask> = table
-        .scan()
-        .snapshot_id(snapshot.snapshot_id())
+    let mut scan = table.scan().snapshot_id(snapshot.snapshot_id());
+    if let Some(columns) = select {
+        scan = scan.select(columns.iter().cloned());
+    }
+    let tasks: Vec<FileScanTask> = scan
         .build()
         .context(|| format!("planning a read of `{name}`"))?
         .plan_files()
@@ -114,14 +121,27 @@ pub(crate) async fn lookup(
         .collect();
     let index =
         KeyIndex::new(lookup.columns()).map_err(|e| Error::user(e.to_string(), "check `keys`"))?;
+    // Only the key columns and those asked for are read, in the table's order.
+    let read: Vec<usize> = (0..schema.fields().len())
+        .filter(|&i| {
+            let n = schema.field(i).name();
+            keys.contains(n) || columns.contains(n)
+        })
+        .collect();
+    let read_schema: SchemaRef = Arc::new(schema.project(&read)?);
+    let names: Vec<String> = read_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
     let projection: Vec<usize> = columns
         .iter()
-        .map(|c| schema.index_of(c))
+        .map(|c| read_schema.index_of(c))
         .collect::<std::result::Result<_, _>>()?;
-    let out_schema: SchemaRef = Arc::new(schema.project(&projection)?);
+    let out_schema: SchemaRef = Arc::new(read_schema.project(&projection)?);
     let mut found = Vec::new();
-    for task in live_files(name, table).await? {
-        for batch in read_file(name, table, task, schema).await? {
+    for task in live_files(name, table, Some(&names)).await? {
+        for batch in read_file(name, table, task, &read_schema).await? {
             let hit = matches(&index, &batch, &keys)?;
             if hit.true_count() == 0 {
                 continue;
@@ -149,7 +169,7 @@ pub(crate) async fn rewrites(
 ) -> Result<Vec<Rewritten>> {
     // A large file may be planned as several tasks (one per split): they are one file.
     let mut files: Vec<Rewritten> = Vec::new();
-    for task in live_files(name, table).await? {
+    for task in live_files(name, table, None).await? {
         let path = task.data_file_path.clone();
         let at = match files.iter().position(|f| f.path == path) {
             Some(at) => at,

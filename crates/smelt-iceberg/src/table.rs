@@ -171,7 +171,7 @@ impl IcebergTable {
             self.delete_where = None;
             // One task per split of a file: count each file's rows once.
             let mut files: HashMap<String, u64> = HashMap::new();
-            for task in cow::live_files(&self.name, table).await? {
+            for task in cow::live_files(&self.name, table, None).await? {
                 files.insert(task.data_file_path, task.record_count.unwrap_or(0));
             }
             let rows = files.values().sum::<u64>() as usize;
