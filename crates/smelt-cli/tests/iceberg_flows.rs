@@ -188,7 +188,11 @@ fn scd2_iceberg_silver_keeps_a_late_delete_and_expires_its_tombstone() {
     );
     let (_, expected) = step(
         &p,
-        &[order("1", 1, "new"), order("1", 2, "paid"), order("2", 1, "new")],
+        &[
+            order("1", 1, "new"),
+            order("1", 2, "paid"),
+            order("2", 1, "new"),
+        ],
     );
     assert_eq!(scan(&p, "silver.orders", &columns), expected);
 
@@ -296,7 +300,9 @@ fn merge_on_read_deletes_and_updates_in_an_iceberg_bronze_are_read_as_changes() 
     // A merge-on-read update: key 3's old row deleted by position, its new row appended.
     pyiceberg(
         &p,
-        &[json!({"mor_delete": table, "column": "id", "values": ["3"], "rows": [row("3", "paid")]})],
+        &[
+            json!({"mor_delete": table, "column": "id", "values": ["3"], "rows": [row("3", "paid")]}),
+        ],
     );
     model.insert("3".into(), "paid".into());
     p.ok(&["run"]);
@@ -312,4 +318,141 @@ fn merge_on_read_deletes_and_updates_in_an_iceberg_bronze_are_read_as_changes() 
     // A rebuild reads the snapshot with its position deletes applied.
     p.ok(&["run", "--full-refresh"]);
     check(&p, &model);
+}
+
+const BOTH_MODES: &str = "lake: ./lake
+catalogs:
+  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}
+flows:
+  cow:
+    apply:
+      from: ice.raw.orders
+      into: ice.silver.cow
+      schema: cow.sql
+      keys: [id]
+      sequence_by: [_commit_timestamp]
+      apply_as_deletes: status = 'deleted'
+  mor:
+    apply:
+      from: ice.raw.orders
+      into: ice.silver.mor
+      schema: mor.sql
+      keys: [id]
+      sequence_by: [_commit_timestamp]
+      apply_as_deletes: status = 'deleted'
+      write_mode: merge_on_read
+  gold:
+    apply:
+      from: ice.silver.mor
+      into: gold.orders
+      schema: gold.sql
+      keys: [id]
+      sequence_by: [_commit_timestamp]
+      source_deletes: apply
+";
+
+/// The last snapshot of an Iceberg table, as pyiceberg lists it.
+fn last_snapshot(p: &Project, table: &str) -> Value {
+    let snapshots = &pyiceberg(p, &[json!({ "snapshots": table })])[0]["snapshots"];
+    snapshots.as_array().unwrap().last().unwrap().clone()
+}
+
+#[test]
+fn merge_on_read_silver_marks_replaced_rows_and_reads_as_copy_on_write_does() {
+    let p = Project::with_pipeline(BOTH_MODES);
+    for (file, table) in [
+        ("cow.sql", "silver.cow"),
+        ("mor.sql", "silver.mor"),
+        ("gold.sql", "gold.orders"),
+    ] {
+        p.write(
+            file,
+            &format!("CREATE TABLE {table} (id STRING NOT NULL, status STRING)"),
+        );
+    }
+    let table = "raw.orders";
+    pyiceberg(&p, &[json!({"create": table, "columns": ["id", "status"]})]);
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    // Both silvers as pyiceberg reads them (it applies position deletes), the downstream
+    // Delta table, and the model agree; so do the two tombstone tables, once there are some.
+    let check = |p: &Project, model: &BTreeMap<String, String>, tombstones: bool| {
+        let expected: Vec<Vec<String>> = model
+            .iter()
+            .map(|(k, v)| vec![k.clone(), v.clone()])
+            .collect();
+        assert_eq!(scan(p, "silver.mor", &["id", "status"]), expected, "mor");
+        assert_eq!(scan(p, "silver.cow", &["id", "status"]), expected, "cow");
+        let gold: Vec<Vec<String>> = p
+            .query("SELECT id, status FROM gold.orders ORDER BY id")
+            .iter()
+            .map(|r| vec![text(&r["id"]), text(&r["status"])])
+            .collect();
+        assert_eq!(gold, expected, "gold, read from the merge-on-read silver");
+        if tombstones {
+            assert_eq!(
+                scan(p, "silver.mor__tombstones", &["id"]),
+                scan(p, "silver.cow__tombstones", &["id"])
+            );
+        }
+    };
+    let mut step = |p: &Project, rows: &[Value]| {
+        pyiceberg(p, &[json!({"append": table, "rows": rows})]);
+        for r in rows {
+            let status = text(&r["status"]);
+            if status == "deleted" {
+                model.remove(&text(&r["id"]));
+            } else {
+                model.insert(text(&r["id"]), status);
+            }
+        }
+        model.clone()
+    };
+
+    let m = step(&p, &[row("1", "new"), row("2", "new"), row("3", "new")]);
+    p.ok(&["run"]);
+    check(&p, &m, false);
+
+    // An update of 1 and a delete of 2: two rows marked in a position-delete file, no data
+    // file rewritten. Killed before the silver commit first: the rerun finishes it once.
+    let m = step(
+        &p,
+        &[row("1", "paid"), row("2", "deleted"), row("4", "new")],
+    );
+    let out = p.abort_at("before_silver_commit", &["run", "mor"]);
+    assert_eq!(common::signal_of(&out.status), Some(6), "aborted: {out:?}");
+    p.ok(&["run"]);
+    check(&p, &m, true);
+    let last = last_snapshot(&p, "silver.mor");
+    assert_eq!(last["operation"], "overwrite", "{last}");
+    assert_eq!(last["summary"]["added-position-deletes"], "2", "{last}");
+    assert_eq!(last["summary"].get("deleted-data-files"), None, "{last}");
+
+    // Key 1 again (its first row is already marked: not marked twice), 3 deleted, 2 back.
+    let m = step(
+        &p,
+        &[row("3", "deleted"), row("2", "new"), row("1", "shipped")],
+    );
+    p.ok(&["run"]);
+    check(&p, &m, true);
+    let last = last_snapshot(&p, "silver.mor");
+    assert_eq!(last["summary"]["added-position-deletes"], "2", "{last}");
+
+    // A rebuild replaces every data and delete file.
+    p.ok(&["run", "--full-refresh"]);
+    check(&p, &m, true);
+    let last = last_snapshot(&p, "silver.mor");
+    assert_eq!(last["summary"]["total-delete-files"], "0", "{last}");
+}
+
+#[test]
+fn merge_on_read_is_refused_for_a_delta_silver_with_the_line() {
+    let p = Project::with_pipeline(
+        "lake: ./lake\nflows:\n  orders:\n    apply:\n      from: raw.orders\n      into: silver.orders\n      keys: [id]\n      write_mode: merge_on_read\n",
+    );
+    let (_, err) = p.fails(&["validate"], 2);
+    assert!(
+        err.contains("`write_mode: merge_on_read` works with Iceberg tables only"),
+        "{err}"
+    );
+    assert!(err.contains("smelt.yaml:8"), "{err}");
 }

@@ -1,6 +1,6 @@
 //! Copy-on-write over an Iceberg table's live data files: the stored rows with some keys
 //! (the guard's lookup), and the files that hold keys being replaced or deleted, rewritten
-//! without those rows.
+//! without those rows (and without the rows delete files had removed).
 
 use std::sync::Arc;
 
@@ -18,8 +18,8 @@ use crate::bridge;
 use crate::error::{Context, Error, Result};
 
 /// The live data files of `table`'s current snapshot, as read tasks of the columns
-/// `select` (all when `None`). A table with delete files (merge-on-read) is refused: a
-/// rewrite would have to carry its deletes over.
+/// `select` (all when `None`), with the delete files that apply (a read applies them: a
+/// file rewritten from it keeps only its live rows).
 pub(crate) async fn live_files(
     name: &TableName,
     table: &Table,
@@ -41,15 +41,6 @@ pub(crate) async fn live_files(
         .try_collect()
         .await
         .context(|| format!("planning a read of `{name}`"))?;
-    if let Some(task) = tasks.iter().find(|t| !t.deletes.is_empty()) {
-        return Err(Error::user(
-            format!(
-                "`{name}` has delete files (merge-on-read) on `{}`; smelt rewrites Iceberg tables copy-on-write only",
-                task.data_file_path
-            ),
-            "compact the table's deletes away (Spark: `CALL system.rewrite_data_files(...)` with `delete-file-threshold`), or write the flow's table to the Delta lake",
-        ));
-    }
     Ok(tasks)
 }
 

@@ -9,6 +9,7 @@
 pub mod bridge;
 pub mod catalog;
 mod cow;
+mod deletes;
 pub mod error;
 pub mod storage;
 

@@ -27,14 +27,18 @@ pub(crate) struct Change {
     pub added: Vec<DataFile>,
     /// Paths of the live data files to remove (rewritten copy-on-write).
     pub removed: HashSet<String>,
+    /// Position-delete files to add (merge-on-read).
+    pub added_deletes: Vec<DataFile>,
+    /// Every delete file goes (a full overwrite, which removes every data file).
+    pub drop_deletes: bool,
     /// Summary properties of the snapshot (`smelt.*`).
     pub summary: HashMap<String, String>,
     /// Table properties to set in the same metadata commit.
     pub properties: HashMap<String, String>,
 }
 
-/// Commits `change` to `table` as one snapshot — `append` when it removes no file,
-/// `overwrite` otherwise — with the smelt summary and the table properties in the same
+/// Commits `change` to `table` as one snapshot — `append` when it removes no row, `delete`
+/// when it only removes rows, `overwrite` otherwise — with the smelt summary and the table properties in the same
 /// metadata swap; returns the table at the new snapshot.
 pub(crate) async fn commit(
     catalog: &IcebergCatalog,
@@ -66,7 +70,8 @@ pub(crate) async fn commit(
         );
     }
     let mut manifests = Vec::new();
-    if !change.added.is_empty() {
+    let has_added = !change.added.is_empty();
+    if has_added {
         let path = format!("{location}/metadata/{commit}-m0.avro");
         let output = io
             .new_output(&path)
@@ -86,11 +91,45 @@ pub(crate) async fn commit(
                 .context(|| format!("writing the manifest of `{name}`"))?,
         );
     }
+    if !change.added_deletes.is_empty() {
+        let path = format!("{location}/metadata/{commit}-d0.avro");
+        let output = io
+            .new_output(&path)
+            .context(|| format!("writing `{path}`"))?;
+        let mut writer = ManifestWriterBuilder::new(
+            output,
+            Some(snapshot_id),
+            schema.clone(),
+            metadata.default_partition_spec().as_ref().clone(),
+        )
+        .build_v2_deletes();
+        for file in &change.added_deletes {
+            summary.add_file(
+                file,
+                schema.clone(),
+                metadata.default_partition_spec().clone(),
+            );
+        }
+        for file in change.added_deletes.iter().cloned() {
+            writer
+                .add_file(file, sequence)
+                .context(|| format!("writing the delete manifest of `{name}`"))?;
+        }
+        manifests.push(
+            writer
+                .write_manifest_file()
+                .await
+                .context(|| format!("writing the delete manifest of `{name}`"))?,
+        );
+    }
     let parent = metadata.current_snapshot();
     let mut removed = 0;
     if let Some(parent) = parent {
         let list = manifests::list(name, table, parent).await?;
         for (n, manifest) in list.entries().iter().enumerate() {
+            if change.drop_deletes && manifest.content == ManifestContentType::Deletes {
+                continue;
+            }
             if change.removed.is_empty() || manifest.content != ManifestContentType::Data {
                 manifests.push(manifest.clone());
                 continue;
@@ -161,9 +200,22 @@ pub(crate) async fn commit(
         .await
         .context(|| format!("writing the manifest list of `{name}`"))?;
 
+    // `append` adds rows only; `delete` only removes some; `overwrite` does both.
+    let operation = match (
+        has_added,
+        !change.removed.is_empty() || !change.added_deletes.is_empty(),
+    ) {
+        (_, false) => Operation::Append,
+        (false, true) => Operation::Delete,
+        (true, true) => Operation::Overwrite,
+    };
     let mut properties = change.summary;
     let added = summary.build();
-    let totals = totals(parent.map(|p| &p.summary().additional_properties), &added);
+    let totals = totals(
+        parent.map(|p| &p.summary().additional_properties),
+        &added,
+        change.drop_deletes,
+    );
     properties.extend(added);
     properties.extend(totals);
     let snapshot = Snapshot::builder()
@@ -172,11 +224,7 @@ pub(crate) async fn commit(
         .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
         .with_sequence_number(sequence)
         .with_summary(Summary {
-            operation: if change.removed.is_empty() {
-                Operation::Append
-            } else {
-                Operation::Overwrite
-            },
+            operation,
             additional_properties: properties,
         })
         .with_schema_id(metadata.current_schema_id())
@@ -201,10 +249,12 @@ pub(crate) async fn commit(
 }
 
 /// The `total-*` summary entries after applying `added` (the `added-*`, `deleted-*` and
-/// `removed-*` entries) to the parent's totals, as Iceberg writers keep them.
+/// `removed-*` entries) to the parent's totals, as Iceberg writers keep them; with
+/// `no_deletes_left`, the parent's delete files all went.
 fn totals(
     parent: Option<&HashMap<String, String>>,
     added: &HashMap<String, String>,
+    no_deletes_left: bool,
 ) -> HashMap<String, String> {
     let get = |m: Option<&HashMap<String, String>>, k: &str| {
         m.and_then(|m| m.get(k))
@@ -221,6 +271,14 @@ fn totals(
     ]
     .into_iter()
     .map(|(total, add)| {
+        let before = match total {
+            "total-delete-files" | "total-position-deletes" | "total-equality-deletes"
+                if no_deletes_left =>
+            {
+                0
+            }
+            _ => get(parent, total),
+        };
         let gone = match total {
             "total-data-files" => get(Some(added), "deleted-data-files"),
             "total-records" => get(Some(added), "deleted-records"),
@@ -229,7 +287,7 @@ fn totals(
         };
         (
             total.to_string(),
-            (get(parent, total) + get(Some(added), add))
+            (before + get(Some(added), add))
                 .saturating_sub(gone)
                 .to_string(),
         )

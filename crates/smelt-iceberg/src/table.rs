@@ -33,6 +33,7 @@ use smelt_spec::TableName;
 use crate::bridge;
 use crate::catalog::IcebergCatalog;
 use crate::cow;
+use crate::deletes;
 use crate::error::{Context, Error, Result};
 use crate::snapshot::{Change, commit};
 
@@ -61,6 +62,8 @@ pub struct IcebergTable {
     overwrite: bool,
     /// The next commit removes the stored rows matching this (replace_where).
     delete_where: Option<Predicate>,
+    /// Rows replaced or deleted by key are marked in position-delete files, not rewritten.
+    merge_on_read: bool,
 }
 
 /// The table's schema for smelt (no field ids) and for the writer (Arrow 58, field ids).
@@ -89,6 +92,7 @@ impl IcebergTable {
             key_names: Vec::new(),
             overwrite: false,
             delete_where: None,
+            merge_on_read: false,
         })
     }
 
@@ -161,9 +165,9 @@ impl IcebergTable {
     /// The live files the next commit removes (those holding a key being replaced or
     /// deleted or a row matching the replace_where predicate, or all with
     /// `--full-refresh`), their rows that stay staged again, and how many stored rows go.
-    async fn removals(&mut self, table: &Table) -> Result<(HashSet<String>, usize)> {
+    async fn removals(&mut self, table: &Table) -> Result<Removals> {
         if self.schema.is_none() {
-            return Ok((HashSet::new(), 0));
+            return Ok(Removals::default());
         }
         if self.overwrite {
             self.overwrite = false;
@@ -175,12 +179,17 @@ impl IcebergTable {
                 files.insert(task.data_file_path, task.record_count.unwrap_or(0));
             }
             let rows = files.values().sum::<u64>() as usize;
-            return Ok((files.into_keys().collect(), rows));
+            return Ok(Removals {
+                files: files.into_keys().collect(),
+                rows,
+                all: true,
+                ..Removals::default()
+            });
         }
         let index = cow::keys_of(&std::mem::take(&mut self.remove_keys))?;
         let predicate = self.delete_where.take();
         if index.is_none() && predicate.is_none() {
-            return Ok((HashSet::new(), 0));
+            return Ok(Removals::default());
         }
         let keys = self.key_names.clone();
         let removes = |batch: &RecordBatch| -> Result<BooleanArray> {
@@ -195,7 +204,28 @@ impl IcebergTable {
                 (None, None) => BooleanArray::from(vec![false; batch.num_rows()]),
             })
         };
-        self.rewrite(table, &removes).await
+        if self.merge_on_read && predicate.is_none() {
+            // Only the key columns are read to find the rows' positions.
+            let plain = &self.schema.as_ref().expect("a table has a schema").plain;
+            let at: Vec<usize> = (0..plain.fields().len())
+                .filter(|&i| keys.contains(plain.field(i).name()))
+                .collect();
+            let key_schema = Arc::new(plain.project(&at)?);
+            let marks = deletes::mark(&self.name, table, &key_schema, &removes).await?;
+            let rows = marks.iter().map(|(_, p)| p.len()).sum();
+            let file = deletes::write(&self.name, table, marks).await?;
+            return Ok(Removals {
+                deletes: file.into_iter().collect(),
+                rows,
+                ..Removals::default()
+            });
+        }
+        let (files, rows) = self.rewrite(table, &removes).await?;
+        Ok(Removals {
+            files,
+            rows,
+            ..Removals::default()
+        })
     }
 
     /// Rewrites the live files holding a row that `removes` marks: their rows that stay
@@ -205,7 +235,12 @@ impl IcebergTable {
         table: &Table,
         removes: &(dyn Fn(&RecordBatch) -> Result<BooleanArray> + Sync),
     ) -> Result<(HashSet<String>, usize)> {
-        let plain = self.schema.as_ref().expect("a table has a schema").plain.clone();
+        let plain = self
+            .schema
+            .as_ref()
+            .expect("a table has a schema")
+            .plain
+            .clone();
         let mut removed = HashSet::new();
         let mut rows = 0;
         for file in cow::rewrites(&self.name, table, &plain, removes).await? {
@@ -219,6 +254,19 @@ impl IcebergTable {
         }
         Ok((removed, rows))
     }
+}
+
+/// What a commit removes.
+#[derive(Default)]
+struct Removals {
+    /// Live data files (copy-on-write: their rows that stay are staged again).
+    files: HashSet<String>,
+    /// Position-delete files marking the rows removed (merge-on-read).
+    deletes: Vec<iceberg::spec::DataFile>,
+    /// Stored rows removed.
+    rows: usize,
+    /// Every data and delete file goes (`--full-refresh`).
+    all: bool,
 }
 
 fn schemas(name: &TableName, table: &Table) -> Result<Schemas> {
@@ -364,13 +412,17 @@ impl TableSink for IcebergTable {
             format!("{WATERMARK}{}", watermark.app_id),
             watermark.version.to_string(),
         );
-        let (removed, rows_removed) = self.removals(&table).await?;
+        let removals = self.removals(&table).await?;
         let added = std::mem::take(&mut self.staged);
         let stats = WriteStats {
-            files_added: added.len(),
-            files_removed: removed.len(),
-            bytes_written: added.iter().map(|f| f.file_size_in_bytes()).sum(),
-            rows_removed,
+            files_added: added.len() + removals.deletes.len(),
+            files_removed: removals.files.len(),
+            bytes_written: added
+                .iter()
+                .chain(&removals.deletes)
+                .map(|f| f.file_size_in_bytes())
+                .sum(),
+            rows_removed: removals.rows,
             ..WriteStats::default()
         };
         let table = commit(
@@ -379,7 +431,9 @@ impl TableSink for IcebergTable {
             &table,
             Change {
                 added,
-                removed,
+                removed: removals.files,
+                added_deletes: removals.deletes,
+                drop_deletes: removals.all,
                 summary,
                 properties,
             },
@@ -408,6 +462,11 @@ impl TableSink for IcebergTable {
 
     async fn stage_overwrite(&mut self) -> EngineResult<()> {
         self.overwrite = true;
+        Ok(())
+    }
+
+    async fn write_merge_on_read(&mut self) -> EngineResult<()> {
+        self.merge_on_read = true;
         Ok(())
     }
 

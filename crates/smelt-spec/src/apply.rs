@@ -20,6 +20,7 @@ use crate::error::SpecError;
 use crate::ordered::Ordered;
 use crate::policy::{
     OnCastError, OnSequenceConflict, OnViolation, SchemaEvolution, SourceDeletes, UpdateColumns,
+    WriteMode,
 };
 
 mod validate;
@@ -102,6 +103,8 @@ pub struct ApplyFlow {
     /// SCD2: the columns whose change starts a new version (`track_history`); a change in
     /// the others updates the current version in place.
     pub history: UpdateColumns,
+    /// How silver and tombstone rows are replaced and deleted (`write_mode`).
+    pub write_mode: WriteMode,
 }
 
 /// SCD2: the column holding the sequence at which a version starts.
@@ -140,6 +143,7 @@ pub(crate) struct RawApply {
     expect: Ordered<String>,
     on_violation: Option<OnViolation>,
     on_sequence_conflict: Option<OnSequenceConflict>,
+    write_mode: Option<WriteMode>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -43,7 +43,7 @@ pub use ingest::{CsvLayout, FileFormat, IngestAudit, IngestEvolution, IngestFlow
 pub use model::{Flow, FlowKind, Pipeline};
 pub use policy::{
     OnCastError, OnChangedFile, OnRewrite, OnSequenceConflict, OnViolation, SchemaEvolution,
-    SourceDeletes, UpdateColumns,
+    SourceDeletes, UpdateColumns, WriteMode,
 };
 pub use replace_where::{ReplaceSource, ReplaceWhereFlow};
 

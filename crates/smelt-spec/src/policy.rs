@@ -47,6 +47,17 @@ pub enum OnSequenceConflict {
     Fail,
 }
 
+/// How an apply flow removes the stored rows it replaces or deletes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// The files holding them are rewritten without them.
+    #[default]
+    CopyOnWrite,
+    /// They are marked deleted (Iceberg position-delete files); no data file is rewritten.
+    MergeOnRead,
+}
+
 /// What new columns (in bronze, or declared in the DDL but missing from silver) do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,7 +1,7 @@
 //! The runner of `apply` flows: bronze changes → silver by key ([`crate::apply`]).
 
 use async_trait::async_trait;
-use smelt_spec::{ApplyFlow, SourceDeletes, TableName};
+use smelt_spec::{ApplyFlow, SourceDeletes, TableName, WriteMode};
 
 use super::{FlowCx, FlowRunner, LakeCx};
 use crate::apply::{ApplyTables, check_apply, run_apply, tombstone_table};
@@ -42,6 +42,10 @@ impl FlowRunner for Apply<'_> {
         let mut rejects = lake
             .table(&rejects_table(&spec.into), TableRole::Rejects)
             .await?;
+        if spec.write_mode == WriteMode::MergeOnRead {
+            silver.write_merge_on_read().await?;
+            tombstones.write_merge_on_read().await?;
+        }
         let tables = ApplyTables {
             silver: &mut *silver,
             tombstones: &mut *tombstones,

@@ -136,6 +136,14 @@ pub trait TableSink: WatermarkStore {
         let _ = predicate;
         Err(unsupported(self.table(), "replace_where"))
     }
+    /// Makes this run's commits remove the rows they replace or delete merge-on-read: marked
+    /// deleted (Iceberg: a position-delete file) instead of rewriting the files holding them.
+    async fn write_merge_on_read(&mut self) -> Result<()> {
+        Err(unsupported(
+            self.table(),
+            "merge-on-read writing (`write_mode: merge_on_read`)",
+        ))
+    }
     /// Deletes the rows whose timestamp column `column` is before `before_us` (µs since the
     /// epoch, UTC), in a commit of its own; returns how many went. Used to expire
     /// tombstones, where deleting early is safe to repeat.

@@ -11,7 +11,6 @@
 
 mod carry_over;
 mod plan;
-mod positions;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -184,7 +183,7 @@ impl IcebergSource {
                 let Some(positions) = &file.positions else {
                     return Ok(batch);
                 };
-                let mask = positions::at_positions(positions, offset, rows);
+                let mask = crate::deletes::at_positions(positions, offset, rows);
                 offset += rows as u64;
                 Ok(arrow::compute::filter_record_batch(&batch, &mask)?)
             })

@@ -13,7 +13,7 @@ use iceberg::table::Table;
 use smelt_core::change::{DELETE, INSERT};
 use smelt_spec::TableName;
 
-use super::positions::{self, PositionDeleteFile};
+use crate::deletes::{self as positions, PositionDeleteFile};
 use crate::error::{Context, Error, Result};
 use crate::manifests;
 

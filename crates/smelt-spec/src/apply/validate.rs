@@ -9,7 +9,7 @@ use crate::check::{parse_duration, pick_columns, read_table_def, valid_zone};
 use crate::ddl::{ColumnType, TableName};
 use crate::error::{SpecError, did_you_mean};
 use crate::locate::line_of;
-use crate::policy::{OnSequenceConflict, UpdateColumns};
+use crate::policy::{OnSequenceConflict, UpdateColumns, WriteMode};
 
 pub(crate) fn apply_flow(
     path: &Path,
@@ -238,6 +238,22 @@ pub(crate) fn apply_flow(
             );
         }
     }
+    if raw.write_mode == Some(WriteMode::MergeOnRead)
+        && into.as_ref().is_some_and(|t| t.catalog.is_none())
+    {
+        errors.push(
+            SpecError::new(
+                path,
+                field("write_mode"),
+                format!(
+                    "`write_mode: merge_on_read` works with Iceberg tables only: smelt writes Delta tables such as `{}` copy-on-write (deletion vectors are not written yet)",
+                    raw.into
+                ),
+            )
+            .at(at("write_mode"))
+            .hint("use `write_mode: copy_on_write` (the default), or write the silver to an Iceberg catalog (`catalog.namespace.table`)"),
+        );
+    }
     if scd == 2 && raw.on_sequence_conflict == Some(OnSequenceConflict::Quarantine) {
         errors.push(
             SpecError::new(
@@ -367,6 +383,7 @@ pub(crate) fn apply_flow(
         widen_types: raw.widen_types,
         on_violation: raw.on_violation.unwrap_or_default(),
         on_sequence_conflict: raw.on_sequence_conflict.unwrap_or_default(),
+        write_mode: raw.write_mode.unwrap_or_default(),
     })
 }
 

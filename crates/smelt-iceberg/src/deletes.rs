@@ -1,24 +1,29 @@
-//! Merge-on-read deletes as changes: the position-delete files a snapshot adds (Spark, Flink
-//! and Trino write them for `DELETE`, `UPDATE` and `MERGE` in merge-on-read mode) name rows
-//! of live data files by position; those rows are the snapshot's deletes. And the delete
+//! Position-delete files (merge-on-read): Spark, Trino and smelt's `write_mode:
+//! merge_on_read` write them for deletes and updates; each names rows of live data files by
+//! position. Read (the rows a snapshot's new delete files name are its deletes; the delete
 //! files live at a snapshot, so that a data file removed later is read without the rows
-//! they had already deleted.
+//! they had already deleted), and written: the positions of the stored rows a commit
+//! removes, in one new delete file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{BooleanArray, BooleanBufferBuilder};
+use arrow::array::{BooleanArray, BooleanBufferBuilder, RecordBatch};
+use arrow::datatypes::SchemaRef;
 use arrow58_array::cast::AsArray;
 use arrow58_array::types::Int64Type;
 use futures::{StreamExt, TryStreamExt, stream};
 use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{
-    DataFileFormat, ManifestContentType, NestedField, PrimitiveType, Schema, SnapshotRef, Type,
+    DataContentType, DataFile, DataFileFormat, ManifestContentType, NestedField, PrimitiveType,
+    Schema, SnapshotRef, Type,
 };
 use iceberg::table::Table;
+use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder, ParquetWriterBuilder};
 use smelt_spec::TableName;
 
+use crate::cow;
 use crate::error::{Context, Error, Result};
 use crate::manifests;
 
@@ -34,14 +39,9 @@ pub(crate) struct PositionDeleteFile {
     pub format: DataFileFormat,
 }
 
-/// The rows `files` delete: per data file path (in the order first named), its deleted
-/// positions, sorted and distinct.
-pub(crate) async fn read(
-    name: &TableName,
-    table: &Table,
-    files: &[PositionDeleteFile],
-) -> Result<Vec<(String, Arc<Vec<u64>>)>> {
-    let schema = Arc::new(
+/// The schema of position-delete files (`file_path`, `pos`).
+fn schema() -> Result<Arc<Schema>> {
+    Ok(Arc::new(
         Schema::builder()
             .with_fields([
                 Arc::new(NestedField::required(
@@ -57,7 +57,17 @@ pub(crate) async fn read(
             ])
             .build()
             .context(|| "the position-delete schema".to_string())?,
-    );
+    ))
+}
+
+/// The rows `files` delete: per data file path (in the order first named), its deleted
+/// positions, sorted and distinct.
+pub(crate) async fn read(
+    name: &TableName,
+    table: &Table,
+    files: &[PositionDeleteFile],
+) -> Result<Vec<(String, Arc<Vec<u64>>)>> {
+    let schema = schema()?;
     let mut order: Vec<String> = Vec::new();
     let mut positions: HashMap<String, Vec<u64>> = HashMap::new();
     for file in files {
@@ -148,8 +158,7 @@ pub(crate) async fn live_deletes(
 ) -> Result<HashMap<String, Vec<FileScanTaskDeleteFile>>> {
     let list = manifests::list(name, table, snapshot).await?;
     let any = list.entries().iter().any(|m| {
-        m.content == ManifestContentType::Deletes
-            && (m.has_added_files() || m.has_existing_files())
+        m.content == ManifestContentType::Deletes && (m.has_added_files() || m.has_existing_files())
     });
     if !any {
         return Ok(HashMap::new());
@@ -170,12 +179,123 @@ pub(crate) async fn live_deletes(
     let mut deletes: HashMap<String, Vec<FileScanTaskDeleteFile>> = HashMap::new();
     for task in tasks {
         if !task.deletes.is_empty() {
-            deletes
-                .entry(task.data_file_path)
-                .or_insert(task.deletes);
+            deletes.entry(task.data_file_path).or_insert(task.deletes);
         }
     }
     Ok(deletes)
+}
+
+/// The positions of the live rows of `table` that `removes` marks (true; never NULL), per
+/// data file, read with the columns of `schema` (smelt's, a projection of the table's).
+/// Rows that earlier position deletes removed are not marked again.
+pub(crate) async fn mark(
+    name: &TableName,
+    table: &Table,
+    schema: &SchemaRef,
+    removes: &(dyn Fn(&RecordBatch) -> Result<BooleanArray> + Sync),
+) -> Result<Vec<(String, Vec<u64>)>> {
+    let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let mut seen = HashSet::new();
+    let mut marks = Vec::new();
+    for mut task in cow::live_files(name, table, Some(&columns)).await? {
+        // A large file may be planned as several splits: it is read whole, once, so that
+        // row positions count from its start.
+        if !seen.insert(task.data_file_path.clone()) {
+            continue;
+        }
+        task.start = 0;
+        task.length = task.file_size_in_bytes;
+        let earlier: Vec<PositionDeleteFile> = std::mem::take(&mut task.deletes)
+            .into_iter()
+            .filter(|d| d.file_type == DataContentType::PositionDeletes)
+            .map(|d| PositionDeleteFile {
+                path: d.file_path,
+                size: d.file_size_in_bytes,
+                format: DataFileFormat::Parquet,
+            })
+            .collect();
+        let path = task.data_file_path.clone();
+        let gone: HashSet<u64> = read(name, table, &earlier)
+            .await?
+            .into_iter()
+            .filter(|(p, _)| *p == path)
+            .flat_map(|(_, positions)| positions.iter().copied().collect::<Vec<_>>())
+            .collect();
+        let mut positions = Vec::new();
+        let mut offset = 0u64;
+        for batch in cow::read_file(name, table, task, schema).await? {
+            let hit = removes(&batch)?;
+            positions.extend(
+                hit.values()
+                    .set_indices()
+                    .map(|i| offset + i as u64)
+                    .filter(|p| !gone.contains(p)),
+            );
+            offset += batch.num_rows() as u64;
+        }
+        if !positions.is_empty() {
+            marks.push((path, positions));
+        }
+    }
+    Ok(marks)
+}
+
+/// Writes `marks` (per data file, its positions) as one position-delete file of `table`,
+/// sorted by file and position as the spec requires; `None` when there is nothing to mark.
+pub(crate) async fn write(
+    name: &TableName,
+    table: &Table,
+    mut marks: Vec<(String, Vec<u64>)>,
+) -> Result<Option<DataFile>> {
+    marks.sort_by(|a, b| a.0.cmp(&b.0));
+    let rows: usize = marks.iter().map(|(_, p)| p.len()).sum();
+    if rows == 0 {
+        return Ok(None);
+    }
+    let mut paths = arrow58_array::builder::StringBuilder::new();
+    let mut positions = arrow58_array::builder::Int64Builder::with_capacity(rows);
+    for (path, mut marked) in marks {
+        marked.sort_unstable();
+        for p in marked {
+            paths.append_value(&path);
+            positions.append_value(p as i64);
+        }
+    }
+    let schema = schema()?;
+    let what = || format!("writing a position-delete file of `{name}`");
+    let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).context(what)?);
+    let batch = arrow58_array::RecordBatch::try_new(
+        arrow,
+        vec![Arc::new(paths.finish()), Arc::new(positions.finish())],
+    )
+    .map_err(|e| Error::Internal(format!("a position-delete batch: {e}")))?;
+    let location = format!(
+        "{}/data/smelt-{}-deletes.parquet",
+        table.metadata().location().trim_end_matches('/'),
+        uuid::Uuid::new_v4()
+    );
+    let output = table.file_io().new_output(&location).context(what)?;
+    let mut writer = ParquetWriterBuilder::new(
+        parquet58::file::properties::WriterProperties::builder()
+            .set_compression(parquet58::basic::Compression::ZSTD(Default::default()))
+            .build(),
+        schema,
+    )
+    .build(output)
+    .await
+    .context(what)?;
+    writer.write(&batch).await.context(what)?;
+    let mut built = writer.close().await.context(what)?;
+    let Some(mut file) = built.pop() else {
+        return Err(Error::Internal(format!(
+            "`{name}`: the position-delete file of {rows} rows was not written"
+        )));
+    };
+    file.content(DataContentType::PositionDeletes)
+        .partition_spec_id(table.metadata().default_partition_spec_id());
+    Ok(Some(file.build().map_err(|e| {
+        Error::Internal(format!("a position-delete file entry: {e}"))
+    })?))
 }
 
 #[cfg(test)]
