@@ -74,16 +74,61 @@ def prepare_copy(src_table, dst_table):
         reveal(src_table, dst_table, v)
 
 
-def smelt_project(lake):
+ICEBERG_TOOLS = ("smelt-iceberg", "smelt-iceberg-mor", "pyiceberg")
+
+
+def smelt_project(lake, tool):
+    """smelt's pipeline: Delta bronze into Delta silver (`smelt`), or into an Iceberg silver in
+    a SQL catalog (`catalog.db`, warehouse `silver/`, as the pyiceberg peer keeps it), written
+    copy-on-write (`smelt-iceberg`) or merge-on-read (`smelt-iceberg-mor`)."""
     silver_sql = open(os.path.join(HERE, "..", "examples", "product2", "silver.sql")).read()
     silver_sql = silver_sql.replace("medallion_demo.product2__silver", "bench.product2_silver")
     with open(os.path.join(lake, "silver.sql"), "w") as f:
         f.write(silver_sql)
+    catalogs, into, mode = "", "bench.product2_silver", ""
+    if tool in ICEBERG_TOOLS:
+        catalogs = "catalogs:\n  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./silver}\n"
+        into = "ice." + into
+    if tool == "smelt-iceberg-mor":
+        mode = "      write_mode: merge_on_read\n"
     with open(os.path.join(lake, "smelt.yaml"), "w") as f:
         f.write(
-            "lake: .\nflows:\n  product2:\n    apply:\n      from: bench.product2_bronze\n"
-            "      into: bench.product2_silver\n      schema: silver.sql\n"
+            f"lake: .\n{catalogs}flows:\n  product2:\n    apply:\n      from: bench.product2_bronze\n"
+            f"      into: {into}\n      schema: silver.sql\n{mode}"
         )
+
+
+def iceberg_silver(lake):
+    """The Iceberg silver of an Iceberg tool, `None` before its first run."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    db = os.path.abspath(os.path.join(lake, "catalog.db"))
+    if not os.path.exists(db):
+        return None
+    catalog = SqlCatalog("ice", uri=f"sqlite:///{db}", warehouse=f"file://{os.path.abspath(os.path.join(lake, 'silver'))}")
+    try:
+        return catalog.load_table("bench.product2_silver")
+    except NoSuchTableError:
+        return None
+
+
+def iceberg_sequence(lake):
+    table = iceberg_silver(lake)
+    snapshot = table.current_snapshot() if table else None
+    return snapshot.sequence_number if snapshot else 0
+
+
+def iceberg_written(lake, after):
+    """(data files, bytes) added by the Iceberg silver's snapshots after sequence `after`,
+    from their summaries."""
+    files = size = 0
+    for s in iceberg_silver(lake).snapshots():
+        if s.sequence_number > after:
+            summary = s.summary.additional_properties
+            files += int(summary.get("added-data-files", 0))
+            size += int(summary.get("added-files-size", 0))
+    return files, size
 
 
 def canonical_hash(tool, lake):
@@ -96,6 +141,8 @@ def canonical_hash(tool, lake):
         con = duckdb.connect(os.path.join(lake, "silver", "silver.duckdb"), read_only=True)
         df = pl.from_arrow(con.sql("SELECT * FROM silver").to_arrow_table())
         con.close()
+    elif tool in ICEBERG_TOOLS:
+        df = pl.from_arrow(iceberg_silver(lake).scan().to_arrow())
     else:
         path = os.path.join(lake, "bench", "product2_silver") if tool == "smelt" else os.path.join(lake, "silver")
         df = pl.read_delta(path)
@@ -117,8 +164,9 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
         if step > 0:
             reveal(src_table, table, version)
         before = set(log_versions(silver))
+        seq_before = iceberg_sequence(lake) if tool in ICEBERG_TOOLS else 0
         db_before = os.path.getsize(os.path.join(silver, "silver.duckdb")) if tool == "duckdb" and step > 0 else 0
-        if tool == "smelt":
+        if tool.startswith("smelt"):
             cmd = [args.smelt, "-q", "--json", "-p", os.path.join(lake, "smelt.yaml"), "run"]
             if args.memory_limit:
                 cmd += ["--memory-limit", args.memory_limit]
@@ -139,6 +187,8 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
             written += b
         if tool == "duckdb":
             written = os.path.getsize(os.path.join(silver, "silver.duckdb")) - db_before
+        if tool in ICEBERG_TOOLS:
+            files, written = iceberg_written(lake, seq_before)
         steps.append({
             "step": "initial" if step == 0 else f"increment {step}",
             "bronze_version": version,
@@ -174,8 +224,13 @@ def summarize(result):
     }
 
 
+def reference(results):
+    """The result the others are compared with: smelt's (Delta silver), else smelt-iceberg's."""
+    return next(r for r in results if r["tool"] == "smelt" or r["tool"] == "smelt-iceberg")
+
+
 def markdown(meta, results):
-    smelt = next(r for r in results if r["tool"] == "smelt")["summary"]
+    smelt = reference(results)["summary"]
     lines = [
         f"## product2, scale `{meta['scale']}` (N={meta['rows']:,}, M={meta['increment']:,}, K={meta['increments']})",
         "",
@@ -186,7 +241,7 @@ def markdown(meta, results):
     ]
     for r in results:
         s = r["summary"]
-        same = "—" if r["tool"] == "smelt" else ("yes" if r["matches_smelt"] else "**no**")
+        same = "—" if r is reference(results) else ("yes" if r["matches_smelt"] else "**no**")
         lines.append(
             f"| {r['tool']} | {s['initial_s']:.2f} | {s['increment_mean_s']:.2f} / {s['increment_median_s']:.2f} | "
             f"{s['increment_rows_per_s']:,} | {s['peak_rss_mib']:,} | {s['increment_bytes_written_mean']:,} | "
@@ -194,7 +249,7 @@ def markdown(meta, results):
             f"{s['write_amplification_mean']} | {s['initial_s'] / smelt['initial_s']:.2f}× | "
             f"{s['increment_mean_s'] / smelt['increment_mean_s']:.2f}× | {same} |"
         )
-    smelt_steps = next(r for r in results if r["tool"] == "smelt")["steps"]
+    smelt_steps = reference(results)["steps"]
     lines += ["", "smelt per phase (ms):", "", "| step | " + " | ".join(smelt_steps[0]["phases_ms"].keys()) + " |",
               "|---|" + "---|" * len(smelt_steps[0]["phases_ms"])]
     for s in smelt_steps:
@@ -211,7 +266,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", required=True)
     ap.add_argument("--increments", type=int, default=5)
-    ap.add_argument("--tools", default="smelt,deltars,polars,duckdb")
+    ap.add_argument("--tools", default="smelt,deltars,polars,duckdb", help="also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver)")
     ap.add_argument("--memory-limit", default=None, help="passed to `smelt run --memory-limit`, e.g. 2GiB")
     args = ap.parse_args()
     rows, increment = SCALES[args.scale]
@@ -231,12 +286,12 @@ def main():
     results = []
     for tool in tools:
         os.makedirs(os.path.join(work, tool))
-        if tool == "smelt":
-            smelt_project(os.path.join(work, tool))
+        if tool.startswith("smelt"):
+            smelt_project(os.path.join(work, tool), tool)
         r = run_tool(tool, args, src_table, work, bronze_bytes, args.increments)
         r["summary"] = summarize(r)
         results.append(r)
-    ref = next(r for r in results if r["tool"] == "smelt")
+    ref = reference(results)
     for r in results:
         r["matches_smelt"] = (r["final_rows"], r["final_hash"]) == (ref["final_rows"], ref["final_hash"])
     cpu = ""
@@ -249,7 +304,7 @@ def main():
         "machine": f"{os.cpu_count()} cores ({cpu}), {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, {platform.platform()}",
         "command": os.environ.get("SMELT_BENCH_COMMAND", f"bench/run.sh {args.scale}"),
         "date": time.strftime("%Y-%m-%d"),
-        "versions": subprocess.run([args.python, "-c", "import deltalake, polars, duckdb, pyarrow; print(f'deltalake {deltalake.__version__}, polars {polars.__version__}, duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}')"], capture_output=True, text=True).stdout.strip(),
+        "versions": subprocess.run([args.python, "-c", "import deltalake, polars, duckdb, pyarrow, pyiceberg; print(f'deltalake {deltalake.__version__}, polars {polars.__version__}, duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}, pyiceberg {pyiceberg.__version__}')"], capture_output=True, text=True).stdout.strip(),
     }
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=2)

@@ -1,6 +1,6 @@
 """The peers of the benchmark: the same job as `smelt run`, done the way users do it today.
 
-    python peers.py <deltars|polars|duckdb> <bronze table dir> <silver dir> <state file>
+    python peers.py <deltars|polars|duckdb|pyiceberg> <bronze table dir> <silver dir> <state file>
 
 Each call applies the bronze versions after the last one recorded in <state file> (all of
 them on the first call) to silver — SCD1 by Id, latest change per Id by commit time then
@@ -120,6 +120,30 @@ def run_polars(changes, first):
     )
 
 
+def iceberg_catalog(warehouse):
+    """The SQL catalog (SQLite) of an Iceberg silver in `warehouse`: pyiceberg's and smelt's."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    os.makedirs(warehouse, exist_ok=True)
+    db = os.path.join(os.path.abspath(warehouse), "..", "catalog.db")
+    return SqlCatalog("ice", uri=f"sqlite:///{os.path.normpath(db)}", warehouse=f"file://{os.path.abspath(warehouse)}")
+
+
+def run_pyiceberg(changes, first):
+    """pyiceberg's `upsert` into an Iceberg v2 table (copy-on-write: the files holding matched
+    keys are rewritten). Its update has no guard: the bench's increments come in commit order,
+    so the newer change always wins, as under the peers' guard."""
+    catalog = iceberg_catalog(SILVER)
+    source = polars_transform(changes).to_arrow()
+    if first:
+        catalog.create_namespace_if_not_exists("bench")
+        table = catalog.create_table("bench.product2_silver", schema=source.schema)
+        table.append(source)
+        return
+    table = catalog.load_table("bench.product2_silver")
+    table.upsert(source, join_cols=["Id"])
+
+
 DUCK_SELECT = """
 SELECT
   Id, Name, ProductCode, Description,
@@ -172,7 +196,8 @@ def main():
     first = after < 0
     os.makedirs(SILVER, exist_ok=True)
     if changes is not None:
-        {"deltars": run_deltars, "polars": run_polars, "duckdb": run_duckdb}[TOOL](changes, first)
+        runs = {"deltars": run_deltars, "polars": run_polars, "duckdb": run_duckdb, "pyiceberg": run_pyiceberg}
+        runs[TOOL](changes, first)
     t1 = time.perf_counter()
     with open(STATE, "w") as f:
         json.dump({"version": upto}, f)
