@@ -16,6 +16,9 @@ smelt reads, and reads the tables smelt writes.
         rows whose `column` is one of `values`, and `rows` (optional) go to a new data file, in
         one snapshot (`delete`, or `overwrite` with rows: an update). pyiceberg 0.12 writes
         deletes copy-on-write only, so this builds the snapshot from its manifest writers.
+    {"eq_delete": "ns.t", "column": "id", "values": ["2"], "rows": [...]}
+        the same with an equality-delete file, as Flink writes upserts: every row written before
+        whose `column` is one of `values` is deleted. pyiceberg 0.12 cannot read such tables.
     {"expire": "ns.t", "sequences": [1, 2]}   expires the snapshots with those sequence numbers
     {"rename": "ns.t", "from": "amount", "to": "total"}
     {"add_column": "ns.t", "name": "note"}      a string column
@@ -77,6 +80,8 @@ def main():
             t.delete(delete_filter=parse_filter(step["where"]))
         elif "mor_delete" in step:
             mor_delete(catalog, step)
+        elif "eq_delete" in step:
+            eq_delete(catalog, step)
         elif "expire" in step:
             t = catalog.load_table(step["expire"])
             ids = [s.snapshot_id for s in t.snapshots() if s.sequence_number in step["sequences"]]
@@ -125,13 +130,7 @@ def mor_delete(catalog, step):
     import uuid
 
     import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-    from pyiceberg.manifest import (
-        DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestEntryStatus,
-        ManifestWriterV2,
-    )
-    from pyiceberg.table.snapshots import Operation
-    from pyiceberg.table.update.snapshot import _FastAppendFiles
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
     t = catalog.load_table(step["mor_delete"])
@@ -172,6 +171,47 @@ def mor_delete(catalog, step):
         equality_ids=None,
         key_metadata=None,
     )
+    commit_deletes(t, delete_file, step.get("rows") or [], {"added-position-deletes": str(len(marks))})
+
+
+def eq_delete(catalog, step):
+    import uuid
+
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    t = catalog.load_table(step["eq_delete"])
+    column = step["column"]
+    field = t.schema().find_field(column)
+    arrow_field = t.schema().as_arrow().field(column)
+    schema = pa.schema([arrow_field.with_metadata({"PARQUET:field_id": str(field.field_id)})])
+    deletes = pa.table([pa.array(step["values"], arrow_field.type)], schema=schema)
+    location = f"{t.location().rstrip('/')}/data/{uuid.uuid4()}-eq-deletes.parquet"
+    with t.io.new_output(location).create() as f:
+        pq.write_table(deletes, f)
+    delete_file = DataFile.from_args(
+        content=DataFileContent.EQUALITY_DELETES,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=deletes.num_rows,
+        file_size_in_bytes=len(t.io.new_input(location)),
+        sort_order_id=None,
+        spec_id=t.metadata.default_spec_id,
+        equality_ids=[field.field_id],
+        key_metadata=None,
+    )
+    commit_deletes(t, delete_file, step.get("rows") or [], {"added-equality-deletes": str(deletes.num_rows)})
+
+
+def commit_deletes(t, delete_file, rows, summary):
+    """Commits one snapshot that adds `delete_file` (in a delete manifest) and `rows` (in a
+    data file): `delete`, or `overwrite` with rows."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestWriterV2
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
 
     class DeleteManifestWriter(ManifestWriterV2):
         def content(self):
@@ -195,13 +235,12 @@ def mor_delete(catalog, step):
                 ))
             return [writer.to_manifest_file()] + manifests
 
-    rows = step.get("rows") or []
     with t.transaction() as tx:
         producer = MergeOnRead(
             operation=Operation.OVERWRITE if rows else Operation.DELETE,
             transaction=tx,
             io=t.io,
-            snapshot_properties={"added-delete-files": "1", "added-position-deletes": str(len(marks))},
+            snapshot_properties={"added-delete-files": "1", **summary},
         )
         if rows:
             for data_file in _dataframe_to_data_files(tx.table_metadata, arrow_rows(t, rows), t.io):

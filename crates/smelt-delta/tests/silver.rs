@@ -48,6 +48,7 @@ fn watermark(version: i64) -> Watermark {
         run_id: format!("run-{version}"),
         report: None,
         extra: Vec::new(),
+        source: None,
     }
 }
 

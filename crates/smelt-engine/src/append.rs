@@ -14,7 +14,7 @@ use smelt_core::change::{CHANGE_TYPE, COMMIT_VERSION, INSERT};
 use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
 use crate::apply::{RunContext, app_id};
-use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
+use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark, WatermarkSource};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use crate::stage::{Buffered, CastMiss, cast_to, commit_report};
@@ -189,6 +189,10 @@ pub async fn run_append(
         run_id: ctx.run_id.clone(),
         report: None,
         extra: Vec::new(),
+        source: Some(WatermarkSource {
+            table: source.table().to_string(),
+            snapshot_id: source.snapshot_id(v),
+        }),
     };
     commit_report(target, watermark, report, ("read and append", read_ms)).await
 }

@@ -353,6 +353,7 @@ pub fn watermark(
         run_id: ctx.run_id.clone(),
         report: None,
         extra,
+        source: None,
     }
 }
 

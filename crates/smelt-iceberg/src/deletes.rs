@@ -5,7 +5,7 @@
 //! they had already deleted), and written: the positions of the stored rows a commit
 //! removes, in one new delete file.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{BooleanArray, BooleanBufferBuilder, RecordBatch};
@@ -21,8 +21,10 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder, ParquetWriterBuilder};
+use smelt_core::dedupe::KeyIndex;
 use smelt_spec::TableName;
 
+use crate::bridge;
 use crate::cow;
 use crate::error::{Context, Error, Result};
 use crate::manifests;
@@ -58,6 +60,112 @@ fn schema() -> Result<Arc<Schema>> {
             .build()
             .context(|| "the position-delete schema".to_string())?,
     ))
+}
+
+/// An equality-delete file a snapshot added: rows written before whose columns `ids`
+/// (field ids) equal one of its rows are deleted.
+#[derive(Debug, Clone)]
+pub(crate) struct EqualityDeleteFile {
+    pub path: String,
+    pub size: u64,
+    pub format: DataFileFormat,
+    pub ids: Vec<i32>,
+}
+
+/// The values equality-delete files delete, per set of columns.
+pub(crate) struct EqualityDeletes(Vec<(Vec<String>, KeyIndex)>);
+
+impl EqualityDeletes {
+    /// Which rows of `batch` (the table's columns, by name) one of the files deletes.
+    pub(crate) fn matches(&self, batch: &RecordBatch) -> Result<BooleanArray> {
+        let mut hit = BooleanArray::from(vec![false; batch.num_rows()]);
+        for (columns, index) in &self.0 {
+            let keys = cow::key_columns(batch, columns)?;
+            let found = index
+                .positions(&keys)
+                .map_err(|e| Error::Internal(format!("matching equality deletes: {e}")))?;
+            hit = arrow::compute::or(&hit, &arrow::compute::is_not_null(&found)?)?;
+        }
+        Ok(hit)
+    }
+}
+
+/// The values `files` delete, read by field id as the table's columns of `schema` (smelt's
+/// schema of the whole table).
+pub(crate) async fn read_equality(
+    name: &TableName,
+    table: &Table,
+    schema: &SchemaRef,
+    files: &[EqualityDeleteFile],
+) -> Result<EqualityDeletes> {
+    let current = table.metadata().current_schema().clone();
+    let mut groups: BTreeMap<Vec<i32>, Vec<&EqualityDeleteFile>> = BTreeMap::new();
+    for file in files {
+        groups.entry(file.ids.clone()).or_default().push(file);
+    }
+    let mut sets = Vec::new();
+    for (ids, files) in groups {
+        let columns: Vec<String> = ids
+            .iter()
+            .map(|id| {
+                current.field_by_id(*id).map(|f| f.name.clone()).ok_or_else(|| {
+                    Error::user(
+                        format!(
+                            "`{name}`: equality-delete file `{}` deletes by field id {id}, which the table's schema does not have",
+                            files[0].path
+                        ),
+                        "rebuild what reads the table with `smelt run --full-refresh`",
+                    )
+                })
+            })
+            .collect::<Result<_>>()?;
+        let at: Vec<usize> = columns
+            .iter()
+            .map(|c| schema.index_of(c))
+            .collect::<std::result::Result<_, _>>()?;
+        let projected: SchemaRef = Arc::new(schema.project(&at)?);
+        let mut batches = Vec::new();
+        for file in files {
+            let task = FileScanTask {
+                file_size_in_bytes: file.size,
+                start: 0,
+                length: file.size,
+                record_count: None,
+                data_file_path: file.path.clone(),
+                data_file_format: file.format,
+                schema: current.clone(),
+                project_field_ids: ids.clone(),
+                predicate: None,
+                deletes: Vec::new(),
+                partition: None,
+                partition_spec: None,
+                name_mapping: None,
+                case_sensitive: true,
+            };
+            let what = || format!("reading equality-delete file `{}` of `{name}`", file.path);
+            let runtime = iceberg::Runtime::try_current().context(what)?;
+            let read: Vec<_> = ArrowReaderBuilder::new(table.file_io().clone(), runtime)
+                .with_data_file_concurrency_limit(1)
+                .build()
+                .read(stream::iter([Ok(task)]).boxed())
+                .context(what)?
+                .stream()
+                .try_collect()
+                .await
+                .context(what)?;
+            for batch in read {
+                batches.push(bridge::batch_from_58(batch, &projected)?);
+            }
+        }
+        let all = arrow::compute::concat_batches(&projected, &batches)?;
+        if all.num_rows() == 0 {
+            continue;
+        }
+        let index = KeyIndex::new(all.columns())
+            .map_err(|e| Error::Internal(format!("indexing equality deletes: {e}")))?;
+        sets.push((columns, index));
+    }
+    Ok(EqualityDeletes(sets))
 }
 
 /// The rows `files` delete: per data file path (in the order first named), its deleted

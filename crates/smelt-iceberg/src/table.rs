@@ -5,8 +5,9 @@
 //! holding replaced or deleted keys are rewritten without them.
 //!
 //! The watermark is kept twice in that one metadata commit: in the snapshot's summary
-//! (`smelt.watermark.<app id>`, with the run id and report: lineage, `smelt status`) and in
-//! the table's properties, which outlive snapshot expiry.
+//! (`smelt.watermark.<app id>`, with the source table, its snapshot id when it is an
+//! Iceberg table, the run id and report: lineage, `smelt status`) and in the table's
+//! properties, which outlive snapshot expiry.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -39,6 +40,9 @@ use crate::snapshot::{Change, commit};
 
 /// Summary and property key prefix of a flow's watermark.
 const WATERMARK: &str = "smelt.watermark.";
+/// Summary key prefixes of the table a flow read, and of its snapshot id read up to.
+const SOURCE: &str = "smelt.source.";
+const SOURCE_SNAPSHOT: &str = "smelt.source-snapshot-id.";
 /// Summary key of the run id.
 const RUN_ID: &str = "smelt.run-id";
 /// Summary key of the flow's report.
@@ -406,6 +410,13 @@ impl TableSink for IcebergTable {
         }
         for (key, value) in &watermark.extra {
             summary.insert(format!("{EXTRA}{key}"), value.clone());
+        }
+        if let Some(source) = &watermark.source {
+            let app = &watermark.app_id;
+            summary.insert(format!("{SOURCE}{app}"), source.table.clone());
+            if let Some(id) = source.snapshot_id {
+                summary.insert(format!("{SOURCE_SNAPSHOT}{app}"), id.to_string());
+            }
         }
         let mut properties = std::mem::take(&mut self.properties);
         properties.insert(

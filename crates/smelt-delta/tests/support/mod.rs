@@ -30,6 +30,7 @@ pub async fn commit_bronze(lake: &Lake, schema: SchemaRef, batch: RecordBatch, c
         run_id: format!("bronze-{commit}"),
         report: None,
         extra: Vec::new(),
+        source: None,
     };
     bronze.commit(&[], &watermark).await.unwrap();
 }

@@ -48,7 +48,7 @@ use self::schema::{FlowSchema, resolve_schema, resolve_schema_all};
 use self::tombstones::{check_tombstones, expire_tombstones, tombstone_schema};
 use self::truncate::resolve_truncates;
 use crate::phases::Phases;
-use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
+use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark, WatermarkSource};
 use crate::report::{FlowReport, ReportKind, ReportStatus};
 use crate::{Result, failpoint};
 
@@ -276,6 +276,10 @@ pub async fn run_apply(
         run_id: ctx.run_id.clone(),
         report: None,
         extra: Vec::new(),
+        source: Some(WatermarkSource {
+            table: source.table().to_string(),
+            snapshot_id: source.snapshot_id(range.watermark_to),
+        }),
     };
     let started = Instant::now();
     let tables = ApplyTables {

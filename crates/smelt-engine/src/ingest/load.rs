@@ -192,6 +192,7 @@ pub async fn run_ingest(
             run_id: ctx.run_id.clone(),
             report: None,
             extra: vec![files],
+            source: None,
         },
         &mut report,
         "before_bronze_commit",

@@ -104,6 +104,7 @@ pub(super) async fn write_rejects(
         run_id: ctx.run_id.clone(),
         report: None,
         extra: Vec::new(),
+        source: None,
     };
     rejects
         .commit(&[INGEST_BATCH.to_string()], &watermark)

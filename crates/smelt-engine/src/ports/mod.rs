@@ -28,5 +28,6 @@ pub use lake::{Lake, SourceOptions, TableRole};
 pub use reporter::{Reporter, Silent};
 pub use source::{ChangeSet, ChangeSource};
 pub use table::{
-    KeyedTable, LastCommit, SilverTable, TableSink, Watermark, WatermarkStore, WriteStats,
+    KeyedTable, LastCommit, SilverTable, TableSink, Watermark, WatermarkSource, WatermarkStore,
+    WriteStats,
 };

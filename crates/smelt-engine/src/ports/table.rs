@@ -37,6 +37,18 @@ pub struct Watermark {
     /// More entries (key, JSON text) recorded with the commit and read back by
     /// [`WatermarkStore::commit_values`], e.g. the files an ingest flow loaded.
     pub extra: Vec<(String, String)>,
+    /// The table read and, for an Iceberg source, the snapshot id of `version`: lineage a
+    /// format may record with the commit (Iceberg: in the snapshot summary).
+    pub source: Option<WatermarkSource>,
+}
+
+/// Where a watermark's version comes from.
+#[derive(Debug, Clone)]
+pub struct WatermarkSource {
+    /// The source table (`catalog.namespace.table` or `schema.table`).
+    pub table: String,
+    /// The snapshot id of the version read, when the source has snapshot ids (Iceberg).
+    pub snapshot_id: Option<i64>,
 }
 
 /// The last commit of a table, as the event log and `smelt status` need it.

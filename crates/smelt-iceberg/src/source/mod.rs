@@ -117,6 +117,22 @@ impl IcebergSource {
                 .try_flatten()
                 .boxed()
             }
+            Part::EqualityDeletes { deletes, rows_of } => {
+                let (name, table, schema) =
+                    (self.name.clone(), self.table.clone(), self.schema.clone());
+                let rows: Vec<_> = rows_of.into_iter().map(|f| self.read_file(f)).collect();
+                stream::once(async move {
+                    let sets =
+                        crate::deletes::read_equality(&name, &table, &schema, &deletes).await?;
+                    Ok::<_, Error>(stream::iter(rows).flatten().map(move |batch| {
+                        let batch = batch?;
+                        let hit = sets.matches(&batch)?;
+                        Ok(arrow::compute::filter_record_batch(&batch, &hit)?)
+                    }))
+                })
+                .try_flatten()
+                .boxed()
+            }
         }
     }
 

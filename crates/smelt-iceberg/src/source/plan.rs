@@ -13,7 +13,7 @@ use iceberg::table::Table;
 use smelt_core::change::{DELETE, INSERT};
 use smelt_spec::TableName;
 
-use crate::deletes::{self as positions, PositionDeleteFile};
+use crate::deletes::{self as positions, EqualityDeleteFile, PositionDeleteFile};
 use crate::error::{Context, Error, Result};
 use crate::manifests;
 
@@ -63,6 +63,12 @@ pub(crate) enum Part {
         added: Vec<FileToRead>,
         emit_removed: bool,
     },
+    /// A snapshot that added equality-delete files: the rows of `rows_of` (the parent
+    /// snapshot's live files, stamped as the snapshot's deletes) that they match.
+    EqualityDeletes {
+        deletes: Vec<EqualityDeleteFile>,
+        rows_of: Vec<FileToRead>,
+    },
 }
 
 impl Part {
@@ -71,6 +77,7 @@ impl Part {
         match self {
             Part::File(f) => Box::new(std::iter::once(f)),
             Part::Rewrite { removed, added, .. } => Box::new(removed.iter().chain(added)),
+            Part::EqualityDeletes { rows_of, .. } => Box::new(rows_of.iter()),
         }
     }
 }
@@ -169,6 +176,7 @@ pub(crate) async fn plan_changes(
         let mut inserts = Vec::new();
         let mut deletes = Vec::new();
         let mut position_deletes = Vec::new();
+        let mut equality_deletes = Vec::new();
         for manifest in list.entries().iter().filter(|m| m.added_snapshot_id == id) {
             let loaded = manifests::load(name, table, manifest).await?;
             let spec: Option<PartitionSpecRef> =
@@ -187,13 +195,13 @@ pub(crate) async fn plan_changes(
                         continue;
                     }
                     (DataContentType::EqualityDeletes, ManifestStatus::Added) => {
-                        return Err(Error::user(
-                            format!(
-                                "`{name}` snapshot {id} ({}) deletes rows with equality delete files (as Flink writes them); smelt reads position deletes as changes, not equality deletes yet",
-                                snapshot.summary().operation.as_str()
-                            ),
-                            "rewrite the table's equality deletes into position deletes or data files (Spark: `CALL system.rewrite_data_files(...)` with `delete-file-threshold`) before the next run, or rebuild what reads it with `smelt run --full-refresh` after such snapshots",
-                        ));
+                        equality_deletes.push(EqualityDeleteFile {
+                            path: entry.file_path().to_string(),
+                            size: entry.file_size_in_bytes(),
+                            format: entry.file_format(),
+                            ids: entry.data_file().equality_ids().unwrap_or_default(),
+                        });
+                        continue;
                     }
                     (DataContentType::Data, _) => {}
                     // A delete file dropped (its data file rewritten or compacted).
@@ -245,6 +253,28 @@ pub(crate) async fn plan_changes(
                 );
             } else {
                 changes.skipped_deletes += position_deletes.len();
+            }
+        }
+        if !equality_deletes.is_empty() {
+            if read_removed {
+                // The rows they delete are among those live just before (data files added
+                // by the snapshot itself have its sequence number: not deleted).
+                let parent = snapshot
+                    .parent_snapshot_id()
+                    .and_then(|p| table.metadata().snapshot_by_id(p).cloned());
+                let mut rows_of = match &parent {
+                    Some(parent) => plan_snapshot(name, table, parent).await?,
+                    None => Vec::new(),
+                };
+                for file in &mut rows_of {
+                    (file.kind, file.version, file.timestamp_us) = (DELETE, version, at);
+                }
+                changes.parts.push(Part::EqualityDeletes {
+                    deletes: equality_deletes,
+                    rows_of,
+                });
+            } else {
+                changes.skipped_deletes += equality_deletes.len();
             }
         }
         if !deletes.is_empty() && !inserts.is_empty() {
