@@ -59,3 +59,14 @@ fn a_failing_statement_names_its_number_and_keeps_earlier_ones() {
         "{err}"
     );
 }
+
+#[test]
+fn a_catalog_table_is_refused_by_name() {
+    let p = Project::product2();
+    let (_, err) = p.fails(&["sql", "SELECT * FROM ice.raw.orders"], 1);
+    assert!(
+        err.contains("statement 1: `ice.raw.orders` names a table of a catalog"),
+        "{err}"
+    );
+    assert!(err.contains("pyiceberg, Spark or Trino"), "{err}");
+}

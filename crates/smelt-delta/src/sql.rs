@@ -59,12 +59,37 @@ pub async fn execute(
     let mut outputs = Vec::new();
     for (i, mut statement) in statements.into_iter().enumerate() {
         split_dotted_names(&mut statement);
+        if let Some(name) = catalog_table(&statement) {
+            let e = Error::user(
+                format!(
+                    "`{name}` names a table of a catalog (`catalog.namespace.table`, e.g. Iceberg); `smelt sql` reads and writes the lake's Delta tables (`schema.table`) only"
+                ),
+                "query Iceberg tables with pyiceberg, Spark or Trino, or bring them into the lake with an append or apply flow",
+            );
+            return Err((outputs, i + 1, e));
+        }
         match execute_one(lake, statement).await {
             Ok(out) => outputs.push(out),
             Err(e) => return Err((outputs, i + 1, e)),
         }
     }
     Ok(outputs)
+}
+
+/// The first table `statement` names with three parts (`catalog.namespace.table`).
+fn catalog_table(statement: &Statement) -> Option<String> {
+    let mut found = None;
+    let _ = deltalake::datafusion::sql::sqlparser::ast::visit_relations(
+        statement,
+        |name: &ObjectName| {
+            if name.0.len() > 2 {
+                found = Some(name.to_string());
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        },
+    );
+    found
 }
 
 /// BigQuery writes `` `dataset.table` `` as one quoted identifier; smelt reads it as

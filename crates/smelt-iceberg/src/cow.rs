@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
-use arrow::compute::{concat_batches, filter_record_batch, is_not_null, not};
+use arrow::compute::{concat_batches, filter_record_batch, is_not_null};
 use arrow::datatypes::SchemaRef;
 use futures::{StreamExt, TryStreamExt, stream};
 use iceberg::arrow::ArrowReaderBuilder;
@@ -131,8 +131,8 @@ pub(crate) async fn lookup(
         .collect::<std::result::Result<_, _>>()?;
     let out_schema: SchemaRef = Arc::new(read_schema.project(&projection)?);
     let mut found = Vec::new();
-    for task in live_files(name, table, Some(&names)).await? {
-        for batch in read_file(name, table, task, &read_schema).await? {
+    for file in crate::deletes::live_files(name, table, Some(&names)).await? {
+        for batch in crate::deletes::read_live(name, table, file, &read_schema).await? {
             let hit = matches(&index, &batch, &keys)?;
             if hit.true_count() == 0 {
                 continue;
@@ -141,49 +141,6 @@ pub(crate) async fn lookup(
         }
     }
     Ok(concat_batches(&out_schema, &found)?)
-}
-
-/// A data file that holds some of the keys being removed: its path, and its other rows.
-pub(crate) struct Rewritten {
-    pub path: String,
-    pub kept: Vec<RecordBatch>,
-    pub removed_rows: usize,
-}
-
-/// The live data files holding a row that `removes` marks (true; never NULL), each with
-/// the rows that stay.
-pub(crate) async fn rewrites(
-    name: &TableName,
-    table: &Table,
-    schema: &SchemaRef,
-    removes: &(dyn Fn(&RecordBatch) -> Result<BooleanArray> + Sync),
-) -> Result<Vec<Rewritten>> {
-    // A large file may be planned as several tasks (one per split): they are one file.
-    let mut files: Vec<Rewritten> = Vec::new();
-    for task in live_files(name, table, None).await? {
-        let path = task.data_file_path.clone();
-        let at = match files.iter().position(|f| f.path == path) {
-            Some(at) => at,
-            None => {
-                files.push(Rewritten {
-                    path,
-                    kept: Vec::new(),
-                    removed_rows: 0,
-                });
-                files.len() - 1
-            }
-        };
-        for batch in read_file(name, table, task, schema).await? {
-            let hit = removes(&batch)?;
-            files[at].removed_rows += hit.true_count();
-            let stay = filter_record_batch(&batch, &not(&hit)?)?;
-            if stay.num_rows() > 0 {
-                files[at].kept.push(stay);
-            }
-        }
-    }
-    files.retain(|f| f.removed_rows > 0);
-    Ok(files)
 }
 
 /// An index of the keys in `batches` (key columns only), `None` when there are none.

@@ -293,6 +293,93 @@ pub(crate) async fn live_deletes(
     Ok(deletes)
 }
 
+/// A live data file, read whole from its start, and the positions its position deletes
+/// remove (sorted).
+pub(crate) struct LiveFile {
+    pub task: FileScanTask,
+    pub deleted: Arc<Vec<u64>>,
+}
+
+/// The live data files of `table`'s current snapshot, each once, as whole-file reads of
+/// the columns `select`, with the positions their position deletes remove: each delete
+/// file is read once, however many data files it names (a merge-on-read table's one
+/// delete file per commit names many). A file with equality deletes keeps them in its read
+/// task (the `iceberg` crate applies them); smelt never writes such files.
+pub(crate) async fn live_files(
+    name: &TableName,
+    table: &Table,
+    select: Option<&[String]>,
+) -> Result<Vec<LiveFile>> {
+    let mut seen = HashSet::new();
+    let mut tasks = Vec::new();
+    let mut delete_files: Vec<PositionDeleteFile> = Vec::new();
+    let mut delete_paths = HashSet::new();
+    for mut task in cow::live_files(name, table, select).await? {
+        // A large file may be planned as several splits: it is read whole, once, so that
+        // row positions count from its start.
+        if !seen.insert(task.data_file_path.clone()) {
+            continue;
+        }
+        task.start = 0;
+        task.length = task.file_size_in_bytes;
+        if !task
+            .deletes
+            .iter()
+            .any(|d| d.file_type == DataContentType::EqualityDeletes)
+        {
+            for d in std::mem::take(&mut task.deletes) {
+                if delete_paths.insert(d.file_path.clone()) {
+                    delete_files.push(PositionDeleteFile {
+                        path: d.file_path,
+                        size: d.file_size_in_bytes,
+                        format: DataFileFormat::Parquet,
+                    });
+                }
+            }
+        }
+        tasks.push(task);
+    }
+    let mut deleted: HashMap<String, Arc<Vec<u64>>> = read(name, table, &delete_files)
+        .await?
+        .into_iter()
+        .collect();
+    let none = Arc::new(Vec::new());
+    Ok(tasks
+        .into_iter()
+        .map(|task| LiveFile {
+            deleted: deleted
+                .remove(&task.data_file_path)
+                .unwrap_or_else(|| none.clone()),
+            task,
+        })
+        .collect())
+}
+
+/// The rows of `file` (smelt's schema `schema`) that its position deletes leave.
+pub(crate) async fn read_live(
+    name: &TableName,
+    table: &Table,
+    file: LiveFile,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    let mut offset = 0u64;
+    let mut live = Vec::new();
+    for batch in cow::read_file(name, table, file.task, schema).await? {
+        let rows = batch.num_rows();
+        let keep = if file.deleted.is_empty() {
+            batch
+        } else {
+            let gone = at_positions(&file.deleted, offset, rows);
+            arrow::compute::filter_record_batch(&batch, &arrow::compute::not(&gone)?)?
+        };
+        offset += rows as u64;
+        if keep.num_rows() > 0 {
+            live.push(keep);
+        }
+    }
+    Ok(live)
+}
+
 /// The positions of the live rows of `table` that `removes` marks (true; never NULL), per
 /// data file, read with the columns of `schema` (smelt's, a projection of the table's).
 /// Rows that earlier position deletes removed are not marked again.
@@ -303,41 +390,20 @@ pub(crate) async fn mark(
     removes: &(dyn Fn(&RecordBatch) -> Result<BooleanArray> + Sync),
 ) -> Result<Vec<(String, Vec<u64>)>> {
     let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let mut seen = HashSet::new();
     let mut marks = Vec::new();
-    for mut task in cow::live_files(name, table, Some(&columns)).await? {
-        // A large file may be planned as several splits: it is read whole, once, so that
-        // row positions count from its start.
-        if !seen.insert(task.data_file_path.clone()) {
-            continue;
-        }
-        task.start = 0;
-        task.length = task.file_size_in_bytes;
-        let earlier: Vec<PositionDeleteFile> = std::mem::take(&mut task.deletes)
-            .into_iter()
-            .filter(|d| d.file_type == DataContentType::PositionDeletes)
-            .map(|d| PositionDeleteFile {
-                path: d.file_path,
-                size: d.file_size_in_bytes,
-                format: DataFileFormat::Parquet,
-            })
-            .collect();
-        let path = task.data_file_path.clone();
-        let gone: HashSet<u64> = read(name, table, &earlier)
-            .await?
-            .into_iter()
-            .filter(|(p, _)| *p == path)
-            .flat_map(|(_, positions)| positions.iter().copied().collect::<Vec<_>>())
-            .collect();
+    for mut file in live_files(name, table, Some(&columns)).await? {
+        // Every row is read, so that positions count; those already deleted are skipped.
+        file.task.deletes.clear();
+        let path = file.task.data_file_path.clone();
         let mut positions = Vec::new();
         let mut offset = 0u64;
-        for batch in cow::read_file(name, table, task, schema).await? {
+        for batch in cow::read_file(name, table, file.task, schema).await? {
             let hit = removes(&batch)?;
             positions.extend(
                 hit.values()
                     .set_indices()
                     .map(|i| offset + i as u64)
-                    .filter(|p| !gone.contains(p)),
+                    .filter(|p| file.deleted.binary_search(p).is_err()),
             );
             offset += batch.num_rows() as u64;
         }

@@ -233,7 +233,7 @@ impl IcebergTable {
     }
 
     /// Rewrites the live files holding a row that `removes` marks: their rows that stay
-    /// are staged again; returns the files and how many rows go.
+    /// are written again, one file at a time; returns the files and how many rows go.
     async fn rewrite(
         &mut self,
         table: &Table,
@@ -247,14 +247,27 @@ impl IcebergTable {
             .clone();
         let mut removed = HashSet::new();
         let mut rows = 0;
-        for file in cow::rewrites(&self.name, table, &plain, removes).await? {
-            rows += file.removed_rows;
+        for file in deletes::live_files(&self.name, table, None).await? {
+            let path = file.task.data_file_path.clone();
+            let (mut kept, mut gone) = (Vec::new(), 0);
+            for batch in deletes::read_live(&self.name, table, file, &plain).await? {
+                let hit = removes(&batch)?;
+                gone += hit.true_count();
+                let stay = filter_record_batch(&batch, &arrow::compute::not(&hit)?)?;
+                if stay.num_rows() > 0 {
+                    kept.push(stay);
+                }
+            }
+            if gone == 0 {
+                continue;
+            }
+            rows += gone;
             // The rows that stay go to one new file (the writer rolls over large ones).
-            let kept = arrow::compute::concat_batches(&plain, &file.kept)?;
+            let kept = arrow::compute::concat_batches(&plain, &kept)?;
             if kept.num_rows() > 0 {
                 self.write(kept).await?;
             }
-            removed.insert(file.path);
+            removed.insert(path);
         }
         Ok((removed, rows))
     }
