@@ -532,3 +532,64 @@ fn equality_deletes_in_an_iceberg_bronze_are_read_as_changes() {
     p.ok(&["run", "--full-refresh"]);
     assert_eq!(silver(&p), expected, "a rebuild agrees");
 }
+
+#[test]
+fn new_columns_are_added_to_an_iceberg_silver_with_the_run() {
+    let p = Project::with_pipeline(&MERGE_ON_READ.replace(
+        "into: silver.orders",
+        "into: ice.silver.orders\n      schema_evolution: add_new_columns",
+    ));
+    p.write(
+        "silver.sql",
+        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
+    );
+    let table = "raw.orders";
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": table, "columns": ["id", "status"]}),
+            json!({"append": table, "rows": [row("1", "new"), row("2", "new")]}),
+        ],
+    );
+    p.ok(&["run"]);
+    // The bronze and the DDL gain `note`; key 1 gets one, key 3 is new.
+    p.write(
+        "silver.sql",
+        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING, note STRING)",
+    );
+    pyiceberg(
+        &p,
+        &[
+            json!({"add_column": table, "name": "note"}),
+            json!({"append": table, "rows": [
+                {"id": "1", "status": "paid", "note": "n1"},
+                {"id": "3", "status": "new", "note": "n3"},
+            ]}),
+        ],
+    );
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["columns_added"], json!(["note"]), "{flows:?}");
+    // pyiceberg reads the new column: NULL in the row written before it.
+    assert_eq!(
+        scan(&p, "silver.orders", &["id", "status", "note"]),
+        [
+            ["1", "paid", "n1"],
+            ["2", "new", "NULL"],
+            ["3", "new", "n3"]
+        ]
+        .map(|r| r.map(str::to_string).to_vec())
+        .to_vec()
+    );
+    // The next run writes rows of the new schema as usual.
+    pyiceberg(
+        &p,
+        &[json!({"append": table, "rows": [{"id": "2", "status": "paid", "note": "n2"}]})],
+    );
+    p.ok(&["run"]);
+    assert_eq!(
+        scan(&p, "silver.orders", &["id", "status", "note"]),
+        [["1", "paid", "n1"], ["2", "paid", "n2"], ["3", "new", "n3"]]
+            .map(|r| r.map(str::to_string).to_vec())
+            .to_vec()
+    );
+}

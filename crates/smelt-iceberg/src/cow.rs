@@ -44,7 +44,8 @@ pub(crate) async fn live_files(
     Ok(tasks)
 }
 
-/// The rows of one data file (smelt's schema, `schema`).
+/// The rows of one data file (smelt's schema, `schema`): columns added in this run, which
+/// the committed table lacks, read as NULL.
 pub(crate) async fn read_file(
     name: &TableName,
     table: &Table,
@@ -64,10 +65,38 @@ pub(crate) async fn read_file(
         .try_collect()
         .await
         .context(|| format!("reading `{path}` of `{name}`"))?;
+    // The columns read, in `schema`'s order.
+    let read: Vec<usize> = (0..schema.fields().len())
+        .filter(|&i| committed(table, schema.field(i).name()))
+        .collect();
+    let read_schema: SchemaRef = Arc::new(schema.project(&read)?);
     batches
         .into_iter()
-        .map(|b| Ok(bridge::batch_from_58(b, schema)?))
+        .map(|b| {
+            let b = bridge::batch_from_58(b, &read_schema)?;
+            if read.len() == schema.fields().len() {
+                return Ok(b);
+            }
+            let columns = schema
+                .fields()
+                .iter()
+                .map(|f| match b.column_by_name(f.name()) {
+                    Some(c) => c.clone(),
+                    None => arrow::array::new_null_array(f.data_type(), b.num_rows()),
+                })
+                .collect();
+            Ok(RecordBatch::try_new(schema.clone(), columns)?)
+        })
         .collect()
+}
+
+/// Whether the table's committed schema has column `name`.
+pub(crate) fn committed(table: &Table, name: &str) -> bool {
+    table
+        .metadata()
+        .current_schema()
+        .field_by_name(name)
+        .is_some()
 }
 
 /// The key columns `keys` of `batch`.
@@ -124,6 +153,7 @@ pub(crate) async fn lookup(
         .fields()
         .iter()
         .map(|f| f.name().clone())
+        .filter(|n| committed(table, n))
         .collect();
     let projection: Vec<usize> = columns
         .iter()

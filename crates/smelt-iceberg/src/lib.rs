@@ -18,6 +18,7 @@ pub use error::{Error, Result};
 pub mod lake;
 mod manifests;
 mod rest;
+mod schema;
 mod snapshot;
 pub mod source;
 pub mod table;

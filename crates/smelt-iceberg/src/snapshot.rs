@@ -31,6 +31,8 @@ pub(crate) struct Change {
     pub added_deletes: Vec<DataFile>,
     /// Every delete file goes (a full overwrite, which removes every data file).
     pub drop_deletes: bool,
+    /// A new current schema (columns added), added in the same metadata commit.
+    pub schema: Option<iceberg::spec::SchemaRef>,
     /// Summary properties of the snapshot (`smelt.*`).
     pub summary: HashMap<String, String>,
     /// Table properties to set in the same metadata commit.
@@ -58,7 +60,10 @@ pub(crate) async fn commit(
     let location = metadata.location().trim_end_matches('/').to_string();
     let commit = Uuid::new_v4();
     let io = table.file_io();
-    let schema = metadata.current_schema().clone();
+    let schema = change
+        .schema
+        .clone()
+        .unwrap_or_else(|| metadata.current_schema().clone());
     let spec = metadata.default_partition_spec().as_ref().clone();
 
     let mut summary = SnapshotSummaryCollector::default();
@@ -227,10 +232,17 @@ pub(crate) async fn commit(
             operation,
             additional_properties: properties,
         })
-        .with_schema_id(metadata.current_schema_id())
+        .with_schema_id(schema.schema_id())
         .with_timestamp_ms(chrono_now_ms())
         .build();
-    let mut updates = vec![
+    let mut updates = Vec::new();
+    if let Some(schema) = &change.schema {
+        updates.push(TableUpdate::AddSchema {
+            schema: schema.as_ref().clone(),
+        });
+        updates.push(TableUpdate::SetCurrentSchema { schema_id: -1 });
+    }
+    updates.extend([
         TableUpdate::AddSnapshot { snapshot },
         TableUpdate::SetSnapshotRef {
             ref_name: MAIN_BRANCH.to_string(),
@@ -239,7 +251,7 @@ pub(crate) async fn commit(
                 SnapshotRetention::branch(None, None, None),
             ),
         },
-    ];
+    ]);
     if !change.properties.is_empty() {
         updates.push(TableUpdate::SetProperties {
             updates: change.properties,

@@ -36,6 +36,7 @@ use crate::catalog::IcebergCatalog;
 use crate::cow;
 use crate::deletes;
 use crate::error::{Context, Error, Result};
+use crate::schema::{Schemas, schemas_of};
 use crate::snapshot::{Change, commit};
 
 /// Summary and property key prefix of a flow's watermark.
@@ -68,13 +69,8 @@ pub struct IcebergTable {
     delete_where: Option<Predicate>,
     /// Rows replaced or deleted by key are marked in position-delete files, not rewritten.
     merge_on_read: bool,
-}
-
-/// The table's schema for smelt (no field ids) and for the writer (Arrow 58, field ids).
-#[derive(Clone)]
-struct Schemas {
-    plain: SchemaRef,
-    with_ids: bridge::Schemas,
+    /// The schema with columns added in this run, made current by the next commit.
+    new_schema: Option<iceberg::spec::SchemaRef>,
 }
 
 impl IcebergTable {
@@ -97,6 +93,7 @@ impl IcebergTable {
             overwrite: false,
             delete_where: None,
             merge_on_read: false,
+            new_schema: None,
         })
     }
 
@@ -140,7 +137,9 @@ impl IcebergTable {
             parquet58::file::properties::WriterProperties::builder()
                 .set_compression(parquet58::basic::Compression::ZSTD(Default::default()))
                 .build(),
-            metadata.current_schema().clone(),
+            self.new_schema
+                .clone()
+                .unwrap_or_else(|| metadata.current_schema().clone()),
         );
         let rolling = RollingFileWriterBuilder::new_with_default_file_size(
             parquet,
@@ -287,11 +286,7 @@ struct Removals {
 }
 
 fn schemas(name: &TableName, table: &Table) -> Result<Schemas> {
-    let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-        .context(|| format!("reading the schema of `{name}`"))?;
-    let with_ids = bridge::Schemas::from_58(Arc::new(arrow))?;
-    let plain = Arc::new(bridge::plain(&with_ids.arrow));
-    Ok(Schemas { plain, with_ids })
+    schemas_of(name, table.metadata().current_schema())
 }
 
 #[async_trait]
@@ -458,6 +453,7 @@ impl TableSink for IcebergTable {
                 removed: removals.files,
                 added_deletes: removals.deletes,
                 drop_deletes: removals.all,
+                schema: self.new_schema.take(),
                 summary,
                 properties,
             },
@@ -486,6 +482,18 @@ impl TableSink for IcebergTable {
 
     async fn stage_overwrite(&mut self) -> EngineResult<()> {
         self.overwrite = true;
+        Ok(())
+    }
+
+    async fn add_columns(&mut self, fields: Vec<arrow::datatypes::Field>) -> EngineResult<()> {
+        let table = self.existing()?.clone();
+        let current = self
+            .new_schema
+            .clone()
+            .unwrap_or_else(|| table.metadata().current_schema().clone());
+        let schema = crate::schema::with_columns(&self.name, &table, &current, &fields)?;
+        self.schema = Some(schemas_of(&self.name, &schema)?);
+        self.new_schema = Some(schema);
         Ok(())
     }
 
