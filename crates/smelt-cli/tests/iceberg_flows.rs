@@ -593,3 +593,46 @@ fn new_columns_are_added_to_an_iceberg_silver_with_the_run() {
             .to_vec()
     );
 }
+
+#[test]
+fn quarantined_changes_go_to_an_iceberg_rejects_table() {
+    let p = Project::with_pipeline(&MERGE_ON_READ.replace(
+        "into: silver.orders",
+        "into: ice.silver.orders\n      expect:\n        has_status: status IS NOT NULL\n      on_violation: quarantine",
+    ));
+    p.write(
+        "silver.sql",
+        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
+    );
+    let table = "raw.orders";
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": table, "columns": ["id", "status"]}),
+            json!({"append": table, "rows": [row("1", "new"), {"id": "2"}, row("3", "new")]}),
+        ],
+    );
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["quarantined"], 1, "{flows:?}");
+    assert_eq!(
+        scan(&p, "silver.orders", &["id", "status"]),
+        [["1", "new"], ["3", "new"]]
+            .map(|r| r.map(str::to_string).to_vec())
+            .to_vec()
+    );
+    // The rejects table, as pyiceberg reads it: key 2's row, the expectation, the source.
+    let rejects = &pyiceberg(&p, &[json!({"scan": "silver.orders__rejects"})])[0]["rows"];
+    let rejects = rejects.as_array().unwrap();
+    assert_eq!(rejects.len(), 1, "{rejects:?}");
+    assert_eq!(
+        text(&rejects[0]["raw_row"]),
+        r#"{"id":"2","status":null}"#,
+        "{rejects:?}"
+    );
+    assert_eq!(text(&rejects[0]["rule"]), "has_status", "{rejects:?}");
+    assert_eq!(
+        text(&rejects[0]["source_table"]),
+        "ice.raw.orders",
+        "{rejects:?}"
+    );
+}
