@@ -1,9 +1,9 @@
-//! Position-delete files (merge-on-read): Spark, Trino and smelt's `write_mode:
-//! merge_on_read` write them for deletes and updates; each names rows of live data files by
-//! position. Read (the rows a snapshot's new delete files name are its deletes; the delete
-//! files live at a snapshot, so that a data file removed later is read without the rows
-//! they had already deleted), and written: the positions of the stored rows a commit
-//! removes, in one new delete file.
+//! Delete files (merge-on-read). Position-delete files — Spark, Trino and smelt's
+//! `write_mode: merge_on_read` write them for deletes and updates — name rows of live data
+//! files by position: read (the rows a snapshot's new ones name are its deletes; the live
+//! data files with their deleted positions, each delete file read once), and written (the
+//! positions of the stored rows a commit removes, in one new file). Equality-delete files
+//! — Flink writes them — delete the older rows whose columns equal one of theirs: read.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

@@ -4,10 +4,10 @@
 //! grows with every commit on the table's main branch, as a Delta version does (snapshot
 //! ids are random). A run reads the snapshots after the watermark's sequence number up to
 //! the current one, oldest first: the data files each one added are inserts, the data files
-//! it removed are deletes (read when the flow applies source deletes), a `replace`
-//! (compaction) changes nothing. The first run reads the current snapshot, delete files
-//! applied, each row stamped with the sequence number and time of the snapshot that added
-//! its file.
+//! it removed are deletes, and so are the rows its position- and equality-delete files
+//! delete (read when the flow applies source deletes); a `replace` (compaction) changes
+//! nothing. The first run reads the current snapshot, delete files applied, each row
+//! stamped with the sequence number and time of the snapshot that added its file.
 
 mod carry_over;
 mod plan;

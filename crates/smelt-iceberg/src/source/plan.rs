@@ -13,7 +13,7 @@ use iceberg::table::Table;
 use smelt_core::change::{DELETE, INSERT};
 use smelt_spec::TableName;
 
-use crate::deletes::{self as positions, EqualityDeleteFile, PositionDeleteFile};
+use crate::deletes::{self as delete_files, EqualityDeleteFile, PositionDeleteFile};
 use crate::error::{Context, Error, Result};
 use crate::manifests;
 
@@ -156,8 +156,9 @@ pub(crate) fn steps(
 }
 
 /// The files each of `steps` added (inserts) and removed (deletes, read only when
-/// `read_removed` or when the snapshot also added files), in snapshot, manifest and entry
-/// order; a snapshot's removed files come before its added ones.
+/// `read_removed` or when the snapshot also added files), and the rows its delete files
+/// delete (read only when `read_removed`), in snapshot, manifest and entry order; a
+/// snapshot's deletes come before its inserts.
 pub(crate) async fn plan_changes(
     name: &TableName,
     table: &Table,
@@ -238,7 +239,7 @@ pub(crate) async fn plan_changes(
                 .parent_snapshot_id()
                 .and_then(|p| table.metadata().snapshot_by_id(p).cloned())
         {
-            let mut live = positions::live_deletes(name, table, &parent).await?;
+            let mut live = delete_files::live_deletes(name, table, &parent).await?;
             for file in &mut deletes {
                 file.deletes = live.remove(&file.path).unwrap_or_default();
             }
@@ -303,7 +304,7 @@ async fn deleted_rows(
     snapshot: &SnapshotRef,
     files: &[PositionDeleteFile],
 ) -> Result<Vec<FileToRead>> {
-    let marks = positions::read(name, table, files).await?;
+    let marks = delete_files::read(name, table, files).await?;
     let mut wanted: HashMap<&str, Arc<Vec<u64>>> = marks
         .iter()
         .map(|(path, p)| (path.as_str(), p.clone()))
