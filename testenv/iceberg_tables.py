@@ -8,6 +8,7 @@ smelt reads, and reads the tables smelt writes.
 
     {"create": "ns.t", "columns": ["id", "status"]}      all-string columns (bronze)
     {"create": "ns.t", "schema": [["id", "long"], ["ts", "timestamptz"], ["amount", "decimal(10,2)"]]}
+    {"create": "ns.t", "columns": [...], "partition_by": "status"}   identity-partitioned
     {"append": "ns.t", "rows": [{"id": "1", "status": "active"}]}
     {"overwrite": "ns.t", "where": "id = '1'", "rows": [...]}   copy-on-write
     {"delete": "ns.t", "where": "id = '2'"}                     copy-on-write
@@ -16,6 +17,9 @@ smelt reads, and reads the tables smelt writes.
         rows whose `column` is one of `values`, and `rows` (optional) go to a new data file, in
         one snapshot (`delete`, or `overwrite` with rows: an update). pyiceberg 0.12 writes
         deletes copy-on-write only, so this builds the snapshot from its manifest writers.
+        "own": true also marks matching rows of the snapshot's new data file (as Flink deletes
+        rows within one checkpoint); "repeat": true lists again the positions earlier delete
+        files removed in each file it touches (as Spark's file-scoped delete files do).
     {"eq_delete": "ns.t", "column": "id", "values": ["2"], "rows": [...]}
         the same with an equality-delete file, as Flink writes upserts: every row written before
         whose `column` is one of `values` is deleted. pyiceberg 0.12 cannot read such tables.
@@ -68,7 +72,12 @@ def main():
                 schema = pa.schema([pa.field(c, arrow_type(t)) for c, t in step["schema"]])
             else:
                 schema = pa.schema([pa.field(c, pa.string()) for c in step["columns"]])
-            catalog.create_table(name, schema=schema)
+            table = catalog.create_table(name, schema=schema)
+            if "partition_by" in step:
+                from pyiceberg.transforms import IdentityTransform
+
+                with table.update_spec() as spec:
+                    spec.add_field(step["partition_by"], IdentityTransform(), step["partition_by"])
         elif "append" in step:
             t = catalog.load_table(step["append"])
             t.append(arrow_rows(t, step["rows"]))
@@ -133,8 +142,12 @@ def mor_delete(catalog, step):
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
     t = catalog.load_table(step["mor_delete"])
     column, values = step["column"], set(step["values"])
+    rows = step.get("rows") or []
+    data_files = list(_dataframe_to_data_files(t.metadata, arrow_rows(t, rows), t.io)) if rows else []
     # The positions of the live rows to delete, file by file (positions already deleted skipped).
     marks = []
     for task in t.scan().plan_files():
@@ -146,9 +159,15 @@ def mor_delete(catalog, step):
             gone |= {p for fp, p in zip(dt["file_path"].to_pylist(), dt["pos"].to_pylist()) if fp == path}
         with t.io.new_input(path).open() as f:
             data = pq.read_table(f, columns=[column])
-        for pos, v in enumerate(data[column].to_pylist()):
-            if v in values and pos not in gone:
-                marks.append((path, pos))
+        new = [(path, pos) for pos, v in enumerate(data[column].to_pylist()) if v in values and pos not in gone]
+        marks += new
+        if new and step.get("repeat"):
+            marks += [(path, pos) for pos in gone]
+    if step.get("own"):
+        for df in data_files:
+            with t.io.new_input(df.file_path).open() as f:
+                data = pq.read_table(f, columns=[column])
+            marks += [(df.file_path, pos) for pos, v in enumerate(data[column].to_pylist()) if v in values]
     marks.sort()
     schema = pa.schema([
         pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(FILE_PATH_ID)}),
@@ -171,7 +190,7 @@ def mor_delete(catalog, step):
         equality_ids=None,
         key_metadata=None,
     )
-    commit_deletes(t, delete_file, step.get("rows") or [], {"added-position-deletes": str(len(marks))})
+    commit_deletes(t, delete_file, data_files, {"added-position-deletes": str(len(marks))})
 
 
 def eq_delete(catalog, step):
@@ -202,13 +221,16 @@ def eq_delete(catalog, step):
         equality_ids=[field.field_id],
         key_metadata=None,
     )
-    commit_deletes(t, delete_file, step.get("rows") or [], {"added-equality-deletes": str(deletes.num_rows)})
-
-
-def commit_deletes(t, delete_file, rows, summary):
-    """Commits one snapshot that adds `delete_file` (in a delete manifest) and `rows` (in a
-    data file): `delete`, or `overwrite` with rows."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    rows = step.get("rows") or []
+    data_files = list(_dataframe_to_data_files(t.metadata, arrow_rows(t, rows), t.io)) if rows else []
+    commit_deletes(t, delete_file, data_files, {"added-equality-deletes": str(deletes.num_rows)})
+
+
+def commit_deletes(t, delete_file, data_files, summary):
+    """Commits one snapshot that adds `delete_file` (in a delete manifest) and `data_files`:
+    `delete`, or `overwrite` with data files."""
     from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestWriterV2
     from pyiceberg.table.snapshots import Operation
     from pyiceberg.table.update.snapshot import _FastAppendFiles
@@ -237,14 +259,13 @@ def commit_deletes(t, delete_file, rows, summary):
 
     with t.transaction() as tx:
         producer = MergeOnRead(
-            operation=Operation.OVERWRITE if rows else Operation.DELETE,
+            operation=Operation.OVERWRITE if data_files else Operation.DELETE,
             transaction=tx,
             io=t.io,
             snapshot_properties={"added-delete-files": "1", **summary},
         )
-        if rows:
-            for data_file in _dataframe_to_data_files(tx.table_metadata, arrow_rows(t, rows), t.io):
-                producer.append_data_file(data_file)
+        for data_file in data_files:
+            producer.append_data_file(data_file)
         producer.commit()
 
 

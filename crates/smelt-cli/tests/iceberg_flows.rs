@@ -636,3 +636,116 @@ fn quarantined_changes_go_to_an_iceberg_rejects_table() {
         "{rejects:?}"
     );
 }
+
+#[test]
+fn position_deletes_of_a_snapshots_own_rows_or_listed_again_are_read_once() {
+    let p = Project::with_pipeline(MERGE_ON_READ);
+    p.write(
+        "silver.sql",
+        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
+    );
+    let table = "raw.orders";
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    let mut step =
+        |p: &Project, steps: &[Value], model_step: &dyn Fn(&mut BTreeMap<String, String>)| {
+            pyiceberg(p, steps);
+            model_step(&mut model);
+            p.ok(&["run"]);
+            let expected: Vec<Vec<String>> = model
+                .iter()
+                .map(|(k, v)| vec![k.clone(), v.clone()])
+                .collect();
+            assert_eq!(scan(p, table, &["id", "status"]), expected, "the fixture");
+            let silver: Vec<Vec<String>> = p
+                .query("SELECT id, status FROM silver.orders ORDER BY id")
+                .iter()
+                .map(|r| vec![text(&r["id"]), text(&r["status"])])
+                .collect();
+            assert_eq!(silver, expected);
+        };
+    step(
+        &p,
+        &[
+            json!({"create": table, "columns": ["id", "status"]}),
+            json!({"append": table, "rows": [row("1", "new"), row("2", "new"), row("3", "new")]}),
+        ],
+        &|m| {
+            for k in ["1", "2", "3"] {
+                m.insert(k.into(), "new".into());
+            }
+        },
+    );
+    // Key 1 deleted by position, then written again.
+    step(
+        &p,
+        &[json!({"mor_delete": table, "column": "id", "values": ["1"]})],
+        &|m| {
+            m.remove("1");
+        },
+    );
+    step(
+        &p,
+        &[json!({"append": table, "rows": [row("1", "back")]})],
+        &|m| {
+            m.insert("1".into(), "back".into());
+        },
+    );
+    // Key 2's delete file lists key 1's old position again (Spark's file-scoped delete
+    // files): that row was deleted before, so key 1 stays.
+    step(
+        &p,
+        &[json!({"mor_delete": table, "column": "id", "values": ["2"], "repeat": true})],
+        &|m| {
+            m.remove("2");
+        },
+    );
+    // A snapshot adds keys 9 and 10 and deletes its own 9 by position (Flink, within one
+    // checkpoint): 9 was never visible.
+    step(
+        &p,
+        &[
+            json!({"mor_delete": table, "column": "id", "values": ["9"], "rows": [row("9", "tmp"), row("10", "new")], "own": true}),
+        ],
+        &|m| {
+            m.insert("10".into(), "new".into());
+        },
+    );
+    p.ok(&["run", "--full-refresh"]);
+    assert_eq!(
+        p.query("SELECT count(*) AS n FROM silver.orders")[0]["n"],
+        3
+    );
+}
+
+#[test]
+fn a_partitioned_iceberg_target_is_refused_before_anything_is_written() {
+    let p = Project::with_pipeline(
+        "lake: ./lake\ncatalogs:\n  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}\nflows:\n  copy:\n    append:\n      from: ice.raw.orders\n      into: ice.out.orders\n",
+    );
+    pyiceberg(
+        &p,
+        &[
+            json!({"create": "raw.orders", "columns": ["id", "status"]}),
+            json!({"append": "raw.orders", "rows": [row("1", "new")]}),
+            json!({"create": "out.orders", "columns": ["id", "status"], "partition_by": "status"}),
+        ],
+    );
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(
+        err.contains("`ice.out.orders` is partitioned (identity(status)); smelt writes unpartitioned Iceberg tables only"),
+        "{err}"
+    );
+    assert_eq!(
+        last_snapshot_count(&p, "out.orders"),
+        0,
+        "nothing committed"
+    );
+}
+
+/// How many snapshots an Iceberg table has, as pyiceberg lists them.
+fn last_snapshot_count(p: &Project, table: &str) -> usize {
+    pyiceberg(p, &[json!({ "snapshots": table })])[0]["snapshots"]
+        .as_array()
+        .unwrap()
+        .len()
+}

@@ -244,7 +244,7 @@ impl IcebergCatalog {
             Backend::Sql { pool, .. } => self.commit_sql(pool, name, table, updates).await?,
             Backend::Rest { commits, .. } => {
                 let metadata = table.metadata();
-                let requirements = vec![
+                let mut requirements = vec![
                     TableRequirement::UuidMatch {
                         uuid: metadata.uuid(),
                     },
@@ -253,6 +253,18 @@ impl IcebergCatalog {
                         snapshot_id: metadata.current_snapshot_id(),
                     },
                 ];
+                // A schema change must not race another writer's (which moves no branch).
+                if updates
+                    .iter()
+                    .any(|u| matches!(u, TableUpdate::AddSchema { .. }))
+                {
+                    requirements.push(TableRequirement::CurrentSchemaIdMatch {
+                        current_schema_id: metadata.current_schema_id(),
+                    });
+                    requirements.push(TableRequirement::LastAssignedFieldIdMatch {
+                        last_assigned_field_id: metadata.last_column_id(),
+                    });
+                }
                 match commits
                     .commit(name, table.identifier(), requirements, updates)
                     .await?

@@ -225,11 +225,14 @@ pub(crate) async fn read(
                 let (Some(path), Some(pos)) = (path, pos) else {
                     return Err(bad());
                 };
-                let entry = positions.entry(path.to_string()).or_insert_with(|| {
-                    order.push(path.to_string());
-                    Vec::new()
-                });
-                entry.push(u64::try_from(pos).map_err(|_| bad())?);
+                let pos = u64::try_from(pos).map_err(|_| bad())?;
+                match positions.get_mut(path) {
+                    Some(entry) => entry.push(pos),
+                    None => {
+                        order.push(path.to_string());
+                        positions.insert(path.to_string(), vec![pos]);
+                    }
+                }
             }
         }
     }
@@ -314,6 +317,8 @@ pub(crate) async fn live_files(
     let mut tasks = Vec::new();
     let mut delete_files: Vec<PositionDeleteFile> = Vec::new();
     let mut delete_paths = HashSet::new();
+    // Files whose read task keeps its deletes (the crate applies them all).
+    let mut applied = HashSet::new();
     for mut task in cow::live_files(name, table, select).await? {
         // A large file may be planned as several splits: it is read whole, once, so that
         // row positions count from its start.
@@ -336,6 +341,8 @@ pub(crate) async fn live_files(
                     });
                 }
             }
+        } else {
+            applied.insert(task.data_file_path.clone());
         }
         tasks.push(task);
     }
@@ -347,9 +354,12 @@ pub(crate) async fn live_files(
     Ok(tasks
         .into_iter()
         .map(|task| LiveFile {
-            deleted: deleted
-                .remove(&task.data_file_path)
-                .unwrap_or_else(|| none.clone()),
+            deleted: match applied.contains(&task.data_file_path) {
+                true => none.clone(),
+                false => deleted
+                    .remove(&task.data_file_path)
+                    .unwrap_or_else(|| none.clone()),
+            },
             task,
         })
         .collect())
@@ -392,7 +402,8 @@ pub(crate) async fn mark(
     let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let mut marks = Vec::new();
     for mut file in live_files(name, table, Some(&columns)).await? {
-        // Every row is read, so that positions count; those already deleted are skipped.
+        // Every row is read, so that positions count; those already deleted by position
+        // are skipped (a row an equality delete removed may be marked again: harmless).
         file.task.deletes.clear();
         let path = file.task.data_file_path.clone();
         let mut positions = Vec::new();

@@ -49,12 +49,7 @@ pub(crate) async fn commit(
     change: Change,
 ) -> Result<Table> {
     let metadata = table.metadata();
-    if metadata.format_version() == FormatVersion::V1 {
-        return Err(Error::user(
-            format!("`{name}` is an Iceberg format version 1 table; smelt writes version 2 tables"),
-            "upgrade the table to format version 2 (`ALTER TABLE … SET TBLPROPERTIES ('format-version' = '2')` in Spark)",
-        ));
-    }
+    check_writable(name, metadata)?;
     let snapshot_id = new_snapshot_id(table);
     let sequence = metadata.next_sequence_number();
     let location = metadata.location().trim_end_matches('/').to_string();
@@ -258,6 +253,42 @@ pub(crate) async fn commit(
         });
     }
     catalog.commit(name, table, updates).await
+}
+
+/// Refuses a table smelt cannot write correctly, naming why: format versions 1 and 3, and
+/// partitioned tables (smelt's data and delete files carry no partition).
+pub(crate) fn check_writable(
+    name: &TableName,
+    metadata: &iceberg::spec::TableMetadata,
+) -> Result<()> {
+    if metadata.format_version() == FormatVersion::V3 {
+        return Err(Error::user(
+            format!("`{name}` is an Iceberg format version 3 table; smelt writes version 2 tables"),
+            "write the flow's output to a format version 2 table (a new table smelt creates is one)",
+        ));
+    }
+    if !metadata.default_partition_spec().is_unpartitioned() {
+        return Err(Error::user(
+            format!(
+                "`{name}` is partitioned ({}); smelt writes unpartitioned Iceberg tables only",
+                metadata
+                    .default_partition_spec()
+                    .fields()
+                    .iter()
+                    .map(|f| format!("{}({})", f.transform, f.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "write the flow's output to an unpartitioned table (smelt creates one when the table does not exist)",
+        ));
+    }
+    if metadata.format_version() == FormatVersion::V1 {
+        return Err(Error::user(
+            format!("`{name}` is an Iceberg format version 1 table; smelt writes version 2 tables"),
+            "upgrade the table to format version 2 (`ALTER TABLE … SET TBLPROPERTIES ('format-version' = '2')` in Spark)",
+        ));
+    }
+    Ok(())
 }
 
 /// The `total-*` summary entries after applying `added` (the `added-*`, `deleted-*` and

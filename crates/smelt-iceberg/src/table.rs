@@ -122,6 +122,7 @@ impl IcebergTable {
 
     async fn write(&mut self, rows: RecordBatch) -> Result<()> {
         let table = self.existing()?.clone();
+        crate::snapshot::check_writable(&self.name, table.metadata())?;
         let schema = self.schema.clone().expect("a table has a schema");
         let rows = bridge::conform(rows, &schema.with_ids.arrow)?;
         let rows = bridge::batch_to_58(rows, &schema.with_ids.arrow58)?;

@@ -30,7 +30,7 @@ use smelt_spec::TableName;
 
 use crate::bridge;
 use crate::error::{Context, Error, Result};
-use plan::{FileToRead, Part, plan_changes, plan_snapshot, steps};
+use plan::{FileToRead, Part, Rows, plan_changes, plan_snapshot, steps};
 
 /// Rows per batch read.
 const BATCH_ROWS: usize = 64 * 1024;
@@ -196,11 +196,15 @@ impl IcebergSource {
                 let b = b.context(|| format!("reading `{path}` of `{name}`"))?;
                 let rows = b.num_rows();
                 let batch = stamp(b, &schema, &file)?;
-                let Some(positions) = &file.positions else {
-                    return Ok(batch);
-                };
-                let mask = crate::deletes::at_positions(positions, offset, rows);
+                let at = offset;
                 offset += rows as u64;
+                let mask = match &file.rows {
+                    Rows::All => return Ok(batch),
+                    Rows::Only(positions) => crate::deletes::at_positions(positions, at, rows),
+                    Rows::Except(positions) => {
+                        arrow::compute::not(&crate::deletes::at_positions(positions, at, rows))?
+                    }
+                };
                 Ok(arrow::compute::filter_record_batch(&batch, &mask)?)
             })
             .boxed()

@@ -1,7 +1,7 @@
 //! Which data files (and which kind of change) make up an Iceberg table's snapshot or its
 //! changes after a sequence number, read from the snapshots' manifests.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -35,8 +35,20 @@ pub(crate) struct FileToRead {
     /// Delete files that apply: a snapshot read, and a removed file read without the rows
     /// deleted before it was removed.
     pub deletes: Vec<iceberg::scan::FileScanTaskDeleteFile>,
-    /// Only the rows at these positions (sorted): the rows position deletes name.
-    pub positions: Option<Arc<Vec<u64>>>,
+    /// Which rows, by position in the file.
+    pub rows: Rows,
+}
+
+/// Which rows of a data file a read keeps.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Rows {
+    /// Every row.
+    #[default]
+    All,
+    /// Only these positions (sorted): the rows position deletes name.
+    Only(Arc<Vec<u64>>),
+    /// All but these positions (sorted): a file its own snapshot deletes rows of.
+    Except(Arc<Vec<u64>>),
 }
 
 /// One snapshot of the range a run reads.
@@ -186,6 +198,10 @@ pub(crate) async fn plan_changes(
                 if entry.snapshot_id() != Some(id) {
                     continue;
                 }
+                let is_delete = entry.content_type() != DataContentType::Data;
+                if is_delete && entry.status() == ManifestStatus::Added {
+                    refuse_unread(name, id, entry.data_file())?;
+                }
                 match (entry.content_type(), entry.status()) {
                     (DataContentType::PositionDeletes, ManifestStatus::Added) => {
                         position_deletes.push(PositionDeleteFile {
@@ -224,7 +240,7 @@ pub(crate) async fn plan_changes(
                     version,
                     timestamp_us: at,
                     deletes: Vec::new(),
-                    positions: None,
+                    rows: Rows::All,
                 };
                 if kind == INSERT {
                     inserts.push(file);
@@ -245,9 +261,17 @@ pub(crate) async fn plan_changes(
             }
         }
         if !position_deletes.is_empty() {
+            let mut marks = delete_files::read(name, table, &position_deletes).await?;
+            // Rows of files the snapshot itself adds (Flink deletes within a checkpoint) were
+            // never visible: those files are read without them.
+            for file in &mut inserts {
+                if let Some(at) = marks.iter().position(|(p, _)| *p == file.path) {
+                    file.rows = Rows::Except(marks.remove(at).1);
+                }
+            }
             if read_removed {
                 changes.parts.extend(
-                    deleted_rows(name, table, snapshot, &position_deletes)
+                    deleted_rows(name, table, snapshot, marks)
                         .await?
                         .into_iter()
                         .map(Part::File),
@@ -296,15 +320,52 @@ pub(crate) async fn plan_changes(
     Ok(changes)
 }
 
-/// The rows the position-delete files `files` of `snapshot` delete, as delete reads of the
-/// data files they name (in the order first named).
+/// The rows that `marks` (the positions the position-delete files of `snapshot` name, per
+/// data file) delete, as delete reads of those data files (in the order first named). A
+/// position the parent's delete files had already deleted is left out: a writer may list
+/// it again in a new delete file (Spark's file-scoped deletes).
 async fn deleted_rows(
     name: &TableName,
     table: &Table,
     snapshot: &SnapshotRef,
-    files: &[PositionDeleteFile],
+    mut marks: Vec<(String, Arc<Vec<u64>>)>,
 ) -> Result<Vec<FileToRead>> {
-    let marks = delete_files::read(name, table, files).await?;
+    if let Some(parent) = snapshot
+        .parent_snapshot_id()
+        .and_then(|p| table.metadata().snapshot_by_id(p).cloned())
+    {
+        let live = delete_files::live_deletes(name, table, &parent).await?;
+        let mut earlier = Vec::new();
+        let mut seen = HashSet::new();
+        for (path, _) in &marks {
+            for d in live.get(path).into_iter().flatten() {
+                if d.file_type == DataContentType::PositionDeletes
+                    && seen.insert(d.file_path.clone())
+                {
+                    earlier.push(PositionDeleteFile {
+                        path: d.file_path.clone(),
+                        size: d.file_size_in_bytes,
+                        format: iceberg::spec::DataFileFormat::Parquet,
+                    });
+                }
+            }
+        }
+        let before: HashMap<String, Arc<Vec<u64>>> = delete_files::read(name, table, &earlier)
+            .await?
+            .into_iter()
+            .collect();
+        for (path, positions) in &mut marks {
+            if let Some(gone) = before.get(path) {
+                let left: Vec<u64> = positions
+                    .iter()
+                    .copied()
+                    .filter(|p| gone.binary_search(p).is_err())
+                    .collect();
+                *positions = Arc::new(left);
+            }
+        }
+        marks.retain(|(_, p)| !p.is_empty());
+    }
     let mut wanted: HashMap<&str, Arc<Vec<u64>>> = marks
         .iter()
         .map(|(path, p)| (path.as_str(), p.clone()))
@@ -335,7 +396,7 @@ async fn deleted_rows(
                     version: snapshot.sequence_number(),
                     timestamp_us: snapshot.timestamp_ms() * 1000,
                     deletes: Vec::new(),
-                    positions: Some(positions),
+                    rows: Rows::Only(positions),
                 },
             );
         }
@@ -354,6 +415,36 @@ async fn deleted_rows(
             })
         })
         .collect()
+}
+
+/// Refuses a delete file smelt cannot read as changes, naming it and the fix: one not in
+/// Parquet (Avro or ORC delete files, format 3 deletion vectors), and equality deletes
+/// scoped to a partition.
+fn refuse_unread(name: &TableName, snapshot: i64, file: &iceberg::spec::DataFile) -> Result<()> {
+    let fix = "compact the table's deletes into its data files (Spark: `CALL system.rewrite_data_files(...)` with `delete-file-threshold`), or rebuild what reads it with `smelt run --full-refresh` after such snapshots";
+    if file.file_format() != iceberg::spec::DataFileFormat::Parquet {
+        return Err(Error::user(
+            format!(
+                "`{name}` snapshot {snapshot} adds delete file `{}` in {:?}; smelt reads Parquet delete files only",
+                file.file_path(),
+                file.file_format()
+            ),
+            fix,
+        ));
+    }
+    if file.content_type() == DataContentType::EqualityDeletes
+        && (!file.partition().fields().is_empty()
+            || file.equality_ids().is_none_or(|ids| ids.is_empty()))
+    {
+        return Err(Error::user(
+            format!(
+                "`{name}` snapshot {snapshot} adds equality delete file `{}` scoped to a partition (or without columns); smelt reads equality deletes of unpartitioned tables only",
+                file.file_path()
+            ),
+            fix,
+        ));
+    }
+    Ok(())
 }
 
 /// The live data files of `snapshot`, with the delete files that apply, in the order they
@@ -422,7 +513,7 @@ pub(crate) async fn plan_snapshot(
                 version,
                 timestamp_us: at_ms * 1000,
                 deletes,
-                positions: None,
+                rows: Rows::All,
             });
         }
     }
