@@ -27,6 +27,14 @@ fn scan(p: &Project, table: &str, columns: &[&str]) -> Vec<Vec<String>> {
     rows
 }
 
+/// A Delta table's (id, status) rows as text, by id.
+fn delta_rows(p: &Project, table: &str) -> Vec<Vec<String>> {
+    p.query(&format!("SELECT id, status FROM {table} ORDER BY id"))
+        .iter()
+        .map(|r| vec![text(&r["id"]), text(&r["status"])])
+        .collect()
+}
+
 fn sale(id: &str, day: &str, amount: &str) -> Value {
     json!({"sale_id": id, "sale_date": day, "amount": amount})
 }
@@ -266,11 +274,7 @@ fn merge_on_read_deletes_and_updates_in_an_iceberg_bronze_are_read_as_changes() 
         // The fixture did what the model says (pyiceberg applies position deletes)...
         assert_eq!(scan(p, table, &["id", "status"]), expected);
         // ...and silver, applied from the changes, agrees.
-        let silver: Vec<Vec<String>> = p
-            .query("SELECT id, status FROM silver.orders ORDER BY id")
-            .iter()
-            .map(|r| vec![text(&r["id"]), text(&r["status"])])
-            .collect();
+        let silver = delta_rows(p, "silver.orders");
         assert_eq!(silver, expected);
     };
     let first = [row("1", "new"), row("2", "new"), row("3", "new")];
@@ -382,11 +386,7 @@ fn merge_on_read_silver_marks_replaced_rows_and_reads_as_copy_on_write_does() {
             .collect();
         assert_eq!(scan(p, "silver.mor", &["id", "status"]), expected, "mor");
         assert_eq!(scan(p, "silver.cow", &["id", "status"]), expected, "cow");
-        let gold: Vec<Vec<String>> = p
-            .query("SELECT id, status FROM gold.orders ORDER BY id")
-            .iter()
-            .map(|r| vec![text(&r["id"]), text(&r["status"])])
-            .collect();
+        let gold = delta_rows(p, "gold.orders");
         assert_eq!(gold, expected, "gold, read from the merge-on-read silver");
         if tombstones {
             assert_eq!(
@@ -488,12 +488,7 @@ fn equality_deletes_in_an_iceberg_bronze_are_read_as_changes() {
         "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
     );
     let table = "raw.orders";
-    let silver = |p: &Project| -> Vec<Vec<String>> {
-        p.query("SELECT id, status FROM silver.orders ORDER BY id")
-            .iter()
-            .map(|r| vec![text(&r["id"]), text(&r["status"])])
-            .collect()
-    };
+    let silver = |p: &Project| delta_rows(p, "silver.orders");
     let rows = |model: &[(&str, &str)]| -> Vec<Vec<String>> {
         model
             .iter()
@@ -656,11 +651,7 @@ fn position_deletes_of_a_snapshots_own_rows_or_listed_again_are_read_once() {
                 .map(|(k, v)| vec![k.clone(), v.clone()])
                 .collect();
             assert_eq!(scan(p, table, &["id", "status"]), expected, "the fixture");
-            let silver: Vec<Vec<String>> = p
-                .query("SELECT id, status FROM silver.orders ORDER BY id")
-                .iter()
-                .map(|r| vec![text(&r["id"]), text(&r["status"])])
-                .collect();
+            let silver = delta_rows(p, "silver.orders");
             assert_eq!(silver, expected);
         };
     step(

@@ -126,33 +126,17 @@ pub(crate) async fn read_equality(
         let projected: SchemaRef = Arc::new(schema.project(&at)?);
         let mut batches = Vec::new();
         for file in files {
-            let task = FileScanTask {
-                file_size_in_bytes: file.size,
-                start: 0,
-                length: file.size,
-                record_count: None,
-                data_file_path: file.path.clone(),
-                data_file_format: file.format,
-                schema: current.clone(),
-                project_field_ids: ids.clone(),
-                predicate: None,
-                deletes: Vec::new(),
-                partition: None,
-                partition_spec: None,
-                name_mapping: None,
-                case_sensitive: true,
-            };
-            let what = || format!("reading equality-delete file `{}` of `{name}`", file.path);
-            let runtime = iceberg::Runtime::try_current().context(what)?;
-            let read: Vec<_> = ArrowReaderBuilder::new(table.file_io().clone(), runtime)
-                .with_data_file_concurrency_limit(1)
-                .build()
-                .read(stream::iter([Ok(task)]).boxed())
-                .context(what)?
-                .stream()
-                .try_collect()
-                .await
-                .context(what)?;
+            let what = format!("reading equality-delete file `{}` of `{name}`", file.path);
+            let read = read_whole(
+                table,
+                &file.path,
+                file.size,
+                file.format,
+                &current,
+                &ids,
+                &what,
+            )
+            .await?;
             for batch in read {
                 batches.push(bridge::batch_from_58(batch, &projected)?);
             }
@@ -168,6 +152,46 @@ pub(crate) async fn read_equality(
     Ok(EqualityDeletes(sets))
 }
 
+/// The columns `ids` (of `schema`) of a whole delete file, as the `iceberg` crate reads them;
+/// `what` names the read in errors.
+async fn read_whole(
+    table: &Table,
+    path: &str,
+    size: u64,
+    format: DataFileFormat,
+    schema: &Arc<Schema>,
+    ids: &[i32],
+    what: &str,
+) -> Result<Vec<arrow58_array::RecordBatch>> {
+    let task = FileScanTask {
+        file_size_in_bytes: size,
+        start: 0,
+        length: size,
+        record_count: None,
+        data_file_path: path.to_string(),
+        data_file_format: format,
+        schema: schema.clone(),
+        project_field_ids: ids.to_vec(),
+        predicate: None,
+        deletes: Vec::new(),
+        partition: None,
+        partition_spec: None,
+        name_mapping: None,
+        case_sensitive: true,
+    };
+    let what = || what.to_string();
+    let runtime = iceberg::Runtime::try_current().context(what)?;
+    ArrowReaderBuilder::new(table.file_io().clone(), runtime)
+        .with_data_file_concurrency_limit(1)
+        .build()
+        .read(stream::iter([Ok(task)]).boxed())
+        .context(what)?
+        .stream()
+        .try_collect()
+        .await
+        .context(what)
+}
+
 /// The rows `files` delete: per data file path (in the order first named), its deleted
 /// positions, sorted and distinct.
 pub(crate) async fn read(
@@ -179,33 +203,18 @@ pub(crate) async fn read(
     let mut order: Vec<String> = Vec::new();
     let mut positions: HashMap<String, Vec<u64>> = HashMap::new();
     for file in files {
-        let task = FileScanTask {
-            file_size_in_bytes: file.size,
-            start: 0,
-            length: file.size,
-            record_count: None,
-            data_file_path: file.path.clone(),
-            data_file_format: file.format,
-            schema: schema.clone(),
-            project_field_ids: vec![FILE_PATH_ID, POS_ID],
-            predicate: None,
-            deletes: Vec::new(),
-            partition: None,
-            partition_spec: None,
-            name_mapping: None,
-            case_sensitive: true,
-        };
-        let what = || format!("reading position-delete file `{}` of `{name}`", file.path);
-        let runtime = iceberg::Runtime::try_current().context(what)?;
-        let batches: Vec<_> = ArrowReaderBuilder::new(table.file_io().clone(), runtime)
-            .with_data_file_concurrency_limit(1)
-            .build()
-            .read(stream::iter([Ok(task)]).boxed())
-            .context(what)?
-            .stream()
-            .try_collect()
-            .await
-            .context(what)?;
+        let what = format!("reading position-delete file `{}` of `{name}`", file.path);
+        let ids = [FILE_PATH_ID, POS_ID];
+        let batches = read_whole(
+            table,
+            &file.path,
+            file.size,
+            file.format,
+            &schema,
+            &ids,
+            &what,
+        )
+        .await?;
         for batch in batches {
             let bad = || {
                 Error::user(
