@@ -39,6 +39,32 @@ pub(crate) struct FileToRead {
     pub rows: Rows,
 }
 
+impl FileToRead {
+    /// The data file of manifest `entry` (of partition spec `spec`), all its rows read as
+    /// `kind` changes of `version`, committed at `timestamp_us`.
+    fn of(
+        entry: &iceberg::spec::ManifestEntry,
+        spec: &Option<PartitionSpecRef>,
+        kind: &'static str,
+        version: i64,
+        timestamp_us: i64,
+    ) -> Self {
+        FileToRead {
+            path: entry.file_path().to_string(),
+            size: entry.file_size_in_bytes(),
+            records: entry.record_count(),
+            format: entry.file_format(),
+            partition: entry.data_file().partition().clone(),
+            spec: spec.clone(),
+            kind,
+            version,
+            timestamp_us,
+            deletes: Vec::new(),
+            rows: Rows::All,
+        }
+    }
+}
+
 /// Which rows of a data file a read keeps.
 #[derive(Debug, Clone, Default)]
 pub(crate) enum Rows {
@@ -229,19 +255,7 @@ pub(crate) async fn plan_changes(
                     ManifestStatus::Deleted => DELETE,
                     ManifestStatus::Existing => continue,
                 };
-                let file = FileToRead {
-                    path: entry.file_path().to_string(),
-                    size: entry.file_size_in_bytes(),
-                    records: entry.record_count(),
-                    format: entry.file_format(),
-                    partition: entry.data_file().partition().clone(),
-                    spec: spec.clone(),
-                    kind,
-                    version,
-                    timestamp_us: at,
-                    deletes: Vec::new(),
-                    rows: Rows::All,
-                };
+                let file = FileToRead::of(entry, &spec, kind, version, at);
                 if kind == INSERT {
                     inserts.push(file);
                 } else {
@@ -386,17 +400,14 @@ async fn deleted_rows(
             found.insert(
                 entry.file_path().to_string(),
                 FileToRead {
-                    path: entry.file_path().to_string(),
-                    size: entry.file_size_in_bytes(),
-                    records: entry.record_count(),
-                    format: entry.file_format(),
-                    partition: entry.data_file().partition().clone(),
-                    spec: spec.clone(),
-                    kind: DELETE,
-                    version: snapshot.sequence_number(),
-                    timestamp_us: snapshot.timestamp_ms() * 1000,
-                    deletes: Vec::new(),
                     rows: Rows::Only(positions),
+                    ..FileToRead::of(
+                        entry,
+                        &spec,
+                        DELETE,
+                        snapshot.sequence_number(),
+                        snapshot.timestamp_ms() * 1000,
+                    )
                 },
             );
         }
@@ -503,17 +514,8 @@ pub(crate) async fn plan_snapshot(
                 .map(|s| s.timestamp_ms())
                 .unwrap_or(oldest_ms);
             files.push(FileToRead {
-                path: entry.file_path().to_string(),
-                size: entry.file_size_in_bytes(),
-                records: entry.record_count(),
-                format: entry.file_format(),
-                partition: entry.data_file().partition().clone(),
-                spec: spec.clone(),
-                kind: INSERT,
-                version,
-                timestamp_us: at_ms * 1000,
                 deletes,
-                rows: Rows::All,
+                ..FileToRead::of(entry, &spec, INSERT, version, at_ms * 1000)
             });
         }
     }
