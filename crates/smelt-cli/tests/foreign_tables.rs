@@ -418,3 +418,22 @@ fn a_snapshot_takes_its_order_and_stamps_from_the_log_even_past_a_checkpoint() {
         [["1", "new"]]
     );
 }
+
+#[test]
+fn status_shows_the_share_of_stored_rows_deletion_vectors_mark() {
+    // Hand-checked: ten rows in the data files, two of them deleted by a vector.
+    let src = fixture("table-with-dv-small");
+    let p = Project::with_pipeline(
+        "lake: ./lake\nflows:\n  copy:\n    append:\n      from: bronze.other\n      into: bronze.t\n",
+    );
+    copy_table(&src, &p.file("lake/bronze/t"), None);
+    copy_table(&src, &p.file("lake/bronze/other"), None);
+    let status: serde_json::Value = serde_json::from_str(&p.ok(&["--json", "status"])).unwrap();
+    assert_eq!(status[0]["deleted_fraction"], 0.2, "{status}");
+    assert_eq!(status[0]["write_mode"], serde_json::Value::Null, "{status}");
+    let text = p.ok(&["status"]);
+    assert!(
+        text.contains("20.0% of stored rows marked deleted"),
+        "{text}"
+    );
+}

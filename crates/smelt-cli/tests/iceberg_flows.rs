@@ -446,6 +446,28 @@ fn merge_on_read_silver_marks_replaced_rows_and_reads_as_copy_on_write_does() {
     );
     assert_eq!(last["summary"]["added-position-deletes"], "2", "{last}");
     assert_eq!(last["summary"].get("deleted-data-files"), None, "{last}");
+    // `smelt status`: each flow's mode, and the share of stored rows marked deleted, as
+    // pyiceberg's view of the summary counts it.
+    let status: Vec<Value> = serde_json::from_str(&p.ok(&["--json", "status"])).unwrap();
+    let of = |flow: &str| status.iter().find(|s| s["flow"] == flow).unwrap().clone();
+    let count = |k: &str| text(&last["summary"][k]).parse::<f64>().unwrap();
+    assert_eq!(of("mor")["write_mode"], "merge_on_read");
+    assert_eq!(
+        of("mor")["deleted_fraction"].as_f64().unwrap(),
+        count("total-position-deletes") / count("total-records")
+    );
+    assert_eq!(of("cow")["write_mode"], "copy_on_write");
+    assert_eq!(of("cow")["deleted_fraction"], 0.0);
+    assert_eq!(
+        of("gold")["deleted_fraction"],
+        0.0,
+        "a Delta table without vectors"
+    );
+    let text_status = p.ok(&["status"]);
+    assert!(
+        text_status.contains("merge_on_read; 40.0% of stored rows marked deleted"),
+        "{text_status}"
+    );
 
     // Key 1 again (its first row is already marked: not marked twice), 3 deleted, 2 back.
     let m = step(

@@ -1,7 +1,7 @@
 //! `smelt status`: per flow, the watermark, the source version and how far behind it is.
 
 use serde::Serialize;
-use smelt_spec::{Flow, IngestFlow, Pipeline, TableName};
+use smelt_spec::{Flow, FlowKind, IngestFlow, Pipeline, TableName, WriteMode};
 
 use crate::Result;
 use crate::context::app_id;
@@ -35,6 +35,11 @@ pub struct FlowStatus {
     pub last_run_at: Option<String>,
     /// The run that changed it last.
     pub last_run_id: Option<String>,
+    /// Apply flows: how replaced and deleted rows leave (`copy_on_write`, `merge_on_read`).
+    pub write_mode: Option<String>,
+    /// The share of the written table's stored rows that are marked deleted but still in
+    /// its data files (merge-on-read), when the format says.
+    pub deleted_fraction: Option<f64>,
     /// Why the flow cannot run or has not run, if so.
     pub problem: Option<String>,
 }
@@ -66,6 +71,17 @@ pub async fn status(
             silver_version: None,
             last_run_at: None,
             last_run_id: None,
+            write_mode: match &flow.kind {
+                FlowKind::Apply(spec) => Some(
+                    match spec.write_mode {
+                        WriteMode::CopyOnWrite => "copy_on_write",
+                        WriteMode::MergeOnRead => "merge_on_read",
+                    }
+                    .to_string(),
+                ),
+                _ => None,
+            },
+            deleted_fraction: None,
             problem: None,
         };
         // The table the flow reads (its version says how far behind the flow is).
@@ -114,6 +130,13 @@ pub(crate) async fn of_written_table(
     if output.schema().is_some() {
         row.silver_version = output.version();
         row.watermark = output.watermark(&app_id(&row.flow)).await?;
+        row.deleted_fraction = output
+            .deleted_rows()
+            .await?
+            .map(|(deleted, rows)| match rows {
+                0 => 0.0,
+                _ => deleted as f64 / rows as f64,
+            });
         if let Some(last) = output.last_commit().await? {
             row.last_run_at = utc_text(last.at_ms);
             row.last_run_id = last.run_id;

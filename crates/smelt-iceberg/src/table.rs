@@ -468,6 +468,24 @@ impl TableSink for IcebergTable {
         Ok(WriteStats { version, ..stats })
     }
 
+    async fn deleted_rows(&self) -> EngineResult<Option<(u64, u64)>> {
+        // As the snapshot summary counts them (position deletes; equality deletes say no
+        // row count).
+        let Some(snapshot) = self
+            .table
+            .as_ref()
+            .and_then(|t| t.metadata().current_snapshot())
+        else {
+            return Ok(None);
+        };
+        let summary = &snapshot.summary().additional_properties;
+        let count = |k: &str| summary.get(k).and_then(|v| v.parse::<u64>().ok());
+        Ok(count("total-records").map(|rows| {
+            let deleted = count("total-position-deletes").unwrap_or(0);
+            (deleted.min(rows), rows)
+        }))
+    }
+
     fn property(&self, key: &str) -> Option<String> {
         self.properties.get(key).cloned().or_else(|| {
             self.table

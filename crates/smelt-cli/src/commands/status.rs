@@ -34,11 +34,24 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
             opt(r.versions_behind.or(r.files_waiting.map(|f| f as i64))),
             opt(r.silver_version),
             r.last_run_at.clone().unwrap_or_else(|| "-".into()),
-            r.problem.clone().unwrap_or_else(|| r
-                .watermark_snapshot_id
-                .map(|id| format!("watermark = snapshot {id}"))
-                .unwrap_or_default())
+            r.problem.clone().unwrap_or_else(|| note(r))
         );
     }
     Ok(0)
+}
+
+/// The NOTE of a flow without a problem: the watermark's snapshot id, merge-on-read and
+/// the share of stored rows marked deleted.
+fn note(r: &smelt_engine::status::FlowStatus) -> String {
+    let mut notes = Vec::new();
+    if let Some(id) = r.watermark_snapshot_id {
+        notes.push(format!("watermark = snapshot {id}"));
+    }
+    if r.write_mode.as_deref() == Some("merge_on_read") {
+        notes.push("merge_on_read".to_string());
+    }
+    if let Some(f) = r.deleted_fraction.filter(|f| *f > 0.0) {
+        notes.push(format!("{:.1}% of stored rows marked deleted", f * 100.0));
+    }
+    notes.join("; ")
 }

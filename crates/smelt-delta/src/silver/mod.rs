@@ -247,6 +247,27 @@ impl TableSink for DeltaSilver {
         self.stage(rows, replaces, keys).await
     }
 
+    async fn deleted_rows(&self) -> smelt_engine::Result<Option<(u64, u64)>> {
+        let Some(table) = &self.table else {
+            return Ok(None);
+        };
+        let snapshot = table
+            .snapshot()
+            .context(|| format!("reading `{}`", self.name))?;
+        let (mut deleted, mut rows) = (0u64, 0u64);
+        for view in snapshot.log_data().iter() {
+            // A file without row counts in its statistics leaves the share unknown.
+            let Some(n) = view.num_records() else {
+                return Ok(None);
+            };
+            rows += n as u64;
+            if let Some(dv) = view.deletion_vector_descriptor() {
+                deleted += dv.cardinality.max(0) as u64;
+            }
+        }
+        Ok(Some((deleted, rows)))
+    }
+
     fn property(&self, key: &str) -> Option<String> {
         if let Some((_, v)) = self.staged.properties.iter().rev().find(|(k, _)| k == key) {
             return Some(v.clone());

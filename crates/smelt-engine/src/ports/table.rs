@@ -111,6 +111,12 @@ pub trait TableSink: WatermarkStore {
     /// the deleted ones — and records `watermark`, in one commit. With nothing staged,
     /// commits the watermark alone.
     async fn commit(&mut self, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
+    /// The rows its data files hold that are marked deleted (Delta deletion vectors,
+    /// Iceberg position deletes), and all the rows its data files hold; `None` when the
+    /// format does not say.
+    async fn deleted_rows(&self) -> Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
     /// A table property (Delta: the table configuration), `None` when unset.
     fn property(&self, key: &str) -> Option<String> {
         let _ = key;
