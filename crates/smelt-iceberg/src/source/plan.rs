@@ -263,16 +263,22 @@ pub(crate) async fn plan_changes(
                 }
             }
         }
-        // A removed file is read without the rows deleted before (merge-on-read).
-        if !deletes.is_empty()
-            && let Some(parent) = snapshot
-                .parent_snapshot_id()
-                .and_then(|p| table.metadata().snapshot_by_id(p).cloned())
-        {
-            let mut live = delete_files::live_deletes(name, table, &parent).await?;
-            for file in &mut deletes {
-                file.deletes = live.remove(&file.path).unwrap_or_default();
+        let parent = snapshot
+            .parent_snapshot_id()
+            .and_then(|p| table.metadata().snapshot_by_id(p).cloned());
+        // The delete files live just before, per data file (planned once per snapshot): a
+        // removed file is read without the rows they deleted, and a position they removed
+        // is not deleted again.
+        let live = match &parent {
+            Some(parent)
+                if !deletes.is_empty() || (read_removed && !position_deletes.is_empty()) =>
+            {
+                delete_files::live_deletes(name, table, parent).await?
             }
+            _ => HashMap::new(),
+        };
+        for file in &mut deletes {
+            file.deletes = live.get(&file.path).cloned().unwrap_or_default();
         }
         if !position_deletes.is_empty() {
             let mut marks = delete_files::read(name, table, &position_deletes).await?;
@@ -285,7 +291,7 @@ pub(crate) async fn plan_changes(
             }
             if read_removed {
                 changes.parts.extend(
-                    deleted_rows(name, table, snapshot, marks)
+                    deleted_rows(name, table, snapshot, marks, &live)
                         .await?
                         .into_iter()
                         .map(Part::File),
@@ -298,9 +304,6 @@ pub(crate) async fn plan_changes(
             if read_removed {
                 // The rows they delete are among those live just before (data files added
                 // by the snapshot itself have its sequence number: not deleted).
-                let parent = snapshot
-                    .parent_snapshot_id()
-                    .and_then(|p| table.metadata().snapshot_by_id(p).cloned());
                 let mut rows_of = match &parent {
                     Some(parent) => plan_snapshot(name, table, parent).await?,
                     None => Vec::new(),
@@ -336,19 +339,16 @@ pub(crate) async fn plan_changes(
 
 /// The rows that `marks` (the positions the position-delete files of `snapshot` name, per
 /// data file) delete, as delete reads of those data files (in the order first named). A
-/// position the parent's delete files had already deleted is left out: a writer may list
-/// it again in a new delete file (Spark's file-scoped deletes).
+/// position the parent's delete files (`live`, per data file) had already deleted is left
+/// out: a writer may list it again in a new delete file (Spark's file-scoped deletes).
 async fn deleted_rows(
     name: &TableName,
     table: &Table,
     snapshot: &SnapshotRef,
     mut marks: Vec<(String, Arc<Vec<u64>>)>,
+    live: &HashMap<String, Vec<iceberg::scan::FileScanTaskDeleteFile>>,
 ) -> Result<Vec<FileToRead>> {
-    if let Some(parent) = snapshot
-        .parent_snapshot_id()
-        .and_then(|p| table.metadata().snapshot_by_id(p).cloned())
-    {
-        let live = delete_files::live_deletes(name, table, &parent).await?;
+    if !live.is_empty() {
         let mut earlier = Vec::new();
         let mut seen = HashSet::new();
         for (path, _) in &marks {
