@@ -238,7 +238,8 @@ fn scd2_iceberg_silver_keeps_a_late_delete_and_expires_its_tombstone() {
     assert_eq!(expired, 1, "{first:?} {second:?}");
 }
 
-const MERGE_ON_READ: &str = "lake: ./lake
+/// An Iceberg bronze applied into a Delta silver, bronze deletes applied.
+const ICEBERG_BRONZE: &str = "lake: ./lake
 catalogs:
   ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}
 flows:
@@ -258,7 +259,7 @@ fn row(id: &str, status: &str) -> Value {
 
 #[test]
 fn merge_on_read_deletes_and_updates_in_an_iceberg_bronze_are_read_as_changes() {
-    let p = Project::with_pipeline(MERGE_ON_READ);
+    let p = Project::with_pipeline(ICEBERG_BRONZE);
     p.write(
         "silver.sql",
         "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
@@ -504,7 +505,7 @@ fn equality_deletes_in_an_iceberg_bronze_are_read_as_changes() {
     // Flink-style upserts: equality-delete files. pyiceberg cannot read such a table, so the
     // expected silver is the model's, and a rebuild (the `iceberg` crate's reader applying
     // the deletes to a snapshot) must agree with the incremental runs.
-    let p = Project::with_pipeline(MERGE_ON_READ);
+    let p = Project::with_pipeline(ICEBERG_BRONZE);
     p.write(
         "silver.sql",
         "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
@@ -552,7 +553,7 @@ fn equality_deletes_in_an_iceberg_bronze_are_read_as_changes() {
 
 #[test]
 fn new_columns_are_added_to_an_iceberg_silver_with_the_run() {
-    let p = Project::with_pipeline(&MERGE_ON_READ.replace(
+    let p = Project::with_pipeline(&ICEBERG_BRONZE.replace(
         "into: silver.orders",
         "into: ice.silver.orders\n      schema_evolution: add_new_columns",
     ));
@@ -613,7 +614,7 @@ fn new_columns_are_added_to_an_iceberg_silver_with_the_run() {
 
 #[test]
 fn quarantined_changes_go_to_an_iceberg_rejects_table() {
-    let p = Project::with_pipeline(&MERGE_ON_READ.replace(
+    let p = Project::with_pipeline(&ICEBERG_BRONZE.replace(
         "into: silver.orders",
         "into: ice.silver.orders\n      expect:\n        has_status: status IS NOT NULL\n      on_violation: quarantine",
     ));
@@ -656,7 +657,7 @@ fn quarantined_changes_go_to_an_iceberg_rejects_table() {
 
 #[test]
 fn position_deletes_of_a_snapshots_own_rows_or_listed_again_are_read_once() {
-    let p = Project::with_pipeline(MERGE_ON_READ);
+    let p = Project::with_pipeline(ICEBERG_BRONZE);
     p.write(
         "silver.sql",
         "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
