@@ -34,15 +34,27 @@ def log_versions(table):
 
 
 def commit_adds(table, version):
-    """(files, bytes) added by one commit."""
-    files = size = 0
+    """(files, bytes) written by one commit: its new data files, and the deletion vectors
+    of the files it adds again (same path as a remove) with a new vector — those data files
+    are not written again."""
     with open(os.path.join(table, "_delta_log", f"{version:020d}.json")) as f:
-        for line in f:
-            a = json.loads(line)
-            if "add" in a:
-                files += 1
-                size += a["add"]["size"]
-    return files, size
+        actions = [json.loads(line) for line in f]
+    removed = {a["remove"]["path"] for a in actions if "remove" in a}
+    files = size = 0
+    dv_files = set()
+    for a in actions:
+        if "add" not in a:
+            continue
+        add = a["add"]
+        dv = add.get("deletionVector")
+        if add["path"] in removed and dv:
+            # The vector's bytes, its size and checksum; the file's version byte once.
+            size += dv["sizeInBytes"] + 8
+            dv_files.add(dv["pathOrInlineDv"])
+            continue
+        files += 1
+        size += add["size"]
+    return files + len(dv_files), size + len(dv_files)
 
 
 def timed(cmd, env=None):
@@ -75,12 +87,15 @@ def prepare_copy(src_table, dst_table):
 
 
 ICEBERG_TOOLS = ("smelt-iceberg", "smelt-iceberg-mor", "pyiceberg")
+# smelt's own tools writing a Delta silver at <lake>/bench/product2_silver.
+SMELT_DELTA_TOOLS = ("smelt", "smelt-mor")
 
 
 def smelt_project(lake, tool):
     """smelt's pipeline: Delta bronze into Delta silver (`smelt`), or into an Iceberg silver in
     a SQL catalog (`catalog.db`, warehouse `silver/`, as the pyiceberg peer keeps it), written
-    copy-on-write (`smelt-iceberg`) or merge-on-read (`smelt-iceberg-mor`)."""
+    copy-on-write (`smelt`, `smelt-iceberg`) or merge-on-read (`smelt-mor`: deletion vectors,
+    `smelt-iceberg-mor`: position deletes)."""
     silver_sql = open(os.path.join(HERE, "..", "examples", "product2", "silver.sql")).read()
     silver_sql = silver_sql.replace("medallion_demo.product2__silver", "bench.product2_silver")
     with open(os.path.join(lake, "silver.sql"), "w") as f:
@@ -89,7 +104,7 @@ def smelt_project(lake, tool):
     if tool in ICEBERG_TOOLS:
         catalogs = "catalogs:\n  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./silver}\n"
         into = "ice." + into
-    if tool == "smelt-iceberg-mor":
+    if tool in ("smelt-mor", "smelt-iceberg-mor"):
         mode = "      write_mode: merge_on_read\n"
     with open(os.path.join(lake, "smelt.yaml"), "w") as f:
         f.write(
@@ -131,7 +146,7 @@ def iceberg_written(lake, after):
     return files, size
 
 
-def canonical_hash(tool, lake):
+def canonical_hash(tool, lake, kernel_read):
     """(rows, sha256) of the final silver: all columns but _update_timestamp, sorted by Id."""
     import polars as pl
 
@@ -143,8 +158,13 @@ def canonical_hash(tool, lake):
         con.close()
     elif tool in ICEBERG_TOOLS:
         df = pl.from_arrow(iceberg_silver(lake).scan().to_arrow())
+    elif tool == "smelt-mor":
+        # delta-rs' Python reader refuses deletion vectors: the kernel's scan reads it.
+        out = os.path.join(lake, "silver-kernel.parquet")
+        subprocess.run([kernel_read, os.path.join(lake, "bench", "product2_silver"), out], check=True)
+        df = pl.read_parquet(out)
     else:
-        path = os.path.join(lake, "bench", "product2_silver") if tool == "smelt" else os.path.join(lake, "silver")
+        path = os.path.join(lake, "bench", "product2_silver") if tool in SMELT_DELTA_TOOLS else os.path.join(lake, "silver")
         df = pl.read_delta(path)
     df = df.select(COLUMNS).with_columns(
         [pl.col(c).dt.convert_time_zone("UTC").dt.epoch("us") for c in TS_COLS]
@@ -157,7 +177,7 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
     lake = os.path.join(work, tool)
     table = os.path.join(lake, "bench", "product2_bronze")
     prepare_copy(src_table, table)
-    silver = os.path.join(lake, "bench", "product2_silver") if tool == "smelt" else os.path.join(lake, "silver")
+    silver = os.path.join(lake, "bench", "product2_silver") if tool in SMELT_DELTA_TOOLS else os.path.join(lake, "silver")
     steps = []
     for step in range(increments + 1):
         version = step + 1
@@ -202,7 +222,8 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
             "phases_ms": phases,
         })
         print(f"  {tool:8} {steps[-1]['step']:>12}: {work_s:8.2f} s  rss {rss / 2**20:7.0f} MiB", flush=True)
-    rows, digest = canonical_hash(tool, lake)
+    kernel_read = os.path.join(os.path.dirname(args.gen), "smelt-bench-kernel-read")
+    rows, digest = canonical_hash(tool, lake, kernel_read)
     return {"tool": tool, "steps": steps, "final_rows": rows, "final_hash": digest}
 
 
@@ -266,7 +287,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", required=True)
     ap.add_argument("--increments", type=int, default=5)
-    ap.add_argument("--tools", default="smelt,deltars,polars,duckdb", help="also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver)")
+    ap.add_argument("--tools", default="smelt,smelt-mor,deltars,polars,duckdb", help="smelt-mor: Delta silver with deletion vectors; also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver)")
     ap.add_argument("--memory-limit", default=None, help="passed to `smelt run --memory-limit`, e.g. 2GiB")
     args = ap.parse_args()
     rows, increment = SCALES[args.scale]

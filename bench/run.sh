@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Benchmark smelt against delta-rs (Python), polars and DuckDB on the product2 workload, and
-# smelt's Iceberg silver (copy-on-write, merge-on-read) against pyiceberg's `upsert`
+# Benchmark smelt (copy-on-write, and merge-on-read with deletion vectors: `smelt-mor`) against
+# delta-rs (Python), polars and DuckDB on the product2 workload, and smelt's Iceberg silver
+# (copy-on-write, merge-on-read) against pyiceberg's `upsert`
 # (`--tools smelt-iceberg,smelt-iceberg-mor,pyiceberg`).
-#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,deltars,polars,duckdb,smelt-iceberg,smelt-iceberg-mor,pyiceberg] [--memory-limit 2GiB]
+#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,smelt-mor,deltars,polars,duckdb,smelt-iceberg,smelt-iceberg-mor,pyiceberg] [--memory-limit 2GiB]
 # Builds release binaries, creates bench/.venv from bench/requirements.txt (PyPI), generates
 # the bronze table, runs every tool on identical copies, checks their silver against smelt's
 # and writes bench/out/<scale>/results.{json,md}.

@@ -52,6 +52,12 @@ pub enum Command {
     /// Run SQL over the lake (`schema.table`): SELECT, CREATE TABLE, ALTER TABLE … SET
     /// OPTIONS, INSERT, TRUNCATE.
     Sql(SqlArgs),
+    /// Rewrite data files heavy with deleted rows (merge-on-read) or small, purging the
+    /// deleted rows, in commits that change no data.
+    Optimize(OptimizeArgs),
+    /// Delete files the tables no longer need: removed longer ago than `--retain`, and
+    /// not needed by a flow that still has to read them.
+    Vacuum(VacuumArgs),
 }
 
 #[derive(Debug, Args)]
@@ -138,6 +144,48 @@ mod tests {
 pub struct StatusArgs {
     /// Flows to show (all when none are given).
     pub flows: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct OptimizeArgs {
+    /// Flows (the tables they write) or tables (`schema.table`); every table the flows
+    /// write when none are given.
+    pub targets: Vec<String>,
+    /// Rewrite a file when at least this share of its rows is marked deleted (0 to 1).
+    #[arg(long, default_value_t = 0.2, value_parser = parse_fraction)]
+    pub deleted_fraction: f64,
+    /// Pack files with fewer rows than this (two or more); default: a quarter of the rows
+    /// per file smelt writes (65,536).
+    #[arg(long)]
+    pub small_file_rows: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct VacuumArgs {
+    /// Flows (the tables they write) or tables (`schema.table`); every table the flows
+    /// write when none are given.
+    pub targets: Vec<String>,
+    /// Keep files removed less than this long ago (`7d`, `12h`, `0s`): versions inside it
+    /// can still be read and replayed.
+    #[arg(long, default_value = "7d", value_parser = parse_retain)]
+    pub retain: std::time::Duration,
+    /// List the files that would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// A share between 0 and 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("`{s}` is not a share between 0 and 1 (e.g. 0.2)")),
+    }
+}
+
+/// A retention such as `7d`, `36h`, `0s`.
+fn parse_retain(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. `7d`, `36h` or `0s`"))
 }
 
 #[derive(Debug, Args)]

@@ -488,19 +488,6 @@ fn merge_on_read_silver_marks_replaced_rows_and_reads_as_copy_on_write_does() {
 }
 
 #[test]
-fn merge_on_read_is_refused_for_a_delta_silver_with_the_line() {
-    let p = Project::with_pipeline(
-        "lake: ./lake\nflows:\n  orders:\n    apply:\n      from: raw.orders\n      into: silver.orders\n      keys: [id]\n      write_mode: merge_on_read\n",
-    );
-    let (_, err) = p.fails(&["validate"], 2);
-    assert!(
-        err.contains("`write_mode: merge_on_read` works with Iceberg tables only"),
-        "{err}"
-    );
-    assert!(err.contains("smelt.yaml:8"), "{err}");
-}
-
-#[test]
 fn equality_deletes_in_an_iceberg_bronze_are_read_as_changes() {
     // Flink-style upserts: equality-delete files. pyiceberg cannot read such a table, so the
     // expected silver is the model's, and a rebuild (the `iceberg` crate's reader applying

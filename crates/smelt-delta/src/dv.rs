@@ -1,11 +1,18 @@
 //! Deletion vectors: the rows of a data file that a commit marked deleted. Decoding (inline
-//! z85, files relative to the table or at an absolute path, checksums) is delta-rs' kernel's.
+//! z85, files relative to the table or at an absolute path, checksums) and the file format
+//! written (version byte, then per vector its size, magic, 64-bit roaring bitmap and CRC)
+//! are delta-rs' kernel's; smelt names the file and builds the log's descriptor.
 
 use std::sync::Arc;
 
 use delta_kernel::actions::deletion_vector::DeletionVectorDescriptor as KernelDv;
+use delta_kernel::actions::deletion_vector_writer::{
+    KernelDeletionVector, StreamingDeletionVectorWriter,
+};
 use deltalake::DeltaTable;
-use deltalake::kernel::DeletionVectorDescriptor;
+use deltalake::kernel::{DeletionVectorDescriptor, StorageType};
+use deltalake::logstore::ObjectStoreRef;
+use object_store::ObjectStoreExt;
 use url::Url;
 
 use crate::error::{Error, Result};
@@ -71,6 +78,96 @@ impl DvReader {
     }
 }
 
+/// Writes the deletion vectors of one commit (each the ascending rows one data file has
+/// deleted) into one file at the table root, `deletion_vector_<uuid>.bin`; returns their
+/// descriptors (storage type `u`: the uuid, z85-encoded, relative to the table), in order.
+pub(crate) async fn write_vectors(
+    store: &ObjectStoreRef,
+    table: &str,
+    vectors: &[&[u64]],
+) -> Result<Vec<DeletionVectorDescriptor>> {
+    let failed =
+        |e: String| Error::Internal(format!("writing a deletion vector of `{table}`: {e}"));
+    let mut bytes = Vec::new();
+    let mut writer = StreamingDeletionVectorWriter::new(&mut bytes);
+    let mut written = Vec::with_capacity(vectors.len());
+    for rows in vectors {
+        let mut dv = KernelDeletionVector::new();
+        dv.add_deleted_row_indexes(rows.iter());
+        written.push(
+            writer
+                .write_deletion_vector(dv)
+                .map_err(|e| failed(e.to_string()))?,
+        );
+    }
+    writer.finalize().map_err(|e| failed(e.to_string()))?;
+    let id = uuid::Uuid::new_v4();
+    let path = object_store::path::Path::from(format!("deletion_vector_{id}.bin"));
+    store
+        .put(&path, bytes.into())
+        .await
+        .map_err(|e| Error::Store {
+            context: format!("writing deletion vectors `{table}/{path}`"),
+            source: e,
+        })?;
+    let encoded = z85::encode(id.as_bytes());
+    Ok(written
+        .into_iter()
+        .map(|w| DeletionVectorDescriptor {
+            storage_type: StorageType::UuidRelativePath,
+            path_or_inline_dv: encoded.clone(),
+            offset: Some(w.offset),
+            size_in_bytes: w.size_in_bytes,
+            cardinality: w.cardinality,
+        })
+        .collect())
+}
+
+/// The rows of `a` and `b` together (both ascending, result ascending, no repeats).
+pub(crate) fn union(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x == y => {
+                i += 1;
+                j += 1;
+                x
+            }
+            (Some(&x), Some(&y)) if x < y => {
+                i += 1;
+                x
+            }
+            (Some(&x), None) => {
+                i += 1;
+                x
+            }
+            (_, Some(&y)) => {
+                j += 1;
+                y
+            }
+            (None, None) => unreachable!("the loop runs while one is left"),
+        };
+        out.push(next);
+    }
+    out
+}
+
+/// The file rows (ascending) of `relative`, row numbers among the rows a deletion vector
+/// leaves (ascending), given the rows it deletes (`deleted`, ascending).
+pub(crate) fn absolute(relative: &[u64], deleted: &[u64]) -> Vec<u64> {
+    let mut j = 0;
+    relative
+        .iter()
+        .map(|&r| {
+            while j < deleted.len() && deleted[j] <= r + j as u64 {
+                j += 1;
+            }
+            r + j as u64
+        })
+        .collect()
+}
+
 /// The rows of `a` not in `b` (both ascending).
 pub(crate) fn minus(a: &[u64], b: &[u64]) -> Vec<u64> {
     let mut out = Vec::with_capacity(a.len());
@@ -88,12 +185,40 @@ pub(crate) fn minus(a: &[u64], b: &[u64]) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::minus;
+    use super::{absolute, minus, union};
 
     #[test]
     fn minus_keeps_rows_only_in_the_first() {
         assert_eq!(minus(&[1, 3, 5, 9], &[0, 3, 4, 9, 10]), vec![1, 5]);
         assert_eq!(minus(&[], &[1]), Vec::<u64>::new());
         assert_eq!(minus(&[2, 4], &[]), vec![2, 4]);
+    }
+
+    #[test]
+    fn union_merges_without_repeats() {
+        assert_eq!(union(&[1, 3, 5], &[0, 3, 9]), vec![0, 1, 3, 5, 9]);
+        assert_eq!(union(&[], &[2]), vec![2]);
+        assert_eq!(union(&[2], &[]), vec![2]);
+    }
+
+    /// Checked against a plain model: the rows left, numbered in order.
+    #[test]
+    fn absolute_maps_rows_among_those_left_to_file_rows() {
+        let total = 40u64;
+        for deleted in [
+            vec![],
+            vec![0, 1, 2],
+            vec![3, 7, 8, 20, 39],
+            vec![5, 6, 7, 8, 9, 10],
+        ] {
+            let left: Vec<u64> = (0..total).filter(|r| !deleted.contains(r)).collect();
+            let relative: Vec<u64> = (0..left.len() as u64).step_by(3).collect();
+            let expected: Vec<u64> = relative.iter().map(|&r| left[r as usize]).collect();
+            assert_eq!(
+                absolute(&relative, &deleted),
+                expected,
+                "deleted {deleted:?}"
+            );
+        }
     }
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
 use delta_kernel::table_features::ColumnMappingMode;
-use deltalake::kernel::{ColumnMetadataKey, MetadataValue, StructType};
+use delta_kernel::table_features::TableFeature;
+use deltalake::kernel::{ColumnMetadataKey, MetadataValue, Protocol, StructType};
 use deltalake::table::state::DeltaTableState;
 
 use crate::error::{Error, Result};
@@ -135,6 +136,70 @@ pub(crate) fn check_writable(table: &str, state: &DeltaTableState) -> Result<()>
     Ok(())
 }
 
+/// The features a legacy writer version (below 7) implies, to list when the table moves to
+/// table features.
+fn legacy_writer_features(version: i32) -> &'static [&'static str] {
+    const ALL: [&str; 7] = [
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "columnMapping",
+        "identityColumns",
+    ];
+    match version {
+        ..=1 => &[],
+        2 => &ALL[..2],
+        3 => &ALL[..3],
+        4 => &ALL[..5],
+        5 => &ALL[..6],
+        _ => &ALL,
+    }
+}
+
+/// `protocol` with the `deletionVectors` reader and writer feature (reader version 3,
+/// writer version 7, a legacy version's implied features listed); `None` when it has it.
+pub(crate) fn with_deletion_vectors(protocol: &Protocol) -> Result<Option<Protocol>> {
+    const DV: &str = "deletionVectors";
+    let names = |features: Option<&[TableFeature]>| -> Vec<String> {
+        features
+            .unwrap_or_default()
+            .iter()
+            .map(|f| f.to_string())
+            .collect()
+    };
+    let mut reader = names(protocol.reader_features());
+    let mut writer = names(protocol.writer_features());
+    if reader.iter().any(|f| f == DV) && writer.iter().any(|f| f == DV) {
+        return Ok(None);
+    }
+    if protocol.min_writer_version() < 7 {
+        writer.extend(
+            legacy_writer_features(protocol.min_writer_version())
+                .iter()
+                .map(|f| f.to_string()),
+        );
+    }
+    if protocol.min_reader_version() == 2 {
+        reader.push("columnMapping".to_string());
+    }
+    for list in [&mut reader, &mut writer] {
+        list.push(DV.to_string());
+        list.sort();
+        list.dedup();
+    }
+    let json = serde_json::json!({
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": reader,
+        "writerFeatures": writer,
+    });
+    serde_json::from_value(json)
+        .map(Some)
+        .map_err(|e| Error::Internal(format!("turning deletion vectors on: {e}")))
+}
+
 /// The table's column mapping mode.
 fn column_mapping_mode(state: &DeltaTableState) -> ColumnMappingMode {
     state.snapshot().table_configuration().column_mapping_mode()
@@ -248,6 +313,51 @@ mod tests {
                 MetadataValue::Number(id),
             ),
         ])
+    }
+
+    fn protocol(json: serde_json::Value) -> Protocol {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn deletion_vectors_move_a_legacy_table_to_table_features() {
+        // What delta-rs creates with the change feed on: reader 1, writer 4.
+        let legacy = protocol(serde_json::json!({"minReaderVersion": 1, "minWriterVersion": 4}));
+        let up = with_deletion_vectors(&legacy).unwrap().unwrap();
+        let json = serde_json::to_value(&up).unwrap();
+        assert_eq!(json["minReaderVersion"], 3);
+        assert_eq!(json["minWriterVersion"], 7);
+        assert_eq!(
+            json["readerFeatures"],
+            serde_json::json!(["deletionVectors"])
+        );
+        assert_eq!(
+            json["writerFeatures"],
+            serde_json::json!([
+                "appendOnly",
+                "changeDataFeed",
+                "checkConstraints",
+                "deletionVectors",
+                "generatedColumns",
+                "invariants"
+            ])
+        );
+        // Already there: nothing to change.
+        assert!(with_deletion_vectors(&up).unwrap().is_none());
+        // Table features already: the list grows by one.
+        let modern = protocol(serde_json::json!({
+            "minReaderVersion": 3, "minWriterVersion": 7,
+            "readerFeatures": ["timestampNtz"], "writerFeatures": ["timestampNtz", "changeDataFeed"]
+        }));
+        let json = serde_json::to_value(with_deletion_vectors(&modern).unwrap().unwrap()).unwrap();
+        assert_eq!(
+            json["readerFeatures"],
+            serde_json::json!(["deletionVectors", "timestampNtz"])
+        );
+        assert_eq!(
+            json["writerFeatures"],
+            serde_json::json!(["changeDataFeed", "deletionVectors", "timestampNtz"])
+        );
     }
 
     #[test]

@@ -190,7 +190,20 @@ impl FileReader {
             .map(|(i, _)| i)
             .collect();
         let selection = match (rows, &file.rows) {
-            // Callers that pick rows read tables without deletion vectors.
+            // Rows picked among those a deletion vector leaves (as an earlier read of the
+            // file numbered them): mapped to the file's rows.
+            (Some(rows), FileRows::Except(deleted)) if !deleted.is_empty() => {
+                let relative: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
+                let picked = crate::dv::absolute(&relative, deleted);
+                check_rows(&picked, total, &full_path)?;
+                Some(selection(picked.into_iter(), total))
+            }
+            (Some(rows), FileRows::Only(_)) => {
+                return Err(Error::Internal(format!(
+                    "rows {} picked among the deleted rows of `{full_path}`",
+                    rows.len()
+                )));
+            }
             (Some(rows), _) => Some(selection(rows.iter().map(|&r| r as u64), total)),
             (None, FileRows::All) => None,
             (None, FileRows::Except(deleted)) if deleted.is_empty() => None,

@@ -352,7 +352,8 @@ async fn deletes_remove_rows_in_the_same_commit_with_delete_change_data() {
     // Expiring by a column the table lacks is an error naming the table.
     let err = silver.expire("no_such_column", 0).await.unwrap_err();
     assert!(
-        err.to_string().contains("expiring rows of `s.silver`"),
+        err.to_string()
+            .contains("`s.silver` has no column `no_such_column` to expire rows by"),
         "{err}"
     );
 }

@@ -6,7 +6,8 @@
 //! the event-log row a crash lost, the event log, stopping at the first failure. Each
 //! flow kind has one runner (`flow/`: run, check, status), built in one place.
 //! [`validate::validate`] collects every problem of the selected flows;
-//! [`status::status`] owns `smelt status`. The CLI resolves settings, builds the adapters
+//! [`status::status`] owns `smelt status`; [`maintain`] owns `smelt optimize` and
+//! `smelt vacuum`. The CLI resolves settings, builds the adapters
 //! and prints. See `docs/architecture.md`. Everything is read and written through [`ports`]: a [`ports::Lake`]
 //! (Delta: `smelt-delta`) gives change sources and tables by role; [`ports::FileStores`]
 //! (`smelt-ingest`) gives landing folders to read and export targets to write.
@@ -41,6 +42,7 @@ mod error;
 pub mod export;
 mod flow;
 pub mod ingest;
+pub mod maintain;
 mod phases;
 pub mod ports;
 pub mod predicate;

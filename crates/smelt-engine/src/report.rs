@@ -117,6 +117,10 @@ pub struct FlowReport {
     pub rescued: usize,
     /// Silver version after the run (`None` if nothing exists yet).
     pub silver_version: Option<i64>,
+    /// Apply flows with `optimize: auto`: what the optimize after the commit rewrote, when
+    /// a file passed the thresholds (silver and tombstones together).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub optimized: Option<crate::ports::OptimizeStats>,
     /// Milliseconds per phase, in order.
     pub phases_ms: Vec<(String, u64)>,
 }

@@ -19,8 +19,8 @@ use crate::ddl::{self, ColumnType, TableDef, TableName};
 use crate::error::SpecError;
 use crate::ordered::Ordered;
 use crate::policy::{
-    OnCastError, OnSequenceConflict, OnViolation, SchemaEvolution, SourceDeletes, UpdateColumns,
-    WriteMode,
+    OnCastError, OnSequenceConflict, OnViolation, OptimizeMode, SchemaEvolution, SourceDeletes,
+    UpdateColumns, WriteMode,
 };
 
 mod validate;
@@ -105,6 +105,8 @@ pub struct ApplyFlow {
     pub history: UpdateColumns,
     /// How silver and tombstone rows are replaced and deleted (`write_mode`).
     pub write_mode: WriteMode,
+    /// Whether the flow optimizes silver and tombstones after its commit (`optimize`).
+    pub optimize: OptimizeMode,
 }
 
 /// SCD2: the column holding the sequence at which a version starts.
@@ -143,7 +145,8 @@ pub(crate) struct RawApply {
     expect: Ordered<String>,
     on_violation: Option<OnViolation>,
     on_sequence_conflict: Option<OnSequenceConflict>,
-    write_mode: Option<WriteMode>,
+    pub(crate) write_mode: Option<WriteMode>,
+    optimize: Option<OptimizeMode>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -42,8 +42,8 @@ pub use export::{ChangedBy, Compression, ExportFlow};
 pub use ingest::{CsvLayout, FileFormat, IngestAudit, IngestEvolution, IngestFlow};
 pub use model::{Flow, FlowKind, Pipeline};
 pub use policy::{
-    OnCastError, OnChangedFile, OnRewrite, OnSequenceConflict, OnViolation, SchemaEvolution,
-    SourceDeletes, UpdateColumns, WriteMode,
+    OnCastError, OnChangedFile, OnRewrite, OnSequenceConflict, OnViolation, OptimizeMode,
+    SchemaEvolution, SourceDeletes, UpdateColumns, WriteMode,
 };
 pub use replace_where::{ReplaceSource, ReplaceWhereFlow};
 

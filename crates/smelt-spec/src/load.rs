@@ -38,6 +38,8 @@ struct RawPipeline {
     tables: Ordered<String>,
     #[serde(default)]
     flows: OrderedFlows,
+    /// The `write_mode` of apply flows that do not set their own.
+    write_mode: Option<crate::policy::WriteMode>,
 }
 
 /// `flows:`: flow names to flows.
@@ -132,6 +134,7 @@ impl Pipeline {
                 tables.push((name, dir.join(place).to_string_lossy().into_owned()));
             }
         }
+        let default_write_mode = raw.write_mode;
         let mut flows = Vec::new();
         for (name, flow) in raw.flows.0 {
             let field = format!("flows.{name}");
@@ -150,7 +153,8 @@ impl Pipeline {
                 );
                 continue;
             }
-            let kind = if let Some(raw) = flow.apply {
+            let kind = if let Some(mut raw) = flow.apply {
+                raw.write_mode = raw.write_mode.or(default_write_mode);
                 apply_flow(path, &dir, text, &name, raw, &mut errors).map(FlowKind::Apply)
             } else if let Some(raw) = flow.ingest {
                 ingest_flow(path, &dir, text, &name, raw, &mut errors).map(FlowKind::Ingest)
@@ -446,6 +450,17 @@ mod tests {
 
     #[test]
     fn tables_map_places_tables_and_names_bad_entries() {
+        use crate::policy::WriteMode;
+        let p = load("lake: l\nwrite_mode: merge_on_read\nflows:\n  a:\n    apply:\n      from: b.x\n      into: s.a\n      keys: [k]\n  b:\n    apply:\n      from: b.y\n      into: s.b\n      keys: [k]\n      write_mode: copy_on_write\n").unwrap();
+        let modes: Vec<_> = p
+            .flows
+            .iter()
+            .map(|f| match &f.kind {
+                FlowKind::Apply(a) => a.write_mode,
+                _ => unreachable!("two apply flows"),
+            })
+            .collect();
+        assert_eq!(modes, [WriteMode::MergeOnRead, WriteMode::CopyOnWrite]);
         let p = load("lake: s3://bucket/lake\ntables:\n  raw.p: s3://other/bronze/p\n  s.t: ./elsewhere/t\nflows: {}\n").unwrap();
         assert_eq!(p.lake, "s3://bucket/lake");
         assert_eq!(p.tables[0].0.to_string(), "raw.p");

@@ -58,6 +58,18 @@ pub enum WriteMode {
     MergeOnRead,
 }
 
+/// Whether an apply flow optimizes its tables after its commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizeMode {
+    /// Only `smelt optimize` does.
+    #[default]
+    Off,
+    /// After each run that commits, the files past `smelt optimize`'s default thresholds
+    /// (a fifth of their rows deleted; small files) are rewritten, in a commit of their own.
+    Auto,
+}
+
 /// What new columns (in bronze, or declared in the DDL but missing from silver) do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -12,10 +12,13 @@ use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, StructType, Transaction};
 use deltalake::logstore::get_actions;
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use smelt_engine::ports::{LastCommit, Watermark, WriteStats};
+use smelt_engine::ports::{LastCommit, TableSink, Watermark, WriteStats};
 
 use super::DeltaSilver;
 use crate::error::{Context, Error, Result};
+
+/// The table property that turns deletion vectors on.
+const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
 
 impl DeltaSilver {
     fn commit_properties(watermark: &Watermark) -> CommitProperties {
@@ -119,7 +122,26 @@ impl DeltaSilver {
         watermark: &Watermark,
     ) -> smelt_engine::Result<WriteStats> {
         let props = Self::commit_properties(watermark);
-        let staged = std::mem::take(&mut self.staged);
+        let mut staged = std::mem::take(&mut self.staged);
+        // Merge-on-read: deletion vectors on, from the first commit that writes this way.
+        let mut protocol = None;
+        if self.merge_on_read {
+            let on = self
+                .property(DELETION_VECTORS)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            if !on {
+                staged
+                    .properties
+                    .push((DELETION_VECTORS.to_string(), "true".to_string()));
+            }
+            if let Some(table) = &self.table {
+                let snapshot = table
+                    .snapshot()
+                    .context(|| format!("reading `{}`", self.name))?;
+                protocol = crate::features::with_deletion_vectors(snapshot.protocol())?
+                    .map(Action::Protocol);
+            }
+        }
         if let Some(schema) = self.pending.take() {
             return Ok(self
                 .create_with(schema, staged.adds, staged.properties, props)
@@ -154,7 +176,7 @@ impl DeltaSilver {
             let snapshot = table
                 .snapshot()
                 .context(|| format!("reading `{}`", self.name))?;
-            let mut actions: Vec<Action> = metadata.into_iter().collect();
+            let mut actions: Vec<Action> = protocol.into_iter().chain(metadata).collect();
             actions.extend(
                 snapshot
                     .log_data()
@@ -169,7 +191,7 @@ impl DeltaSilver {
             };
             return Ok(self.commit_actions(actions, operation, props).await?);
         }
-        let mut actions: Vec<Action> = metadata.into_iter().collect();
+        let mut actions: Vec<Action> = protocol.into_iter().chain(metadata).collect();
         if !staged.replaced.is_empty() || !staged.deleted.is_empty() {
             for r in self
                 .replace(&staged.replaced, &staged.deleted, keys)

@@ -41,7 +41,8 @@ impl DeltaSilver {
         let schema = snapshot.snapshot().arrow_schema();
         let small_rows = (self.rows_per_file / 4).max(1);
         let mut small: Vec<(usize, ActiveFile)> = self
-            .active_files(table)?
+            .active_files(table)
+            .await?
             .into_iter()
             .filter(|f| !skip.contains(&f.file.path))
             .filter_map(|f| f.rows.filter(|&r| r < small_rows).map(|r| (r, f)))

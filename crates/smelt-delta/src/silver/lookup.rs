@@ -53,7 +53,8 @@ impl DeltaSilver {
         let name = self.name.to_string();
         let columns: Arc<[String]> = columns.into();
         let tasks: Vec<_> = self
-            .active_files(table)?
+            .active_files(table)
+            .await?
             .into_iter()
             .map(|active| {
                 let (store, name, index) = (Arc::clone(&store), name.clone(), Arc::clone(&index));
@@ -117,7 +118,7 @@ impl DeltaSilver {
 }
 
 /// The rows of a file (ascending) whose key is in `index`, read from the key columns alone.
-async fn probe(
+pub(super) async fn probe(
     store: ObjectStoreRef,
     table: &str,
     file: &FileRef,

@@ -14,13 +14,17 @@
 //! * `write`: writing data files, staging rows, the task pool;
 //! * `rewrite`: copy-on-write removal of stored rows (upserts, deletes, replace_where,
 //!   expiry);
+//! * `mark`: merge-on-read removal (deletion vectors);
 //! * `schema`: schema evolution (new columns, wider types);
 //! * `compact`: folding small files;
+//! * `maintain`: `optimize` and `vacuum`;
 //! * `commit`: assembling and making the commit, creating the table, the last commit.
 
 mod commit;
 mod compact;
 mod lookup;
+mod maintain;
+mod mark;
 mod rewrite;
 mod schema;
 mod write;
@@ -60,14 +64,21 @@ pub struct DeltaSilver {
     /// Fold small files in commits that write data (off for append-only bronze tables, whose
     /// rows must keep the commit that added them).
     compact: bool,
+    /// Replaced and deleted rows are marked in deletion vectors instead of rewriting the
+    /// files that hold them (`write_mode: merge_on_read`).
+    merge_on_read: bool,
 }
 
 /// An active data file and the action that removes it.
 struct ActiveFile {
     file: FileRef,
     remove: Remove,
-    /// Rows, from the file's statistics.
+    /// Rows not deleted, from the file's statistics.
     rows: Option<usize>,
+    /// The action that added the file (a new deletion vector re-adds it).
+    add: Add,
+    /// The rows its deletion vector deletes (ascending; empty without one).
+    deleted: Arc<[u64]>,
 }
 
 /// Written but not committed yet.
@@ -101,6 +112,7 @@ impl DeltaSilver {
             staged: Staged::default(),
             rows_per_file: ROWS_PER_FILE,
             compact: true,
+            merge_on_read: false,
         })
     }
 
@@ -138,40 +150,40 @@ impl DeltaSilver {
         })
     }
 
-    /// The table's data files. Files with deletion vectors (written by another engine)
-    /// cannot be rewritten by smelt yet.
-    fn active_files(&self, table: &DeltaTable) -> Result<Vec<ActiveFile>> {
+    /// The table's data files, each read less the rows its deletion vector deletes.
+    async fn active_files(&self, table: &DeltaTable) -> Result<Vec<ActiveFile>> {
+        use futures::{StreamExt, TryStreamExt};
         let snapshot = table
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
-        let mut files = Vec::new();
-        for view in snapshot.log_data().iter() {
-            if view.deletion_vector_descriptor().is_some() {
-                return Err(Error::user(
-                    format!(
-                        "silver `{}` has deletion vectors in `{}`; smelt does not write tables with deletion vectors yet",
-                        self.name,
-                        view.path()
-                    ),
-                    format!(
-                        "purge them with the engine that wrote them (Spark: `REORG TABLE {} APPLY (PURGE)`), or rebuild silver with `smelt run --full-refresh`",
-                        self.name
-                    ),
-                ));
+        let dvs = crate::dv::DvReader::new(&self.name.to_string(), table);
+        let views: Vec<_> = snapshot.log_data().iter().collect();
+        futures::stream::iter(views.into_iter().map(|view| {
+            let dvs = dvs.clone();
+            async move {
+                let dv = view.deletion_vector_descriptor();
+                let path = view.path().to_string();
+                let deleted = dvs.deleted(&path, dv.as_ref()).await?;
+                Ok::<_, Error>(ActiveFile {
+                    file: FileRef {
+                        path,
+                        location: view.object_store_path(),
+                        size: view.size(),
+                        partition_values: view.partition_values_map(),
+                        rows: FileRows::Except(Arc::clone(&deleted)),
+                    },
+                    remove: view.remove_action(true),
+                    rows: view.num_records().map(|n| n.saturating_sub(deleted.len())),
+                    // The one public way to the whole add action (its stats, tags).
+                    #[allow(deprecated)]
+                    add: view.add_action(),
+                    deleted,
+                })
             }
-            files.push(ActiveFile {
-                file: FileRef {
-                    path: view.path().to_string(),
-                    location: view.object_store_path(),
-                    size: view.size(),
-                    partition_values: view.partition_values_map(),
-                    rows: FileRows::All,
-                },
-                remove: view.remove_action(true),
-                rows: view.num_records(),
-            });
-        }
-        Ok(files)
+        }))
+        .buffered(16)
+        .try_collect()
+        .await
     }
 }
 
@@ -293,6 +305,25 @@ impl TableSink for DeltaSilver {
         keys: &[String],
     ) -> smelt_engine::Result<WriteStats> {
         self.widen(schema, keys).await
+    }
+
+    async fn write_merge_on_read(&mut self) -> smelt_engine::Result<()> {
+        self.merge_on_read = true;
+        Ok(())
+    }
+
+    async fn optimize(
+        &mut self,
+        policy: &smelt_engine::ports::OptimizePolicy,
+    ) -> smelt_engine::Result<smelt_engine::ports::OptimizeStats> {
+        Ok(self.optimize(policy).await?)
+    }
+
+    async fn vacuum(
+        &mut self,
+        plan: &smelt_engine::ports::VacuumPlan,
+    ) -> smelt_engine::Result<smelt_engine::ports::VacuumStats> {
+        Ok(self.vacuum(plan).await?)
     }
 
     async fn stage_overwrite(&mut self) -> smelt_engine::Result<()> {

@@ -1,16 +1,22 @@
 //! Copy-on-write removal of stored rows: files rewritten without the rows replaced or
-//! deleted by key (`replace`) or matching a replace_where predicate (`delete_where`), with
+//! deleted by key (`replace`; merge-on-read marks them instead, in `mark`) or matching a replace_where predicate (`delete_where`), with
 //! their change data; tombstone expiry (`expire`); and the key and change type columns
 //! this needs (`key_columns`, `with_change_type`).
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
-use arrow::compute::{filter_record_batch, not};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, Scalar, StringArray, TimestampMicrosecondArray,
+};
+use arrow::compute::kernels::cmp::lt;
+use arrow::compute::{filter_record_batch, not, prep_null_mask_filter};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake::DeltaTable;
+use deltalake::kernel::Action;
+use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{Add, AddCDCFile, Remove};
 use deltalake::logstore::ObjectStoreRef;
+use deltalake::protocol::DeltaOperation;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::writer::RecordBatchWriter;
 use smelt_core::change::{CHANGE_TYPE, DELETE, UPDATE_PREIMAGE};
@@ -49,30 +55,50 @@ impl DeltaSilver {
         &self,
         predicate: &Predicate,
     ) -> Result<(Vec<Rewrite>, usize)> {
+        let name = self.name.to_string();
+        let predicate = predicate.clone();
+        self.delete_matching(move |stored: &RecordBatch, path: &str| {
+            predicate.evaluate(stored).map_err(|e| {
+                Error::user(
+                    format!("`{name}` file `{path}`: {e}"),
+                    "check the predicate against the table's columns",
+                )
+            })
+        })
+        .await
+    }
+
+    /// Rewrites the files holding rows `hit` marks (NULL: not hit) without them (`delete`
+    /// change data for the rows removed); returns the rewrites and the rows removed.
+    async fn delete_matching(
+        &self,
+        hit: impl Fn(&RecordBatch, &str) -> Result<BooleanArray> + Clone + Send + Sync + 'static,
+    ) -> Result<(Vec<Rewrite>, usize)> {
         let (table, change_data, schema) = self.to_rewrite()?;
         let store = table.object_store();
         let name = self.name.to_string();
         let tasks = self
-            .active_files(&table)?
+            .active_files(&table)
+            .await?
             .into_iter()
             .map(|active| {
                 let writer = self.writer(&schema, &[])?;
-                let (store, name, schema, predicate) = (
+                let (store, name, schema, hit) = (
                     Arc::clone(&store),
                     name.clone(),
                     Arc::clone(&schema),
-                    predicate.clone(),
+                    hit.clone(),
                 );
                 Ok(async move {
                     let stored =
                         read_whole(Arc::clone(&store), &name, &active.file, None, None, &schema)
                             .await?;
-                    let hit = predicate.evaluate(&stored).map_err(|e| {
-                        Error::user(
-                            format!("`{name}` file `{}`: {e}", active.file.path),
-                            "check the predicate against the table's columns",
-                        )
-                    })?;
+                    let hit = hit(&stored, &active.file.path)?;
+                    let hit = if hit.null_count() > 0 {
+                        prep_null_mask_filter(&hit)
+                    } else {
+                        hit
+                    };
                     let n = hit.true_count();
                     if n == 0 {
                         return Ok(None);
@@ -118,7 +144,7 @@ impl DeltaSilver {
             Some(Arc::new(KeyIndex::new(&concat_keys(&mut deleted.iter())?)?))
         };
 
-        let mut files = self.active_files(&table)?;
+        let mut files = self.active_files(&table).await?;
         if let Some(seen) = self.looked_up.lock().expect("not poisoned").take()
             && seen.version == version
         {
@@ -132,6 +158,11 @@ impl DeltaSilver {
             if covered.true_count() == covered.len() {
                 files.retain(|f| seen.files.contains(&f.file.path));
             }
+        }
+        if self.merge_on_read {
+            return self
+                .mark(files, keys, schema, index, deleted_index, change_data)
+                .await;
         }
         let store = table.object_store();
         let name = self.name.to_string();
@@ -156,30 +187,55 @@ impl DeltaSilver {
         Ok(rewrites.into_iter().flatten().collect())
     }
 
-    /// `TableSink::expire`: deletes the rows whose `column` is before `before_us` with a
-    /// delta-rs `DELETE`, in a commit of its own.
+    /// `TableSink::expire`: rewrites the files holding rows whose `column` is before
+    /// `before_us` without them, in a commit of its own (no watermark: expiring again is
+    /// harmless). Deletion vectors are applied, so rows deleted already stay deleted.
     pub(super) async fn expire(
         &mut self,
         column: &str,
         before_us: i64,
     ) -> smelt_engine::Result<usize> {
-        let Some(table) = self.table.clone() else {
+        if self.table.is_none() {
             return Ok(0);
+        }
+        let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let bound =
+            Scalar::new(TimestampMicrosecondArray::from(vec![before_us]).with_timezone("UTC"));
+        let (name, col) = (self.name.to_string(), column.to_string());
+        let (rewrites, rows) = self
+            .delete_matching(move |stored: &RecordBatch, _| {
+                let c = stored.column_by_name(&col).ok_or_else(|| {
+                    Error::user(
+                        format!("`{name}` has no column `{col}` to expire rows by"),
+                        "rebuild the table with `smelt run --full-refresh`",
+                    )
+                })?;
+                Ok(lt(&arrow::compute::cast(c, &utc)?, &bound)?)
+            })
+            .await?;
+        if rows == 0 {
+            return Ok(0);
+        }
+        let mut actions = Vec::new();
+        for r in rewrites {
+            actions.push(Action::Remove(r.remove));
+            actions.extend(r.adds.into_iter().map(Action::Add));
+            actions.extend(r.cdc.into_iter().map(Action::Cdc));
+        }
+        let before = chrono::DateTime::from_timestamp_micros(before_us)
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| before_us.to_string());
+        let props = CommitProperties::default()
+            .with_metadata([(
+                "smelt.operation".to_string(),
+                serde_json::json!("expire rows"),
+            )])
+            .with_max_retries(0);
+        let operation = DeltaOperation::Delete {
+            predicate: Some(format!("{column} < '{before}'")),
         };
-        let predicate =
-            deltalake::datafusion::prelude::col(column).lt(deltalake::datafusion::prelude::lit(
-                deltalake::datafusion::scalar::ScalarValue::TimestampMicrosecond(
-                    Some(before_us),
-                    Some("UTC".into()),
-                ),
-            ));
-        let (table, metrics) = table
-            .delete()
-            .with_predicate(predicate)
-            .await
-            .context(|| format!("expiring rows of `{}`", self.name))?;
-        self.table = Some(table);
-        Ok(metrics.num_deleted_rows.unwrap_or_default())
+        self.commit_actions(actions, operation, props).await?;
+        Ok(rows)
     }
 }
 
@@ -252,27 +308,35 @@ async fn rewrite(
         return Ok(None);
     }
     let hit = arrow::compute::is_not_null(&positions)?;
-    // Rows of deleted keys are `delete`s; the others are pre-images of updates.
-    let kinds = |before: &RecordBatch| -> Result<ArrayRef> {
-        Ok(match &deleted {
-            Some(deleted) => {
-                let gone = deleted.positions(&key_columns(before, &keys, &schema)?)?;
-                Arc::new(StringArray::from_iter_values(
-                    gone.iter()
-                        .map(|p| if p.is_some() { DELETE } else { UPDATE_PREIMAGE }),
-                ))
-            }
-            None => Arc::new(StringArray::from(vec![UPDATE_PREIMAGE; before.num_rows()])),
-        })
-    };
     let kinds = if change_data {
-        Some(kinds(&filter_record_batch(&stored, &hit)?)?)
+        let before = filter_record_batch(&stored, &hit)?;
+        Some(change_kinds(&before, &keys, &schema, deleted.as_deref())?)
     } else {
         None
     };
     Ok(Some(
         rewrite_without(store, table, active, &stored, &hit, kinds, writer).await?,
     ))
+}
+
+/// The change types of stored rows `before` that leave: `delete` for keys in `deleted`,
+/// `update_preimage` for the others.
+pub(super) fn change_kinds(
+    before: &RecordBatch,
+    keys: &[String],
+    schema: &Schema,
+    deleted: Option<&KeyIndex>,
+) -> Result<ArrayRef> {
+    Ok(match deleted {
+        Some(deleted) => {
+            let gone = deleted.positions(&key_columns(before, keys, schema)?)?;
+            Arc::new(StringArray::from_iter_values(
+                gone.iter()
+                    .map(|p| if p.is_some() { DELETE } else { UPDATE_PREIMAGE }),
+            ))
+        }
+        None => Arc::new(StringArray::from(vec![UPDATE_PREIMAGE; before.num_rows()])),
+    })
 }
 
 /// Rewrites `active` (whose rows are `stored`) without the rows `hit` marks; with `kinds`

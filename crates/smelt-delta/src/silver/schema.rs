@@ -80,7 +80,7 @@ impl DeltaSilver {
         // (`dataChange: false`, so change-feed readers skip the commit).
         let store = table.object_store();
         let name = self.name.to_string();
-        for f in self.active_files(&table)? {
+        for f in self.active_files(&table).await? {
             let rows = read_whole(Arc::clone(&store), &name, &f.file, None, None, &schema).await?;
             let mut remove = f.remove;
             remove.data_change = false;

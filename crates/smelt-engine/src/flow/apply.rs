@@ -1,11 +1,11 @@
 //! The runner of `apply` flows: bronze changes → silver by key ([`crate::apply`]).
 
 use async_trait::async_trait;
-use smelt_spec::{ApplyFlow, SourceDeletes, TableName, WriteMode};
+use smelt_spec::{ApplyFlow, OptimizeMode, SourceDeletes, TableName, WriteMode};
 
 use super::{FlowCx, FlowRunner, LakeCx};
 use crate::apply::{ApplyTables, check_apply, run_apply, tombstone_table};
-use crate::ports::{ChangeSource, SourceOptions, TableRole};
+use crate::ports::{ChangeSource, OptimizePolicy, OptimizeStats, SourceOptions, TableRole};
 use crate::rejects::rejects_table;
 use crate::report::{FlowEvent, FlowReport};
 use crate::run::window;
@@ -51,7 +51,36 @@ impl FlowRunner for Apply<'_> {
             tombstones: &mut *tombstones,
             rejects: &mut *rejects,
         };
-        run_apply(self.name, spec, &*source, tables, &ctx, cx.reporter).await
+        let mut report = run_apply(self.name, spec, &*source, tables, &ctx, cx.reporter).await?;
+        if spec.optimize == OptimizeMode::Auto && !ctx.dry_run {
+            // After the commit, in commits of their own: a crash here loses nothing.
+            let policy = OptimizePolicy::default();
+            let mut done = OptimizeStats::default();
+            let mut any = false;
+            for (table, is_silver) in [(&mut silver, true), (&mut tombstones, false)] {
+                if table.schema().is_none() {
+                    continue;
+                }
+                let s = table.optimize(&policy).await?;
+                if s.version.is_some() {
+                    any = true;
+                    if is_silver {
+                        // The version is silver's; tombstones count in the totals only.
+                        done.version = s.version;
+                    }
+                    done.files_removed += s.files_removed;
+                    done.files_added += s.files_added;
+                    done.rows_purged += s.rows_purged;
+                    done.rows_rewritten += s.rows_rewritten;
+                    done.bytes_written += s.bytes_written;
+                }
+            }
+            if any {
+                report.silver_version = silver.version();
+                report.optimized = Some(done);
+            }
+        }
+        Ok(report)
     }
 
     async fn check(&self, cx: &LakeCx<'_>, source: Option<&dyn ChangeSource>) -> Vec<EngineError> {

@@ -9,11 +9,13 @@
 //! * [`FileStores`]: landing folders ([`Landing`]: list, read as batches) and export
 //!   targets ([`ExportTarget`]), implemented by `smelt-ingest`.
 //! * [`Reporter`]: progress and warnings, drawn by the CLI.
+//! * [`OptimizePolicy`], [`VacuumPlan`]: table maintenance asked of a [`TableSink`].
 
 mod catalogs;
 mod event_log;
 mod files;
 mod lake;
+mod maintain;
 mod reporter;
 mod source;
 mod table;
@@ -25,6 +27,7 @@ pub use files::{
     RawRows,
 };
 pub use lake::{Lake, SourceOptions, TableRole};
+pub use maintain::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
 pub use reporter::{Reporter, Silent};
 pub use source::{ChangeSet, ChangeSource};
 pub use table::{

@@ -5,6 +5,7 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use smelt_spec::TableName;
 
+use super::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
 use crate::Result;
 
 /// What a silver write did.
@@ -161,6 +162,20 @@ pub trait TableSink: WatermarkStore {
             self.table(),
             "merge-on-read writing (`write_mode: merge_on_read`)",
         ))
+    }
+    /// Rewrites the data files whose share of deleted rows or whose size passes `policy`,
+    /// without their deleted rows, in a commit of its own that changes no data (change
+    /// readers skip it).
+    async fn optimize(&mut self, policy: &OptimizePolicy) -> Result<OptimizeStats> {
+        let _ = policy;
+        Err(unsupported(self.table(), "optimize"))
+    }
+    /// Deletes the files no version `plan` keeps needs: files the table no longer holds,
+    /// that left it before the retention (and before `keep_from_version`), and files no
+    /// version ever held that are older than the retention (a crashed run's).
+    async fn vacuum(&mut self, plan: &VacuumPlan) -> Result<VacuumStats> {
+        let _ = plan;
+        Err(unsupported(self.table(), "vacuum"))
     }
     /// Deletes the rows whose timestamp column `column` is before `before_us` (µs since the
     /// epoch, UTC), in a commit of its own; returns how many went. Used to expire

@@ -9,7 +9,7 @@ use crate::check::{parse_duration, pick_columns, read_table_def, valid_zone};
 use crate::ddl::{ColumnType, TableName};
 use crate::error::{SpecError, did_you_mean};
 use crate::locate::line_of;
-use crate::policy::{OnSequenceConflict, UpdateColumns, WriteMode};
+use crate::policy::{OnSequenceConflict, OptimizeMode, UpdateColumns};
 
 pub(crate) fn apply_flow(
     path: &Path,
@@ -238,20 +238,20 @@ pub(crate) fn apply_flow(
             );
         }
     }
-    if raw.write_mode == Some(WriteMode::MergeOnRead)
-        && into.as_ref().is_some_and(|t| t.catalog.is_none())
+    if raw.optimize == Some(OptimizeMode::Auto)
+        && into.as_ref().is_some_and(|t| t.catalog.is_some())
     {
         errors.push(
             SpecError::new(
                 path,
-                field("write_mode"),
+                field("optimize"),
                 format!(
-                    "`write_mode: merge_on_read` works with Iceberg tables only: smelt writes Delta tables such as `{}` copy-on-write (deletion vectors are not written yet)",
+                    "`optimize: auto` works with Delta tables only: smelt does not compact Iceberg tables such as `{}` yet",
                     raw.into
                 ),
             )
-            .at(at("write_mode"))
-            .hint("use `write_mode: copy_on_write` (the default), or write the silver to an Iceberg catalog (`catalog.namespace.table`)"),
+            .at(at("optimize"))
+            .hint("remove `optimize: auto`, and compact the table with Spark's `rewrite_data_files` procedure"),
         );
     }
     if scd == 2 && raw.on_sequence_conflict == Some(OnSequenceConflict::Quarantine) {
@@ -384,6 +384,7 @@ pub(crate) fn apply_flow(
         on_violation: raw.on_violation.unwrap_or_default(),
         on_sequence_conflict: raw.on_sequence_conflict.unwrap_or_default(),
         write_mode: raw.write_mode.unwrap_or_default(),
+        optimize: raw.optimize.unwrap_or_default(),
     })
 }
 

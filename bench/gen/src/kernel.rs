@@ -1,0 +1,33 @@
+//! An independent Delta reader for checks: a table's rows as delta-rs' kernel scans them
+//! (deletion vectors applied by the kernel, not by smelt). The tests and the benchmark's
+//! equality check read smelt's merge-on-read silver with it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use delta_kernel::engine::arrow_data::ArrowEngineData;
+
+/// Every live row of the Delta table in `dir`, as the kernel's scan returns them.
+pub fn scan(dir: &Path) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> {
+    let dir = std::fs::canonicalize(dir)?;
+    let url = url::Url::from_directory_path(&dir)
+        .map_err(|()| format!("{}: not a folder", dir.display()))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let engine = rt.block_on(async {
+        let table = deltalake::open_table(url.clone()).await?;
+        Ok::<_, deltalake::DeltaTableError>(table.log_store().engine(None))
+    })?;
+    let snapshot = delta_kernel::Snapshot::builder_for(url.as_str()).build(engine.as_ref())?;
+    let scan = snapshot.scan_builder().build()?;
+    let mut batches = Vec::new();
+    for data in scan.execute(Arc::clone(&engine))? {
+        batches.push(
+            ArrowEngineData::try_from_engine_data(data?)?
+                .record_batch()
+                .clone(),
+        );
+    }
+    drop(rt);
+    Ok(batches)
+}

@@ -1,0 +1,89 @@
+//! `smelt optimize` and `smelt vacuum`.
+
+use smelt_engine::ports::OptimizePolicy;
+use smelt_ingest::Files;
+
+use super::{load_pipeline, open_lakes};
+use crate::args::{GlobalArgs, OptimizeArgs, VacuumArgs};
+use crate::failure::Failure;
+
+/// Optimizes the selected tables and prints what each rewrote.
+pub async fn optimize(global: &GlobalArgs, args: &OptimizeArgs) -> Result<u8, Failure> {
+    let pipeline = load_pipeline(global)?;
+    let tables = smelt_engine::maintain::tables(&pipeline, &args.targets)?;
+    let lakes = open_lakes(&pipeline).await?;
+    let policy = OptimizePolicy {
+        deleted_fraction: args.deleted_fraction,
+        small_file_rows: args.small_file_rows,
+    };
+    let done = smelt_engine::maintain::optimize(&lakes.ports(), &tables, &policy).await?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&done).expect("serialisable")
+        );
+        return Ok(0);
+    }
+    if !global.quiet {
+        for t in &done {
+            let s = &t.stats;
+            match s.version {
+                None => println!("{}: nothing to rewrite", t.table),
+                Some(v) => println!(
+                    "{}: version {v}: {} files rewritten into {} ({} rows kept, {} deleted rows purged, {} bytes written)",
+                    t.table,
+                    s.files_removed,
+                    s.files_added,
+                    s.rows_rewritten,
+                    s.rows_purged,
+                    s.bytes_written
+                ),
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Vacuums the selected tables and prints what each deleted (or would).
+pub async fn vacuum(global: &GlobalArgs, args: &VacuumArgs) -> Result<u8, Failure> {
+    let pipeline = load_pipeline(global)?;
+    let tables = smelt_engine::maintain::tables(&pipeline, &args.targets)?;
+    let lakes = open_lakes(&pipeline).await?;
+    let retain_ms = i64::try_from(args.retain.as_millis()).unwrap_or(i64::MAX);
+    let done = smelt_engine::maintain::vacuum(
+        &pipeline,
+        &lakes.ports(),
+        &Files,
+        &tables,
+        retain_ms,
+        args.dry_run,
+    )
+    .await?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&done).expect("serialisable")
+        );
+        return Ok(0);
+    }
+    if !global.quiet {
+        let verb = if args.dry_run {
+            "would delete"
+        } else {
+            "deleted"
+        };
+        for t in &done {
+            let kept = match t.kept_for_flows_from_version {
+                Some(v) => {
+                    format!(" (kept what version {v} on needs: a flow has still to read it)")
+                }
+                None => String::new(),
+            };
+            println!("{}: {verb} {} files{kept}", t.table, t.stats.files.len());
+            for f in &t.stats.files {
+                println!("  {f}");
+            }
+        }
+    }
+    Ok(0)
+}

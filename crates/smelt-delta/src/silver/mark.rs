@@ -1,0 +1,214 @@
+//! Merge-on-read removal of stored rows (`write_mode: merge_on_read`): the rows replaced
+//! or deleted by key are marked in each file's deletion vector (the rows it already had,
+//! plus the new ones) and no data file is rewritten. One deletion vector file per commit
+//! holds the vectors of every file marked; each marked file is removed and added again
+//! with its new vector, as the Delta protocol has it. Pre-images go to change data as in
+//! copy-on-write.
+
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::SchemaRef;
+use deltalake::kernel::{Add, AddCDCFile};
+use deltalake::logstore::ObjectStoreRef;
+use smelt_core::dedupe::KeyIndex;
+
+use super::lookup::{probe, read_whole};
+use super::rewrite::{Rewrite, change_kinds, with_change_type};
+use super::write::on_cores;
+use super::{ActiveFile, DeltaSilver};
+use crate::dv;
+use crate::error::Result;
+use crate::parquet;
+
+/// One file with rows newly marked deleted.
+struct Marked {
+    active: ActiveFile,
+    /// Every row its new deletion vector deletes (ascending).
+    deleted: Vec<u64>,
+    cdc: Option<AddCDCFile>,
+}
+
+impl DeltaSilver {
+    /// Marks the rows of `files` whose key is in `index` deleted (`deleted`: the keys
+    /// deleted rather than replaced, for the change types); returns the file actions.
+    pub(super) async fn mark(
+        &self,
+        files: Vec<ActiveFile>,
+        keys: &[String],
+        schema: SchemaRef,
+        index: Arc<KeyIndex>,
+        deleted: Option<Arc<KeyIndex>>,
+        change_data: bool,
+    ) -> Result<Vec<Rewrite>> {
+        let store = self.table()?.object_store();
+        let name = self.name.to_string();
+        let key_names: Arc<[String]> = keys.into();
+        let key_schema: SchemaRef = {
+            let idx = keys
+                .iter()
+                .map(|k| schema.index_of(k))
+                .collect::<Result<Vec<_>, _>>()?;
+            Arc::new(schema.project(&idx)?)
+        };
+        let tasks = files
+            .into_iter()
+            .map(|active| {
+                let job = MarkJob {
+                    store: Arc::clone(&store),
+                    table: name.clone(),
+                    keys: Arc::clone(&key_names),
+                    key_schema: Arc::clone(&key_schema),
+                    schema: Arc::clone(&schema),
+                    index: Arc::clone(&index),
+                    deleted: deleted.clone(),
+                    change_data,
+                };
+                job.run(active)
+            })
+            .collect();
+        let marked: Vec<Marked> = on_cores(&name, tasks)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        // A file whose every row is deleted goes whole; the others get a vector.
+        let (gone, kept): (Vec<Marked>, Vec<Marked>) = marked.into_iter().partition(|m| {
+            m.active
+                .rows
+                .is_some_and(|left| m.deleted.len() >= left + m.active.deleted.len())
+        });
+        let vectors: Vec<&[u64]> = kept.iter().map(|m| m.deleted.as_slice()).collect();
+        let descriptors = if vectors.is_empty() {
+            Vec::new()
+        } else {
+            dv::write_vectors(&store, &name, &vectors).await?
+        };
+        let mut out = Vec::with_capacity(gone.len() + kept.len());
+        for m in gone {
+            out.push(Rewrite {
+                remove: m.active.remove,
+                adds: Vec::new(),
+                cdc: m.cdc,
+            });
+        }
+        for (m, descriptor) in kept.into_iter().zip(descriptors) {
+            out.push(Rewrite {
+                remove: m.active.remove,
+                adds: vec![with_vector(m.active.add, descriptor)],
+                cdc: m.cdc,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// What marking one file needs (owned, for a task of its own).
+struct MarkJob {
+    store: ObjectStoreRef,
+    table: String,
+    keys: Arc<[String]>,
+    key_schema: SchemaRef,
+    schema: SchemaRef,
+    index: Arc<KeyIndex>,
+    deleted: Option<Arc<KeyIndex>>,
+    change_data: bool,
+}
+
+impl MarkJob {
+    /// The file's rows (not yet deleted) whose key is in the index, marked; `None` when it
+    /// holds none. Only the key columns are read to find them, and only those rows whole
+    /// (for the change data).
+    async fn run(self, active: ActiveFile) -> Result<Option<Marked>> {
+        let found = probe(
+            Arc::clone(&self.store),
+            &self.table,
+            &active.file,
+            &self.keys,
+            &self.key_schema,
+            &self.index,
+        )
+        .await?;
+        if found.is_empty() {
+            return Ok(None);
+        }
+        let cdc = if self.change_data {
+            let before = read_whole(
+                Arc::clone(&self.store),
+                &self.table,
+                &active.file,
+                None,
+                Some(found.values()),
+                &self.schema,
+            )
+            .await?;
+            let kinds: ArrayRef =
+                change_kinds(&before, &self.keys, &self.schema, self.deleted.as_deref())?;
+            Some(
+                parquet::write_change_data(
+                    self.store,
+                    &self.table,
+                    &with_change_type(&before, kinds)?,
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
+        let relative: Vec<u64> = found.values().iter().map(|&r| r as u64).collect();
+        let rows = dv::absolute(&relative, &active.deleted);
+        let deleted = dv::union(&active.deleted, &rows);
+        debug_assert_eq!(deleted.len(), active.deleted.len() + found.len());
+        Ok(Some(Marked {
+            active,
+            deleted,
+            cdc,
+        }))
+    }
+}
+
+/// `add` again, with the deletion vector `descriptor`: a data change, and statistics no
+/// longer tight (their bounds may be those of deleted rows), as the protocol asks.
+fn with_vector(mut add: Add, descriptor: deltalake::kernel::DeletionVectorDescriptor) -> Add {
+    add.deletion_vector = Some(descriptor);
+    add.data_change = true;
+    add.modification_time = chrono::Utc::now().timestamp_millis();
+    if let Some(stats) = &add.stats
+        && let Ok(serde_json::Value::Object(mut map)) = serde_json::from_str(stats)
+    {
+        map.insert("tightBounds".to_string(), serde_json::Value::Bool(false));
+        add.stats = Some(serde_json::Value::Object(map).to_string());
+    }
+    add
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_vector;
+    use deltalake::kernel::{Add, DeletionVectorDescriptor, StorageType};
+
+    #[test]
+    fn a_file_added_again_with_a_vector_keeps_its_stats_but_not_their_tightness() {
+        let add = Add {
+            path: "part-0.parquet".into(),
+            size: 10,
+            data_change: false,
+            stats: Some(r#"{"numRecords":5,"minValues":{"id":1}}"#.into()),
+            ..Default::default()
+        };
+        let dv = DeletionVectorDescriptor {
+            storage_type: StorageType::UuidRelativePath,
+            path_or_inline_dv: "ab".into(),
+            offset: Some(1),
+            size_in_bytes: 20,
+            cardinality: 2,
+        };
+        let again = with_vector(add, dv.clone());
+        assert_eq!(again.deletion_vector, Some(dv));
+        assert!(again.data_change);
+        let stats: serde_json::Value =
+            serde_json::from_str(again.stats.as_deref().unwrap()).unwrap();
+        assert_eq!(stats["numRecords"], 5);
+        assert_eq!(stats["tightBounds"], false);
+    }
+}
