@@ -89,6 +89,45 @@ fn sql_rows(p: &Project, table: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Every change data row a table's commits wrote (the files its log names: a killed run
+/// leaves others behind), as JSON text, sorted.
+fn change_data(p: &Project, table: &str) -> Vec<String> {
+    let dir = p.file(&format!("lake/{}", table.replace('.', "/")));
+    let mut files = Vec::new();
+    for commit in std::fs::read_dir(dir.join("_delta_log")).unwrap().flatten() {
+        if commit.path().extension().is_some_and(|e| e == "json") {
+            for line in std::fs::read_to_string(commit.path()).unwrap().lines() {
+                let action: Value = serde_json::from_str(line).unwrap();
+                if let Some(cdc) = action.get("cdc") {
+                    files.push(dir.join(text(&cdc["path"])));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for file in files {
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            std::fs::File::open(&file).unwrap(),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        for batch in reader {
+            let mut buf = Vec::new();
+            let mut writer = arrow::json::writer::WriterBuilder::new()
+                .with_explicit_nulls(true)
+                .build::<_, arrow::json::writer::LineDelimited>(&mut buf);
+            writer.write(&batch.unwrap()).unwrap();
+            writer.finish().unwrap();
+            for line in String::from_utf8(buf).unwrap().lines() {
+                out.push(serde_json::from_str::<Value>(line).unwrap().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The actions of a table's latest commit.
 fn last_commit(p: &Project, table: &str) -> Vec<Value> {
     let log = p.file(&format!("lake/{}/_delta_log", table.replace('.', "/")));
@@ -161,6 +200,12 @@ fn merge_on_read_silver_marks_rows_in_deletion_vectors_and_reads_as_copy_on_writ
         assert_eq!(sql_rows(p, "silver.mor"), expected, "smelt sql, mor");
         assert_eq!(sql_rows(p, "silver.cow"), expected, "smelt sql, cow");
         assert_eq!(sql_rows(p, "gold.orders"), expected, "gold");
+        // The same change feed: pre-images of marked rows are whole, as a rewrite's are.
+        assert_eq!(
+            change_data(p, "silver.mor"),
+            change_data(p, "silver.cow"),
+            "change data"
+        );
     };
     let run = |p: &Project| {
         let flows = p.flows(&["run"]);
@@ -444,29 +489,64 @@ flows:
         "a dry run deletes nothing"
     );
     assert!(dry[0]["kept_for_flows_from_version"].is_i64(), "{dry}");
+    let unread: Vec<String> = last_commit(&p, "silver.mor")
+        .iter()
+        .flat_map(|a| ["add", "remove", "cdc"].map(|k| a.get(k).map(|x| x["path"].clone())))
+        .flatten()
+        .map(|v| text(&v))
+        .collect();
     let done: Value =
         serde_json::from_str(&p.ok(&["--json", "vacuum", "silver.mor", "--retain", "0s"])).unwrap();
     assert_eq!(done[0]["files"], dry[0]["files"], "{done}");
+    let first_deleted: Vec<String> = done[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(text)
+        .collect();
+    assert!(
+        !first_deleted.is_empty(),
+        "files no version the flow reads needs go: {done}"
+    );
+    for f in &unread {
+        assert!(
+            !first_deleted.contains(f),
+            "`{f}`, which the flow has still to read, went"
+        );
+        assert!(
+            p.file(&format!("lake/silver/mor/{f}")).exists(),
+            "`{f}` is kept"
+        );
+    }
     p.ok(&["run", "gold"]);
     expected[4][1] = "paid".into();
     assert_eq!(sql_rows(&p, "gold.orders"), expected);
 
-    // Once it has read them, they go: only files the table holds are left.
+    // Once it has read them, they go: only files the table holds are left. A file no
+    // commit holds, written just now (a run still writing), stays.
+    let writing = p.file("lake/silver/mor/part-00000-still-being-written.snappy.parquet");
+    std::fs::write(&writing, b"PAR1").unwrap();
     let done: Value =
         serde_json::from_str(&p.ok(&["--json", "vacuum", "mor", "--retain", "0s"])).unwrap();
     let table = &done[0];
     assert_eq!(table["table"], "silver.mor");
     assert!(table["kept_for_flows_from_version"].is_null(), "{done}");
-    let deleted: Vec<&str> = table["files"]
+    let deleted: Vec<String> = table["files"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| f.as_str().unwrap())
+        .map(text)
+        .chain(first_deleted)
         .collect();
     assert!(
         deleted.iter().any(|f| f.starts_with("deletion_vector_")),
         "the replaced deletion vector file goes: {deleted:?}"
     );
+    assert!(
+        writing.exists(),
+        "a file being written is kept: {deleted:?}"
+    );
+    std::fs::remove_file(&writing).unwrap();
     let live = data_files(&p, "silver.mor");
     assert_eq!(kernel_rows(&p, "silver.mor", &["id", "status"]), expected);
     assert_eq!(sql_rows(&p, "silver.mor"), expected);
@@ -521,6 +601,28 @@ flows:
     assert_eq!(
         kernel_rows(&p, "silver.orders", &["id", "status"]),
         [["1", "paid"], ["2", "new"], ["3", "new"]]
+    );
+    // Killed after the run's commit and its optimize, before the event log: the next run
+    // writes the lost row from the run's commit, behind the optimize commit.
+    p.ok(&["sql", "INSERT INTO raw.orders VALUES ('2', 'paid')"]);
+    let out = p.abort_at("before_event_log", &["run"]);
+    assert_eq!(common::signal_of(&out.status), Some(6), "aborted: {out:?}");
+    let commit = last_commit(&p, "silver.orders");
+    assert!(
+        of_kind(&commit, "commitInfo")[0]["operation"] == "OPTIMIZE",
+        "the last commit is the optimize: {commit:?}"
+    );
+    p.ok(&["run"]);
+    let log = p.query("SELECT status, updated FROM _smelt.event_log ORDER BY finished_at");
+    let statuses: Vec<String> = log.iter().map(|r| text(&r["status"])).collect();
+    assert_eq!(
+        statuses,
+        ["applied", "applied", "applied", "up_to_date"],
+        "{log:?}"
+    );
+    assert_eq!(
+        log[2]["updated"], 1,
+        "the lost row, from the run's commit: {log:?}"
     );
     // An Iceberg silver is refused at validation, with the line.
     p.write(

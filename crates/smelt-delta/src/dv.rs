@@ -29,15 +29,10 @@ pub(crate) struct DvReader {
 impl DvReader {
     /// A reader for the vectors of `table` (`name` in errors).
     pub fn new(name: &str, table: &DeltaTable) -> Self {
-        let mut root = table.log_store().root_url().clone();
-        if !root.path().ends_with('/') {
-            let path = format!("{}/", root.path());
-            root.set_path(&path);
-        }
         Self {
             table: name.to_string(),
             engine: table.log_store().engine(None),
-            root,
+            root: table_root(table),
         }
     }
 
@@ -76,6 +71,31 @@ impl DvReader {
         }
         Ok(Arc::from(rows))
     }
+}
+
+/// The root of `table`, ending in `/` (relative vectors are joined to it).
+pub(crate) fn table_root(table: &DeltaTable) -> Url {
+    let mut root = table.log_store().root_url().clone();
+    if !root.path().ends_with('/') {
+        let path = format!("{}/", root.path());
+        root.set_path(&path);
+    }
+    root
+}
+
+/// The file of a deletion vector stored in the table's folder, as a path in the table;
+/// `None` inline or elsewhere.
+pub(crate) fn file_of(dv: &DeletionVectorDescriptor, root: &Url) -> Option<String> {
+    let url = KernelDv::try_from(dv.clone())
+        .ok()?
+        .absolute_path(root)
+        .ok()??;
+    let relative = root.make_relative(&url)?;
+    (!relative.starts_with("../")).then(|| {
+        object_store::path::Path::from_url_path(&relative)
+            .map(|p| p.to_string())
+            .unwrap_or(relative)
+    })
 }
 
 /// Writes the deletion vectors of one commit (each the ascending rows one data file has

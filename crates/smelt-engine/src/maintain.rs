@@ -16,6 +16,10 @@ use crate::{EngineError, Result};
 pub struct Optimized {
     /// The table.
     pub table: String,
+    /// Why the table was left alone, when it was (chosen implicitly, and not one smelt
+    /// maintains).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     /// What was rewritten.
     #[serde(flatten)]
     pub stats: OptimizeStats,
@@ -29,16 +33,49 @@ pub struct Vacuumed {
     /// The oldest version a flow reading the table has still to read, when one has: its
     /// files were kept whatever the retention.
     pub kept_for_flows_from_version: Option<i64>,
+    /// Why the table was left alone, when it was (chosen implicitly, and not one smelt
+    /// maintains).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     /// What went.
     #[serde(flatten)]
     pub stats: VacuumStats,
+}
+
+/// A table to maintain.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The table.
+    pub table: TableName,
+    /// What its flow writes it as.
+    pub role: TableRole,
+    /// Chosen because no table was named: one smelt does not maintain is skipped, not
+    /// refused.
+    pub implicit: bool,
+}
+
+impl Target {
+    /// Why an implicitly chosen table is not maintained by `what`, if it is not.
+    fn skip(&self, what: &str) -> Option<String> {
+        if !self.implicit {
+            return None;
+        }
+        if self.table.catalog.is_some() {
+            return Some(format!(
+                "an Iceberg table: smelt does not {what} Iceberg tables yet"
+            ));
+        }
+        (what == "optimize" && self.role == TableRole::Bronze).then(|| {
+            "an ingest flow's bronze: its files keep the order its rows were loaded in".to_string()
+        })
+    }
 }
 
 /// The tables `targets` name — flow names (the tables the flow writes: an apply flow's
 /// silver, tombstones and rejects) or tables (`schema.table`) — or, without targets, every
 /// table the pipeline's flows write; each once, in pipeline order, with the role it is
 /// written as.
-pub fn tables(pipeline: &Pipeline, targets: &[String]) -> Result<Vec<(TableName, TableRole)>> {
+pub fn tables(pipeline: &Pipeline, targets: &[String]) -> Result<Vec<Target>> {
     let written = |flow: &smelt_spec::Flow| -> Vec<(TableName, TableRole)> {
         match &flow.kind {
             FlowKind::Apply(a) => vec![
@@ -53,13 +90,18 @@ pub fn tables(pipeline: &Pipeline, targets: &[String]) -> Result<Vec<(TableName,
                 .unwrap_or_default(),
         }
     };
-    let mut out: Vec<(TableName, TableRole)> = Vec::new();
-    let mut push = |t: (TableName, TableRole)| {
-        if !out.iter().any(|(o, _)| o == &t.0) {
-            out.push(t);
+    let mut out: Vec<Target> = Vec::new();
+    let implicit = targets.is_empty();
+    let mut push = |(table, role): (TableName, TableRole)| {
+        if !out.iter().any(|t| t.table == table) {
+            out.push(Target {
+                table,
+                role,
+                implicit,
+            });
         }
     };
-    if targets.is_empty() {
+    if implicit {
         pipeline.flows.iter().flat_map(written).for_each(&mut push);
         return Ok(out);
     }
@@ -88,18 +130,24 @@ pub fn tables(pipeline: &Pipeline, targets: &[String]) -> Result<Vec<(TableName,
 /// Optimizes `tables` one after the other; tables not created yet are skipped.
 pub async fn optimize(
     lake: &dyn Lake,
-    tables: &[(TableName, TableRole)],
+    tables: &[Target],
     policy: &OptimizePolicy,
 ) -> Result<Vec<Optimized>> {
     let mut out = Vec::new();
-    for (name, role) in tables {
-        let mut table = lake.table(name, *role).await?;
-        if table.schema().is_none() {
-            continue;
-        }
-        let stats = table.optimize(policy).await?;
+    for target in tables {
+        let skipped = target.skip("optimize");
+        let stats = if skipped.is_some() {
+            OptimizeStats::default()
+        } else {
+            let mut table = lake.table(&target.table, target.role).await?;
+            if table.schema().is_none() {
+                continue;
+            }
+            table.optimize(policy).await?
+        };
         out.push(Optimized {
-            table: name.to_string(),
+            table: target.table.to_string(),
+            skipped,
             stats,
         });
     }
@@ -112,15 +160,25 @@ pub async fn vacuum(
     pipeline: &Pipeline,
     lake: &dyn Lake,
     files: &dyn FileStores,
-    tables: &[(TableName, TableRole)],
+    tables: &[Target],
     retain_ms: i64,
     dry_run: bool,
 ) -> Result<Vec<Vacuumed>> {
     let flows: Vec<&smelt_spec::Flow> = pipeline.flows.iter().collect();
     let status = crate::status::status(pipeline, &flows, lake, files).await?;
     let mut out = Vec::new();
-    for (name, role) in tables {
-        let mut table = lake.table(name, *role).await?;
+    for target in tables {
+        let name = &target.table;
+        if let Some(skipped) = target.skip("vacuum") {
+            out.push(Vacuumed {
+                table: name.to_string(),
+                kept_for_flows_from_version: None,
+                skipped: Some(skipped),
+                stats: VacuumStats::default(),
+            });
+            continue;
+        }
+        let mut table = lake.table(name, target.role).await?;
         if table.schema().is_none() {
             continue;
         }
@@ -141,6 +199,7 @@ pub async fn vacuum(
         out.push(Vacuumed {
             table: name.to_string(),
             kept_for_flows_from_version: keep_from_version,
+            skipped: None,
             stats,
         });
     }

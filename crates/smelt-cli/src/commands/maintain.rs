@@ -27,6 +27,10 @@ pub async fn optimize(global: &GlobalArgs, args: &OptimizeArgs) -> Result<u8, Fa
     if !global.quiet {
         for t in &done {
             let s = &t.stats;
+            if let Some(why) = &t.skipped {
+                println!("{}: skipped: {why}", t.table);
+                continue;
+            }
             match s.version {
                 None => println!("{}: nothing to rewrite", t.table),
                 Some(v) => println!(
@@ -73,6 +77,10 @@ pub async fn vacuum(global: &GlobalArgs, args: &VacuumArgs) -> Result<u8, Failur
             "deleted"
         };
         for t in &done {
+            if let Some(why) = &t.skipped {
+                println!("{}: skipped: {why}", t.table);
+                continue;
+            }
             let kept = match t.kept_for_flows_from_version {
                 Some(v) => {
                     format!(" (kept what version {v} on needs: a flow has still to read it)")

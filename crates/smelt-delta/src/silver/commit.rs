@@ -17,6 +17,9 @@ use smelt_engine::ports::{LastCommit, TableSink, Watermark, WriteStats};
 use super::DeltaSilver;
 use crate::error::{Context, Error, Result};
 
+/// How many maintenance commits `last_commit` passes over at most.
+const MAINTENANCE_LOOKBACK: u64 = 100;
+
 /// The table property that turns deletion vectors on.
 const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
 
@@ -327,42 +330,60 @@ impl DeltaSilver {
         }
     }
 
-    /// The latest silver commit, if any.
+    /// The latest silver commit, if any, passing over maintenance commits (optimize,
+    /// vacuum, expiry, widening): the last commit that wrote data, whose run and report the
+    /// event log and `smelt status` want.
     pub(super) async fn last_commit(&self) -> Result<Option<LastCommit>> {
         let Some(table) = &self.table else {
             return Ok(None);
         };
-        let Some(version) = table.version() else {
+        let Some(latest) = table.version() else {
             return Ok(None);
         };
-        let Some(bytes) = table
-            .log_store()
-            .read_commit_entry(version)
-            .await
-            .context(|| format!("reading the log of `{}`", self.name))?
-        else {
-            return Ok(None);
-        };
-        for a in get_actions(version, &bytes)
-            .context(|| format!("reading the log of `{}`", self.name))?
-        {
-            if let Action::CommitInfo(info) = a {
-                let text = |k: &str| {
-                    info.info
-                        .get(k)
-                        .and_then(|v| v.as_str())
-                        .map(str::to_string)
-                };
-                return Ok(info
-                    .in_commit_timestamp
-                    .or(info.timestamp)
-                    .map(|at_ms| LastCommit {
-                        at_ms,
-                        run_id: text("smelt.run_id"),
-                        report: text("smelt.report"),
-                    }));
+        let mut first = None;
+        for version in (latest.saturating_sub(MAINTENANCE_LOOKBACK)..=latest).rev() {
+            let Some(bytes) = table
+                .log_store()
+                .read_commit_entry(version)
+                .await
+                .context(|| format!("reading the log of `{}`", self.name))?
+            else {
+                break;
+            };
+            let info = get_actions(version, &bytes)
+                .context(|| format!("reading the log of `{}`", self.name))?
+                .into_iter()
+                .find_map(|a| match a {
+                    Action::CommitInfo(info) => Some(info),
+                    _ => None,
+                });
+            let Some(info) = info else {
+                continue;
+            };
+            let text = |k: &str| {
+                info.info
+                    .get(k)
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            };
+            let Some(at_ms) = info.in_commit_timestamp.or(info.timestamp) else {
+                continue;
+            };
+            let commit = LastCommit {
+                at_ms,
+                run_id: text("smelt.run_id"),
+                report: text("smelt.report"),
+            };
+            let maintenance = info.info.contains_key("smelt.operation")
+                || matches!(
+                    info.operation.as_deref(),
+                    Some("OPTIMIZE" | "VACUUM START" | "VACUUM END")
+                );
+            if !maintenance {
+                return Ok(Some(commit));
             }
+            first.get_or_insert(commit);
         }
-        Ok(None)
+        Ok(first)
     }
 }

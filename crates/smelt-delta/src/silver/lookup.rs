@@ -20,7 +20,21 @@ pub(super) struct LookedUp {
     pub(super) version: i64,
     pub(super) keys: Vec<KeyIndex>,
     pub(super) files: HashSet<String>,
+    /// Merge-on-read: what the one lookup of this version found, by file, so that marking
+    /// those rows reads nothing again; `None` after a second lookup (each would hold its
+    /// own rows) or past [`FOUND_BUDGET`] bytes.
+    pub(super) found: Option<Found>,
 }
+
+/// What a lookup found: per file, its rows (numbered among those its deletion vector
+/// leaves, ascending) and those rows' `columns`.
+pub(super) struct Found {
+    pub(super) columns: Vec<String>,
+    pub(super) files: std::collections::HashMap<String, (UInt32Array, RecordBatch)>,
+}
+
+/// The most bytes of found rows kept for marking; beyond, marking reads them again.
+const FOUND_BUDGET: usize = 512 << 20;
 
 impl DeltaSilver {
     /// `KeyedTable::lookup`: probes every file on the key columns, reads the rows found,
@@ -83,31 +97,43 @@ impl DeltaSilver {
                         &out_schema,
                     )
                     .await?;
-                    Ok::<_, Error>((file.path, Some(hits)))
+                    Ok::<_, Error>((file.path, Some((rows, hits))))
                 }
             })
             .collect();
         let found = on_cores(&name, tasks).await?;
         let mut files = HashSet::new();
         let mut batches = Vec::new();
+        let mut by_file = std::collections::HashMap::new();
+        let mut bytes = 0;
         for (path, hits) in found {
-            if let Some(hits) = hits {
-                files.insert(path);
-                batches.push(hits);
+            if let Some((rows, hits)) = hits {
+                files.insert(path.clone());
+                batches.push(hits.clone());
+                if self.merge_on_read {
+                    bytes += hits.get_array_memory_size();
+                    by_file.insert(path, (rows, hits));
+                }
             }
         }
+        let found = (self.merge_on_read && bytes <= FOUND_BUDGET).then(|| Found {
+            columns: columns.to_vec(),
+            files: by_file,
+        });
         let version = table.version().map(|v| v as i64).unwrap_or_default();
         let mut looked_up = self.looked_up.lock().expect("not poisoned");
         match (Arc::try_unwrap(index), looked_up.as_mut()) {
             (Ok(index), Some(seen)) if seen.version == version => {
                 seen.keys.push(index);
                 seen.files.extend(files);
+                seen.found = None;
             }
             (Ok(index), _) => {
                 *looked_up = Some(LookedUp {
                     version,
                     keys: vec![index],
                     files,
+                    found,
                 })
             }
             // Cannot happen (every task is done), and only costs probing every file.

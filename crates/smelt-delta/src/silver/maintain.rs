@@ -2,7 +2,7 @@
 //! small ones, in a commit that changes no data) and `vacuum` (deleting the files no
 //! version still needed holds, through delta-rs' vacuum).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -15,17 +15,23 @@ use smelt_engine::ports::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats
 
 use super::lookup::read_whole;
 use super::{ActiveFile, DeltaSilver};
-use crate::error::{Context, Result};
-
-/// Files written this long before the oldest commit a flow still has to read are kept too
-/// (a commit's files are written before it lands).
-const WRITE_MARGIN_MS: i64 = 60 * 60 * 1000;
+use crate::error::{Context, Error, Result};
+use object_store::ObjectStoreExt;
 
 impl DeltaSilver {
     /// `TableSink::optimize`: per partition, the files whose deleted share reaches the
     /// policy's, and the small files when there are two or more to pack, rewritten into
     /// files of up to the table's rows per file (deleted rows dropped).
     pub(super) async fn optimize(&mut self, policy: &OptimizePolicy) -> Result<OptimizeStats> {
+        if !self.compact {
+            return Err(Error::user(
+                format!(
+                    "`{}` is an ingest flow's bronze table: its files keep the order and the commit its rows were loaded in, which downstream flows read; smelt does not optimize it",
+                    self.name
+                ),
+                "optimize the tables the flows reading it write",
+            ));
+        }
         let table = self.table()?.clone();
         let snapshot = table
             .snapshot()
@@ -132,25 +138,24 @@ impl DeltaSilver {
         Ok(())
     }
 
-    /// `TableSink::vacuum`: delta-rs' vacuum (full mode: also files no version ever held,
-    /// such as a crashed run's), with the retention stretched back to keep every file the
-    /// oldest commit a flow still has to read may need.
+    /// `TableSink::vacuum`: delta-rs' vacuum, full mode, lists the candidates (files the
+    /// current version does not hold that left the table, or were written and never
+    /// committed, before the retention); smelt keeps every file a commit still readable
+    /// references (inside the retention, or from the oldest version a flow has still to
+    /// read: data, change data and deletion vector files, those of removes included) and
+    /// every file written in the last hour that no commit of that hour holds (a run
+    /// writing now), and deletes the rest.
     pub(super) async fn vacuum(&mut self, plan: &VacuumPlan) -> Result<VacuumStats> {
         let table = self.table()?.clone();
         let now = chrono::Utc::now().timestamp_millis();
-        let mut kept_after = now - plan.retain_ms.max(0);
-        if let Some(version) = plan.keep_from_version
-            && table.version().is_some_and(|v| version <= v as i64)
-        {
-            let at = self.commit_time(&table, version).await?;
-            kept_after = kept_after.min(at.map_or(0, |at| at - WRITE_MARGIN_MS));
-        }
-        let (table, metrics) = table
+        let kept_after = now - plan.retain_ms.max(0);
+        let (_, metrics) = table
+            .clone()
             .vacuum()
             .with_retention_period(chrono::Duration::milliseconds(now - kept_after))
             .with_enforce_retention_duration(false)
             .with_mode(VacuumMode::Full)
-            .with_dry_run(plan.dry_run)
+            .with_dry_run(true)
             .await
             .context(|| format!("vacuuming `{}`", self.name))?;
         // delta-rs names a file by its path from the store's root or in the table (both,
@@ -161,8 +166,7 @@ impl DeltaSilver {
             .path()
             .trim_matches('/')
             .to_string();
-        self.table = Some(table);
-        let mut files: Vec<String> = metrics
+        let mut candidates: Vec<String> = metrics
             .files_deleted
             .into_iter()
             .map(|f| {
@@ -173,34 +177,159 @@ impl DeltaSilver {
                     .to_string()
             })
             .collect();
-        files.sort();
-        files.dedup();
-        Ok(VacuumStats {
-            files,
+        candidates.sort();
+        candidates.dedup();
+        let mut stats = VacuumStats {
+            files: Vec::new(),
             kept_after_ms: kept_after,
-        })
+        };
+        if candidates.is_empty() {
+            return Ok(stats);
+        }
+        let refs = self
+            .referenced(
+                &table,
+                kept_after,
+                plan.keep_from_version,
+                now - ORPHAN_MIN_AGE_MS,
+            )
+            .await?;
+        let store = table.object_store();
+        for file in candidates {
+            if refs.readable.contains(&file) {
+                continue;
+            }
+            let location = store_path(&file);
+            if !refs.recent.contains(&file) {
+                // Written in the last hour and in no commit of that hour: a run's, still
+                // writing (or one that crashed just now).
+                match store.head(&location).await {
+                    Ok(meta) if meta.last_modified.timestamp_millis() > now - ORPHAN_MIN_AGE_MS => {
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(object_store::Error::NotFound { .. }) => continue,
+                    Err(e) => {
+                        return Err(Error::Store {
+                            context: format!("vacuuming `{}`: reading `{file}`", self.name),
+                            source: e,
+                        });
+                    }
+                }
+            }
+            if !plan.dry_run {
+                match store.delete(&location).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => {
+                        return Err(Error::Store {
+                            context: format!("vacuuming `{}`: deleting `{file}`", self.name),
+                            source: e,
+                        });
+                    }
+                }
+            }
+            stats.files.push(file);
+        }
+        if !plan.dry_run && !stats.files.is_empty() {
+            tracing::info!(table = %self.name, files = stats.files.len(), "vacuumed");
+        }
+        Ok(stats)
     }
 
-    /// The commit time (ms) of `version`; `None` when its log entry is gone.
-    async fn commit_time(
+    /// The files the commits vacuum must keep readable reference: those committed at or
+    /// after `kept_after` (ms) or from `keep_from_version` on; and those committed at or
+    /// after `recent_after`.
+    async fn referenced(
         &self,
         table: &deltalake::DeltaTable,
-        version: i64,
-    ) -> Result<Option<i64>> {
-        let Some(bytes) = table
-            .log_store()
-            .read_commit_entry(version as u64)
-            .await
-            .context(|| format!("reading the log of `{}`", self.name))?
-        else {
-            return Ok(None);
+        kept_after: i64,
+        keep_from_version: Option<i64>,
+        recent_after: i64,
+    ) -> Result<References> {
+        let mut refs = References::default();
+        let Some(latest) = table.version() else {
+            return Ok(refs);
         };
-        Ok(get_actions(version as u64, &bytes)
-            .context(|| format!("reading the log of `{}`", self.name))?
-            .into_iter()
-            .find_map(|a| match a {
+        let root = crate::dv::table_root(table);
+        for version in (0..=latest).rev() {
+            let Some(bytes) = table
+                .log_store()
+                .read_commit_entry(version)
+                .await
+                .context(|| format!("reading the log of `{}`", self.name))?
+            else {
+                // Cleaned up: older versions cannot be read any more.
+                break;
+            };
+            let actions = get_actions(version, &bytes)
+                .context(|| format!("reading the log of `{}`", self.name))?;
+            let at = actions.iter().find_map(|a| match a {
                 Action::CommitInfo(info) => info.in_commit_timestamp.or(info.timestamp),
                 _ => None,
-            }))
+            });
+            // Without a time, a commit counts as inside every window.
+            let at = at.unwrap_or(i64::MAX);
+            let readable =
+                at >= kept_after || keep_from_version.is_some_and(|v| version as i64 >= v);
+            let recent = at >= recent_after;
+            if !readable && !recent {
+                break;
+            }
+            for path in paths_of(&actions, &root) {
+                if recent {
+                    refs.recent.insert(path.clone());
+                }
+                if readable {
+                    refs.readable.insert(path);
+                }
+            }
+        }
+        Ok(refs)
     }
+}
+
+/// Files written less than this long ago (ms) that no commit of that time holds are kept:
+/// a run may be writing them.
+const ORPHAN_MIN_AGE_MS: i64 = 60 * 60 * 1000;
+
+/// What the commits vacuum keeps readable reference.
+#[derive(Default)]
+struct References {
+    /// Files of commits inside the retention or a flow has still to read.
+    readable: HashSet<String>,
+    /// Files of commits of the last hour.
+    recent: HashSet<String>,
+}
+
+/// The files one commit names (as store paths in the table): data files added and removed,
+/// change data files, and the deletion vector files of both.
+fn paths_of(actions: &[Action], root: &url::Url) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dv = |d: &Option<deltalake::kernel::DeletionVectorDescriptor>| {
+        if let Some(path) = d.as_ref().and_then(|d| crate::dv::file_of(d, root)) {
+            out.push(path);
+        }
+    };
+    let mut files = Vec::new();
+    for a in actions {
+        match a {
+            Action::Add(add) => {
+                files.push(add.path.clone());
+                dv(&add.deletion_vector);
+            }
+            Action::Remove(r) => {
+                files.push(r.path.clone());
+                dv(&r.deletion_vector);
+            }
+            Action::Cdc(c) => files.push(c.path.clone()),
+            _ => {}
+        }
+    }
+    out.extend(files.iter().map(|p| store_path(p).to_string()));
+    out
+}
+
+/// A path of the log (or a vacuum candidate) as a store path, as smelt reads files.
+fn store_path(path: &str) -> object_store::path::Path {
+    object_store::path::Path::parse(path).unwrap_or_else(|_| object_store::path::Path::from(path))
 }

@@ -7,14 +7,15 @@
 
 use std::sync::Arc;
 
-use arrow::array::ArrayRef;
+use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use deltalake::kernel::{Add, AddCDCFile};
 use deltalake::logstore::ObjectStoreRef;
 use smelt_core::dedupe::KeyIndex;
 
-use super::lookup::{probe, read_whole};
-use super::rewrite::{Rewrite, change_kinds, with_change_type};
+use super::lookup::{Found, probe, read_whole};
+use super::rewrite::{Rewrite, change_kinds, key_columns, with_change_type};
 use super::write::on_cores;
 use super::{ActiveFile, DeltaSilver};
 use crate::dv;
@@ -32,9 +33,11 @@ struct Marked {
 impl DeltaSilver {
     /// Marks the rows of `files` whose key is in `index` deleted (`deleted`: the keys
     /// deleted rather than replaced, for the change types); returns the file actions.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn mark(
         &self,
         files: Vec<ActiveFile>,
+        found: Option<Found>,
         keys: &[String],
         schema: SchemaRef,
         index: Arc<KeyIndex>,
@@ -51,9 +54,18 @@ impl DeltaSilver {
                 .collect::<Result<Vec<_>, _>>()?;
             Arc::new(schema.project(&idx)?)
         };
+        // What the lookup found already (when it read the key columns), so that only the
+        // columns it did not read are read, and only for the rows found.
+        let (found_columns, mut found_files) = match found {
+            Some(f) if keys.iter().all(|k| f.columns.contains(k)) => {
+                (Arc::from(f.columns), f.files)
+            }
+            _ => (Arc::from(Vec::new()), Default::default()),
+        };
         let tasks = files
             .into_iter()
             .map(|active| {
+                let cached = found_files.remove(&active.file.path);
                 let job = MarkJob {
                     store: Arc::clone(&store),
                     table: name.clone(),
@@ -63,8 +75,9 @@ impl DeltaSilver {
                     index: Arc::clone(&index),
                     deleted: deleted.clone(),
                     change_data,
+                    found_columns: Arc::clone(&found_columns),
                 };
-                job.run(active)
+                job.run(active, cached)
             })
             .collect();
         let marked: Vec<Marked> = on_cores(&name, tasks)
@@ -113,40 +126,55 @@ struct MarkJob {
     index: Arc<KeyIndex>,
     deleted: Option<Arc<KeyIndex>>,
     change_data: bool,
+    /// The columns of the rows the lookup found.
+    found_columns: Arc<[String]>,
 }
 
 impl MarkJob {
     /// The file's rows (not yet deleted) whose key is in the index, marked; `None` when it
     /// holds none. Only the key columns are read to find them, and only those rows whole
     /// (for the change data).
-    async fn run(self, active: ActiveFile) -> Result<Option<Marked>> {
-        let found = probe(
-            Arc::clone(&self.store),
-            &self.table,
-            &active.file,
-            &self.keys,
-            &self.key_schema,
-            &self.index,
-        )
-        .await?;
+    async fn run(
+        self,
+        active: ActiveFile,
+        cached: Option<(UInt32Array, RecordBatch)>,
+    ) -> Result<Option<Marked>> {
+        // The lookup may have found rows of keys this commit neither replaces nor deletes.
+        let (found, partial) = match cached {
+            Some((rows, batch)) => {
+                let keys = key_columns(&batch, &self.keys, &self.schema)?;
+                let hit = arrow::compute::is_not_null(&self.index.positions(&keys)?)?;
+                let rows = arrow::compute::filter(&rows, &hit)?;
+                let rows = rows
+                    .as_any()
+                    .downcast_ref::<UInt32Array>()
+                    .expect("row numbers")
+                    .clone();
+                (rows, Some(filter_record_batch(&batch, &hit)?))
+            }
+            None => (
+                probe(
+                    Arc::clone(&self.store),
+                    &self.table,
+                    &active.file,
+                    &self.keys,
+                    &self.key_schema,
+                    &self.index,
+                )
+                .await?,
+                None,
+            ),
+        };
         if found.is_empty() {
             return Ok(None);
         }
         let cdc = if self.change_data {
-            let before = read_whole(
-                Arc::clone(&self.store),
-                &self.table,
-                &active.file,
-                None,
-                Some(found.values()),
-                &self.schema,
-            )
-            .await?;
+            let before = self.pre_images(&active, &found, partial).await?;
             let kinds: ArrayRef =
                 change_kinds(&before, &self.keys, &self.schema, self.deleted.as_deref())?;
             Some(
                 parquet::write_change_data(
-                    self.store,
+                    Arc::clone(&self.store),
                     &self.table,
                     &with_change_type(&before, kinds)?,
                 )
@@ -164,6 +192,79 @@ impl MarkJob {
             deleted,
             cdc,
         }))
+    }
+}
+
+impl MarkJob {
+    /// The rows `found` of the file whole (the table's columns, in order): those the lookup
+    /// read (`partial`) completed with the columns it did not read, or read whole.
+    async fn pre_images(
+        &self,
+        active: &ActiveFile,
+        found: &UInt32Array,
+        partial: Option<RecordBatch>,
+    ) -> Result<RecordBatch> {
+        let Some(partial) = partial else {
+            return read_whole(
+                Arc::clone(&self.store),
+                &self.table,
+                &active.file,
+                None,
+                Some(found.values()),
+                &self.schema,
+            )
+            .await;
+        };
+        let missing: Vec<String> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|n| !self.found_columns.contains(n))
+            .collect();
+        let rest = if missing.is_empty() {
+            None
+        } else {
+            let idx = missing
+                .iter()
+                .map(|n| self.schema.index_of(n))
+                .collect::<Result<Vec<_>, _>>()?;
+            let rest_schema = Arc::new(self.schema.project(&idx)?);
+            Some(
+                read_whole(
+                    Arc::clone(&self.store),
+                    &self.table,
+                    &active.file,
+                    Some(&missing),
+                    Some(found.values()),
+                    &rest_schema,
+                )
+                .await?,
+            )
+        };
+        let columns = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| {
+                partial
+                    .column_by_name(f.name())
+                    .or_else(|| rest.as_ref().and_then(|r| r.column_by_name(f.name())))
+                    .cloned()
+                    .ok_or_else(|| {
+                        crate::error::Error::Internal(format!(
+                            "column `{}` of `{}` read neither by the lookup nor again",
+                            f.name(),
+                            self.table
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.schema),
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(found.len())),
+        )?)
     }
 }
 

@@ -57,21 +57,26 @@ impl DeltaSilver {
     ) -> Result<(Vec<Rewrite>, usize)> {
         let name = self.name.to_string();
         let predicate = predicate.clone();
-        self.delete_matching(move |stored: &RecordBatch, path: &str| {
-            predicate.evaluate(stored).map_err(|e| {
-                Error::user(
-                    format!("`{name}` file `{path}`: {e}"),
-                    "check the predicate against the table's columns",
-                )
-            })
-        })
+        self.delete_matching(
+            |_| true,
+            move |stored: &RecordBatch, path: &str| {
+                predicate.evaluate(stored).map_err(|e| {
+                    Error::user(
+                        format!("`{name}` file `{path}`: {e}"),
+                        "check the predicate against the table's columns",
+                    )
+                })
+            },
+        )
         .await
     }
 
     /// Rewrites the files holding rows `hit` marks (NULL: not hit) without them (`delete`
     /// change data for the rows removed); returns the rewrites and the rows removed.
+    /// Only files `may_hold` says may hold such rows are read.
     async fn delete_matching(
         &self,
+        may_hold: impl Fn(&ActiveFile) -> bool,
         hit: impl Fn(&RecordBatch, &str) -> Result<BooleanArray> + Clone + Send + Sync + 'static,
     ) -> Result<(Vec<Rewrite>, usize)> {
         let (table, change_data, schema) = self.to_rewrite()?;
@@ -81,6 +86,7 @@ impl DeltaSilver {
             .active_files(&table)
             .await?
             .into_iter()
+            .filter(|f| may_hold(f))
             .map(|active| {
                 let writer = self.writer(&schema, &[])?;
                 let (store, name, schema, hit) = (
@@ -145,6 +151,7 @@ impl DeltaSilver {
         };
 
         let mut files = self.active_files(&table).await?;
+        let mut found = None;
         if let Some(seen) = self.looked_up.lock().expect("not poisoned").take()
             && seen.version == version
         {
@@ -157,11 +164,20 @@ impl DeltaSilver {
             }
             if covered.true_count() == covered.len() {
                 files.retain(|f| seen.files.contains(&f.file.path));
+                found = seen.found;
             }
         }
         if self.merge_on_read {
             return self
-                .mark(files, keys, schema, index, deleted_index, change_data)
+                .mark(
+                    files,
+                    found,
+                    keys,
+                    schema,
+                    index,
+                    deleted_index,
+                    change_data,
+                )
                 .await;
         }
         let store = table.object_store();
@@ -202,8 +218,21 @@ impl DeltaSilver {
         let bound =
             Scalar::new(TimestampMicrosecondArray::from(vec![before_us]).with_timezone("UTC"));
         let (name, col) = (self.name.to_string(), column.to_string());
+        // A file whose least value of the column (its statistics) is not before the bound
+        // holds no row to expire.
+        let (stats_column, bound_ms) = (column.to_string(), before_us.div_euclid(1000));
+        let may_hold = move |f: &ActiveFile| {
+            let least = f
+                .add
+                .stats
+                .as_deref()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+                .and_then(|s| s["minValues"][&stats_column].as_str().map(str::to_string))
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok());
+            least.is_none_or(|t| t.timestamp_millis() < bound_ms + 1)
+        };
         let (rewrites, rows) = self
-            .delete_matching(move |stored: &RecordBatch, _| {
+            .delete_matching(may_hold, move |stored: &RecordBatch, _| {
                 let c = stored.column_by_name(&col).ok_or_else(|| {
                     Error::user(
                         format!("`{name}` has no column `{col}` to expire rows by"),

@@ -5,7 +5,9 @@ use smelt_spec::{ApplyFlow, OptimizeMode, SourceDeletes, TableName, WriteMode};
 
 use super::{FlowCx, FlowRunner, LakeCx};
 use crate::apply::{ApplyTables, check_apply, run_apply, tombstone_table};
-use crate::ports::{ChangeSource, OptimizePolicy, OptimizeStats, SourceOptions, TableRole};
+use crate::ports::{
+    ChangeSource, OptimizePolicy, OptimizeStats, SilverTable, SourceOptions, TableRole,
+};
 use crate::rejects::rejects_table;
 use crate::report::{FlowEvent, FlowReport};
 use crate::run::window;
@@ -46,38 +48,26 @@ impl FlowRunner for Apply<'_> {
             silver.write_merge_on_read().await?;
             tombstones.write_merge_on_read().await?;
         }
+        let before = silver.version();
         let tables = ApplyTables {
             silver: &mut *silver,
             tombstones: &mut *tombstones,
             rejects: &mut *rejects,
         };
         let mut report = run_apply(self.name, spec, &*source, tables, &ctx, cx.reporter).await?;
-        if spec.optimize == OptimizeMode::Auto && !ctx.dry_run {
-            // After the commit, in commits of their own: a crash here loses nothing.
-            let policy = OptimizePolicy::default();
-            let mut done = OptimizeStats::default();
-            let mut any = false;
-            for (table, is_silver) in [(&mut silver, true), (&mut tombstones, false)] {
-                if table.schema().is_none() {
-                    continue;
+        if spec.optimize == OptimizeMode::Auto && !ctx.dry_run && silver.version() != before {
+            // After the run's commit, in commits of their own: the run stands whatever
+            // happens here, and the next optimize does what this one could not.
+            match optimize_after(&mut *silver, &mut *tombstones).await {
+                Ok(Some(done)) => {
+                    report.silver_version = silver.version();
+                    report.optimized = Some(done);
                 }
-                let s = table.optimize(&policy).await?;
-                if s.version.is_some() {
-                    any = true;
-                    if is_silver {
-                        // The version is silver's; tombstones count in the totals only.
-                        done.version = s.version;
-                    }
-                    done.files_removed += s.files_removed;
-                    done.files_added += s.files_added;
-                    done.rows_purged += s.rows_purged;
-                    done.rows_rewritten += s.rows_rewritten;
-                    done.bytes_written += s.bytes_written;
-                }
-            }
-            if any {
-                report.silver_version = silver.version();
-                report.optimized = Some(done);
+                Ok(None) => {}
+                Err(e) => cx.reporter.warn(&format!(
+                    "flow `{}` committed, but `optimize: auto` failed: {e}; run `smelt optimize {}`",
+                    self.name, self.name
+                )),
             }
         }
         Ok(report)
@@ -100,4 +90,33 @@ impl FlowRunner for Apply<'_> {
             None => Vec::new(),
         }
     }
+}
+
+/// `optimize: auto`: silver then tombstones; what was rewritten (the version is silver's),
+/// `None` when no file passed the thresholds.
+async fn optimize_after<'a>(
+    silver: &'a mut dyn SilverTable,
+    tombstones: &'a mut dyn SilverTable,
+) -> Result<Option<OptimizeStats>> {
+    let policy = OptimizePolicy::default();
+    let mut done = OptimizeStats::default();
+    let mut any = false;
+    for (table, is_silver) in [(silver, true), (tombstones, false)] {
+        if table.schema().is_none() {
+            continue;
+        }
+        let s = table.optimize(&policy).await?;
+        if s.version.is_some() {
+            any = true;
+            if is_silver {
+                done.version = s.version;
+            }
+            done.files_removed += s.files_removed;
+            done.files_added += s.files_added;
+            done.rows_purged += s.rows_purged;
+            done.rows_rewritten += s.rows_rewritten;
+            done.bytes_written += s.bytes_written;
+        }
+    }
+    Ok(any.then_some(done))
 }
