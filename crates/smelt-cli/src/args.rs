@@ -155,7 +155,7 @@ pub struct OptimizeArgs {
     #[arg(long, default_value_t = 0.2, value_parser = parse_fraction)]
     pub deleted_fraction: f64,
     /// Pack files with fewer rows than this (two or more); default: a quarter of the rows
-    /// per file smelt writes (65,536).
+    /// per file smelt writes (65,536), at most half of them (131,072).
     #[arg(long)]
     pub small_file_rows: Option<usize>,
 }

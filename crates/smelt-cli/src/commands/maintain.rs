@@ -7,6 +7,14 @@ use super::{load_pipeline, open_lakes};
 use crate::args::{GlobalArgs, OptimizeArgs, VacuumArgs};
 use crate::failure::Failure;
 
+/// Prints `value` as JSON.
+fn print_json(value: &impl serde::Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("serialisable")
+    );
+}
+
 /// Optimizes the selected tables and prints what each rewrote.
 pub async fn optimize(global: &GlobalArgs, args: &OptimizeArgs) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
@@ -18,10 +26,7 @@ pub async fn optimize(global: &GlobalArgs, args: &OptimizeArgs) -> Result<u8, Fa
     };
     let done = smelt_engine::maintain::optimize(&lakes.ports(), &tables, &policy).await?;
     if global.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&done).expect("serialisable")
-        );
+        print_json(&done);
         return Ok(0);
     }
     if !global.quiet {
@@ -64,10 +69,7 @@ pub async fn vacuum(global: &GlobalArgs, args: &VacuumArgs) -> Result<u8, Failur
     )
     .await?;
     if global.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&done).expect("serialisable")
-        );
+        print_json(&done);
         return Ok(0);
     }
     if !global.quiet {

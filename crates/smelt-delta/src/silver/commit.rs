@@ -330,6 +330,24 @@ impl DeltaSilver {
         }
     }
 
+    /// The actions of commit `version` of `table`; `None` when its log entry is gone.
+    pub(super) async fn actions_at(
+        &self,
+        table: &DeltaTable,
+        version: u64,
+    ) -> Result<Option<Vec<Action>>> {
+        let reading = || format!("reading the log of `{}`", self.name);
+        let Some(bytes) = table
+            .log_store()
+            .read_commit_entry(version)
+            .await
+            .context(reading)?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(get_actions(version, &bytes).context(reading)?))
+    }
+
     /// The latest silver commit, if any, passing over maintenance commits (optimize,
     /// vacuum, expiry, widening): the last commit that wrote data, whose run and report the
     /// event log and `smelt status` want.
@@ -342,21 +360,13 @@ impl DeltaSilver {
         };
         let mut first = None;
         for version in (latest.saturating_sub(MAINTENANCE_LOOKBACK)..=latest).rev() {
-            let Some(bytes) = table
-                .log_store()
-                .read_commit_entry(version)
-                .await
-                .context(|| format!("reading the log of `{}`", self.name))?
-            else {
+            let Some(actions) = self.actions_at(table, version).await? else {
                 break;
             };
-            let info = get_actions(version, &bytes)
-                .context(|| format!("reading the log of `{}`", self.name))?
-                .into_iter()
-                .find_map(|a| match a {
-                    Action::CommitInfo(info) => Some(info),
-                    _ => None,
-                });
+            let info = actions.into_iter().find_map(|a| match a {
+                Action::CommitInfo(info) => Some(info),
+                _ => None,
+            });
             let Some(info) = info else {
                 continue;
             };

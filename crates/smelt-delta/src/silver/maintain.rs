@@ -8,7 +8,6 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
-use deltalake::logstore::get_actions;
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::protocol::DeltaOperation;
 use smelt_engine::ports::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
@@ -37,10 +36,12 @@ impl DeltaSilver {
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
         let schema = snapshot.snapshot().arrow_schema();
+        // At most half a full file: packing two files under that leaves no small file
+        // behind, so a second optimize has nothing to do.
         let small_rows = policy
             .small_file_rows
             .unwrap_or(self.rows_per_file / 4)
-            .max(1);
+            .clamp(1, (self.rows_per_file / 2).max(1));
         let mut by_partition: BTreeMap<String, (Vec<ActiveFile>, Vec<ActiveFile>)> =
             BTreeMap::new();
         for f in self.active_files(&table).await? {
@@ -252,17 +253,10 @@ impl DeltaSilver {
         };
         let root = crate::dv::table_root(table);
         for version in (0..=latest).rev() {
-            let Some(bytes) = table
-                .log_store()
-                .read_commit_entry(version)
-                .await
-                .context(|| format!("reading the log of `{}`", self.name))?
-            else {
+            let Some(actions) = self.actions_at(table, version).await? else {
                 // Cleaned up: older versions cannot be read any more.
                 break;
             };
-            let actions = get_actions(version, &bytes)
-                .context(|| format!("reading the log of `{}`", self.name))?;
             let at = actions.iter().find_map(|a| match a {
                 Action::CommitInfo(info) => info.in_commit_timestamp.or(info.timestamp),
                 _ => None,
