@@ -70,3 +70,67 @@ fn a_catalog_table_is_refused_by_name() {
     );
     assert!(err.contains("pyiceberg, Spark or Trino"), "{err}");
 }
+
+/// `VERSION AS OF`, `TIMESTAMP AS OF` and `FOR SYSTEM_TIME AS OF` read the table as it was
+/// (DataFusion alone ignores the clause and reads the current rows); what smelt cannot
+/// resolve is refused by name.
+#[test]
+fn time_travel_reads_the_version_asked_for() {
+    let p = Project::product2();
+    p.ok(&["sql", "CREATE TABLE raw.t (id BIGINT, name STRING)"]);
+    p.ok(&["sql", "INSERT INTO raw.t VALUES (1, 'a')"]);
+    // The commit times of versions 0 and 1 from the log (the oracle), then version 2.
+    let log = |v: u32| -> i64 {
+        let text = std::fs::read_to_string(p.file(&format!("lake/raw/t/_delta_log/{v:020}.json")))
+            .unwrap();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find_map(|a| a["commitInfo"]["timestamp"].as_i64())
+            .unwrap()
+    };
+    let at_v1 = chrono::DateTime::from_timestamp_millis(log(1)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    p.ok(&["sql", "INSERT INTO raw.t VALUES (2, 'b')"]);
+    let ids = |sql: &str| -> Vec<i64> {
+        p.query(sql)
+            .iter()
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids("SELECT id FROM raw.t ORDER BY id"), [1, 2]);
+    assert_eq!(ids("SELECT id FROM raw.t VERSION AS OF 1 ORDER BY id"), [1]);
+    assert!(ids("SELECT id FROM raw.t VERSION AS OF 0").is_empty());
+    let when = at_v1.format("%Y-%m-%d %H:%M:%S%.3f").to_string();
+    assert_eq!(
+        ids(&format!(
+            "SELECT t.id FROM raw.t TIMESTAMP AS OF '{when}' ORDER BY t.id"
+        )),
+        [1]
+    );
+    assert_eq!(
+        ids(&format!(
+            "SELECT id FROM `raw.t` FOR SYSTEM_TIME AS OF TIMESTAMP '{}'",
+            at_v1.to_rfc3339()
+        )),
+        [1]
+    );
+    // The same table twice, at two versions.
+    let both = p.query(
+        "SELECT a.id AS a, b.id AS b FROM raw.t VERSION AS OF 1 a JOIN raw.t b ON a.id = b.id",
+    );
+    assert_eq!(both, vec![serde_json::json!({"a": 1, "b": 1})]);
+
+    let (_, err) = p.fails(&["sql", "SELECT * FROM raw.t VERSION AS OF 7"], 1);
+    assert!(
+        err.contains("`raw.t` has no version 7: its versions are 0 to 2"),
+        "{err}"
+    );
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            "SELECT * FROM raw.t TIMESTAMP AS OF current_timestamp()",
+        ],
+        1,
+    );
+    assert!(err.contains("smelt sql takes a literal time here"), "{err}");
+}

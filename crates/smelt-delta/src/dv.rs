@@ -3,12 +3,15 @@
 //! written (version byte, then per vector its size, magic, 64-bit roaring bitmap and CRC)
 //! are delta-rs' kernel's; smelt names the file and builds the log's descriptor.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use delta_kernel::actions::deletion_vector::DeletionVectorDescriptor as KernelDv;
 use delta_kernel::actions::deletion_vector_writer::{
     KernelDeletionVector, StreamingDeletionVectorWriter,
 };
+use delta_kernel::{DeltaResult, FileMeta, FileSlice, StorageHandler};
 use deltalake::DeltaTable;
 use deltalake::kernel::{DeletionVectorDescriptor, StorageType};
 use deltalake::logstore::ObjectStoreRef;
@@ -17,13 +20,76 @@ use url::Url;
 
 use crate::error::{Error, Result};
 
-/// Reads the deletion vectors of one table.
+/// Reads the deletion vectors of one table. A vector file is read once per reader (and its
+/// clones): smelt writes one file per commit holding the vectors of every file it marked,
+/// which the kernel would otherwise read whole once per vector.
 #[derive(Clone)]
 pub(crate) struct DvReader {
     table: String,
-    engine: Arc<dyn delta_kernel::Engine>,
+    storage: Arc<OnceRead>,
     /// The table root, ending in `/` (relative vectors are joined to it).
     root: Url,
+}
+
+/// The kernel's storage with whole-file reads kept (vector files are small).
+struct OnceRead {
+    inner: Arc<dyn StorageHandler>,
+    files: Mutex<HashMap<Url, Bytes>>,
+}
+
+impl StorageHandler for OnceRead {
+    fn list_from(
+        &self,
+        path: &Url,
+    ) -> DeltaResult<Box<dyn Iterator<Item = DeltaResult<FileMeta>>>> {
+        self.inner.list_from(path)
+    }
+
+    fn read_files(
+        &self,
+        files: Vec<FileSlice>,
+    ) -> DeltaResult<Box<dyn Iterator<Item = DeltaResult<Bytes>>>> {
+        let mut out = Vec::with_capacity(files.len());
+        for (url, range) in files {
+            if range.is_some() {
+                out.extend(self.inner.read_files(vec![(url, range)])?);
+                continue;
+            }
+            let kept = self.files.lock().expect("not poisoned").get(&url).cloned();
+            let bytes = match kept {
+                Some(bytes) => bytes,
+                None => {
+                    let read = self.inner.read_files(vec![(url.clone(), None)])?.next();
+                    let bytes = read.ok_or_else(|| {
+                        delta_kernel::Error::missing_data(format!("no data for {url}"))
+                    })??;
+                    self.files
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(url, bytes.clone());
+                    bytes
+                }
+            };
+            out.push(Ok(bytes));
+        }
+        Ok(Box::new(out.into_iter()))
+    }
+
+    fn copy_atomic(&self, src: &Url, dest: &Url) -> DeltaResult<()> {
+        self.inner.copy_atomic(src, dest)
+    }
+
+    fn put(&self, path: &Url, data: Bytes, overwrite: bool) -> DeltaResult<()> {
+        self.inner.put(path, data, overwrite)
+    }
+
+    fn head(&self, path: &Url) -> DeltaResult<FileMeta> {
+        self.inner.head(path)
+    }
+
+    fn delete(&self, path: &Url) -> DeltaResult<()> {
+        self.inner.delete(path)
+    }
 }
 
 impl DvReader {
@@ -31,7 +97,10 @@ impl DvReader {
     pub fn new(name: &str, table: &DeltaTable) -> Self {
         Self {
             table: name.to_string(),
-            engine: table.log_store().engine(None),
+            storage: Arc::new(OnceRead {
+                inner: table.log_store().engine(None).storage_handler(),
+                files: Mutex::default(),
+            }),
             root: table_root(table),
         }
     }
@@ -56,7 +125,7 @@ impl DvReader {
             )
         };
         let kernel_dv = KernelDv::try_from(dv.clone()).map_err(|e| damaged(e.to_string()))?;
-        let storage = self.engine.storage_handler();
+        let storage: Arc<dyn StorageHandler> = self.storage.clone();
         let root = self.root.clone();
         let rows = tokio::task::spawn_blocking(move || kernel_dv.row_indexes(storage, &root))
             .await

@@ -1,7 +1,8 @@
 //! `smelt sql`: DataFusion over every lake table as `schema.table`, plus the DDL and DML
 //! of the seed scripts — `CREATE [OR REPLACE] TABLE` (BigQuery `OPTIONS`, Spark
 //! `TBLPROPERTIES`), `ALTER TABLE … SET OPTIONS/TBLPROPERTIES`, `INSERT INTO … VALUES |
-//! SELECT`, `TRUNCATE TABLE`.
+//! SELECT`, `TRUNCATE TABLE`; time travel in queries (`VERSION AS OF`, `TIMESTAMP AS OF`,
+//! `FOR SYSTEM_TIME AS OF`: `time_travel`).
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -28,6 +29,8 @@ use smelt_spec::ddl::{options_turn_on_change_feed, parse_script, table_def};
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
+
+mod time_travel;
 
 /// What one statement produced.
 #[derive(Debug)]
@@ -264,8 +267,9 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
     }
 }
 
-async fn query(lake: &Lake, statement: Statement) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+async fn query(lake: &Lake, mut statement: Statement) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let ctx = lake.session().await?;
+    time_travel::resolve(lake, &ctx, &mut statement).await?;
     let state = ctx.state();
     let plan = state
         .statement_to_plan(DFStatement::Statement(Box::new(statement)))
