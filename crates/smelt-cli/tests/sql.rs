@@ -134,3 +134,37 @@ fn time_travel_reads_the_version_asked_for() {
     );
     assert!(err.contains("smelt sql takes a literal time here"), "{err}");
 }
+
+/// `INSERT OVERWRITE [TABLE]` replaces every row in one commit (it used to append); clauses
+/// smelt sql does not carry out are refused by name.
+#[test]
+fn insert_overwrite_replaces_the_rows_and_unsupported_clauses_are_refused() {
+    let p = Project::product2();
+    p.ok(&["sql", "CREATE TABLE raw.t (id BIGINT, name STRING)"]);
+    p.ok(&["sql", "INSERT INTO raw.t VALUES (1, 'a'), (2, 'b')"]);
+    let out = p.ok(&["sql", "INSERT OVERWRITE TABLE raw.t VALUES (3, 'c')"]);
+    assert!(out.contains("overwrote raw.t with 1 rows"), "{out}");
+    assert_eq!(
+        p.query("SELECT id FROM raw.t"),
+        vec![serde_json::json!({"id": 3})]
+    );
+    // The rows before are still there at the version before.
+    assert_eq!(p.query("SELECT id FROM raw.t VERSION AS OF 1").len(), 2);
+    p.ok(&[
+        "sql",
+        "INSERT OVERWRITE raw.t SELECT id, name FROM raw.t WHERE id > 5",
+    ]);
+    assert!(p.query("SELECT id FROM raw.t").is_empty());
+
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            "INSERT OVERWRITE TABLE raw.t PARTITION (id = 1) SELECT 1, 'x'",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("INSERT into `raw.t` with PARTITION (…) is not supported by smelt sql"),
+        "{err}"
+    );
+}

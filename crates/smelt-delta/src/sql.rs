@@ -1,7 +1,7 @@
 //! `smelt sql`: DataFusion over every lake table as `schema.table`, plus the DDL and DML
 //! of the seed scripts — `CREATE [OR REPLACE] TABLE` (BigQuery `OPTIONS`, Spark
-//! `TBLPROPERTIES`), `ALTER TABLE … SET OPTIONS/TBLPROPERTIES`, `INSERT INTO … VALUES |
-//! SELECT`, `TRUNCATE TABLE`; time travel in queries (`VERSION AS OF`, `TIMESTAMP AS OF`,
+//! `TBLPROPERTIES`), `ALTER TABLE … SET OPTIONS/TBLPROPERTIES`, `INSERT INTO|OVERWRITE …
+//! VALUES | SELECT`, `TRUNCATE TABLE`; time travel in queries (`VERSION AS OF`, `TIMESTAMP AS OF`,
 //! `FOR SYSTEM_TIME AS OF`: `time_travel`).
 
 use std::collections::HashMap;
@@ -213,6 +213,40 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
                 ));
             };
             let name = table_name(target)?;
+            // Clauses smelt does not carry out are refused, never dropped.
+            let unsupported = [
+                (
+                    insert.partitioned.is_some(),
+                    "PARTITION (…)",
+                    "replace the rows of a period with a replace_where flow, or INSERT OVERWRITE the whole table",
+                ),
+                (
+                    insert.on.is_some(),
+                    "ON CONFLICT / ON DUPLICATE KEY",
+                    "merge by key with an apply flow",
+                ),
+                (
+                    insert.returning.is_some() || insert.output.is_some(),
+                    "RETURNING / OUTPUT",
+                    "query the table after the INSERT",
+                ),
+                (
+                    insert.replace_into || insert.ignore,
+                    "REPLACE INTO / INSERT IGNORE",
+                    "merge by key with an apply flow",
+                ),
+                (
+                    !insert.assignments.is_empty(),
+                    "INSERT … SET",
+                    "write `INSERT INTO t (columns) VALUES (…)`",
+                ),
+            ];
+            if let Some((_, clause, hint)) = unsupported.iter().find(|(used, _, _)| *used) {
+                return Err(Error::user(
+                    format!("INSERT into `{name}` with {clause} is not supported by smelt sql"),
+                    *hint,
+                ));
+            }
             let table = lake
                 .open_existing(&name, "create it first with CREATE TABLE")
                 .await?;
@@ -233,7 +267,7 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
                 })
                 .collect();
             let (_, batches) = query(lake, Statement::Query(source)).await?;
-            insert_rows(&name, table, &columns, batches).await
+            insert_rows(&name, table, &columns, batches, insert.overwrite).await
         }
         Statement::CreateSchema { schema_name, .. } => {
             let name = schema_name.to_string().trim_matches('`').to_string();
@@ -340,11 +374,14 @@ async fn create_table(lake: &Lake, def: &smelt_spec::TableDef) -> Result<SqlOutp
 
 /// Appends query rows to a table: by position into `columns` (or every column), NULL for
 /// the rest, each value cast to the column's type (a value that does not fit fails).
+/// Appends `batches` to `table` (`columns`: which column each holds, all in order when
+/// empty); with `overwrite`, they replace every row (`INSERT OVERWRITE`), in one commit.
 async fn insert_rows(
     name: &TableName,
     table: DeltaTable,
     columns: &[String],
     batches: Vec<RecordBatch>,
+    overwrite: bool,
 ) -> Result<SqlOutput> {
     let snapshot = table.snapshot().context(|| format!("reading `{name}`"))?;
     let target = snapshot.snapshot().arrow_schema();
@@ -414,6 +451,23 @@ async fn insert_rows(
                 )
             })?,
         );
+    }
+    if overwrite {
+        if rows == 0 {
+            table
+                .delete()
+                .await
+                .context(|| format!("overwriting `{name}`"))?;
+        } else {
+            table
+                .write(out)
+                .with_save_mode(SaveMode::Overwrite)
+                .await
+                .context(|| format!("overwriting `{name}`"))?;
+        }
+        return Ok(SqlOutput::Message(format!(
+            "overwrote {name} with {rows} rows"
+        )));
     }
     if rows == 0 {
         return Ok(SqlOutput::Message(format!("inserted 0 rows into {name}")));
