@@ -168,3 +168,20 @@ fn insert_overwrite_replaces_the_rows_and_unsupported_clauses_are_refused() {
         "{err}"
     );
 }
+
+/// Seed 003's `CREATE TABLE … USING DELTA` (it did not parse); another format still fails.
+#[test]
+fn create_table_using_delta_is_a_delta_table() {
+    let p = Project::product2();
+    let out = p.ok(&[
+        "sql",
+        "CREATE TABLE raw.d (id BIGINT, name STRING) USING DELTA TBLPROPERTIES (delta.enableChangeDataFeed = true); INSERT INTO raw.d VALUES (1, 'a')",
+    ]);
+    assert!(
+        out.contains("created table raw.d (2 columns, change feed on)"),
+        "{out}"
+    );
+    assert_eq!(p.query("SELECT id FROM raw.d").len(), 1);
+    let (_, err) = p.fails(&["sql", "CREATE TABLE raw.e (id BIGINT) USING PARQUET"], 2);
+    assert!(err.contains("cannot parse the SQL"), "{err}");
+}

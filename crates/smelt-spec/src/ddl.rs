@@ -165,7 +165,7 @@ pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
             .map_err(|e| e.to_string())
             .and_then(|tokens| {
                 Parser::new(d)
-                    .with_tokens_with_locations(rewrite_options(tokens))
+                    .with_tokens_with_locations(strip_using_delta(rewrite_options(tokens)))
                     .parse_statements()
                     .map_err(|e| e.to_string())
             });
@@ -177,6 +177,46 @@ pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
         }
     }
     Err(first_err.unwrap_or_default())
+}
+
+/// Drops Spark's `USING DELTA` after a `CREATE TABLE`'s column list (smelt's tables are
+/// Delta tables); `tokens` hold no whitespace. Another `USING` is left for the parser to
+/// refuse.
+fn strip_using_delta(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    let (mut depth, mut create, mut first) = (0usize, false, true);
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = &tokens[i];
+        match &t.token {
+            Token::SemiColon => {
+                first = true;
+                depth = 0;
+                out.push(t.clone());
+                i += 1;
+                continue;
+            }
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if first {
+            create = matches!(&t.token, Token::Word(w) if w.keyword == Keyword::CREATE);
+            first = false;
+        }
+        let using_delta = create
+            && depth == 0
+            && matches!(&t.token, Token::Word(w) if w.keyword == Keyword::USING)
+            && matches!(out.last().map(|p| &p.token), Some(Token::RParen))
+            && matches!(tokens.get(i + 1).map(|n| &n.token), Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("delta"));
+        if using_delta {
+            i += 2;
+            continue;
+        }
+        out.push(t.clone());
+        i += 1;
+    }
+    out
 }
 
 fn rewrite_options(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
