@@ -314,6 +314,8 @@ def main():
     ap.add_argument("--increments", type=int, default=5)
     ap.add_argument("--tools", default="smelt,smelt-mor,deltars,polars,duckdb", help="smelt-mor: Delta silver with deletion vectors; also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver)")
     ap.add_argument("--memory-limit", default=None, help="passed to `smelt run --memory-limit`, e.g. 2GiB")
+    ap.add_argument("--keys", choices=("spread", "recent"), default="spread",
+                    help="which Ids the increments re-send: any (spread) or the newest tenth (recent)")
     args = ap.parse_args()
     rows, increment = SCALES[args.scale]
     work = os.path.join(args.out, "work")
@@ -322,7 +324,7 @@ def main():
     src_table = os.path.join(work, "source", "bench", "product2_bronze")
     t0 = time.perf_counter()
     subprocess.run([args.gen, "--table", src_table, "--rows", str(rows), "--increment", str(increment),
-                    "--increments", str(args.increments)], check=True, stdout=subprocess.DEVNULL)
+                    "--increments", str(args.increments), "--keys", args.keys], check=True, stdout=subprocess.DEVNULL)
     print(f"generated bronze in {time.perf_counter() - t0:.1f} s", flush=True)
     # Let the generator's writes reach the disk before anything is timed.
     os.sync()

@@ -3,7 +3,9 @@
 # delta-rs (Python), polars and DuckDB on the product2 workload, and smelt's Iceberg silver
 # (copy-on-write, merge-on-read) against pyiceberg's `upsert`
 # (`--tools smelt-iceberg,smelt-iceberg-mor,pyiceberg`).
-#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,smelt-mor,deltars,polars,duckdb,smelt-iceberg,smelt-iceberg-mor,pyiceberg] [--memory-limit 2GiB]
+#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,smelt-mor,deltars,polars,duckdb,smelt-iceberg,smelt-iceberg-mor,pyiceberg] [--memory-limit 2GiB] [--keys spread|recent]
+# `--keys recent` re-sends only the newest tenth of the Ids (clustered keys); its results go
+# to bench/out/<scale>-recent.
 # Builds release binaries, creates bench/.venv from bench/requirements.txt (PyPI), generates
 # the bronze table, runs every tool on identical copies, checks their silver against smelt's
 # and writes bench/out/<scale>/results.{json,md}.
@@ -17,6 +19,7 @@ if [ ! -x bench/.venv/bin/python ]; then
 fi
 bench/.venv/bin/pip install --quiet -r bench/requirements.txt
 out="bench/out/$scale"
+case " $* " in *" --keys recent "*) out="bench/out/$scale-recent" ;; esac
 export SMELT_BENCH_COMMAND="bench/run.sh $scale${*:+ $*}"
 mkdir -p "$out"
 bench/.venv/bin/python bench/bench.py "$scale" \

@@ -2,7 +2,8 @@
 //! 20 STRING columns) as a Delta table: version 0 creates it, version 1 is the initial
 //! load of `--rows` distinct Ids, versions 2..=K+1 append `--increment` rows each —
 //! ~80% re-sent existing Ids with changed fields (some several times in one commit),
-//! ~20% new Ids. Salesforce timestamps, 'true'/'false', some NULLs, Japanese text, and
+//! ~20% new Ids (`--keys spread`, the default: re-sent Ids drawn from every Id so far;
+//! `--keys recent`: from the newest tenth of them). Salesforce timestamps, 'true'/'false', some NULLs, Japanese text, and
 //! ~0.5% unparseable values. The same arguments always give the same rows.
 
 use std::path::PathBuf;
@@ -35,6 +36,18 @@ struct Args {
     /// Rows per written batch.
     #[arg(long, default_value_t = 200_000)]
     batch_rows: u64,
+    /// Which existing Ids an increment re-sends.
+    #[arg(long, value_enum, default_value_t = Keys::Spread)]
+    keys: Keys,
+}
+
+/// Which existing Ids an increment re-sends.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Keys {
+    /// Any Id so far, uniformly: every silver file holds some.
+    Spread,
+    /// The newest tenth of the Ids so far (recent records change): clustered keys.
+    Recent,
 }
 
 /// SplitMix64: tiny, fast, deterministic.
@@ -243,7 +256,10 @@ async fn main() {
         for _ in 0..args.increment {
             if rng.chance(800) {
                 // Existing Id; every 20th re-sent twice in the same commit.
-                let id = rng.below(next_id);
+                let id = match args.keys {
+                    Keys::Spread => rng.below(next_id),
+                    Keys::Recent => next_id - 1 - rng.below((next_id / 10).max(1)),
+                };
                 ids.push(id);
                 if rng.chance(50) {
                     ids.push(id);
@@ -268,6 +284,7 @@ async fn main() {
         "increments": args.increments,
         "distinct_ids": next_id,
         "seed": args.seed,
+        "keys": format!("{:?}", args.keys).to_lowercase(),
     });
     println!("{summary}");
 }

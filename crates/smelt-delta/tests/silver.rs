@@ -382,3 +382,55 @@ async fn data_files_are_committed_in_row_order() {
     }
     assert_eq!(read, ids);
 }
+
+/// The lookup skips files whose key statistics hold none of the keys: with every file that
+/// holds none of them made unreadable, a lookup of stored keys and one of new keys above
+/// every stored key still succeed (each read of such a file would fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lookup_does_not_read_files_whose_key_range_holds_none_of_the_keys() {
+    let (dir, lake, mut silver) = new_silver().await;
+    let ids: Vec<i64> = (0..1000).collect();
+    write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
+
+    // Which files hold 5 or 150, read from the files themselves.
+    let table_dir = dir.path().join("s").join("silver");
+    let mut spoiled = 0;
+    for entry in std::fs::read_dir(&table_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "parquet") {
+            continue;
+        }
+        let file = std::fs::File::open(&path).unwrap();
+        let reader =
+            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(file, 1024)
+                .unwrap();
+        let holds = reader.into_iter().any(|b| {
+            let b = b.unwrap();
+            let ids = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+            ids.values().iter().any(|i| *i == 5 || *i == 150)
+        });
+        if !holds {
+            std::fs::write(&path, b"not parquet").unwrap();
+            spoiled += 1;
+        }
+    }
+    assert_eq!(spoiled, 8, "ten files of 100 ids, two of them kept");
+
+    let silver = open(&lake).await;
+    let found = silver
+        .lookup(keys(&[5, 150]), &["id".into(), "val".into()])
+        .await
+        .unwrap();
+    assert_eq!(found.num_rows(), 2);
+    let found = silver
+        .lookup(keys(&[1005, 2000]), &["id".into(), "val".into()])
+        .await
+        .unwrap();
+    assert_eq!(found.num_rows(), 0);
+    // A key inside a spoiled file's range reads it, and says so.
+    let err = silver
+        .lookup(keys(&[300]), &["id".into()])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("s.silver"), "{err}");
+}

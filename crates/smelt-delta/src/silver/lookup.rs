@@ -12,7 +12,7 @@ use smelt_core::dedupe::KeyIndex;
 use super::DeltaSilver;
 use super::rewrite::key_columns;
 use super::write::on_cores;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::parquet::{self, FileRef};
 
 /// The keys of the lookups at `version` and the files that hold any of them.
@@ -66,10 +66,13 @@ impl DeltaSilver {
         let store = table.object_store();
         let name = self.name.to_string();
         let columns: Arc<[String]> = columns.into();
-        let tasks: Vec<_> = self
-            .active_files(table)
-            .await?
+        let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+        let to_probe = super::prune::files_to_probe(state, &key_names[0], keys.column(0))?;
+        let active = self.active_files(table).await?;
+        let total = active.len();
+        let tasks: Vec<_> = active
             .into_iter()
+            .filter(|a| to_probe.as_ref().is_none_or(|p| p.get(a.index) != Some(&false)))
             .map(|active| {
                 let (store, name, index) = (Arc::clone(&store), name.clone(), Arc::clone(&index));
                 let (key_names, key_schema) = (Arc::clone(&key_names), Arc::clone(&key_schema));
@@ -101,6 +104,7 @@ impl DeltaSilver {
                 }
             })
             .collect();
+        tracing::debug!(table = %name, files = total, probed = tasks.len(), "lookup");
         let found = on_cores(&name, tasks).await?;
         let mut files = HashSet::new();
         let mut batches = Vec::new();

@@ -10,7 +10,8 @@
 //! This module holds the [`DeltaSilver`] handle, what it stages and the engine port; the
 //! work is done in:
 //!
-//! * `lookup`: the guard's lookup (probing files on their key columns);
+//! * `lookup`: the guard's lookup (probing files on their key columns), skipping files
+//!   whose key statistics hold none of the keys (`prune`);
 //! * `write`: writing data files, staging rows, the task pool;
 //! * `rewrite`: copy-on-write removal of stored rows (upserts, deletes, replace_where,
 //!   expiry);
@@ -25,6 +26,7 @@ mod compact;
 mod lookup;
 mod maintain;
 mod mark;
+mod prune;
 mod rewrite;
 mod schema;
 mod write;
@@ -71,6 +73,9 @@ pub struct DeltaSilver {
 
 /// An active data file and the action that removes it.
 struct ActiveFile {
+    /// Its place in the snapshot's file list (log order), for the statistics of
+    /// [`prune::files_to_probe`].
+    index: usize,
     file: FileRef,
     remove: Remove,
     /// Rows not deleted, from the file's statistics.
@@ -158,13 +163,14 @@ impl DeltaSilver {
             .context(|| format!("reading `{}`", self.name))?;
         let dvs = crate::dv::DvReader::new(&self.name.to_string(), table);
         let views: Vec<_> = snapshot.log_data().iter().collect();
-        futures::stream::iter(views.into_iter().map(|view| {
+        futures::stream::iter(views.into_iter().enumerate().map(|(index, view)| {
             let dvs = dvs.clone();
             async move {
                 let dv = view.deletion_vector_descriptor();
                 let path = view.path().to_string();
                 let deleted = dvs.deleted(&path, dv.as_ref()).await?;
                 Ok::<_, Error>(ActiveFile {
+                    index,
                     file: FileRef {
                         path,
                         location: view.object_store_path(),

@@ -1,0 +1,148 @@
+//! Skipping files in the guard's lookup: a file whose key statistics in the log (the least
+//! and greatest value of the first key column) leave none of the keys looked up between them
+//! is not probed. This pays when the keys written are clustered (new Ids above every stored
+//! one, recent Ids changing): those files are never read. When the keys are spread over the
+//! whole table every file's range holds some, nothing is skipped, and the cost is one sort of
+//! the keys.
+
+use arrow::array::{Array, ArrayRef};
+use arrow::datatypes::DataType;
+use arrow::row::{RowConverter, SortField};
+use deltalake::datafusion::common::Column;
+use deltalake::datafusion::physical_optimizer::pruning::PruningStatistics;
+use deltalake::table::state::DeltaTableState;
+
+use crate::error::Result;
+
+/// Strings in statistics may be cut to this many characters (Spark and Databricks cut at
+/// 32), so a greatest value this long is no bound.
+const CUT_STRINGS_AT: usize = 32;
+
+/// Per file of `state` (log order, as `active_files` lists them), whether it may hold one of
+/// `keys`, the values of key column `column`. `None` when the statistics cannot say: a type
+/// whose bounds smelt does not trust (timestamps are cut to milliseconds), or no statistics.
+pub(super) fn files_to_probe(
+    state: &DeltaTableState,
+    column: &str,
+    keys: &ArrayRef,
+) -> Result<Option<Vec<bool>>> {
+    let log = state.log_data();
+    let column = Column::from_name(column);
+    let (Some(least), Some(greatest)) = (log.min_values(&column), log.max_values(&column)) else {
+        return Ok(None);
+    };
+    may_hold(keys, &least, &greatest)
+}
+
+/// Whether each file (row `i` of `least`/`greatest`, NULL where unknown) may hold one of
+/// `keys`: some key lies between its least and greatest value.
+fn may_hold(keys: &ArrayRef, least: &ArrayRef, greatest: &ArrayRef) -> Result<Option<Vec<bool>>> {
+    let ty = least.data_type();
+    let strings = match ty {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        t if t.is_integer() || matches!(t, DataType::Date32 | DataType::Date64) => false,
+        _ => return Ok(None),
+    };
+    if greatest.data_type() != ty || least.len() != greatest.len() {
+        return Ok(None);
+    }
+    let keys = if keys.data_type() == ty {
+        keys.clone()
+    } else {
+        arrow::compute::cast(keys, ty)?
+    };
+    let converter = RowConverter::new(vec![SortField::new(ty.clone())])?;
+    let stored = converter.convert_columns(&[keys])?;
+    let mut sorted: Vec<_> = stored.iter().collect();
+    sorted.sort_unstable();
+    let lows = converter.convert_columns(&[least.clone()])?;
+    let highs = converter.convert_columns(&[greatest.clone()])?;
+    let cut = |i: usize| {
+        strings
+            && arrow::compute::cast(&greatest.slice(i, 1), &DataType::Utf8)
+                .ok()
+                .and_then(|s| {
+                    s.as_any()
+                        .downcast_ref::<arrow::array::StringArray>()
+                        .map(|s| s.value(0).chars().count() >= CUT_STRINGS_AT)
+                })
+                .unwrap_or(true)
+    };
+    Ok(Some(
+        (0..least.len())
+            .map(|i| {
+                let first = if least.is_null(i) {
+                    0
+                } else {
+                    sorted.partition_point(|k| *k < lows.row(i))
+                };
+                sorted.get(first).is_some_and(|k| {
+                    greatest.is_null(i) || cut(i) || *k <= highs.row(i)
+                })
+            })
+            .collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn ints(v: &[Option<i64>]) -> ArrayRef {
+        Arc::new(Int64Array::from(v.to_vec()))
+    }
+
+    #[test]
+    fn a_file_is_probed_when_a_key_lies_in_its_range() {
+        let keys = ints(&[Some(50), Some(7), Some(200)]);
+        let least = ints(&[Some(0), Some(10), Some(60), None, Some(201), Some(8)]);
+        let greatest = ints(&[Some(9), Some(49), Some(200), Some(5), None, Some(6)]);
+        let got = may_hold(&keys, &least, &greatest).unwrap().unwrap();
+        // [0,9] holds 7; [10,49] none; [60,200] holds 200; [?,5] none; [201,?] none;
+        // [8,6] (no row can be in it) none.
+        assert_eq!(got, vec![true, false, true, false, false, false]);
+    }
+
+    #[test]
+    fn a_string_bound_that_may_be_cut_is_no_bound() {
+        let long = "k".repeat(CUT_STRINGS_AT);
+        let keys: ArrayRef = Arc::new(StringArray::from(vec![format!("{long}zzz")]));
+        let least: ArrayRef = Arc::new(StringArray::from(vec!["a", "a"]));
+        let greatest: ArrayRef = Arc::new(StringArray::from(vec![long.as_str(), "b"]));
+        let got = may_hold(&keys, &least, &greatest).unwrap().unwrap();
+        assert_eq!(got, vec![true, false]);
+    }
+
+    #[test]
+    fn timestamps_are_not_trusted() {
+        let ts: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![1_001]));
+        assert!(may_hold(&ts, &ts, &ts).unwrap().is_none());
+    }
+
+    proptest! {
+        /// Against a model: a file may hold a key exactly when some key is in its range.
+        #[test]
+        fn matches_a_scan_of_every_key(
+            keys in proptest::collection::vec(-50i64..50, 0..40),
+            files in proptest::collection::vec(
+                (proptest::option::of(-60i64..60), proptest::option::of(-60i64..60)), 0..20),
+        ) {
+            let key_array = ints(&keys.iter().copied().map(Some).collect::<Vec<_>>());
+            let least = ints(&files.iter().map(|f| f.0).collect::<Vec<_>>());
+            let greatest = ints(&files.iter().map(|f| f.1).collect::<Vec<_>>());
+            let got = may_hold(&key_array, &least, &greatest).unwrap().unwrap();
+            let want: Vec<bool> = files
+                .iter()
+                .map(|(lo, hi)| {
+                    keys.iter().any(|k| lo.is_none_or(|lo| *k >= lo) && hi.is_none_or(|hi| *k <= hi))
+                })
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+}
