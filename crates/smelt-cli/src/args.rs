@@ -49,8 +49,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Check the pipeline against the lake: every problem of every flow, at once.
     Validate(ValidateArgs),
-    /// Run SQL over the lake (`schema.table`): SELECT, CREATE TABLE, ALTER TABLE … SET
-    /// OPTIONS, INSERT, TRUNCATE.
+    /// Run SQL over the lake (`schema.table`): SELECT (time travel, table_changes,
+    /// CHANGES), CREATE TABLE, ALTER TABLE, INSERT, UPDATE, DELETE, MERGE, TRUNCATE (docs/sql.md).
     Sql(SqlArgs),
     /// Rewrite data files heavy with deleted rows (merge-on-read) or small, purging the
     /// deleted rows, in commits that change no data.

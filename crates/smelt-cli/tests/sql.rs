@@ -185,3 +185,41 @@ fn create_table_using_delta_is_a_delta_table() {
     let (_, err) = p.fails(&["sql", "CREATE TABLE raw.e (id BIGINT) USING PARQUET"], 2);
     assert!(err.contains("cannot parse the SQL"), "{err}");
 }
+
+/// Partitioning, clustering and table options smelt does not carry out are refused by name
+/// (they were dropped: the table was created without them); seed 003's
+/// `delta.feature.timestampNtz = 'supported'` is implied by its TIMESTAMP_NTZ columns.
+#[test]
+fn create_table_refuses_what_it_would_drop() {
+    let p = Project::product2();
+    for (sql, clause) in [
+        (
+            "CREATE TABLE raw.p (x BIGINT) PARTITIONED BY (x)",
+            "PARTITION BY / PARTITIONED BY is not supported",
+        ),
+        (
+            "CREATE TABLE raw.p (x INT64) PARTITION BY x",
+            "PARTITION BY / PARTITIONED BY is not supported",
+        ),
+        (
+            "CREATE TABLE raw.p (x BIGINT) CLUSTER BY (x)",
+            "CLUSTER BY / CLUSTERED BY is not supported",
+        ),
+        (
+            "CREATE TABLE raw.p (x BIGINT) TBLPROPERTIES ('delta.appendOnly' = 'true')",
+            "table option `delta.appendonly = true` is not supported",
+        ),
+    ] {
+        let (_, err) = p.fails(&["sql", sql], 1);
+        assert!(err.contains(clause), "{sql}: {err}");
+        assert!(err.contains("`raw.p`"), "{sql}: {err}");
+    }
+    assert!(p.query("SELECT 1 AS one").len() == 1);
+    let (_, err) = p.fails(&["sql", "SELECT * FROM raw.p"], 1);
+    assert!(err.contains("raw.p"), "nothing was created: {err}");
+    let out = p.ok(&[
+        "sql",
+        "CREATE OR REPLACE TABLE raw.ntz (id BIGINT, at TIMESTAMP_NTZ) USING DELTA TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')",
+    ]);
+    assert!(out.contains("created table raw.ntz (2 columns)"), "{out}");
+}

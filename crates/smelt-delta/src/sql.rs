@@ -1,7 +1,7 @@
 //! `smelt sql`: DataFusion over every lake table as `schema.table`, plus the DDL and DML
 //! of the seed scripts — `CREATE [OR REPLACE] TABLE` (BigQuery `OPTIONS`, Spark
 //! `TBLPROPERTIES`), `ALTER TABLE … SET OPTIONS/TBLPROPERTIES`, `INSERT INTO|OVERWRITE …
-//! VALUES | SELECT`, `TRUNCATE TABLE`; time travel in queries (`VERSION AS OF`, `TIMESTAMP AS OF`,
+//! VALUES | SELECT`, `TRUNCATE TABLE`, `UPDATE`, `DELETE`, `MERGE` (`dml`); time travel in queries (`VERSION AS OF`, `TIMESTAMP AS OF`,
 //! `FOR SYSTEM_TIME AS OF`: `time_travel`).
 
 use std::collections::HashMap;
@@ -13,9 +13,10 @@ use arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{Schema, SchemaRef};
 use deltalake::datafusion::execution::context::SQLOptions;
+use deltalake::datafusion::prelude::{DataFrame, SessionContext};
 use deltalake::datafusion::sql::parser::Statement as DFStatement;
 use deltalake::datafusion::sql::sqlparser::ast::{
-    AlterTableOperation, Ident, ObjectName, ObjectNamePart, Statement, TableObject,
+    AlterTable, AlterTableOperation, Ident, ObjectName, ObjectNamePart, Statement, TableObject,
     visit_relations_mut,
 };
 use deltalake::kernel::StructType;
@@ -25,12 +26,17 @@ use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, TableProperty};
 use smelt_engine::schema::arrow_schema;
 use smelt_spec::TableName;
-use smelt_spec::ddl::{options_turn_on_change_feed, parse_script, table_def};
+use smelt_spec::ddl::{key_values, parse_script, table_def, understood_option};
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
 
+mod changes;
+mod dialect;
+mod dml;
 mod time_travel;
+mod unsupported;
+mod variables;
 
 /// What one statement produced.
 #[derive(Debug)]
@@ -52,17 +58,36 @@ pub async fn execute(
     lake: &Lake,
     sql: &str,
 ) -> std::result::Result<Vec<SqlOutput>, (Vec<SqlOutput>, usize, Error)> {
-    let statements = parse_script(sql).map_err(|e| {
-        (
+    let statements = parse_script(sql).map_err(|e| match unsupported::unparsed(sql) {
+        Some((n, refused)) => (Vec::new(), n, refused),
+        None => (
             Vec::new(),
             0,
             Error::user(format!("cannot parse the SQL: {e}"), "smelt sql takes BigQuery, Spark or ANSI syntax; check the statement near the position shown"),
-        )
+        ),
     })?;
     let mut outputs = Vec::new();
+    let mut variables = variables::Variables::default();
+    // Variables' values are constant expressions: no table is registered for them.
+    let constants = SessionContext::new_with_config(
+        deltalake::datafusion::prelude::SessionConfig::new()
+            .set_str("datafusion.sql_parser.dialect", "BigQuery")
+            .set_bool("datafusion.sql_parser.enable_ident_normalization", false),
+    );
     for (i, mut statement) in statements.into_iter().enumerate() {
+        match variables.run(&constants, &statement).await {
+            Ok(Some(out)) => {
+                outputs.push(out);
+                continue;
+            }
+            Ok(None) => variables.substitute(&mut statement),
+            Err(e) => return Err((outputs, i + 1, e)),
+        }
         split_dotted_names(&mut statement);
         if let Some(name) = catalog_table(&statement) {
+            if let Some(e) = unsupported::metadata_table(&name) {
+                return Err((outputs, i + 1, e));
+            }
             let e = Error::user(
                 format!(
                     "`{name}` names a table of a catalog (`catalog.namespace.table`, e.g. Iceberg); `smelt sql` reads and writes the lake's Delta tables (`schema.table`) only"
@@ -130,10 +155,11 @@ fn table_name(name: &ObjectName) -> Result<TableName> {
     })
 }
 
-async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
+async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput> {
     if !matches!(statement, Statement::Query(_)) {
         lake.check_safe_commits(None).await?;
     }
+    dialect::rewrite(&mut statement);
     match statement {
         Statement::CreateTable(create) => {
             if create.query.is_some() {
@@ -151,44 +177,7 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
             })?;
             create_table(lake, &def).await
         }
-        Statement::AlterTable(alter) => {
-            let name = table_name(&alter.name)?;
-            let table = lake
-                .open_existing(&name, "create it first with CREATE TABLE")
-                .await?;
-            let mut properties = HashMap::new();
-            for op in &alter.operations {
-                match op {
-                    AlterTableOperation::SetTblProperties { table_properties } => {
-                        if options_turn_on_change_feed(table_properties) {
-                            properties.insert(
-                                "delta.enableChangeDataFeed".to_string(),
-                                "true".to_string(),
-                            );
-                        } else {
-                            return Err(Error::user(
-                                format!("unsupported table option in `{}`", alter.name),
-                                "smelt understands `enable_change_history = TRUE` and `delta.enableChangeDataFeed = true`",
-                            ));
-                        }
-                    }
-                    other => {
-                        return Err(Error::user(
-                            format!("ALTER TABLE … {other} is not supported"),
-                            "only SET OPTIONS / SET TBLPROPERTIES (change feed) is",
-                        ));
-                    }
-                }
-            }
-            table
-                .set_tbl_properties()
-                .with_properties(properties)
-                .await
-                .context(|| format!("altering `{name}`"))?;
-            Ok(SqlOutput::Message(format!(
-                "altered table {name}: change feed on"
-            )))
-        }
+        Statement::AlterTable(alter) => alter_table(lake, alter).await,
         Statement::Truncate(truncate) => {
             let mut done = Vec::new();
             for target in &truncate.table_names {
@@ -282,28 +271,44 @@ async fn execute_one(lake: &Lake, statement: Statement) -> Result<SqlOutput> {
             }
             Ok(SqlOutput::Message(format!("created schema {name}")))
         }
+        mut dml @ (Statement::Update(_) | Statement::Delete(_) | Statement::Merge(_)) => {
+            let ctx = lake.session().await?;
+            dialect::match_case(&ctx, &mut dml).await;
+            match dml {
+                Statement::Update(update) => dml::update(lake, update).await,
+                Statement::Delete(delete) => dml::delete(lake, delete).await,
+                Statement::Merge(merge) => dml::merge(lake, &ctx, merge).await,
+                _ => unreachable!("matched above"),
+            }
+        }
         statement @ Statement::Query(_) => {
             let (schema, batches) = query(lake, statement).await?;
             Ok(SqlOutput::Rows { schema, batches })
         }
-        other => {
-            let text = other.to_string();
-            let head: String = text
-                .split_whitespace()
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(" ");
-            Err(Error::user(
-                format!("`{head} …` statements are not supported by smelt sql"),
-                "supported: SELECT, CREATE TABLE, ALTER TABLE … SET OPTIONS, INSERT INTO, TRUNCATE TABLE, CREATE SCHEMA",
-            ))
-        }
+        other => Err(unsupported::statement(&other)),
     }
 }
 
-async fn query(lake: &Lake, mut statement: Statement) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+async fn query(lake: &Lake, statement: Statement) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let ctx = lake.session().await?;
-    time_travel::resolve(lake, &ctx, &mut statement).await?;
+    let df = dataframe(lake, &ctx, statement).await?;
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let batches = df
+        .collect()
+        .await
+        .context(|| "running the query".to_string())?;
+    Ok((schema, batches))
+}
+
+/// Plans a query (time travel resolved) in `ctx`, refusing DDL and DML inside it.
+async fn dataframe(
+    lake: &Lake,
+    ctx: &SessionContext,
+    mut statement: Statement,
+) -> Result<DataFrame> {
+    changes::resolve(lake, ctx, &mut statement).await?;
+    time_travel::resolve(lake, ctx, &mut statement).await?;
+    dialect::match_case(ctx, &mut statement).await;
     let state = ctx.state();
     let plan = state
         .statement_to_plan(DFStatement::Statement(Box::new(statement)))
@@ -314,16 +319,48 @@ async fn query(lake: &Lake, mut statement: Statement) -> Result<(SchemaRef, Vec<
         .with_allow_dml(false)
         .verify_plan(&plan)
         .context(|| "checking the query".to_string())?;
-    let df = ctx
-        .execute_logical_plan(plan)
+    ctx.execute_logical_plan(plan)
         .await
-        .context(|| "running the query".to_string())?;
-    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-    let batches = df
-        .collect()
+        .context(|| "running the query".to_string())
+}
+
+/// `ALTER TABLE t SET OPTIONS / SET TBLPROPERTIES (…)`: the change feed on or off; other
+/// properties and operations are refused by name.
+async fn alter_table(lake: &Lake, alter: AlterTable) -> Result<SqlOutput> {
+    let name = table_name(&alter.name)?;
+    let table = lake
+        .open_existing(&name, "create it first with CREATE TABLE")
+        .await?;
+    let mut properties = HashMap::new();
+    for op in &alter.operations {
+        let AlterTableOperation::SetTblProperties { table_properties } = op else {
+            return Err(Error::user(
+                format!("ALTER TABLE `{name}` {op} is not supported by smelt sql"),
+                "only SET OPTIONS / SET TBLPROPERTIES (the change feed) is; a new column comes with the flow's schema file (schema evolution)",
+            ));
+        };
+        for (key, value) in key_values(table_properties) {
+            if !understood_option(&key, &value) || key.starts_with("delta.feature") {
+                return Err(Error::user(
+                    format!(
+                        "ALTER TABLE `{name}`: table property `{key}` (= '{value}') is not supported by smelt sql"
+                    ),
+                    "smelt understands enable_change_history / delta.enableChangeDataFeed (true or false); flows keep their watermark in the commits of the tables they write (smelt status shows it)",
+                ));
+            }
+            properties.insert("delta.enableChangeDataFeed".to_string(), value);
+        }
+    }
+    let on = properties.values().all(|v| v == "true");
+    table
+        .set_tbl_properties()
+        .with_properties(properties)
         .await
-        .context(|| "running the query".to_string())?;
-    Ok((schema, batches))
+        .context(|| format!("altering `{name}`"))?;
+    Ok(SqlOutput::Message(format!(
+        "altered table {name}: change feed {}",
+        if on { "on" } else { "off" }
+    )))
 }
 
 async fn create_table(lake: &Lake, def: &smelt_spec::TableDef) -> Result<SqlOutput> {

@@ -6,14 +6,12 @@ use std::path::Path;
 
 use sqlparser::ast::Spanned;
 use sqlparser::ast::{
-    ColumnOption, CreateTable, CreateTableOptions, SqlOption, Statement, TableConstraint,
+    ColumnOption, CreateTable, CreateTableOptions, HiveDistributionStyle, SqlOption, Statement,
+    TableConstraint,
 };
-use sqlparser::dialect::{BigQueryDialect, DatabricksDialect, Dialect, GenericDialect};
-use sqlparser::keywords::Keyword;
-use sqlparser::parser::Parser;
-use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
 use crate::error::{Result, SpecError, SpecErrors};
+pub use crate::script::{MERGE_SET_ALL, parse_script};
 
 pub use crate::name::TableName;
 
@@ -146,153 +144,6 @@ impl TableDef {
     }
 }
 
-/// Parses a SQL script (BigQuery, Databricks/Spark or generic syntax) into statements.
-///
-/// Two spellings sqlparser does not take are rewritten first: BigQuery's
-/// `ALTER TABLE t SET OPTIONS (...)` (read as `SET TBLPROPERTIES`) and dotted option keys
-/// such as `delta.enableChangeDataFeed = true` (read as one quoted key).
-/// The error is the text of the first dialect's error, with its line.
-pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
-    let dialects: [&dyn Dialect; 3] = [
-        &BigQueryDialect {},
-        &GenericDialect {},
-        &DatabricksDialect {},
-    ];
-    let mut first_err = None;
-    for d in dialects {
-        let parsed = Tokenizer::new(d, sql)
-            .tokenize_with_location()
-            .map_err(|e| e.to_string())
-            .and_then(|tokens| {
-                Parser::new(d)
-                    .with_tokens_with_locations(strip_using_delta(rewrite_options(tokens)))
-                    .parse_statements()
-                    .map_err(|e| e.to_string())
-            });
-        match parsed {
-            Ok(stmts) => return Ok(stmts),
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    Err(first_err.unwrap_or_default())
-}
-
-/// Drops Spark's `USING DELTA` after a `CREATE TABLE`'s column list (smelt's tables are
-/// Delta tables); `tokens` hold no whitespace. Another `USING` is left for the parser to
-/// refuse.
-fn strip_using_delta(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
-    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
-    let (mut depth, mut create, mut first) = (0usize, false, true);
-    let mut i = 0;
-    while i < tokens.len() {
-        let t = &tokens[i];
-        match &t.token {
-            Token::SemiColon => {
-                first = true;
-                depth = 0;
-                out.push(t.clone());
-                i += 1;
-                continue;
-            }
-            Token::LParen => depth += 1,
-            Token::RParen => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        if first {
-            create = matches!(&t.token, Token::Word(w) if w.keyword == Keyword::CREATE);
-            first = false;
-        }
-        let using_delta = create
-            && depth == 0
-            && matches!(&t.token, Token::Word(w) if w.keyword == Keyword::USING)
-            && matches!(out.last().map(|p| &p.token), Some(Token::RParen))
-            && matches!(tokens.get(i + 1).map(|n| &n.token), Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("delta"));
-        if using_delta {
-            i += 2;
-            continue;
-        }
-        out.push(t.clone());
-        i += 1;
-    }
-    out
-}
-
-fn rewrite_options(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
-    let significant = |t: &TokenWithSpan| !matches!(t.token, Token::Whitespace(_));
-    let toks: Vec<TokenWithSpan> = tokens.into_iter().filter(significant).collect();
-    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(toks.len());
-    let (mut in_props, mut depth, mut i) = (false, 0usize, 0usize);
-    let mut statement_start = 0usize;
-    while i < toks.len() {
-        let t = &toks[i];
-        if matches!(t.token, Token::SemiColon) {
-            statement_start = out.len() + 1;
-        }
-        if let Token::Word(w) = &t.token {
-            let after_set = matches!(out.last().map(|t| &t.token), Some(Token::Word(p)) if p.keyword == Keyword::SET);
-            let alter_table = matches!(out.get(statement_start).map(|t| &t.token), Some(Token::Word(a)) if a.keyword == Keyword::ALTER)
-                && matches!(out.get(statement_start + 1).map(|t| &t.token), Some(Token::Word(b)) if b.keyword == Keyword::TABLE);
-            if w.keyword == Keyword::OPTIONS && after_set && alter_table {
-                out.push(TokenWithSpan::new(
-                    Token::make_keyword("TBLPROPERTIES"),
-                    t.span,
-                ));
-                in_props = true;
-                depth = 0;
-                i += 1;
-                continue;
-            }
-            if w.keyword == Keyword::TBLPROPERTIES || w.keyword == Keyword::OPTIONS {
-                in_props = true;
-                depth = 0;
-            }
-        }
-        if in_props {
-            match &t.token {
-                Token::LParen => depth += 1,
-                Token::RParen => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        in_props = false;
-                    }
-                }
-                Token::Word(w)
-                    if depth == 1
-                        && matches!(
-                            out.last().map(|t| &t.token),
-                            Some(Token::LParen | Token::Comma)
-                        ) =>
-                {
-                    let (mut key, mut j) = (w.value.clone(), i + 1);
-                    while j + 1 < toks.len() && matches!(toks[j].token, Token::Period) {
-                        if let Token::Word(n) = &toks[j + 1].token {
-                            key.push('.');
-                            key.push_str(&n.value);
-                            j += 2;
-                        } else {
-                            break;
-                        }
-                    }
-                    if j > i + 1 {
-                        out.push(TokenWithSpan::new(
-                            Token::make_word(&key, Some('`')),
-                            t.span,
-                        ));
-                        i = j;
-                        continue;
-                    }
-                }
-                _ => {}
-            }
-        }
-        out.push(t.clone());
-        i += 1;
-    }
-    out
-}
-
 /// Reads the single `CREATE TABLE` statement of a DDL file.
 pub fn parse_table(sql: &str, file: &Path) -> Result<TableDef> {
     let stmts = parse_script(sql).map_err(|e| {
@@ -399,6 +250,38 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
         }
     }
     let change_feed = change_feed_in(&c.table_options);
+    // Clauses smelt does not carry out are refused, never dropped.
+    let line = Some(span_line(c.name.span().start.line));
+    let layout = [
+        (
+            c.partition_by.is_some()
+                || matches!(
+                    c.hive_distribution,
+                    HiveDistributionStyle::PARTITIONED { .. }
+                ),
+            "PARTITION BY / PARTITIONED BY",
+        ),
+        (
+            c.cluster_by.is_some() || c.clustered_by.is_some(),
+            "CLUSTER BY / CLUSTERED BY",
+        ),
+    ];
+    for (_, clause) in layout.iter().filter(|(used, _)| *used) {
+        errors.push(
+            SpecError::new(file, "", format!("`{}`: {clause} is not supported: smelt's tables are not partitioned or clustered", c.name))
+                .at(line)
+                .hint("drop the clause; smelt skips files by their statistics, and `smelt optimize` compacts them"),
+        );
+    }
+    for (key, value) in options_of(&c.table_options) {
+        if !understood_option(&key, &value) {
+            errors.push(
+                SpecError::new(file, "", format!("`{}`: table option `{key} = {value}` is not supported", c.name))
+                    .at(line)
+                    .hint("smelt understands enable_change_history / delta.enableChangeDataFeed (true or false) and delta.feature.timestampNtz = 'supported'; drop the others"),
+            );
+        }
+    }
     if !errors.is_empty() {
         return Err(SpecErrors(errors));
     }
@@ -431,22 +314,49 @@ pub fn change_feed_in(options: &CreateTableOptions) -> bool {
 
 /// True when `key = value` options turn the change feed on (see [`change_feed_in`]).
 pub fn options_turn_on_change_feed(options: &[SqlOption]) -> bool {
-    options.iter().any(|o| {
-        let text = o.to_string();
-        let Some((k, v)) = text.split_once('=') else {
-            return false;
-        };
-        let unquote = |s: &str| {
-            s.trim()
-                .trim_matches(|c| c == '\'' || c == '"' || c == '`')
-                .to_ascii_lowercase()
-        };
-        let (k, v) = (unquote(k), unquote(v));
-        matches!(
-            k.as_str(),
-            "enable_change_history" | "delta.enablechangedatafeed"
-        ) && v == "true"
-    })
+    key_values(options)
+        .iter()
+        .any(|(k, v)| is_change_feed_key(k) && v == "true")
+}
+
+/// Whether smelt carries out the table option `key = value` (both lower case, unquoted).
+pub fn understood_option(key: &str, value: &str) -> bool {
+    (is_change_feed_key(key) && matches!(value, "true" | "false"))
+        // Implied by a TIMESTAMP_NTZ column, which delta-rs turns on itself.
+        || (key == "delta.feature.timestampntz" && value == "supported")
+}
+
+fn is_change_feed_key(key: &str) -> bool {
+    matches!(key, "enable_change_history" | "delta.enablechangedatafeed")
+}
+
+/// The `key = value` pairs of a CREATE TABLE's options (lower case, unquoted).
+fn options_of(options: &CreateTableOptions) -> Vec<(String, String)> {
+    match options {
+        CreateTableOptions::None => Vec::new(),
+        CreateTableOptions::With(o)
+        | CreateTableOptions::Options(o)
+        | CreateTableOptions::Plain(o)
+        | CreateTableOptions::TableProperties(o) => key_values(o),
+    }
+}
+
+/// `key = value` pairs of options (lower case, unquoted); an option without `=` has an
+/// empty value.
+pub fn key_values(options: &[SqlOption]) -> Vec<(String, String)> {
+    let unquote = |s: &str| {
+        s.trim()
+            .trim_matches(|c| c == '\'' || c == '"' || c == '`')
+            .to_ascii_lowercase()
+    };
+    options
+        .iter()
+        .map(|o| {
+            let text = o.to_string();
+            let (k, v) = text.split_once('=').unwrap_or((&text, ""));
+            (unquote(k), unquote(v))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ mod name;
 mod ordered;
 mod policy;
 mod replace_where;
+mod script;
 
 pub use append::AppendFlow;
 pub use apply::{ApplyFlow, AuditColumns};

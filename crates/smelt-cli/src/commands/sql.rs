@@ -31,10 +31,12 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
         let mut failure = Failure::from(e);
         if n > 0 {
             failure.messages[0] = format!("statement {n}: {}", failure.messages[0]);
-            if n > 1 {
-                failure
-                    .causes
-                    .push(format!("statements 1..{} ran and stay committed", n - 1));
+            // A script that does not parse runs nothing, whatever statement is refused.
+            if !outputs.is_empty() {
+                failure.causes.push(format!(
+                    "statements 1..{} ran and stay committed",
+                    outputs.len()
+                ));
             }
         } else {
             failure.code = 2;

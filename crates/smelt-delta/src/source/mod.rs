@@ -52,12 +52,27 @@ impl DeltaSource {
     /// Opens the bronze table at its latest version. Fails, naming the feature, when smelt
     /// cannot read the table's rows right.
     pub async fn open(lake: &crate::Lake, name: &TableName) -> Result<Self> {
-        let table = lake
+        Self::pinned(lake, name, None).await
+    }
+
+    /// Opens the bronze table at `version` (which must exist).
+    pub async fn open_at(lake: &crate::Lake, name: &TableName, version: i64) -> Result<Self> {
+        Self::pinned(lake, name, Some(version)).await
+    }
+
+    async fn pinned(lake: &crate::Lake, name: &TableName, at: Option<i64>) -> Result<Self> {
+        let mut table = lake
             .open_existing(
                 name,
                 "create it first, e.g. `smelt sql -f bronze.sql`, or fix `from:` in the pipeline",
             )
             .await?;
+        if let Some(v) = at {
+            table
+                .load_version(v as u64)
+                .await
+                .context(|| format!("reading `{name}` at version {v}"))?;
+        }
         let version = table.version().map(|v| v as i64).unwrap_or(0);
         let state = table.snapshot().context(|| format!("reading `{name}`"))?;
         crate::features::check_readable(&name.to_string(), state)?;

@@ -161,6 +161,11 @@ fn literal_time(e: &Expr) -> Option<DateTime<Utc>> {
         Expr::TypedString(t) => t.value.value.clone().into_string()?,
         _ => return None,
     };
+    parse_time(&text)
+}
+
+/// A time: RFC 3339 or `YYYY-MM-DD[ HH:MM:SS[.f]]` (UTC).
+pub(super) fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     let text = text.trim();
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Some(t.with_timezone(&Utc));

@@ -1,0 +1,214 @@
+//! Parsing `smelt sql` scripts and DDL files: sqlparser with the BigQuery, generic and
+//! Databricks dialects in turn, after rewriting the spellings sqlparser does not take
+//! (BigQuery's `ALTER TABLE … SET OPTIONS`, dotted option keys, Spark's `USING DELTA`,
+//! Databricks' `MERGE … UPDATE SET *` / `INSERT *`).
+
+use sqlparser::ast::Statement;
+use sqlparser::dialect::{BigQueryDialect, DatabricksDialect, Dialect, GenericDialect};
+use sqlparser::keywords::Keyword;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
+
+/// Parses a SQL script (BigQuery, Databricks/Spark or generic syntax) into statements.
+///
+/// Two spellings sqlparser does not take are rewritten first: BigQuery's
+/// `ALTER TABLE t SET OPTIONS (...)` (read as `SET TBLPROPERTIES`) and dotted option keys
+/// such as `delta.enableChangeDataFeed = true` (read as one quoted key).
+/// The error is the text of the first dialect's error, with its line.
+pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
+    let dialects: [&dyn Dialect; 3] = [
+        &BigQueryDialect {},
+        &GenericDialect {},
+        &DatabricksDialect {},
+    ];
+    let mut first_err = None;
+    for d in dialects {
+        let parsed = Tokenizer::new(d, sql)
+            .tokenize_with_location()
+            .map_err(|e| e.to_string())
+            .and_then(|tokens| {
+                Parser::new(d)
+                    .with_tokens_with_locations(changes_table_arg(merge_stars(strip_using_delta(
+                        rewrite_options(tokens),
+                    ))))
+                    .parse_statements()
+                    .map_err(|e| e.to_string())
+            });
+        match parsed {
+            Ok(stmts) => return Ok(stmts),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_err.unwrap_or_default())
+}
+
+/// The column an `UPDATE SET *` of a MERGE is read as setting: `UPDATE SET c = c` for this
+/// `c` stands for Databricks' `UPDATE SET *` (every column from the source's column of the
+/// same name).
+pub const MERGE_SET_ALL: &str = "__smelt_set_all__";
+
+/// Databricks' `MERGE … THEN UPDATE SET *` and `THEN INSERT *`, which sqlparser does not
+/// take, read as `UPDATE SET __smelt_set_all__ = __smelt_set_all__` and BigQuery's `INSERT
+/// ROW` (both: every target column from the source column of that name). `tokens` hold no
+/// whitespace.
+fn merge_stars(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let word = |t: Option<&TokenWithSpan>, k: Keyword| matches!(t.map(|t| &t.token), Some(Token::Word(w)) if w.keyword == k);
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    for t in tokens {
+        if matches!(t.token, Token::Mul) {
+            let n = out.len();
+            let at = |back: usize| n.checked_sub(back).and_then(|i| out.get(i));
+            if word(at(1), Keyword::SET)
+                && word(at(2), Keyword::UPDATE)
+                && word(at(3), Keyword::THEN)
+            {
+                let all = Token::make_word(MERGE_SET_ALL, None);
+                out.push(TokenWithSpan::new(all.clone(), t.span));
+                out.push(TokenWithSpan::new(Token::Eq, t.span));
+                out.push(TokenWithSpan::new(all, t.span));
+                continue;
+            }
+            if word(at(1), Keyword::INSERT) && word(at(2), Keyword::THEN) {
+                out.push(TokenWithSpan::new(Token::make_keyword("ROW"), t.span));
+                continue;
+            }
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// BigQuery's `CHANGES(TABLE t, …)` / `APPENDS(TABLE t, …)`, which sqlparser does not take,
+/// read as `CHANGES(t, …)`. `tokens` hold no whitespace.
+fn changes_table_arg(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    for t in tokens {
+        let table = matches!(&t.token, Token::Word(w) if w.keyword == Keyword::TABLE);
+        let n = out.len();
+        let after_call = n >= 2
+            && matches!(out[n - 1].token, Token::LParen)
+            && matches!(&out[n - 2].token, Token::Word(w)
+                if w.value.eq_ignore_ascii_case("changes") || w.value.eq_ignore_ascii_case("appends"));
+        if table && after_call {
+            continue;
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// Drops Spark's `USING DELTA` after a `CREATE TABLE`'s column list (smelt's tables are
+/// Delta tables); `tokens` hold no whitespace. Another `USING` is left for the parser to
+/// refuse.
+fn strip_using_delta(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    let (mut depth, mut create, mut first) = (0usize, false, true);
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = &tokens[i];
+        match &t.token {
+            Token::SemiColon => {
+                first = true;
+                depth = 0;
+                out.push(t.clone());
+                i += 1;
+                continue;
+            }
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if first {
+            create = matches!(&t.token, Token::Word(w) if w.keyword == Keyword::CREATE);
+            first = false;
+        }
+        let using_delta = create
+            && depth == 0
+            && matches!(&t.token, Token::Word(w) if w.keyword == Keyword::USING)
+            && matches!(out.last().map(|p| &p.token), Some(Token::RParen))
+            && matches!(tokens.get(i + 1).map(|n| &n.token), Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("delta"));
+        if using_delta {
+            i += 2;
+            continue;
+        }
+        out.push(t.clone());
+        i += 1;
+    }
+    out
+}
+
+fn rewrite_options(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let significant = |t: &TokenWithSpan| !matches!(t.token, Token::Whitespace(_));
+    let toks: Vec<TokenWithSpan> = tokens.into_iter().filter(significant).collect();
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(toks.len());
+    let (mut in_props, mut depth, mut i) = (false, 0usize, 0usize);
+    let mut statement_start = 0usize;
+    while i < toks.len() {
+        let t = &toks[i];
+        if matches!(t.token, Token::SemiColon) {
+            statement_start = out.len() + 1;
+        }
+        if let Token::Word(w) = &t.token {
+            let after_set = matches!(out.last().map(|t| &t.token), Some(Token::Word(p)) if p.keyword == Keyword::SET);
+            let alter_table = matches!(out.get(statement_start).map(|t| &t.token), Some(Token::Word(a)) if a.keyword == Keyword::ALTER)
+                && matches!(out.get(statement_start + 1).map(|t| &t.token), Some(Token::Word(b)) if b.keyword == Keyword::TABLE);
+            if w.keyword == Keyword::OPTIONS && after_set && alter_table {
+                out.push(TokenWithSpan::new(
+                    Token::make_keyword("TBLPROPERTIES"),
+                    t.span,
+                ));
+                in_props = true;
+                depth = 0;
+                i += 1;
+                continue;
+            }
+            if w.keyword == Keyword::TBLPROPERTIES || w.keyword == Keyword::OPTIONS {
+                in_props = true;
+                depth = 0;
+            }
+        }
+        if in_props {
+            match &t.token {
+                Token::LParen => depth += 1,
+                Token::RParen => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        in_props = false;
+                    }
+                }
+                Token::Word(w)
+                    if depth == 1
+                        && matches!(
+                            out.last().map(|t| &t.token),
+                            Some(Token::LParen | Token::Comma)
+                        ) =>
+                {
+                    let (mut key, mut j) = (w.value.clone(), i + 1);
+                    while j + 1 < toks.len() && matches!(toks[j].token, Token::Period) {
+                        if let Token::Word(n) = &toks[j + 1].token {
+                            key.push('.');
+                            key.push_str(&n.value);
+                            j += 2;
+                        } else {
+                            break;
+                        }
+                    }
+                    if j > i + 1 {
+                        out.push(TokenWithSpan::new(
+                            Token::make_word(&key, Some('`')),
+                            t.span,
+                        ));
+                        i = j;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push(t.clone());
+        i += 1;
+    }
+    out
+}
