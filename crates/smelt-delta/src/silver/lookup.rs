@@ -72,7 +72,11 @@ impl DeltaSilver {
         let total = active.len();
         let tasks: Vec<_> = active
             .into_iter()
-            .filter(|a| to_probe.as_ref().is_none_or(|p| p.get(a.index) != Some(&false)))
+            .filter(|a| {
+                to_probe
+                    .as_ref()
+                    .is_none_or(|p| p.get(a.index) != Some(&false))
+            })
             .map(|active| {
                 let (store, name, index) = (Arc::clone(&store), name.clone(), Arc::clone(&index));
                 let (key_names, key_schema) = (Arc::clone(&key_names), Arc::clone(&key_schema));

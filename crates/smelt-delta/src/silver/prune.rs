@@ -55,8 +55,8 @@ fn may_hold(keys: &ArrayRef, least: &ArrayRef, greatest: &ArrayRef) -> Result<Op
     let stored = converter.convert_columns(&[keys])?;
     let mut sorted: Vec<_> = stored.iter().collect();
     sorted.sort_unstable();
-    let lows = converter.convert_columns(&[least.clone()])?;
-    let highs = converter.convert_columns(&[greatest.clone()])?;
+    let lows = converter.convert_columns(std::slice::from_ref(least))?;
+    let highs = converter.convert_columns(std::slice::from_ref(greatest))?;
     let cut = |i: usize| {
         strings
             && arrow::compute::cast(&greatest.slice(i, 1), &DataType::Utf8)
@@ -76,9 +76,9 @@ fn may_hold(keys: &ArrayRef, least: &ArrayRef, greatest: &ArrayRef) -> Result<Op
                 } else {
                     sorted.partition_point(|k| *k < lows.row(i))
                 };
-                sorted.get(first).is_some_and(|k| {
-                    greatest.is_null(i) || cut(i) || *k <= highs.row(i)
-                })
+                sorted
+                    .get(first)
+                    .is_some_and(|k| greatest.is_null(i) || cut(i) || *k <= highs.row(i))
             })
             .collect(),
     ))
