@@ -308,17 +308,28 @@ fn seed_004_foundry() {
 ORDER BY committed_at DESC LIMIT 1",
         Refused("`raw.added_rows.snapshots`", "table_changes"),
     );
+    // D3 / D4 / D7: seed 004 keeps its watermark in a table property of its own.
     check(
         &p,
         "D3",
-        "ALTER TABLE raw.added_rows SET TBLPROPERTIES ('watermark' = '42')",
-        Refused("table property `watermark`", "keep their watermark"),
+        "ALTER TABLE raw.added_rows SET TBLPROPERTIES ('smelt_test.watermark' = '41')",
+        Runs,
+    );
+    check(
+        &p,
+        "D7",
+        "ALTER TABLE raw.added_rows SET TBLPROPERTIES ('smelt_test.watermark' = '42')",
+        Runs,
+    );
+    assert_eq!(
+        p.query("SHOW TBLPROPERTIES raw.added_rows ('smelt_test.watermark')"),
+        vec![serde_json::json!({"key": "smelt_test.watermark", "value": "42"})]
     );
     check(
         &p,
         "D4",
-        "SHOW TBLPROPERTIES raw.added_rows ('watermark')",
-        Refused("SHOW TBLPROPERTIES", "smelt status"),
+        "SHOW TBLPROPERTIES raw.added_rows ('smelt_test.watermark')",
+        Runs,
     );
     check(
         &p,

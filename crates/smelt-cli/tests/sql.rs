@@ -223,3 +223,127 @@ fn create_table_refuses_what_it_would_drop() {
     ]);
     assert!(out.contains("created table raw.ntz (2 columns)"), "{out}");
 }
+
+/// Spark's SHOW TBLPROPERTIES and DESCRIBE [DETAIL | HISTORY] as rows, from the table's log;
+/// a property of Delta's smelt does not set is refused by name.
+#[test]
+fn show_tblproperties_and_describe_read_the_log() {
+    let p = Project::product2();
+    p.ok(&[
+        "sql",
+        "CREATE TABLE raw.t (id BIGINT NOT NULL, name STRING);
+         INSERT INTO raw.t VALUES (1, 'a');
+         ALTER TABLE raw.t SET TBLPROPERTIES (delta.enableChangeDataFeed = true, 'team.owner' = 'Data Eng');",
+    ]);
+    let props = p.query("SHOW TBLPROPERTIES raw.t");
+    assert!(
+        props.contains(&serde_json::json!({"key": "delta.enableChangeDataFeed", "value": "true"})),
+        "{props:?}"
+    );
+    assert!(
+        props.contains(&serde_json::json!({"key": "team.owner", "value": "Data Eng"})),
+        "{props:?}"
+    );
+    assert_eq!(
+        p.query("DESCRIBE raw.t"),
+        vec![
+            serde_json::json!({"col_name": "id", "data_type": "long", "nullable": false}),
+            serde_json::json!({"col_name": "name", "data_type": "string", "nullable": true}),
+        ]
+    );
+    let detail = p.query("DESCRIBE DETAIL raw.t");
+    assert_eq!(detail.len(), 1);
+    assert_eq!(detail[0]["format"], "delta");
+    assert_eq!(detail[0]["version"], 2);
+    assert_eq!(detail[0]["numFiles"], 1);
+    // Newest first; the versions and operations are the log's.
+    let history: Vec<(i64, String)> = p
+        .query("DESCRIBE HISTORY raw.t")
+        .iter()
+        .map(|r| {
+            (
+                r["version"].as_i64().unwrap(),
+                common::text(&r["operation"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        history,
+        vec![
+            (2, "SET TBLPROPERTIES".to_string()),
+            (1, "WRITE".to_string()),
+            (0, "CREATE TABLE".to_string()),
+        ]
+    );
+    assert_eq!(p.query("DESCRIBE HISTORY raw.t LIMIT 1").len(), 1);
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            "ALTER TABLE raw.t SET TBLPROPERTIES ('delta.appendOnly' = 'true')",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("table property `delta.appendOnly` (= 'true') is not supported"),
+        "{err}"
+    );
+}
+
+/// `CREATE TABLE … AS SELECT` is one commit with the query's columns and rows (OR REPLACE
+/// replaces both); `ALTER TABLE … ADD COLUMN` adds a NULL column, refusing what it would drop.
+#[test]
+fn create_table_as_select_and_add_column() {
+    let p = Project::product2();
+    p.ok(&[
+        "sql",
+        "CREATE TABLE raw.t (x BIGINT, n STRING); INSERT INTO raw.t VALUES (1, 'a'), (2, 'b');",
+    ]);
+    let out = p.ok(&[
+        "sql",
+        "CREATE TABLE raw.c OPTIONS (enable_change_history = TRUE) AS SELECT x, upper(n) AS n FROM raw.t WHERE x > 1",
+    ]);
+    assert!(
+        out.contains("created table raw.c (2 columns) with 1 rows"),
+        "{out}"
+    );
+    assert_eq!(
+        p.query("SELECT x, n FROM raw.c"),
+        vec![serde_json::json!({"x": 2, "n": "B"})]
+    );
+    assert_eq!(p.query("DESCRIBE HISTORY raw.c").len(), 1, "one commit");
+    assert_eq!(p.query("SELECT * FROM table_changes('raw.c', 0)").len(), 1);
+    let (_, err) = p.fails(&["sql", "CREATE TABLE raw.c AS SELECT 1 AS x"], 1);
+    assert!(err.contains("table `raw.c` already exists"), "{err}");
+    p.ok(&[
+        "sql",
+        "CREATE OR REPLACE TABLE raw.c AS SELECT 'z' AS other",
+    ]);
+    assert_eq!(
+        p.query("SELECT * FROM raw.c"),
+        vec![serde_json::json!({"other": "z"})]
+    );
+    // An empty result still makes the table, with its columns.
+    p.ok(&[
+        "sql",
+        "CREATE TABLE raw.empty AS SELECT x FROM raw.t WHERE x > 9",
+    ]);
+    assert_eq!(p.query("DESCRIBE raw.empty").len(), 1);
+
+    let out = p.ok(&["sql", "ALTER TABLE raw.t ADD COLUMN note STRING"]);
+    assert!(out.contains("altered table raw.t: added note"), "{out}");
+    p.ok(&[
+        "sql",
+        "ALTER TABLE raw.t ADD COLUMN IF NOT EXISTS note STRING",
+    ]);
+    assert_eq!(
+        p.query("SELECT x, note FROM raw.t ORDER BY x"),
+        vec![serde_json::json!({"x": 1}), serde_json::json!({"x": 2})]
+    );
+    let (_, err) = p.fails(&["sql", "ALTER TABLE raw.t ADD COLUMN z INT64 NOT NULL"], 1);
+    assert!(
+        err.contains("constraints and defaults are not supported"),
+        "{err}"
+    );
+    let (_, err) = p.fails(&["sql", "ALTER TABLE raw.t ADD COLUMN note STRING"], 1);
+    assert!(err.contains("column `note` exists"), "{err}");
+}

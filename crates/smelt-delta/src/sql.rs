@@ -4,7 +4,6 @@
 //! VALUES | SELECT`, `TRUNCATE TABLE`, `UPDATE`, `DELETE`, `MERGE` (`dml`); time travel in queries (`VERSION AS OF`, `TIMESTAMP AS OF`,
 //! `FOR SYSTEM_TIME AS OF`: `time_travel`).
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
@@ -12,26 +11,23 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{Schema, SchemaRef};
+use deltalake::DeltaTable;
 use deltalake::datafusion::execution::context::SQLOptions;
 use deltalake::datafusion::prelude::{DataFrame, SessionContext};
 use deltalake::datafusion::sql::parser::Statement as DFStatement;
 use deltalake::datafusion::sql::sqlparser::ast::{
-    AlterTable, AlterTableOperation, Ident, ObjectName, ObjectNamePart, Statement, TableObject,
-    visit_relations_mut,
+    Ident, ObjectName, ObjectNamePart, Statement, TableObject, visit_relations_mut,
 };
-use deltalake::kernel::StructType;
-use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake::operations::create::CreateBuilder;
 use deltalake::protocol::SaveMode;
-use deltalake::{DeltaTable, TableProperty};
-use smelt_engine::schema::arrow_schema;
 use smelt_spec::TableName;
-use smelt_spec::ddl::{key_values, parse_script, table_def, understood_option};
+use smelt_spec::ddl::{parse_script, table_def};
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
 
 mod changes;
+mod ddl;
+mod describe;
 mod dialect;
 mod dml;
 mod time_travel;
@@ -161,13 +157,8 @@ async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput>
     }
     dialect::rewrite(&mut statement);
     match statement {
-        Statement::CreateTable(create) => {
-            if create.query.is_some() {
-                return Err(Error::user(
-                    "CREATE TABLE … AS SELECT is not supported yet",
-                    "create the table, then `INSERT INTO … SELECT …`",
-                ));
-            }
+        Statement::CreateTable(mut create) => {
+            let as_select = create.query.take();
             let def = table_def(&create, Path::new("<sql>")).map_err(|e| {
                 let first = &e.0[0];
                 Error::user(
@@ -175,9 +166,22 @@ async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput>
                     first.hint.clone().unwrap_or_default(),
                 )
             })?;
-            create_table(lake, &def).await
+            match as_select {
+                None => ddl::create_table(lake, &def).await,
+                Some(_) if !def.columns.is_empty() => Err(Error::user(
+                    format!(
+                        "CREATE TABLE `{}` (…) AS SELECT: columns come from the query",
+                        def.name
+                    ),
+                    "leave out the column list, or CREATE the table and then INSERT INTO … SELECT",
+                )),
+                Some(q) => {
+                    let (schema, batches) = query(lake, Statement::Query(q)).await?;
+                    ddl::create_table_as(lake, &def, schema, batches).await
+                }
+            }
         }
-        Statement::AlterTable(alter) => alter_table(lake, alter).await,
+        Statement::AlterTable(alter) => ddl::alter_table(lake, alter).await,
         Statement::Truncate(truncate) => {
             let mut done = Vec::new();
             for target in &truncate.table_names {
@@ -306,6 +310,7 @@ async fn dataframe(
     ctx: &SessionContext,
     mut statement: Statement,
 ) -> Result<DataFrame> {
+    describe::resolve(lake, ctx, &mut statement).await?;
     changes::resolve(lake, ctx, &mut statement).await?;
     time_travel::resolve(lake, ctx, &mut statement).await?;
     dialect::match_case(ctx, &mut statement).await;
@@ -322,91 +327,6 @@ async fn dataframe(
     ctx.execute_logical_plan(plan)
         .await
         .context(|| "running the query".to_string())
-}
-
-/// `ALTER TABLE t SET OPTIONS / SET TBLPROPERTIES (…)`: the change feed on or off; other
-/// properties and operations are refused by name.
-async fn alter_table(lake: &Lake, alter: AlterTable) -> Result<SqlOutput> {
-    let name = table_name(&alter.name)?;
-    let table = lake
-        .open_existing(&name, "create it first with CREATE TABLE")
-        .await?;
-    let mut properties = HashMap::new();
-    for op in &alter.operations {
-        let AlterTableOperation::SetTblProperties { table_properties } = op else {
-            return Err(Error::user(
-                format!("ALTER TABLE `{name}` {op} is not supported by smelt sql"),
-                "only SET OPTIONS / SET TBLPROPERTIES (the change feed) is; a new column comes with the flow's schema file (schema evolution)",
-            ));
-        };
-        for (key, value) in key_values(table_properties) {
-            if !understood_option(&key, &value) || key.starts_with("delta.feature") {
-                return Err(Error::user(
-                    format!(
-                        "ALTER TABLE `{name}`: table property `{key}` (= '{value}') is not supported by smelt sql"
-                    ),
-                    "smelt understands enable_change_history / delta.enableChangeDataFeed (true or false); flows keep their watermark in the commits of the tables they write (smelt status shows it)",
-                ));
-            }
-            properties.insert("delta.enableChangeDataFeed".to_string(), value);
-        }
-    }
-    let on = properties.values().all(|v| v == "true");
-    table
-        .set_tbl_properties()
-        .with_properties(properties)
-        .await
-        .context(|| format!("altering `{name}`"))?;
-    Ok(SqlOutput::Message(format!(
-        "altered table {name}: change feed {}",
-        if on { "on" } else { "off" }
-    )))
-}
-
-async fn create_table(lake: &Lake, def: &smelt_spec::TableDef) -> Result<SqlOutput> {
-    let exists = lake.exists(&def.name).await?;
-    if exists && def.if_not_exists {
-        return Ok(SqlOutput::Message(format!(
-            "table {} exists; left as is",
-            def.name
-        )));
-    }
-    if exists && !def.or_replace {
-        return Err(Error::user(
-            format!("table `{}` already exists", def.name),
-            "use CREATE OR REPLACE TABLE to replace it, or CREATE TABLE IF NOT EXISTS",
-        ));
-    }
-    let schema = arrow_schema(def);
-    let delta_schema: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
-    lake.prepare(&def.name)?;
-    let mut builder = CreateBuilder::new()
-        .with_location(lake.table_url(&def.name)?.to_string())
-        .with_table_name(def.name.table.clone())
-        .with_columns(delta_schema.fields().cloned())
-        .with_save_mode(if exists {
-            SaveMode::Overwrite
-        } else {
-            SaveMode::ErrorIfExists
-        });
-    if def.change_feed {
-        builder =
-            builder.with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"));
-    }
-    builder
-        .await
-        .context(|| format!("creating `{}`", def.name))?;
-    Ok(SqlOutput::Message(format!(
-        "{} table {} ({} columns{})",
-        if exists { "replaced" } else { "created" },
-        def.name,
-        def.columns.len(),
-        if def.change_feed {
-            ", change feed on"
-        } else {
-            ""
-        }
-    )))
 }
 
 /// Appends query rows to a table: by position into `columns` (or every column), NULL for

@@ -28,8 +28,8 @@ pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
             .map_err(|e| e.to_string())
             .and_then(|tokens| {
                 Parser::new(d)
-                    .with_tokens_with_locations(changes_table_arg(merge_stars(strip_using_delta(
-                        rewrite_options(tokens),
+                    .with_tokens_with_locations(describe_as_query(changes_table_arg(merge_stars(
+                        strip_using_delta(rewrite_options(tokens)),
                     ))))
                     .parse_statements()
                     .map_err(|e| e.to_string())
@@ -78,6 +78,97 @@ fn merge_stars(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         out.push(t);
     }
     out
+}
+
+/// The table function `SHOW TBLPROPERTIES` and `DESCRIBE` statements are read as a query of:
+/// `__smelt_describe('tblproperties' | 'columns' | 'detail' | 'history', 'schema.table')`.
+pub const DESCRIBE_FUNCTION: &str = "__smelt_describe";
+
+/// Spark's `SHOW TBLPROPERTIES t [('key')]`, `DESCRIBE [TABLE] t`, `DESCRIBE DETAIL t` and
+/// `DESCRIBE HISTORY t [LIMIT n]` (which sqlparser reads partly or not at all) read as
+/// `SELECT * FROM __smelt_describe('what', 't') [WHERE key = 'key'] [LIMIT n]`. `tokens`
+/// hold no whitespace.
+fn describe_as_query(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    let mut at_start = true;
+    while i < tokens.len() {
+        if at_start && let Some((rewritten, used)) = describe_at(&tokens[i..]) {
+            out.extend(rewritten);
+            i += used;
+            at_start = false;
+            continue;
+        }
+        at_start = matches!(tokens[i].token, Token::SemiColon);
+        out.push(tokens[i].clone());
+        i += 1;
+    }
+    out
+}
+
+/// The query a SHOW TBLPROPERTIES / DESCRIBE statement at the start of `tokens` reads as,
+/// and how many tokens it took.
+fn describe_at(tokens: &[TokenWithSpan]) -> Option<(Vec<TokenWithSpan>, usize)> {
+    let word = |i: usize| match tokens.get(i).map(|t| &t.token) {
+        Some(Token::Word(w)) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    };
+    let (what, mut i) = match (word(0).as_deref(), word(1).as_deref()) {
+        (Some("SHOW"), Some("TBLPROPERTIES")) => ("tblproperties", 2),
+        (Some("DESCRIBE" | "DESC"), Some("HISTORY")) => ("history", 2),
+        (Some("DESCRIBE" | "DESC"), Some("DETAIL")) => ("detail", 2),
+        (Some("DESCRIBE" | "DESC"), Some("TABLE")) => ("columns", 2),
+        (Some("DESCRIBE" | "DESC"), _) => ("columns", 1),
+        _ => return None,
+    };
+    // The table's name: words joined by periods.
+    let mut parts = Vec::new();
+    loop {
+        match tokens.get(i).map(|t| &t.token) {
+            Some(Token::Word(w)) => parts.push(w.value.clone()),
+            _ => return None,
+        }
+        i += 1;
+        if !matches!(tokens.get(i).map(|t| &t.token), Some(Token::Period)) {
+            break;
+        }
+        i += 1;
+    }
+    let span = tokens[0].span;
+    let tok = |t: Token| TokenWithSpan::new(t, span);
+    let mut out = vec![
+        tok(Token::make_keyword("SELECT")),
+        tok(Token::Mul),
+        tok(Token::make_keyword("FROM")),
+        tok(Token::make_word(DESCRIBE_FUNCTION, None)),
+        tok(Token::LParen),
+        tok(Token::SingleQuotedString(what.into())),
+        tok(Token::Comma),
+        tok(Token::SingleQuotedString(parts.join("."))),
+        tok(Token::RParen),
+    ];
+    // SHOW TBLPROPERTIES t ('key')
+    if what == "tblproperties"
+        && let (Some(Token::LParen), Some(Token::SingleQuotedString(key)), Some(Token::RParen)) = (
+            tokens.get(i).map(|t| &t.token),
+            tokens.get(i + 1).map(|t| &t.token),
+            tokens.get(i + 2).map(|t| &t.token),
+        )
+    {
+        out.extend([
+            tok(Token::make_keyword("WHERE")),
+            tok(Token::make_word("key", None)),
+            tok(Token::Eq),
+            tok(Token::SingleQuotedString(key.clone())),
+        ]);
+        i += 3;
+    }
+    // Anything else (DESCRIBE HISTORY t LIMIT n) follows the query.
+    match tokens.get(i).map(|t| &t.token) {
+        None | Some(Token::SemiColon | Token::EOF) => Some((out, i)),
+        Some(Token::Word(w)) if w.keyword == Keyword::LIMIT => Some((out, i)),
+        _ => None,
+    }
 }
 
 /// BigQuery's `CHANGES(TABLE t, …)` / `APPENDS(TABLE t, …)`, which sqlparser does not take,

@@ -1,6 +1,6 @@
 //! What `smelt sql` refuses, by name and with the alternative: statements it does not run,
-//! spellings sqlparser cannot parse (Databricks' `CREATE CATALOG` / `CREATE VOLUME`,
-//! `DESCRIBE HISTORY`), and Iceberg's metadata tables.
+//! spellings sqlparser cannot parse (Databricks' `CREATE CATALOG` / `CREATE VOLUME`), and
+//! Iceberg's metadata tables.
 
 use deltalake::datafusion::sql::sqlparser::ast::Statement;
 use deltalake::datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -9,7 +9,7 @@ use deltalake::datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use crate::error::Error;
 
 /// What the supported statements are, for a hint.
-const SUPPORTED: &str = "supported: SELECT, CREATE TABLE, ALTER TABLE … SET OPTIONS, INSERT INTO, INSERT OVERWRITE, UPDATE, DELETE, MERGE, TRUNCATE TABLE, CREATE SCHEMA, DECLARE, SET (docs/sql.md)";
+const SUPPORTED: &str = "supported: SELECT, CREATE TABLE, ALTER TABLE, INSERT INTO, INSERT OVERWRITE, UPDATE, DELETE, MERGE, TRUNCATE TABLE, CREATE SCHEMA, SHOW TBLPROPERTIES, DESCRIBE [DETAIL | HISTORY], DECLARE, SET (docs/sql.md)";
 
 /// The refusal of a statement `smelt sql` does not run.
 pub(super) fn statement(statement: &Statement) -> Error {
@@ -33,13 +33,9 @@ pub(super) fn statement(statement: &Statement) -> Error {
             "CALL",
             "smelt runs no procedures (Iceberg's create_changelog_view among them): read a table's changes with table_changes('schema.table', start) or CHANGES(TABLE schema.table, start_ts, end_ts)",
         ),
-        Some("SHOW") if head == "SHOW TBLPROPERTIES" => (
-            "SHOW TBLPROPERTIES",
-            "smelt status shows each table's version and write mode; flows keep their watermarks in the commits of the tables they write, not in table properties",
-        ),
         Some("DESCRIBE" | "DESC" | "EXPLAIN") => (
-            "DESCRIBE",
-            "smelt status shows the tables of the pipeline; `SELECT * FROM t LIMIT 0` shows a table's columns",
+            "this DESCRIBE / EXPLAIN",
+            "write DESCRIBE t (its columns), DESCRIBE DETAIL t or DESCRIBE HISTORY t",
         ),
         _ => {
             return Error::user(
@@ -66,9 +62,9 @@ pub(super) fn unparsed(sql: &str) -> Option<(usize, Error)> {
                 statement += 1;
                 words.clear();
             }
-            Token::Word(w) if words.len() < 2 => words.push(w.value.to_ascii_uppercase()),
+            Token::Word(w) if words.len() < 8 => words.push(w.value.to_ascii_uppercase()),
             Token::Whitespace(_) => {}
-            _ if words.len() < 2 => words.push(String::new()),
+            _ if words.len() < 8 => words.push(String::new()),
             _ => {}
         }
     }
@@ -79,17 +75,17 @@ pub(super) fn unparsed(sql: &str) -> Option<(usize, Error)> {
 fn refused(words: &[String]) -> Option<Error> {
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let (what, hint) = match words.as_slice() {
-        ["CREATE", "CATALOG"] => (
+        ["ALTER", "TABLE", rest @ ..] if rest.contains(&"UNSET") => (
+            "ALTER TABLE … UNSET TBLPROPERTIES",
+            "give the property another value with ALTER TABLE … SET TBLPROPERTIES",
+        ),
+        ["CREATE", "CATALOG", ..] => (
             "CREATE CATALOG",
             "the lake (`--lake`, or `lake:` in the pipeline) is smelt's catalog; make its schemas with CREATE SCHEMA name",
         ),
-        ["CREATE", "VOLUME"] => (
+        ["CREATE", "VOLUME", ..] => (
             "CREATE VOLUME",
             "files come into the lake through an ingest flow reading their folder or bucket (docs/pipeline.md)",
-        ),
-        ["DESCRIBE" | "DESC", "HISTORY" | "DETAIL" | "EXTENDED"] => (
-            "DESCRIBE HISTORY / DETAIL",
-            "smelt status shows each table's version; table_changes('schema.table', 0) lists its changes by `_commit_version`",
         ),
         _ => return None,
     };
@@ -137,5 +133,12 @@ mod tests {
             "{e}"
         );
         assert!(unparsed("SELECT FROM WHERE").is_none());
+        let (n, e) = unparsed("ALTER TABLE a.b UNSET TBLPROPERTIES ('k')").unwrap();
+        assert_eq!(n, 1);
+        assert!(
+            e.to_string()
+                .contains("UNSET TBLPROPERTIES is not supported"),
+            "{e}"
+        );
     }
 }

@@ -1,0 +1,274 @@
+//! A table's metadata as rows: Spark's `SHOW TBLPROPERTIES t [('key')]`, `DESCRIBE t`,
+//! `DESCRIBE DETAIL t` and `DESCRIBE HISTORY t`. The parser reads each as a query of
+//! `__smelt_describe('what', 'schema.table')` (`smelt_spec::ddl::parse_script`), which this
+//! module resolves to a table of rows registered in the session, so they can be filtered
+//! and ordered like any query.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use deltalake::DeltaTable;
+use deltalake::datafusion::catalog::MemorySchemaProvider;
+use deltalake::datafusion::common::TableReference;
+use deltalake::datafusion::datasource::MemTable;
+use deltalake::datafusion::prelude::SessionContext;
+use deltalake::datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, Ident, ObjectName, Statement, TableFactor, VisitMut,
+    VisitorMut,
+};
+use futures::TryStreamExt;
+use smelt_spec::TableName;
+use smelt_spec::ddl::DESCRIBE_FUNCTION;
+
+use crate::Lake;
+use crate::error::{Context, Error, Result};
+
+/// The session schema the rows are registered in.
+const SCHEMA: &str = "__smelt_describe";
+
+/// Replaces each `__smelt_describe(…)` of `statement` by a table of its rows.
+pub(super) async fn resolve(
+    lake: &Lake,
+    ctx: &SessionContext,
+    statement: &mut Statement,
+) -> Result<()> {
+    let mut visitor = Calls::default();
+    let _ = statement.visit(&mut visitor);
+    if visitor.found.is_empty() {
+        return Ok(());
+    }
+    let catalog = ctx.catalog("datafusion").expect("default catalog");
+    if catalog.schema(SCHEMA).is_none() {
+        catalog
+            .register_schema(SCHEMA, Arc::new(MemorySchemaProvider::new()))
+            .context(|| "registering table metadata".to_string())?;
+    }
+    for (what, table, registered) in visitor.found {
+        let name = TableName::parse(&table).ok_or_else(|| {
+            Error::user(
+                format!("`{table}` is not a `schema.table` name"),
+                "name lake tables `schema.table`, e.g. `bronze.product2`",
+            )
+        })?;
+        let delta = lake.open_existing(&name, "check the table name").await?;
+        let batch = match what.as_str() {
+            "tblproperties" => properties(&delta, &name)?,
+            "columns" => columns(&delta, &name)?,
+            "detail" => detail(lake, &delta, &name)?,
+            "history" => history(&delta, &name).await?,
+            other => return Err(Error::Internal(format!("no table metadata `{other}`"))),
+        };
+        let provider = MemTable::try_new(batch.schema(), vec![vec![batch]])
+            .context(|| format!("describing `{name}`"))?;
+        ctx.register_table(
+            TableReference::partial(SCHEMA, registered.as_str()),
+            Arc::new(provider),
+        )
+        .context(|| format!("describing `{name}`"))?;
+    }
+    Ok(())
+}
+
+fn strings(values: Vec<String>) -> ArrayRef {
+    Arc::new(StringArray::from(values))
+}
+
+/// `key`, `value`: the table's properties, by key.
+fn properties(table: &DeltaTable, name: &TableName) -> Result<RecordBatch> {
+    let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+    let mut pairs: Vec<(String, String)> = state
+        .metadata()
+        .configuration()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    pairs.sort();
+    let (keys, values): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Utf8, false),
+            Field::new("value", DataType::Utf8, false),
+        ])),
+        vec![strings(keys), strings(values)],
+    )?)
+}
+
+/// `col_name`, `data_type` (Delta's type names), `nullable`: the table's columns in order.
+fn columns(table: &DeltaTable, name: &TableName) -> Result<RecordBatch> {
+    let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+    let schema = state.snapshot().schema();
+    let fields: Vec<_> = schema.fields().collect();
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("col_name", DataType::Utf8, false),
+            Field::new("data_type", DataType::Utf8, false),
+            Field::new("nullable", DataType::Boolean, false),
+        ])),
+        vec![
+            strings(fields.iter().map(|f| f.name().clone()).collect()),
+            strings(fields.iter().map(|f| f.data_type().to_string()).collect()),
+            Arc::new(BooleanArray::from(
+                fields.iter().map(|f| f.is_nullable()).collect::<Vec<_>>(),
+            )),
+        ],
+    )?)
+}
+
+/// One row: Databricks' `DESCRIBE DETAIL` columns smelt knows.
+fn detail(lake: &Lake, table: &DeltaTable, name: &TableName) -> Result<RecordBatch> {
+    let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+    let protocol = state.protocol();
+    let files: Vec<_> = state.log_data().iter().collect();
+    let size: i64 = files.iter().map(|f| f.size()).sum();
+    let mut properties: Vec<(String, String)> = state
+        .metadata()
+        .configuration()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    properties.sort();
+    let features = |f: Option<Vec<String>>| f.map(|f| f.join(", ")).unwrap_or_default();
+    let text = |v: String| strings(vec![v]);
+    let int = |v: i64| Arc::new(Int64Array::from(vec![v])) as ArrayRef;
+    let fields = [
+        ("format", DataType::Utf8),
+        ("name", DataType::Utf8),
+        ("location", DataType::Utf8),
+        ("version", DataType::Int64),
+        ("numFiles", DataType::Int64),
+        ("sizeInBytes", DataType::Int64),
+        ("partitionColumns", DataType::Utf8),
+        ("properties", DataType::Utf8),
+        ("minReaderVersion", DataType::Int64),
+        ("minWriterVersion", DataType::Int64),
+        ("readerFeatures", DataType::Utf8),
+        ("writerFeatures", DataType::Utf8),
+    ];
+    let columns = vec![
+        text("delta".into()),
+        text(name.to_string()),
+        text(lake.location(name)),
+        int(table.version().unwrap_or_default() as i64),
+        int(files.len() as i64),
+        int(size),
+        text(state.metadata().partition_columns().join(", ")),
+        text(
+            serde_json::to_string(
+                &properties
+                    .into_iter()
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            )
+            .unwrap_or_default(),
+        ),
+        int(protocol.min_reader_version() as i64),
+        int(protocol.min_writer_version() as i64),
+        text(features(
+            protocol
+                .reader_features()
+                .map(|f| f.iter().map(|f| f.to_string()).collect()),
+        )),
+        text(features(
+            protocol
+                .writer_features()
+                .map(|f| f.iter().map(|f| f.to_string()).collect()),
+        )),
+    ];
+    let schema = Schema::new(
+        fields
+            .into_iter()
+            .map(|(n, t)| Field::new(n, t, false))
+            .collect::<Vec<_>>(),
+    );
+    Ok(RecordBatch::try_new(Arc::new(schema), columns)?)
+}
+
+/// Databricks' `DESCRIBE HISTORY` columns smelt knows, newest commit first.
+async fn history(table: &DeltaTable, name: &TableName) -> Result<RecordBatch> {
+    let latest = table.version().unwrap_or_default() as i64;
+    let infos: Vec<_> = table
+        .history(None)
+        .try_collect()
+        .await
+        .context(|| format!("reading the history of `{name}`"))?;
+    let n = infos.len();
+    let versions: Vec<i64> = (0..n as i64).map(|i| latest - i).collect();
+    let times: Vec<Option<i64>> = infos.iter().map(|c| c.timestamp).collect();
+    let operation = |c: &deltalake::kernel::CommitInfo| c.operation.clone().unwrap_or_default();
+    let parameters = |c: &deltalake::kernel::CommitInfo| {
+        c.operation_parameters
+            .as_ref()
+            .map(|p| serde_json::to_string(p).unwrap_or_default())
+            .unwrap_or_default()
+    };
+    let schema = Schema::new(vec![
+        Field::new("version", DataType::Int64, false),
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("operation", DataType::Utf8, false),
+        Field::new("operationParameters", DataType::Utf8, false),
+        Field::new("engineInfo", DataType::Utf8, false),
+    ]);
+    Ok(RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(Int64Array::from(versions)),
+            Arc::new(TimestampMillisecondArray::from(times).with_timezone("UTC")),
+            strings(infos.iter().map(operation).collect()),
+            strings(infos.iter().map(parameters).collect()),
+            strings(
+                infos
+                    .iter()
+                    .map(|c| c.engine_info.clone().unwrap_or_default())
+                    .collect(),
+            ),
+        ],
+    )?)
+}
+
+/// Finds the `__smelt_describe('what', 'table')` calls and points each at its name.
+#[derive(Default)]
+struct Calls {
+    found: Vec<(String, String, String)>,
+}
+
+impl VisitorMut for Calls {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let TableFactor::Table { name, args, .. } = factor else {
+            return ControlFlow::Continue(());
+        };
+        let is_describe = name.0.len() == 1
+            && name.0[0]
+                .as_ident()
+                .is_some_and(|i| i.value == DESCRIBE_FUNCTION);
+        let Some(call) = args.as_ref().filter(|_| is_describe) else {
+            return ControlFlow::Continue(());
+        };
+        let text: Vec<String> = call
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => {
+                    v.value.clone().into_string()
+                }
+                _ => None,
+            })
+            .collect();
+        if let [what, table] = text.as_slice() {
+            let registered = format!("d{}", self.found.len());
+            self.found
+                .push((what.clone(), table.clone(), registered.clone()));
+            *name = ObjectName::from(vec![Ident::new(SCHEMA), Ident::new(registered)]);
+            *args = None;
+        }
+        ControlFlow::Continue(())
+    }
+}
