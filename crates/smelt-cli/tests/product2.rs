@@ -316,3 +316,66 @@ fn a_tight_memory_limit_spills_key_partitions_and_gives_the_same_silver() {
     let (_, err) = split.fails(&["run", "--memory-limit", "lots"], 2);
     assert!(err.contains("not a size"), "{err}");
 }
+
+/// `audit.update_timestamp_on: apply` stamps every newer update, as seed 000's MERGE does
+/// (`_update_timestamp = CURRENT_TIMESTAMP()` whenever the bronze row is newer), where the
+/// default keeps the stamp of a row whose data did not change.
+#[test]
+fn update_timestamp_on_apply_stamps_a_resent_identical_row() {
+    let p = Project::product2();
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    let line = "        update_timestamp: _update_timestamp";
+    assert!(yaml.contains(line), "{yaml}");
+    let with_apply = yaml.replacen(
+        line,
+        &format!("{line}\n        update_timestamp_on: apply\n#"),
+        1,
+    );
+    p.write("smelt.yaml", &with_apply);
+    p.bronze_step1();
+    p.ok(&["run"]);
+    let before = p.silver();
+    // Re-send 003 unchanged: a newer bronze row with the same data.
+    let insert = std::fs::read_to_string(p.file("insert_1.sql")).unwrap();
+    let start = insert.find("(\n'01t000000000003AAA'").unwrap();
+    let head = insert.find("VALUES").unwrap() + "VALUES".len();
+    let resend = format!(
+        "{}\n{}",
+        &insert[..head].replace("TRUNCATE TABLE `medallion_demo.product2__bronze`;", ""),
+        insert[start..].trim_end()
+    );
+    p.write("resend.sql", &resend);
+    p.ok(&["sql", "-f", "resend.sql"]);
+    let json: Value = serde_json::from_str(&p.ok(&["--json", "run"])).unwrap();
+    let f = &json["flows"][0];
+    assert_eq!(
+        (f["unchanged"].as_i64(), f["updated"].as_i64()),
+        (Some(1), Some(0)),
+        "{f}"
+    );
+    let after = p.silver();
+    let (b, a) = (
+        row(&before, "01t000000000003AAA"),
+        row(&after, "01t000000000003AAA"),
+    );
+    assert!(
+        a["_update_timestamp"].as_str() > b["_update_timestamp"].as_str(),
+        "{b} -> {a}"
+    );
+    // The rows the run did not write keep theirs.
+    let (b1, a1) = (
+        row(&before, "01t000000000001AAA"),
+        row(&after, "01t000000000001AAA"),
+    );
+    assert_eq!(a1["_update_timestamp"], b1["_update_timestamp"]);
+    assert_eq!(without_audit(&after), without_audit(&before));
+
+    // Without a stamp column there is nothing to stamp: refused at validation.
+    let no_stamp = with_apply.replacen(line, "        update_timestamp: null", 1);
+    p.write("smelt.yaml", &no_stamp);
+    let (_, err) = p.fails(&["validate"], 2);
+    assert!(
+        err.contains("`audit.update_timestamp_on` is set but `audit.update_timestamp` is off"),
+        "{err}"
+    );
+}

@@ -37,6 +37,21 @@ pub struct AuditColumns {
     pub ingest_timestamp: Option<String>,
     /// Time of the run that last inserted or changed the row (`None` = not kept).
     pub update_timestamp: Option<String>,
+    /// Which writes stamp `update_timestamp`.
+    pub update_timestamp_on: UpdateTimestampOn,
+}
+
+/// Which writes of a row stamp its `update_timestamp` (`audit.update_timestamp_on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateTimestampOn {
+    /// An insert, or an update whose data differs (default): a newer change with the same
+    /// data refreshes the sequence and ingest time and keeps the stamp.
+    #[default]
+    Change,
+    /// Every insert and every newer update, same data or not: seed 000's MERGE, which sets
+    /// `_update_timestamp = CURRENT_TIMESTAMP()` whenever the bronze row is newer.
+    Apply,
 }
 
 impl Default for AuditColumns {
@@ -44,6 +59,7 @@ impl Default for AuditColumns {
         Self {
             ingest_timestamp: Some("_ingest_timestamp".into()),
             update_timestamp: Some("_update_timestamp".into()),
+            update_timestamp_on: UpdateTimestampOn::Change,
         }
     }
 }
@@ -156,6 +172,8 @@ struct RawAudit {
     ingest_timestamp: Option<String>,
     #[serde(default = "some_update")]
     update_timestamp: Option<String>,
+    #[serde(default)]
+    update_timestamp_on: Option<UpdateTimestampOn>,
 }
 
 fn some_ingest() -> Option<String> {

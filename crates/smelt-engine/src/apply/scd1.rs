@@ -13,7 +13,7 @@ use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
 use smelt_core::scd1::{Scd1Input, merge_updates, plan_scd1};
-use smelt_spec::ApplyFlow;
+use smelt_spec::{ApplyFlow, UpdateTimestampOn};
 
 use super::cast::{IS_DELETE, column};
 use super::lookup::lookup_aligned;
@@ -246,10 +246,16 @@ impl PartitionWork<'_> {
         let mut columns = Vec::with_capacity(schema.fields().len());
         for f in schema.fields() {
             let array: ArrayRef = if Some(f.name().as_str()) == self.audit_update {
-                if plan.changed.true_count() == m {
+                // Every row written is stamped (`update_timestamp_on: apply`), or those
+                // whose data is new (`change`); the others keep the stored stamp.
+                let stamped = match flow.audit.update_timestamp_on {
+                    UpdateTimestampOn::Apply => &plan.write,
+                    UpdateTimestampOn::Change => &plan.changed,
+                };
+                if stamped.true_count() == m {
                     Arc::clone(&run_ts)
                 } else {
-                    zip(&plan.changed, &run_ts, &stored[f.name()])?
+                    zip(stamped, &run_ts, &stored[f.name()])?
                 }
             } else {
                 value_of(f.name())?

@@ -59,10 +59,20 @@ pub(crate) fn apply_flow(
     }
 
     let audit = match raw.audit {
-        Some(a) => AuditColumns {
-            ingest_timestamp: a.ingest_timestamp,
-            update_timestamp: a.update_timestamp,
-        },
+        Some(a) => {
+            if a.update_timestamp.is_none() && a.update_timestamp_on.is_some() {
+                errors.push(
+                    SpecError::new(path, field("audit"), "`audit.update_timestamp_on` is set but `audit.update_timestamp` is off: there is no stamp to set")
+                        .at(at("audit"))
+                        .hint("name the column with `update_timestamp:`, or remove `update_timestamp_on`"),
+                );
+            }
+            AuditColumns {
+                ingest_timestamp: a.ingest_timestamp,
+                update_timestamp: a.update_timestamp,
+                update_timestamp_on: a.update_timestamp_on.unwrap_or_default(),
+            }
+        }
         None => AuditColumns::default(),
     };
 
