@@ -209,6 +209,18 @@ fn create_table_refuses_what_it_would_drop() {
             "CREATE TABLE raw.p (x BIGINT) TBLPROPERTIES ('delta.appendOnly' = 'true')",
             "table option `delta.appendonly = true` is not supported",
         ),
+        (
+            "CREATE TABLE raw.p (x BIGINT DEFAULT 1)",
+            "column `x`: `DEFAULT 1` is not supported",
+        ),
+        (
+            "CREATE TABLE raw.p (x BIGINT) LOCATION '/elsewhere'",
+            "LOCATION is not supported",
+        ),
+        (
+            "CREATE TABLE raw.p (x BIGINT) COMMENT 'a table'",
+            "table option `COMMENT 'a table'` is not supported",
+        ),
     ] {
         let (_, err) = p.fails(&["sql", sql], 1);
         assert!(err.contains(clause), "{sql}: {err}");
@@ -287,6 +299,17 @@ fn show_tblproperties_and_describe_read_the_log() {
         err.contains("table property `delta.appendOnly` (= 'true') is not supported"),
         "{err}"
     );
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            "ALTER TABLE raw.t SET OPTIONS (expiration_timestamp = TIMESTAMP '2030-01-01')",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("BigQuery's table option `expiration_timestamp` is not supported"),
+        "{err}"
+    );
 }
 
 /// `CREATE TABLE … AS SELECT` is one commit with the query's columns and rows (OR REPLACE
@@ -321,6 +344,17 @@ fn create_table_as_select_and_add_column() {
     assert_eq!(
         p.query("SELECT * FROM raw.c"),
         vec![serde_json::json!({"other": "z"})]
+    );
+    // Replacing a table whose feed is off with one that asks for it turns it on.
+    let out = p.ok(&[
+        "sql",
+        "CREATE OR REPLACE TABLE raw.t2 AS SELECT 1 AS x;
+         CREATE OR REPLACE TABLE raw.t2 TBLPROPERTIES (delta.enableChangeDataFeed = true) AS SELECT 2 AS x",
+    ]);
+    assert!(out.contains("change feed turned on"), "{out}");
+    assert_eq!(
+        p.query("SHOW TBLPROPERTIES raw.t2 ('delta.enableChangeDataFeed')"),
+        vec![serde_json::json!({"key": "delta.enableChangeDataFeed", "value": "true"})]
     );
     // An empty result still makes the table, with its columns.
     p.ok(&[

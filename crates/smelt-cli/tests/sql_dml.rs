@@ -121,6 +121,38 @@ fn update_delete_and_merge_are_one_commit_each_with_change_data() {
     let merged = p.query("SELECT _change_type FROM table_changes('raw.t', 5, 5)");
     assert_eq!(merged.len(), 3, "{merged:?}");
 
+    // BigQuery's "…" is a string, also where delta-rs re-reads the expression.
+    p.ok(&["sql", "UPDATE raw.t SET name = \"q\" WHERE id = 1"]);
+    let out = p.ok(&["sql", "DELETE FROM raw.t WHERE name = \"name\""]);
+    assert!(out.contains("deleted 0 rows"), "{out}");
+    assert_eq!(
+        ids_and(&p, "SELECT id, name FROM raw.t ORDER BY id", "name"),
+        vec![(1, "q".into()), (4, "z".into()), (9, "new".into())]
+    );
+    // A variable named like a column the statement reads is refused, not guessed.
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            "DECLARE id INT64 DEFAULT 5; DELETE FROM raw.t WHERE id = id",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("`id` is both a variable of this script and a column of `raw.t`"),
+        "{err}"
+    );
+    assert_eq!(p.query("SELECT id FROM raw.t").len(), 3);
+    // A change feed over versions before a new column has the columns of those versions.
+    p.ok(&["sql", "ALTER TABLE raw.t ADD COLUMN note STRING"]);
+    let early = p.query("SELECT * FROM table_changes('raw.t', 1, 1) ORDER BY id");
+    assert_eq!(early.len(), 3);
+    assert!(early[0].get("note").is_none(), "{early:?}");
+    assert_eq!(
+        p.query("SELECT * FROM CHANGES(TABLE raw.t, NULL, NULL)")
+            .len(),
+        12
+    );
+
     // What smelt sql does not carry out is refused by name.
     let (_, err) = p.fails(&["sql", "UPDATE raw.t SET n = 1 FROM raw.src"], 1);
     assert!(
@@ -128,7 +160,9 @@ fn update_delete_and_merge_are_one_commit_each_with_change_data() {
         "{err}"
     );
     let (_, err) = p.fails(&["sql", "SELECT * FROM table_changes('raw.t', 99)"], 1);
-    assert!(err.contains("`raw.t` has versions 0 to 5"), "{err}");
+    assert!(err.contains("`raw.t` has versions 0 to 7"), "{err}");
+    let (_, err) = p.fails(&["sql", "SELECT * FROM CHANGES(TABLE raw.t, 1, 2)"], 1);
+    assert!(err.contains("takes times, not versions"), "{err}");
 }
 
 #[test]

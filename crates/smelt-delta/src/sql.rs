@@ -76,7 +76,12 @@ pub async fn execute(
                 outputs.push(out);
                 continue;
             }
-            Ok(None) => variables.substitute(&mut statement),
+            Ok(None) => {
+                if let Err(e) = variables.shadowed(lake, &statement).await {
+                    return Err((outputs, i + 1, e));
+                }
+                variables.substitute(&mut statement)
+            }
             Err(e) => return Err((outputs, i + 1, e)),
         }
         split_dotted_names(&mut statement);

@@ -216,7 +216,12 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
                     nullable = false;
                     primary_key.push(col.name.value.clone());
                 }
-                _ => {}
+                ColumnOption::Null => {}
+                other => errors.push(
+                    SpecError::new(file, col.name.value.clone(), format!("`{}`: column `{}`: `{other}` is not supported", c.name, col.name.value))
+                        .at(Some(span_line(col.name.span.start.line)))
+                        .hint("smelt's columns take a type, NOT NULL and PRIMARY KEY; drop the rest (defaults, generated values, checks, comments)"),
+                ),
             }
         }
         columns.push(ColumnDef {
@@ -266,6 +271,34 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
             "CLUSTER BY / CLUSTERED BY",
         ),
     ];
+    let kind = [
+        (c.temporary, "TEMPORARY"),
+        (c.external, "EXTERNAL"),
+        (
+            c.location.is_some()
+                || c.hive_formats
+                    .as_ref()
+                    .is_some_and(|h| h.location.is_some()),
+            "LOCATION",
+        ),
+        (
+            c.file_format.is_some()
+                || c.hive_formats.as_ref().is_some_and(|h| {
+                    h.row_format.is_some() || h.storage.is_some() || h.serde_properties.is_some()
+                }),
+            "STORED AS / ROW FORMAT",
+        ),
+        (c.like.is_some(), "LIKE"),
+        (c.clone.is_some(), "CLONE"),
+        (c.comment.is_some(), "COMMENT"),
+    ];
+    for (_, clause) in kind.iter().filter(|(used, _)| *used) {
+        errors.push(
+            SpecError::new(file, "", format!("`{}`: {clause} is not supported", c.name))
+                .at(line)
+                .hint("smelt's tables live in the lake at `schema/table`, with the columns listed; drop the clause"),
+        );
+    }
     for (_, clause) in layout.iter().filter(|(used, _)| *used) {
         errors.push(
             SpecError::new(file, "", format!("`{}`: {clause} is not supported: smelt's tables are not partitioned or clustered", c.name))
@@ -275,8 +308,13 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
     }
     for (key, value) in options_of(&c.table_options) {
         if !understood_option(&key, &value) {
+            let option = if value.is_empty() {
+                key.clone()
+            } else {
+                format!("{key} = {value}")
+            };
             errors.push(
-                SpecError::new(file, "", format!("`{}`: table option `{key} = {value}` is not supported", c.name))
+                SpecError::new(file, "", format!("`{}`: table option `{option}` is not supported", c.name))
                     .at(line)
                     .hint("smelt understands enable_change_history / delta.enableChangeDataFeed (true or false) and delta.feature.timestampNtz = 'supported'; drop the others"),
             );
@@ -351,10 +389,12 @@ pub fn key_values(options: &[SqlOption]) -> Vec<(String, String)> {
     };
     options
         .iter()
-        .map(|o| {
-            let text = o.to_string();
-            let (k, v) = text.split_once('=').unwrap_or((&text, ""));
-            (unquote(k), unquote(v))
+        .map(|o| match o {
+            SqlOption::KeyValue { key, value } => {
+                (unquote(&key.to_string()), unquote(&value.to_string()))
+            }
+            // COMMENT '…' and the like: named as written.
+            other => (other.to_string(), String::new()),
         })
         .collect()
 }

@@ -14,9 +14,16 @@ use deltalake::table::state::DeltaTableState;
 
 use crate::error::Result;
 
-/// Strings in statistics may be cut to this many characters (Spark and Databricks cut at
-/// 32), so a greatest value this long is no bound.
+/// Strings in statistics may be cut to this many UTF-16 code units (Spark and Databricks
+/// cut at 32), so a greatest value this long is no bound.
 const CUT_STRINGS_AT: usize = 32;
+
+/// Whether a greatest string value may have been cut: as long as the cut, or ending in the
+/// character a writer appends to a cut value (U+FFFD by older Delta writers, U+10FFFF).
+fn may_be_cut(greatest: &str) -> bool {
+    greatest.encode_utf16().count() >= CUT_STRINGS_AT
+        || greatest.ends_with(['\u{FFFD}', '\u{10FFFF}'])
+}
 
 /// Per file of `state` (log order, as `active_files` lists them), whether it may hold one of
 /// `keys`, the values of key column `column`. `None` when the statistics cannot say: a type
@@ -26,12 +33,17 @@ pub(super) fn files_to_probe(
     column: &str,
     keys: &ArrayRef,
 ) -> Result<Option<Vec<bool>>> {
+    // A NULL key matches stored NULL keys, which no least/greatest value bounds.
+    if keys.null_count() > 0 {
+        return Ok(None);
+    }
     let log = state.log_data();
     let column = Column::from_name(column);
     let (Some(least), Some(greatest)) = (log.min_values(&column), log.max_values(&column)) else {
         return Ok(None);
     };
-    may_hold(keys, &least, &greatest)
+    // A type the row format or the cast cannot take: every file is probed.
+    Ok(may_hold(keys, &least, &greatest).unwrap_or(None))
 }
 
 /// Whether each file (row `i` of `least`/`greatest`, NULL where unknown) may hold one of
@@ -64,7 +76,7 @@ fn may_hold(keys: &ArrayRef, least: &ArrayRef, greatest: &ArrayRef) -> Result<Op
                 .and_then(|s| {
                     s.as_any()
                         .downcast_ref::<arrow::array::StringArray>()
-                        .map(|s| s.value(0).chars().count() >= CUT_STRINGS_AT)
+                        .map(|s| may_be_cut(s.value(0)))
                 })
                 .unwrap_or(true)
     };
@@ -116,6 +128,14 @@ mod tests {
         let greatest: ArrayRef = Arc::new(StringArray::from(vec![long.as_str(), "b"]));
         let got = may_hold(&keys, &least, &greatest).unwrap().unwrap();
         assert_eq!(got, vec![true, false]);
+    }
+
+    #[test]
+    fn a_string_cut_in_utf16_units_or_marked_is_no_bound() {
+        // 16 emoji: 16 chars, 32 UTF-16 code units.
+        assert!(may_be_cut(&"😀".repeat(16)));
+        assert!(may_be_cut("abc\u{FFFD}"));
+        assert!(!may_be_cut("abc"));
     }
 
     #[test]

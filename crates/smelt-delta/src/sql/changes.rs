@@ -150,6 +150,9 @@ async fn feed(lake: &Lake, ctx: &SessionContext, call: &Call) -> Result<Arc<Stre
                 .map_err(|what| refuse(format!("{usage}: `{e}` {what}")))?,
         );
     }
+    if call.function.bigquery() && values.iter().any(|v| matches!(v, Bound::Version(_))) {
+        return Err(refuse(format!("{usage} takes times, not versions")));
+    }
     let start = values.first().cloned().unwrap_or(Bound::Open);
     let end = values.get(1).cloned().unwrap_or(Bound::Open);
     let first = match start.clone() {
@@ -189,7 +192,11 @@ async fn feed(lake: &Lake, ctx: &SessionContext, call: &Call) -> Result<Arc<Stre
         // Nothing in the range.
         _ => None,
     };
-    let schema = output_schema(&latest.schema(), bigquery);
+    // The columns of the last version read (a later ADD COLUMN is not in these rows).
+    let columns = source
+        .as_ref()
+        .map_or_else(|| latest.schema(), |s| s.schema());
+    let schema = output_schema(&columns, bigquery);
     let stream = Feed {
         source,
         after: first - 1,

@@ -21,6 +21,25 @@ use super::{SqlOutput, table_name};
 use crate::Lake;
 use crate::error::{Context, Error, Result};
 
+/// BigQuery's table options that change how a table behaves or describe it: refused rather
+/// than kept as properties nothing acts on.
+const BIGQUERY_OPTIONS: &[&str] = &[
+    "expiration_timestamp",
+    "partition_expiration_days",
+    "require_partition_filter",
+    "kms_key_name",
+    "friendly_name",
+    "description",
+    "labels",
+    "default_rounding_mode",
+    "max_staleness",
+    "enable_fine_grained_mutations",
+    "storage_uri",
+    "file_format",
+    "table_format",
+    "default_collate",
+];
+
 /// `ALTER TABLE t SET OPTIONS / SET TBLPROPERTIES (…)`: the change feed on or off, and
 /// properties of the user's own; Delta's other properties and other operations are refused
 /// by name.
@@ -78,6 +97,13 @@ pub(super) async fn alter_table(lake: &Lake, alter: AlterTable) -> Result<SqlOut
                     ));
                 }
                 properties.insert("delta.enableChangeDataFeed".to_string(), lower_value);
+            } else if BIGQUERY_OPTIONS.contains(&lower.as_str()) {
+                return Err(Error::user(
+                    format!(
+                        "ALTER TABLE `{name}`: BigQuery's table option `{key}` is not supported by smelt sql"
+                    ),
+                    "smelt does not expire, partition or encrypt tables, and keeps no description or labels; drop the option",
+                ));
             } else {
                 // A property of the user's own (seed 004 keeps a watermark in one): kept
                 // as written, read back with SHOW TBLPROPERTIES.
@@ -182,9 +208,36 @@ pub(super) async fn create_table_as(
     } else {
         write.with_save_mode(SaveMode::ErrorIfExists)
     };
-    write.await.context(|| format!("creating `{}`", def.name))?;
+    let table = write.await.context(|| format!("creating `{}`", def.name))?;
+    // Replacing a table keeps its properties (delta-rs writes no new configuration then):
+    // the change feed follows the statement in a second commit.
+    let mut note = "";
+    if exists {
+        let feed_on = table
+            .snapshot()
+            .context(|| format!("reading `{}`", def.name))?
+            .metadata()
+            .configuration()
+            .get("delta.enableChangeDataFeed")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if feed_on != def.change_feed {
+            table
+                .set_tbl_properties()
+                .with_properties(HashMap::from([(
+                    "delta.enableChangeDataFeed".to_string(),
+                    def.change_feed.to_string(),
+                )]))
+                .await
+                .context(|| format!("setting the change feed of `{}`", def.name))?;
+            note = if def.change_feed {
+                ", change feed turned on"
+            } else {
+                ", change feed turned off"
+            };
+        }
+    }
     Ok(SqlOutput::Message(format!(
-        "{} table {} ({} columns) with {rows} rows",
+        "{} table {} ({} columns) with {rows} rows{note}",
         if exists { "replaced" } else { "created" },
         def.name,
         schema.fields().len()

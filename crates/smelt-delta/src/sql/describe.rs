@@ -20,7 +20,6 @@ use deltalake::datafusion::sql::sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, Ident, ObjectName, Statement, TableFactor, VisitMut,
     VisitorMut,
 };
-use futures::TryStreamExt;
 use smelt_spec::TableName;
 use smelt_spec::ddl::DESCRIBE_FUNCTION;
 
@@ -186,23 +185,42 @@ fn detail(lake: &Lake, table: &DeltaTable, name: &TableName) -> Result<RecordBat
     Ok(RecordBatch::try_new(Arc::new(schema), columns)?)
 }
 
-/// Databricks' `DESCRIBE HISTORY` columns smelt knows, newest commit first.
+/// Databricks' `DESCRIBE HISTORY` columns smelt knows, newest commit first: each version's
+/// `commitInfo`, read from its log entry (versions whose entry the log retention removed are
+/// left out).
 async fn history(table: &DeltaTable, name: &TableName) -> Result<RecordBatch> {
-    let latest = table.version().unwrap_or_default() as i64;
-    let infos: Vec<_> = table
-        .history(None)
-        .try_collect()
+    use futures::StreamExt;
+    let latest = table.version().unwrap_or_default();
+    let store = table.log_store();
+    let entries: Vec<(i64, Option<serde_json::Value>)> =
+        futures::stream::iter((0..=latest).rev().map(|v| {
+            let store = store.clone();
+            async move {
+                let bytes = store
+                    .read_commit_entry(v)
+                    .await
+                    .context(|| format!("reading version {v} of `{name}`"))?;
+                Ok::<_, Error>(bytes.map(|b| {
+                    let info = String::from_utf8_lossy(&b)
+                        .lines()
+                        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                        .find_map(|a| a.get("commitInfo").cloned());
+                    (v as i64, info)
+                }))
+            }
+        }))
+        .buffered(16)
+        .filter_map(|r| async move { r.transpose() })
+        .collect::<Vec<_>>()
         .await
-        .context(|| format!("reading the history of `{name}`"))?;
-    let n = infos.len();
-    let versions: Vec<i64> = (0..n as i64).map(|i| latest - i).collect();
-    let times: Vec<Option<i64>> = infos.iter().map(|c| c.timestamp).collect();
-    let operation = |c: &deltalake::kernel::CommitInfo| c.operation.clone().unwrap_or_default();
-    let parameters = |c: &deltalake::kernel::CommitInfo| {
-        c.operation_parameters
-            .as_ref()
-            .map(|p| serde_json::to_string(p).unwrap_or_default())
-            .unwrap_or_default()
+        .into_iter()
+        .collect::<Result<_>>()?;
+    let text = |info: &Option<serde_json::Value>, key: &str| -> String {
+        match info.as_ref().and_then(|i| i.get(key)) {
+            None | Some(serde_json::Value::Null) => String::new(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        }
     };
     let schema = Schema::new(vec![
         Field::new("version", DataType::Int64, false),
@@ -218,16 +236,26 @@ async fn history(table: &DeltaTable, name: &TableName) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(
         Arc::new(schema),
         vec![
-            Arc::new(Int64Array::from(versions)),
-            Arc::new(TimestampMillisecondArray::from(times).with_timezone("UTC")),
-            strings(infos.iter().map(operation).collect()),
-            strings(infos.iter().map(parameters).collect()),
+            Arc::new(Int64Array::from(
+                entries.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+            )),
+            Arc::new(
+                TimestampMillisecondArray::from(
+                    entries
+                        .iter()
+                        .map(|(_, i)| i.as_ref().and_then(|i| i.get("timestamp")?.as_i64()))
+                        .collect::<Vec<_>>(),
+                )
+                .with_timezone("UTC"),
+            ),
+            strings(entries.iter().map(|(_, i)| text(i, "operation")).collect()),
             strings(
-                infos
+                entries
                     .iter()
-                    .map(|c| c.engine_info.clone().unwrap_or_default())
+                    .map(|(_, i)| text(i, "operationParameters"))
                     .collect(),
             ),
+            strings(entries.iter().map(|(_, i)| text(i, "engineInfo")).collect()),
         ],
     )?)
 }

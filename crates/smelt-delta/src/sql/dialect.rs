@@ -7,6 +7,7 @@
 //! * BigQuery's `TIMESTAMP_ADD(t, INTERVAL n unit)` / `DATETIME_ADD` / `DATE_ADD` → `t +
 //!   INTERVAL …`, the `_SUB` forms → `t - INTERVAL …`, `TIMESTAMP(x)` → `CAST(x AS
 //!   TIMESTAMP)`;
+//! * BigQuery's `"…"` strings as `'…'` (delta-rs reads `"…"` as a column name);
 //! * column names in any case: BigQuery and Spark match them case-insensitively, so `id`
 //!   names the column `Id` when no name is spelled `id` exactly (`match_case`).
 //!
@@ -21,13 +22,23 @@ use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::ast::{
     BinaryOperator, CastKind, DataType, ExactNumberInfo, Expr, FunctionArg, FunctionArgExpr,
     FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, TimezoneInfo,
-    Visit, Visitor, visit_expressions_mut, visit_relations,
+    Value, Visit, Visitor, visit_expressions_mut, visit_relations,
 };
 
 /// Rewrites the type names and functions of `statement` to DataFusion's.
 pub(super) fn rewrite(statement: &mut Statement) {
     let _ = visit_expressions_mut(statement, |e| {
         match e {
+            // BigQuery's "…" and """…""" strings: printed back for delta-rs (which parses
+            // the generic dialect, where "…" names a column), they must stay strings.
+            Expr::Value(v) => {
+                if let Value::DoubleQuotedString(text)
+                | Value::TripleDoubleQuotedString(text)
+                | Value::TripleSingleQuotedString(text) = &v.value
+                {
+                    v.value = Value::SingleQuotedString(text.clone());
+                }
+            }
             Expr::Cast { data_type, .. } => {
                 if let Some(t) = datafusion_type(data_type) {
                     *data_type = t;

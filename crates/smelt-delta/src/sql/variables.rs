@@ -1,7 +1,8 @@
 //! BigQuery script variables: `DECLARE name [type] [DEFAULT expr]` and `SET name = expr`.
 //! Each value is computed once, when its statement runs (with DataFusion, cast to the
 //! declared type), and later statements of the script read it where they name the variable
-//! (a name in any case; a column of that name loses to the variable, as in BigQuery).
+//! (a name in any case). A statement naming a variable that is also a column of a table it
+//! reads is refused: which one it means would be a guess.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -10,7 +11,8 @@ use deltalake::datafusion::common::ScalarValue;
 use deltalake::datafusion::logical_expr::{Expr as DfExpr, lit};
 use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::ast::{
-    CastKind, DataType, DeclareAssignment, Expr, Set, Statement, visit_expressions_mut,
+    CastKind, DataType, DeclareAssignment, Expr, Set, Statement, visit_expressions,
+    visit_expressions_mut, visit_relations,
 };
 use deltalake::datafusion::sql::unparser::expr_to_sql;
 
@@ -82,6 +84,57 @@ impl Variables {
             }
             _ => Ok(None),
         }
+    }
+
+    /// A refusal when `statement` names a variable that is also a column of a table it
+    /// reads: which one it means would be a guess.
+    pub(super) async fn shadowed(&self, lake: &crate::Lake, statement: &Statement) -> Result<()> {
+        if self.values.is_empty() {
+            return Ok(());
+        }
+        let mut used = std::collections::HashSet::new();
+        let _ = visit_expressions(statement, |e| {
+            if let Expr::Identifier(i) = e
+                && self.values.contains_key(&i.value.to_lowercase())
+            {
+                used.insert(i.value.to_lowercase());
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        if used.is_empty() {
+            return Ok(());
+        }
+        let mut tables = Vec::new();
+        let _ = visit_relations(statement, |name| {
+            tables.push(name.clone());
+            ControlFlow::<()>::Continue(())
+        });
+        for name in tables {
+            let Some(table) = smelt_spec::TableName::from_object_name(&name) else {
+                continue;
+            };
+            let Some(delta) = lake.open(&table).await? else {
+                continue;
+            };
+            let Ok(state) = delta.snapshot() else {
+                continue;
+            };
+            if let Some(column) = state
+                .snapshot()
+                .schema()
+                .fields()
+                .find(|f| used.contains(&f.name().to_lowercase()))
+            {
+                return Err(Error::user(
+                    format!(
+                        "`{}` is both a variable of this script and a column of `{table}`",
+                        column.name()
+                    ),
+                    "rename the variable, so the statement says which one it means",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Puts the variables' values where `statement` names them.

@@ -60,6 +60,13 @@ pub(crate) fn apply_flow(
 
     let audit = match raw.audit {
         Some(a) => {
+            if scd == 2 && a.update_timestamp_on.is_some() {
+                errors.push(
+                    SpecError::new(path, field("audit"), "`audit.update_timestamp_on` applies to `scd: 1`; `scd: 2` stamps every version it writes")
+                        .at(at("audit"))
+                        .hint("remove `update_timestamp_on`"),
+                );
+            }
             if a.update_timestamp.is_none() && a.update_timestamp_on.is_some() {
                 errors.push(
                     SpecError::new(path, field("audit"), "`audit.update_timestamp_on` is set but `audit.update_timestamp` is off: there is no stamp to set")
@@ -407,6 +414,31 @@ mod tests {
 
     fn load(text: &str) -> Result<Pipeline> {
         Pipeline::from_str(text, Path::new("smelt.yaml"))
+    }
+
+    #[test]
+    fn update_timestamp_on_is_refused_where_it_would_do_nothing() {
+        let base = "lake: ./lake\nflows:\n  p:\n    apply:\n      from: bronze.p\n      into: silver.p\n      keys: [Id]\n";
+        let ok = load(&format!(
+            "{base}      audit: {{update_timestamp_on: apply}}\n"
+        ))
+        .unwrap();
+        let FlowKind::Apply(a) = &ok.flows[0].kind else {
+            panic!()
+        };
+        assert_eq!(a.audit.update_timestamp_on, crate::UpdateTimestampOn::Apply);
+        let scd2 = load(&format!(
+            "{base}      scd: 2\n      sequence_by: [v]\n      audit: {{update_timestamp_on: apply}}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(scd2.contains("applies to `scd: 1`"), "{scd2}");
+        let off = load(&format!(
+            "{base}      audit: {{update_timestamp: null, update_timestamp_on: change}}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(off.contains("`audit.update_timestamp` is off"), "{off}");
     }
 
     #[test]
