@@ -7,9 +7,10 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::DataType;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use smelt_core::cast::cast_column;
+use smelt_core::cast::cast_column_in;
 use smelt_core::change::timestamp_utc;
 use smelt_core::dedupe::latest_per_key;
+use smelt_core::dialect::CastDialect;
 
 const ROWS: usize = 1_000_000;
 
@@ -29,21 +30,45 @@ fn casts(c: &mut Criterion) {
     g.throughput(Throughput::Elements(ROWS as u64));
     g.sample_size(10);
     let ts = salesforce_timestamps();
-    g.bench_function("salesforce timestamp -> TIMESTAMP", |b| {
-        b.iter(|| cast_column(black_box(&ts), &timestamp_utc(), None).unwrap())
-    });
+    for (name, dialect) in [
+        ("lenient", CastDialect::Lenient),
+        ("bigquery", CastDialect::BigQuery),
+        ("spark", CastDialect::Spark),
+    ] {
+        g.bench_function(format!("salesforce timestamp -> TIMESTAMP ({name})"), |b| {
+            b.iter(|| cast_column_in(black_box(&ts), &timestamp_utc(), None, dialect).unwrap())
+        });
+    }
     let bools: ArrayRef = Arc::new(StringArray::from_iter_values(
         (0..ROWS).map(|i| if i % 3 == 0 { "true" } else { "false" }),
     ));
-    g.bench_function("'true'/'false' -> BOOL", |b| {
-        b.iter(|| cast_column(black_box(&bools), &DataType::Boolean, None).unwrap())
-    });
+    for (name, dialect) in [
+        ("lenient", CastDialect::Lenient),
+        ("bigquery", CastDialect::BigQuery),
+    ] {
+        g.bench_function(format!("'true'/'false' -> BOOL ({name})"), |b| {
+            b.iter(|| cast_column_in(black_box(&bools), &DataType::Boolean, None, dialect).unwrap())
+        });
+    }
     let decimals: ArrayRef = Arc::new(StringArray::from_iter_values(
         (0..ROWS).map(|i| format!("{}.{:03}", i, i % 1000)),
     ));
-    g.bench_function("text -> DECIMAL(18,2)", |b| {
-        b.iter(|| cast_column(black_box(&decimals), &DataType::Decimal128(18, 2), None).unwrap())
-    });
+    for (name, dialect) in [
+        ("lenient", CastDialect::Lenient),
+        ("bigquery", CastDialect::BigQuery),
+    ] {
+        g.bench_function(format!("text -> DECIMAL(18,2) ({name})"), |b| {
+            b.iter(|| {
+                cast_column_in(
+                    black_box(&decimals),
+                    &DataType::Decimal128(18, 2),
+                    None,
+                    dialect,
+                )
+                .unwrap()
+            })
+        });
+    }
     g.finish();
 }
 

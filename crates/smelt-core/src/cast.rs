@@ -16,6 +16,7 @@ use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::DataType;
 
 use crate::Result;
+use crate::dialect::CastDialect;
 
 /// The outcome of casting one column.
 #[derive(Debug, Clone)]
@@ -32,6 +33,29 @@ pub struct ColumnCast {
 /// read in (`None` = UTC). A `Timestamp(_, Some(_))` target always comes back labelled
 /// `"UTC"`: the instant is what is stored, not the zone it was written in.
 pub fn cast_column(input: &ArrayRef, target: &DataType, tz: Option<&str>) -> Result<ColumnCast> {
+    cast_column_in(input, target, tz, CastDialect::Lenient)
+}
+
+/// [`cast_column`] by `dialect`'s rules (BigQuery's `SAFE_CAST`, Spark's `try_cast`, or
+/// smelt's lenient ones; [`crate::dialect`]).
+pub fn cast_column_in(
+    input: &ArrayRef,
+    target: &DataType,
+    tz: Option<&str>,
+    dialect: CastDialect,
+) -> Result<ColumnCast> {
+    let is_string = matches!(
+        input.data_type(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    );
+    if is_string
+        && input.data_type() != target
+        && let Some(array) = crate::dialect::cast_strings(input, target, tz, dialect)?
+    {
+        let present = normalize_strings(input)?;
+        let failed_rows = failed_rows(&present, &array);
+        return Ok(ColumnCast { array, failed_rows });
+    }
     if input.data_type() == target {
         return Ok(ColumnCast {
             array: Arc::clone(input),
@@ -83,6 +107,15 @@ pub fn cast_column(input: &ArrayRef, target: &DataType, tz: Option<&str>) -> Res
 /// Casts many columns, spread over the machine's cores (a scoped thread per core; the
 /// columns are independent). Results come back in input order.
 pub fn cast_columns(inputs: &[(ArrayRef, DataType)], tz: Option<&str>) -> Result<Vec<ColumnCast>> {
+    cast_columns_in(inputs, tz, CastDialect::Lenient)
+}
+
+/// [`cast_columns`] by `dialect`'s rules.
+pub fn cast_columns_in(
+    inputs: &[(ArrayRef, DataType)],
+    tz: Option<&str>,
+    dialect: CastDialect,
+) -> Result<Vec<ColumnCast>> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -93,7 +126,10 @@ pub fn cast_columns(inputs: &[(ArrayRef, DataType)], tz: Option<&str>) -> Result
         .filter(|&i| inputs[i].0.data_type() != &inputs[i].1)
         .collect();
     if threads == 1 || typed.len() < 2 {
-        return inputs.iter().map(|(a, t)| cast_column(a, t, tz)).collect();
+        return inputs
+            .iter()
+            .map(|(a, t)| cast_column_in(a, t, tz, dialect))
+            .collect();
     }
     let mut results: Vec<Option<Result<ColumnCast>>> = (0..inputs.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
@@ -102,7 +138,7 @@ pub fn cast_columns(inputs: &[(ArrayRef, DataType)], tz: Option<&str>) -> Result
                 let mine: Vec<usize> = typed.iter().copied().skip(t).step_by(threads).collect();
                 scope.spawn(move || {
                     mine.into_iter()
-                        .map(|i| (i, cast_column(&inputs[i].0, &inputs[i].1, tz)))
+                        .map(|i| (i, cast_column_in(&inputs[i].0, &inputs[i].1, tz, dialect)))
                         .collect::<Vec<_>>()
                 })
             })
@@ -116,7 +152,7 @@ pub fn cast_columns(inputs: &[(ArrayRef, DataType)], tz: Option<&str>) -> Result
     results
         .into_iter()
         .enumerate()
-        .map(|(i, r)| r.unwrap_or_else(|| cast_column(&inputs[i].0, &inputs[i].1, tz)))
+        .map(|(i, r)| r.unwrap_or_else(|| cast_column_in(&inputs[i].0, &inputs[i].1, tz, dialect)))
         .collect()
 }
 

@@ -28,6 +28,7 @@
 pub mod cast;
 pub mod change;
 pub mod dedupe;
+pub mod dialect;
 mod error;
 pub mod guard;
 pub mod scd1;

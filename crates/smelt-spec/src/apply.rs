@@ -41,6 +41,19 @@ pub struct AuditColumns {
     pub update_timestamp_on: UpdateTimestampOn,
 }
 
+/// Whose rules cast bronze strings to silver's types (`cast_dialect`; docs/semantics.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CastDialect {
+    /// BigQuery's `SAFE_CAST`.
+    #[serde(rename = "bigquery")]
+    BigQuery,
+    /// Spark's `try_cast` (Databricks with ANSI on).
+    Spark,
+    /// smelt's own: trimmed, booleans in the common spellings, Arrow's parsers.
+    Lenient,
+}
+
 /// Which writes of a row stamp its `update_timestamp` (`audit.update_timestamp_on`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -84,6 +97,9 @@ pub struct ApplyFlow {
     pub audit: AuditColumns,
     /// Cast failure policy.
     pub on_cast_error: OnCastError,
+    /// Whose rules the casts follow; by default BigQuery's when the schema file uses
+    /// BigQuery's type names, else Spark's.
+    pub cast_dialect: CastDialect,
     /// Zone for timestamps written without an offset (IANA name or `+HH:MM`); UTC by default.
     pub tz: Option<String>,
     /// SQL predicate over the bronze row that turns an upsert into a delete
@@ -141,6 +157,8 @@ pub(crate) struct RawApply {
     scd: Option<u8>,
     audit: Option<RawAudit>,
     on_cast_error: Option<OnCastError>,
+    #[serde(default)]
+    cast_dialect: Option<CastDialect>,
     tz: Option<String>,
     apply_as_deletes: Option<String>,
     apply_as_truncates: Option<String>,

@@ -135,6 +135,9 @@ pub struct TableDef {
     pub or_replace: bool,
     /// `IF NOT EXISTS`.
     pub if_not_exists: bool,
+    /// Some column has a type name only BigQuery spells so (`INT64`, `FLOAT64`, `BOOL`,
+    /// `BIGNUMERIC`, `BYTES`, `DATETIME`): the default cast dialect is then BigQuery's.
+    pub bigquery_types: bool,
 }
 
 impl TableDef {
@@ -323,7 +326,19 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
     if !errors.is_empty() {
         return Err(SpecErrors(errors));
     }
+    let bigquery_types = c.columns.iter().any(|col| {
+        matches!(
+            col.data_type,
+            sqlparser::ast::DataType::Int64
+                | sqlparser::ast::DataType::Float64
+                | sqlparser::ast::DataType::Bool
+                | sqlparser::ast::DataType::BigNumeric(_)
+                | sqlparser::ast::DataType::Bytes(_)
+                | sqlparser::ast::DataType::Datetime(_)
+        )
+    });
     Ok(TableDef {
+        bigquery_types,
         name: name.expect("checked above"),
         columns,
         primary_key,

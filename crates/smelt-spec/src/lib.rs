@@ -35,7 +35,7 @@ mod replace_where;
 mod script;
 
 pub use append::AppendFlow;
-pub use apply::{ApplyFlow, AuditColumns, UpdateTimestampOn};
+pub use apply::{ApplyFlow, AuditColumns, CastDialect, UpdateTimestampOn};
 pub use catalog::{Catalog, CatalogKind};
 pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};

@@ -7,10 +7,11 @@ use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Ar
 use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::util::display::array_value_to_string;
-use smelt_core::cast::cast_columns;
+use smelt_core::cast::cast_columns_in;
 use smelt_core::change::{
     CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, DELETE, INSERT, UPDATE_POSTIMAGE, timestamp_utc,
 };
+use smelt_core::dialect::CastDialect;
 use smelt_spec::{ApplyFlow, OnCastError, OnViolation, SourceDeletes};
 
 use super::schema::is_audit;
@@ -209,7 +210,12 @@ impl CastPlan {
             .iter()
             .map(|(n, t)| Ok((Arc::clone(raw(n)?), t.clone())))
             .collect::<Result<_>>()?;
-        let outputs = cast_columns(&inputs, flow.tz.as_deref())?;
+        let dialect = match flow.cast_dialect {
+            smelt_spec::CastDialect::BigQuery => CastDialect::BigQuery,
+            smelt_spec::CastDialect::Spark => CastDialect::Spark,
+            smelt_spec::CastDialect::Lenient => CastDialect::Lenient,
+        };
+        let outputs = cast_columns_in(&inputs, flow.tz.as_deref(), dialect)?;
         let mut columns = Vec::with_capacity(self.targets.len() + 1);
         // Upserts left out of the apply: quarantined or dropped.
         let mut quarantined_casts = vec![false; batch.num_rows()];

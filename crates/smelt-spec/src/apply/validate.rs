@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use super::{
-    ApplyFlow, AuditColumns, COMMIT_TIMESTAMP, RawApply, with_audit_columns, with_history_columns,
+    ApplyFlow, AuditColumns, COMMIT_TIMESTAMP, CastDialect, RawApply, with_audit_columns,
+    with_history_columns,
 };
 use crate::check::{parse_duration, pick_columns, read_table_def, valid_zone};
 use crate::ddl::{ColumnType, TableName};
@@ -376,6 +377,10 @@ pub(crate) fn apply_flow(
     if errors.len() > before {
         return None;
     }
+    let cast_dialect = raw.cast_dialect.unwrap_or(match &silver {
+        Some(def) if def.bigquery_types => CastDialect::BigQuery,
+        _ => CastDialect::Spark,
+    });
     Some(ApplyFlow {
         from: from?,
         into: into?,
@@ -385,6 +390,7 @@ pub(crate) fn apply_flow(
         sequence_by,
         audit,
         on_cast_error: raw.on_cast_error.unwrap_or_default(),
+        cast_dialect,
         tz,
         apply_as_deletes: raw.apply_as_deletes,
         apply_as_truncates: raw.apply_as_truncates,
