@@ -244,3 +244,29 @@ fn seed_000_merge_runs_as_written_and_matches_the_apply_flow() {
     assert_eq!(by_flow.len(), 4);
     assert_eq!(by_merge, by_flow);
 }
+
+/// `SAFE_CAST` from a string follows BigQuery's rules and `TRY_CAST` Spark's, as apply flows'
+/// `cast_dialect` does; other casts are DataFusion's.
+#[test]
+fn safe_cast_is_bigquerys_and_try_cast_sparks() {
+    let p = Project::product2();
+    let rows = p.query(
+        "SELECT SAFE_CAST(' true' AS BOOL) AS bq_bool, TRY_CAST(' true' AS BOOLEAN) AS sp_bool,
+                SAFE_CAST('0x1A' AS INT64) AS bq_hex, TRY_CAST('0x1A' AS BIGINT) AS sp_hex,
+                SAFE_CAST('2026-07-01 09:00:00 Asia/Tokyo' AS TIMESTAMP) AS bq_ts,
+                SAFE_CAST('2026-07-01 09:00' AS TIMESTAMP) AS bq_no_seconds,
+                TRY_CAST('2026-07-01 09:00' AS TIMESTAMP) AS sp_no_seconds,
+                SAFE_CAST('1.0123456789' AS NUMERIC) AS bq_numeric,
+                SAFE_CAST('2026-07-01 09:00:00+09' AS DATETIME) AS bq_datetime_zone",
+    );
+    assert_eq!(
+        rows,
+        vec![json!({
+            "sp_bool": true,
+            "bq_hex": 26,
+            "bq_ts": "2026-07-01T00:00:00Z",
+            "sp_no_seconds": "2026-07-01T09:00:00Z",
+            "bq_numeric": 1.012345679,
+        })]
+    );
+}

@@ -30,6 +30,7 @@ mod ddl;
 mod describe;
 mod dialect;
 mod dml;
+mod safe_cast;
 mod time_travel;
 mod unsupported;
 mod variables;
@@ -319,6 +320,8 @@ async fn dataframe(
     changes::resolve(lake, ctx, &mut statement).await?;
     time_travel::resolve(lake, ctx, &mut statement).await?;
     dialect::match_case(ctx, &mut statement).await;
+    safe_cast::rewrite(&mut statement);
+    safe_cast::register(ctx);
     let state = ctx.state();
     let plan = state
         .statement_to_plan(DFStatement::Statement(Box::new(statement)))

@@ -15,7 +15,7 @@ use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, 
 use chrono_tz::Tz;
 
 /// Which engine's rules a string → typed cast follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CastDialect {
     /// smelt's own: trimmed, Arrow's parsers, booleans in the common spellings.
     #[default]

@@ -94,8 +94,9 @@ fn datafusion_type(t: &DataType) -> Option<DataType> {
         | DataType::BigDecimal(ExactNumberInfo::None) => {
             DataType::Decimal(ExactNumberInfo::PrecisionAndScale(76, 38))
         }
+        // Spelled WITHOUT TIME ZONE so `safe_cast` tells them from BigQuery's TIMESTAMP.
         DataType::Datetime(_) | DataType::TimestampNtz(_) => {
-            DataType::Timestamp(Some(6), TimezoneInfo::None)
+            DataType::Timestamp(Some(6), TimezoneInfo::WithoutTimeZone)
         }
         // Spark's names.
         DataType::Custom(name, args) if args.is_empty() => {

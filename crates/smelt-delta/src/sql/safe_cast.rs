@@ -1,0 +1,203 @@
+//! `SAFE_CAST` by BigQuery's rules and `TRY_CAST` by Spark's, in queries: a cast from a
+//! string to BOOL, a number, DATE or a timestamp is read as `__smelt_safe_cast(x, 'type')` /
+//! `__smelt_try_cast(x, 'type')`, which cast with `smelt_core`'s dialects (the rules apply
+//! flows use, docs/pipeline.md "Cast dialects"). A failure is NULL. Other casts and `CAST`
+//! are DataFusion's.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, FieldRef, TimeUnit};
+use deltalake::datafusion::common::{Result as DfResult, ScalarValue, exec_err, internal_err};
+use deltalake::datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
+use deltalake::datafusion::prelude::SessionContext;
+use deltalake::datafusion::sql::sqlparser::ast::{
+    CastKind, DataType as SqlType, ExactNumberInfo, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, Statement, TimezoneInfo, Value,
+    visit_expressions_mut,
+};
+use smelt_core::dialect::CastDialect;
+
+/// The functions' names.
+const SAFE_CAST: &str = "__smelt_safe_cast";
+const TRY_CAST: &str = "__smelt_try_cast";
+
+/// Registers the two functions in `ctx`.
+pub(super) fn register(ctx: &SessionContext) {
+    for (name, dialect) in [
+        (SAFE_CAST, CastDialect::BigQuery),
+        (TRY_CAST, CastDialect::Spark),
+    ] {
+        ctx.register_udf(ScalarUDF::from(DialectCast {
+            name,
+            dialect,
+            signature: Signature::any(2, Volatility::Immutable),
+        }));
+    }
+}
+
+/// Reads `SAFE_CAST(x AS t)` and `TRY_CAST(x AS t)` to a type the dialects cast as the
+/// functions above.
+pub(super) fn rewrite(statement: &mut Statement) {
+    let _ = visit_expressions_mut(statement, |e| {
+        if let Expr::Cast {
+            kind: kind @ (CastKind::SafeCast | CastKind::TryCast),
+            expr,
+            data_type,
+            format: None,
+            ..
+        } = e
+            && let Some(target) = target_tag(data_type)
+        {
+            let name = if *kind == CastKind::SafeCast {
+                SAFE_CAST
+            } else {
+                TRY_CAST
+            };
+            let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
+            *e = Expr::Function(Function {
+                name: ObjectName::from(vec![Ident::new(name)]),
+                uses_odbc_syntax: false,
+                parameters: FunctionArguments::None,
+                args: FunctionArguments::List(FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args: vec![
+                        arg(expr.as_ref().clone()),
+                        arg(Expr::Value(Value::SingleQuotedString(target).into())),
+                    ],
+                    clauses: Vec::new(),
+                }),
+                filter: None,
+                null_treatment: None,
+                over: None,
+                within_group: Vec::new(),
+            });
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
+/// The target type of a cast the dialects handle, as the functions' second argument.
+fn target_tag(t: &SqlType) -> Option<String> {
+    Some(match t {
+        SqlType::Bool | SqlType::Boolean => "bool".into(),
+        SqlType::Int64 | SqlType::BigInt(_) | SqlType::Int8(_) => "int64".into(),
+        SqlType::Int(_) | SqlType::Integer(_) | SqlType::Int4(_) => "int32".into(),
+        SqlType::SmallInt(_) | SqlType::Int2(_) => "int16".into(),
+        SqlType::TinyInt(_) => "int8".into(),
+        SqlType::Float64 | SqlType::Double(_) | SqlType::DoublePrecision | SqlType::Float8 => {
+            "float64".into()
+        }
+        SqlType::Float(_) | SqlType::Real | SqlType::Float4 => "float32".into(),
+        SqlType::Numeric(n) | SqlType::Decimal(n) => match n {
+            // BigQuery's NUMERIC; Spark's DECIMAL is (10, 0), but the BigQuery spelling wins.
+            ExactNumberInfo::None => "decimal:38:9".into(),
+            ExactNumberInfo::Precision(p) => format!("decimal:{p}:0"),
+            ExactNumberInfo::PrecisionAndScale(p, s) => format!("decimal:{p}:{s}"),
+        },
+        SqlType::BigNumeric(_) | SqlType::BigDecimal(_) => "decimal:76:38".into(),
+        SqlType::Date => "date".into(),
+        SqlType::Timestamp(
+            _,
+            TimezoneInfo::None | TimezoneInfo::WithTimeZone | TimezoneInfo::Tz,
+        ) => "timestamp".into(),
+        SqlType::Timestamp(_, TimezoneInfo::WithoutTimeZone)
+        | SqlType::Datetime(_)
+        | SqlType::TimestampNtz(_) => "datetime".into(),
+        _ => return None,
+    })
+}
+
+/// The Arrow type of a target tag.
+fn target_type(tag: &str) -> Option<DataType> {
+    Some(match tag {
+        "bool" => DataType::Boolean,
+        "int64" => DataType::Int64,
+        "int32" => DataType::Int32,
+        "int16" => DataType::Int16,
+        "int8" => DataType::Int8,
+        "float64" => DataType::Float64,
+        "float32" => DataType::Float32,
+        "date" => DataType::Date32,
+        // An instant (BigQuery's TIMESTAMP, Spark's in a UTC session).
+        "timestamp" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        "datetime" => DataType::Timestamp(TimeUnit::Microsecond, None),
+        t => {
+            let mut parts = t.strip_prefix("decimal:")?.split(':');
+            let p: u8 = parts.next()?.parse().ok()?;
+            let s: i8 = parts.next()?.parse().ok()?;
+            if p <= 38 {
+                DataType::Decimal128(p, s)
+            } else {
+                DataType::Decimal256(p, s)
+            }
+        }
+    })
+}
+
+/// `__smelt_safe_cast` / `__smelt_try_cast`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct DialectCast {
+    name: &'static str,
+    dialect: CastDialect,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for DialectCast {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        internal_err!("{} types its result from its arguments", self.name)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        let tag = match args.scalar_arguments.get(1) {
+            Some(Some(ScalarValue::Utf8(Some(tag)))) => tag.clone(),
+            _ => return exec_err!("{} takes a literal type", self.name),
+        };
+        let Some(target) = target_type(&tag) else {
+            return exec_err!("{}: unknown type `{tag}`", self.name);
+        };
+        Ok(Arc::new(Field::new(self.name, target, true)))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let target = args.return_field.data_type().clone();
+        let input = args.args[0].to_array(args.number_rows)?;
+        let cast = smelt_core::cast::cast_column_in(&input, &target, None, self.dialect)
+            .map_err(|e| deltalake::datafusion::error::DataFusionError::External(Box::new(e)))?;
+        Ok(ColumnarValue::Array(cast.array))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tag_names_a_type() {
+        for t in [
+            SqlType::Bool,
+            SqlType::Int64,
+            SqlType::Float64,
+            SqlType::Numeric(ExactNumberInfo::None),
+            SqlType::BigNumeric(ExactNumberInfo::None),
+            SqlType::Date,
+            SqlType::Timestamp(None, TimezoneInfo::None),
+            SqlType::Datetime(None),
+        ] {
+            let tag = target_tag(&t).unwrap();
+            assert!(target_type(&tag).is_some(), "{t}: {tag}");
+        }
+        assert!(target_tag(&SqlType::String(None)).is_none());
+    }
+}
