@@ -381,3 +381,37 @@ fn create_table_as_select_and_add_column() {
     let (_, err) = p.fails(&["sql", "ALTER TABLE raw.t ADD COLUMN note STRING"], 1);
     assert!(err.contains("column `note` exists"), "{err}");
 }
+
+/// Databricks' `INSERT INTO t REPLACE WHERE predicate query` replaces the rows the predicate
+/// selects with the query's, in one commit; a new row outside the predicate fails it.
+#[test]
+fn insert_replace_where_replaces_the_rows_the_predicate_selects() {
+    let p = Project::product2();
+    p.ok(&[
+        "sql",
+        "CREATE TABLE raw.s (d DATE, v BIGINT) TBLPROPERTIES (delta.enableChangeDataFeed = true);
+         INSERT INTO raw.s VALUES (DATE '2026-07-20', 1), (DATE '2026-07-21', 2), (DATE '2026-07-21', 3);",
+    ]);
+    let out = p.ok(&[
+        "sql",
+        "INSERT INTO raw.s REPLACE WHERE d >= DATE '2026-07-21' SELECT DATE '2026-07-21', 9",
+    ]);
+    assert!(out.contains("replaced the rows of raw.s where"), "{out}");
+    assert_eq!(
+        p.query("SELECT CAST(d AS STRING) AS d, v FROM raw.s ORDER BY d, v"),
+        vec![
+            serde_json::json!({"d": "2026-07-20", "v": 1}),
+            serde_json::json!({"d": "2026-07-21", "v": 9}),
+        ]
+    );
+    assert_eq!(p.query("DESCRIBE HISTORY raw.s").len(), 3, "one commit");
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            "INSERT INTO raw.s REPLACE WHERE d >= DATE '2026-07-21' VALUES (DATE '2026-07-01', 5)",
+        ],
+        1,
+    );
+    assert!(err.contains("raw.s"), "{err}");
+    assert_eq!(p.query("SELECT * FROM raw.s").len(), 2, "nothing written");
+}

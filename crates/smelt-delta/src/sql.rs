@@ -16,7 +16,8 @@ use deltalake::datafusion::execution::context::SQLOptions;
 use deltalake::datafusion::prelude::{DataFrame, SessionContext};
 use deltalake::datafusion::sql::parser::Statement as DFStatement;
 use deltalake::datafusion::sql::sqlparser::ast::{
-    Ident, ObjectName, ObjectNamePart, Statement, TableObject, visit_relations_mut,
+    BinaryOperator, Expr, Ident, ObjectName, ObjectNamePart, Statement, TableObject,
+    visit_relations_mut,
 };
 use deltalake::protocol::SaveMode;
 use smelt_spec::TableName;
@@ -212,12 +213,14 @@ async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput>
                 ));
             };
             let name = table_name(target)?;
+            // Databricks' REPLACE WHERE (read as a partition clause by the parser).
+            let replace_where = insert.partitioned.as_deref().and_then(replace_where_of);
             // Clauses smelt does not carry out are refused, never dropped.
             let unsupported = [
                 (
-                    insert.partitioned.is_some(),
+                    insert.partitioned.is_some() && replace_where.is_none(),
                     "PARTITION (…)",
-                    "replace the rows of a period with a replace_where flow, or INSERT OVERWRITE the whole table",
+                    "replace the rows a predicate selects with INSERT INTO t REPLACE WHERE <predicate> SELECT …, or INSERT OVERWRITE the whole table",
                 ),
                 (
                     insert.on.is_some(),
@@ -266,7 +269,12 @@ async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput>
                 })
                 .collect();
             let (_, batches) = query(lake, Statement::Query(source)).await?;
-            insert_rows(&name, table, &columns, batches, insert.overwrite).await
+            let mode = match (replace_where, insert.overwrite) {
+                (Some(predicate), _) => InsertMode::ReplaceWhere(predicate),
+                (None, true) => InsertMode::Overwrite,
+                (None, false) => InsertMode::Append,
+            };
+            insert_rows(&name, table, &columns, batches, mode).await
         }
         Statement::CreateSchema { schema_name, .. } => {
             let name = schema_name.to_string().trim_matches('`').to_string();
@@ -341,12 +349,43 @@ async fn dataframe(
 /// the rest, each value cast to the column's type (a value that does not fit fails).
 /// Appends `batches` to `table` (`columns`: which column each holds, all in order when
 /// empty); with `overwrite`, they replace every row (`INSERT OVERWRITE`), in one commit.
+/// How an INSERT writes its rows.
+enum InsertMode {
+    Append,
+    /// `INSERT OVERWRITE`: they replace every row.
+    Overwrite,
+    /// `INSERT INTO … REPLACE WHERE predicate`: they replace the rows the predicate selects.
+    ReplaceWhere(String),
+}
+
+/// The predicate of a REPLACE WHERE, as the parser reads it:
+/// `PARTITION (__smelt_replace_where = (predicate))`.
+fn replace_where_of(partition: &[Expr]) -> Option<String> {
+    match partition {
+        [
+            Expr::BinaryOp {
+                left,
+                op: BinaryOperator::Eq,
+                right,
+            },
+        ] if matches!(left.as_ref(), Expr::Identifier(i) if i.value == smelt_spec::ddl::REPLACE_WHERE) =>
+        {
+            let predicate = match right.as_ref() {
+                Expr::Nested(p) => p.as_ref(),
+                other => other,
+            };
+            Some(predicate.to_string())
+        }
+        _ => None,
+    }
+}
+
 async fn insert_rows(
     name: &TableName,
     table: DeltaTable,
     columns: &[String],
     batches: Vec<RecordBatch>,
-    overwrite: bool,
+    mode: InsertMode,
 ) -> Result<SqlOutput> {
     let snapshot = table.snapshot().context(|| format!("reading `{name}`"))?;
     let target = snapshot.snapshot().arrow_schema();
@@ -417,7 +456,26 @@ async fn insert_rows(
             })?,
         );
     }
-    if overwrite {
+    if let InsertMode::ReplaceWhere(predicate) = &mode {
+        if rows == 0 {
+            table
+                .delete()
+                .with_predicate(predicate.clone())
+                .await
+                .context(|| format!("replacing rows of `{name}` where {predicate}"))?;
+        } else {
+            table
+                .write(out)
+                .with_save_mode(SaveMode::Overwrite)
+                .with_replace_where(predicate.clone())
+                .await
+                .context(|| format!("replacing rows of `{name}` where {predicate}"))?;
+        }
+        return Ok(SqlOutput::Message(format!(
+            "replaced the rows of {name} where {predicate} with {rows} rows"
+        )));
+    }
+    if matches!(mode, InsertMode::Overwrite) {
         if rows == 0 {
             table
                 .delete()

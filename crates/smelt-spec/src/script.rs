@@ -28,9 +28,9 @@ pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
             .map_err(|e| e.to_string())
             .and_then(|tokens| {
                 Parser::new(d)
-                    .with_tokens_with_locations(describe_as_query(changes_table_arg(merge_stars(
-                        strip_using_delta(rewrite_options(tokens)),
-                    ))))
+                    .with_tokens_with_locations(replace_where(describe_as_query(
+                        changes_table_arg(merge_stars(strip_using_delta(rewrite_options(tokens)))),
+                    )))
                     .parse_statements()
                     .map_err(|e| e.to_string())
             });
@@ -76,6 +76,72 @@ fn merge_stars(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             }
         }
         out.push(t);
+    }
+    out
+}
+
+/// The partition "column" Databricks' `INSERT INTO t REPLACE WHERE pred query` is read with:
+/// `INSERT INTO t PARTITION (__smelt_replace_where = (pred)) query`.
+pub const REPLACE_WHERE: &str = "__smelt_replace_where";
+
+/// Databricks' `INSERT INTO [TABLE] t REPLACE WHERE pred query`, which sqlparser does not
+/// take, read as an INSERT with the partition [`REPLACE_WHERE`]` = (pred)`. `tokens` hold no
+/// whitespace.
+fn replace_where(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let word = |t: Option<&TokenWithSpan>, k: Keyword| matches!(t.map(|t| &t.token), Some(Token::Word(w)) if w.keyword == k);
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len() + 8);
+    let mut i = 0;
+    let mut start = 0;
+    while i < tokens.len() {
+        let t = &tokens[i];
+        if matches!(t.token, Token::SemiColon) {
+            start = out.len() + 1;
+        }
+        let here = word(Some(t), Keyword::REPLACE) && word(tokens.get(i + 1), Keyword::WHERE);
+        let insert_into =
+            word(out.get(start), Keyword::INSERT) && word(out.get(start + 1), Keyword::INTO);
+        if here && insert_into {
+            // The predicate runs to the query: SELECT, VALUES, WITH, TABLE or `(` at depth 0.
+            let mut j = i + 2;
+            let mut depth = 0usize;
+            while j < tokens.len() {
+                match &tokens[j].token {
+                    Token::LParen
+                        if depth == 0 && j > i + 2 && word(tokens.get(j + 1), Keyword::SELECT) =>
+                    {
+                        break;
+                    }
+                    Token::LParen => depth += 1,
+                    Token::RParen => depth = depth.saturating_sub(1),
+                    Token::Word(w)
+                        if depth == 0
+                            && matches!(
+                                w.keyword,
+                                Keyword::SELECT | Keyword::VALUES | Keyword::WITH | Keyword::TABLE
+                            ) =>
+                    {
+                        break;
+                    }
+                    Token::SemiColon => break,
+                    _ => {}
+                }
+                j += 1;
+            }
+            let span = t.span;
+            let tok = |t: Token| TokenWithSpan::new(t, span);
+            out.push(tok(Token::make_keyword("PARTITION")));
+            out.push(tok(Token::LParen));
+            out.push(tok(Token::make_word(REPLACE_WHERE, None)));
+            out.push(tok(Token::Eq));
+            out.push(tok(Token::LParen));
+            out.extend(tokens[i + 2..j].iter().cloned());
+            out.push(tok(Token::RParen));
+            out.push(tok(Token::RParen));
+            i = j;
+            continue;
+        }
+        out.push(t.clone());
+        i += 1;
     }
     out
 }
