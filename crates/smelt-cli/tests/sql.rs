@@ -299,6 +299,27 @@ fn show_tblproperties_and_describe_read_the_log() {
         err.contains("table property `delta.appendOnly` (= 'true') is not supported"),
         "{err}"
     );
+    // UNSET removes the user's property and the change feed's, in one commit.
+    p.ok(&[
+        "sql",
+        "ALTER TABLE raw.t UNSET TBLPROPERTIES ('team.owner', delta.enableChangeDataFeed)",
+    ]);
+    assert!(p.query("SHOW TBLPROPERTIES raw.t").is_empty());
+    p.ok(&[
+        "sql",
+        "ALTER TABLE raw.t UNSET TBLPROPERTIES IF EXISTS ('team.owner')",
+    ]);
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            "ALTER TABLE raw.t UNSET TBLPROPERTIES ('team.owner')",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("the table has no property `team.owner`"),
+        "{err}"
+    );
     let (_, err) = p.fails(
         &[
             "sql",

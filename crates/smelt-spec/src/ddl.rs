@@ -11,7 +11,9 @@ use sqlparser::ast::{
 };
 
 use crate::error::{Result, SpecError, SpecErrors};
-pub use crate::script::{DESCRIBE_FUNCTION, MERGE_SET_ALL, REPLACE_WHERE, parse_script};
+pub use crate::script::{
+    DESCRIBE_FUNCTION, MERGE_SET_ALL, REPLACE_WHERE, UNSET_PREFIX, parse_script,
+};
 
 pub use crate::name::TableName;
 

@@ -28,9 +28,7 @@ pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
             .map_err(|e| e.to_string())
             .and_then(|tokens| {
                 Parser::new(d)
-                    .with_tokens_with_locations(replace_where(describe_as_query(
-                        changes_table_arg(merge_stars(strip_using_delta(rewrite_options(tokens)))),
-                    )))
+                    .with_tokens_with_locations(rewrite(tokens))
                     .parse_statements()
                     .map_err(|e| e.to_string())
             });
@@ -42,6 +40,17 @@ pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
         }
     }
     Err(first_err.unwrap_or_default())
+}
+
+/// Every spelling sqlparser does not take, rewritten to one it does.
+fn rewrite(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let tokens = rewrite_options(tokens);
+    let tokens = strip_using_delta(tokens);
+    let tokens = merge_stars(tokens);
+    let tokens = changes_table_arg(tokens);
+    let tokens = describe_as_query(tokens);
+    let tokens = replace_where(tokens);
+    unset_properties(tokens)
 }
 
 /// The column an `UPDATE SET *` of a MERGE is read as setting: `UPDATE SET c = c` for this
@@ -76,6 +85,71 @@ fn merge_stars(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             }
         }
         out.push(t);
+    }
+    out
+}
+
+/// The prefix of the keys Spark's `ALTER TABLE t UNSET TBLPROPERTIES [IF EXISTS] ('k', …)`
+/// is read with: `SET TBLPROPERTIES ('__smelt_unset__.k' = 'if_exists' | '', …)`.
+pub const UNSET_PREFIX: &str = "__smelt_unset__.";
+
+/// Spark's `UNSET TBLPROPERTIES`, which sqlparser does not take, read as a `SET
+/// TBLPROPERTIES` of [`UNSET_PREFIX`]ed keys. `tokens` hold no whitespace.
+fn unset_properties(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let word = |t: Option<&TokenWithSpan>, k: Keyword| matches!(t.map(|t| &t.token), Some(Token::Word(w)) if w.keyword == k);
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = &tokens[i];
+        let unset = matches!(&t.token, Token::Word(w) if w.value.eq_ignore_ascii_case("UNSET"))
+            && word(tokens.get(i + 1), Keyword::TBLPROPERTIES);
+        if !unset {
+            out.push(t.clone());
+            i += 1;
+            continue;
+        }
+        let mut j = i + 2;
+        let if_exists =
+            word(tokens.get(j), Keyword::IF) && word(tokens.get(j + 1), Keyword::EXISTS);
+        if if_exists {
+            j += 2;
+        }
+        if !matches!(tokens.get(j).map(|t| &t.token), Some(Token::LParen)) {
+            out.push(t.clone());
+            i += 1;
+            continue;
+        }
+        let span = t.span;
+        let tok = |t: Token| TokenWithSpan::new(t, span);
+        out.push(tok(Token::make_keyword("SET")));
+        out.push(tok(Token::make_keyword("TBLPROPERTIES")));
+        out.push(tok(Token::LParen));
+        j += 1;
+        let mut first = true;
+        while let Some(next) = tokens.get(j) {
+            j += 1;
+            let key = match &next.token {
+                Token::RParen => break,
+                Token::Comma => continue,
+                Token::SingleQuotedString(k) | Token::DoubleQuotedString(k) => k.clone(),
+                Token::Word(w) => w.value.clone(),
+                _ => continue,
+            };
+            if !first {
+                out.push(tok(Token::Comma));
+            }
+            first = false;
+            out.push(tok(Token::make_word(
+                &format!("{UNSET_PREFIX}{key}"),
+                Some('`'),
+            )));
+            out.push(tok(Token::Eq));
+            out.push(tok(Token::SingleQuotedString(
+                if if_exists { "if_exists" } else { "" }.into(),
+            )));
+        }
+        out.push(tok(Token::RParen));
+        i = j;
     }
     out
 }

@@ -15,7 +15,7 @@ use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, TableProperty};
 use smelt_engine::schema::{arrow_schema, arrow_type};
 use smelt_spec::ColumnType;
-use smelt_spec::ddl::understood_option;
+use smelt_spec::ddl::{UNSET_PREFIX, understood_option};
 
 use super::{SqlOutput, table_name};
 use crate::Lake;
@@ -50,6 +50,7 @@ pub(super) async fn alter_table(lake: &Lake, alter: AlterTable) -> Result<SqlOut
         .await?;
     let mut properties = HashMap::new();
     let mut added = Vec::new();
+    let mut unset = Vec::new();
     for op in &alter.operations {
         let table_properties = match op {
             AlterTableOperation::SetTblProperties { table_properties } => table_properties,
@@ -86,6 +87,10 @@ pub(super) async fn alter_table(lake: &Lake, alter: AlterTable) -> Result<SqlOut
                     .to_string()
             };
             let (key, value) = (unquote(key), unquote(value));
+            if let Some(unset_key) = key.strip_prefix(UNSET_PREFIX) {
+                unset.push((unset_key.to_string(), value == "if_exists"));
+                continue;
+            }
             let (lower, lower_value) = (key.to_ascii_lowercase(), value.to_ascii_lowercase());
             if lower.starts_with("delta.") || lower == "enable_change_history" {
                 if !understood_option(&lower, &lower_value) || lower.starts_with("delta.feature") {
@@ -110,6 +115,15 @@ pub(super) async fn alter_table(lake: &Lake, alter: AlterTable) -> Result<SqlOut
                 properties.insert(key, value);
             }
         }
+    }
+    if !unset.is_empty() {
+        if !properties.is_empty() || !added.is_empty() {
+            return Err(Error::user(
+                format!("ALTER TABLE `{name}` both unsets properties and makes other changes"),
+                "write one ALTER TABLE for each (each is one commit)",
+            ));
+        }
+        return unset_properties(table, &name, unset).await;
     }
     if !added.is_empty() {
         if !properties.is_empty() {
@@ -343,4 +357,64 @@ fn new_column(
     })?;
     let field = arrow::datatypes::Field::new(col, arrow_type(ty), true);
     Ok(Some((&field).try_into_kernel().map_err(Error::Arrow)?))
+}
+
+/// `ALTER TABLE t UNSET TBLPROPERTIES [IF EXISTS] (keys)`: one commit of the table's metadata
+/// without them. Of Delta's own properties only the change feed may go.
+async fn unset_properties(
+    table: DeltaTable,
+    name: &smelt_spec::TableName,
+    keys: Vec<(String, bool)>,
+) -> Result<SqlOutput> {
+    use deltalake::kernel::MetadataExt;
+    let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+    let mut metadata = state.metadata().clone();
+    let mut removed = Vec::new();
+    for (key, if_exists) in keys {
+        let lower = key.to_ascii_lowercase();
+        if lower.starts_with("delta.") && lower != "delta.enablechangedatafeed" {
+            return Err(Error::user(
+                format!(
+                    "ALTER TABLE `{name}`: unsetting Delta's property `{key}` is not supported by smelt sql"
+                ),
+                "of Delta's properties smelt unsets the change feed (delta.enableChangeDataFeed)",
+            ));
+        }
+        let Some(stored) = metadata
+            .configuration()
+            .keys()
+            .find(|k| k.eq_ignore_ascii_case(&key))
+            .cloned()
+        else {
+            if if_exists {
+                continue;
+            }
+            return Err(Error::user(
+                format!("ALTER TABLE `{name}`: the table has no property `{key}`"),
+                "write UNSET TBLPROPERTIES IF EXISTS (…) to leave absent ones be",
+            ));
+        };
+        metadata = metadata
+            .remove_config_key(&stored)
+            .map_err(|e| Error::Internal(format!("unsetting `{stored}` of `{name}`: {e}")))?;
+        removed.push(stored);
+    }
+    if removed.is_empty() {
+        return Ok(SqlOutput::Message(format!("table {name} left as is")));
+    }
+    deltalake::kernel::transaction::CommitBuilder::default()
+        .with_actions(vec![deltalake::kernel::Action::Metadata(metadata)])
+        .build(
+            Some(state),
+            table.log_store(),
+            deltalake::protocol::DeltaOperation::SetTableProperties {
+                properties: HashMap::new(),
+            },
+        )
+        .await
+        .context(|| format!("unsetting properties of `{name}`"))?;
+    Ok(SqlOutput::Message(format!(
+        "altered table {name}: unset {}",
+        removed.join(", ")
+    )))
 }

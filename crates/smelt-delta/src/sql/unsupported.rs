@@ -75,10 +75,6 @@ pub(super) fn unparsed(sql: &str) -> Option<(usize, Error)> {
 fn refused(words: &[String]) -> Option<Error> {
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let (what, hint) = match words.as_slice() {
-        ["ALTER", "TABLE", rest @ ..] if rest.contains(&"UNSET") => (
-            "ALTER TABLE … UNSET TBLPROPERTIES",
-            "give the property another value with ALTER TABLE … SET TBLPROPERTIES",
-        ),
         ["CREATE", "CATALOG", ..] => (
             "CREATE CATALOG",
             "the lake (`--lake`, or `lake:` in the pipeline) is smelt's catalog; make its schemas with CREATE SCHEMA name",
