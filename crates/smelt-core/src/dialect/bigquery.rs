@@ -48,7 +48,7 @@ pub(crate) fn float(s: &str) -> Option<f64> {
         "nan" => return Some(f64::NAN),
         _ => {}
     }
-    decimal_text(t, 0)?;
+    number_parts(t)?;
     t.parse().ok()
 }
 
@@ -108,7 +108,7 @@ pub(crate) fn datetime(s: &str) -> Option<(NaiveDateTime, Option<Zone>)> {
     )?;
     let mut local = date.and_time(time);
     if leap {
-        local += Duration::seconds(1);
+        local = local.checked_add_signed(Duration::seconds(1))?;
     }
     let zone = match tail {
         "" => None,

@@ -40,10 +40,9 @@ impl Zone {
     /// ambiguous), `None` when the local time does not exist there.
     pub(crate) fn to_utc(self, local: NaiveDateTime) -> Option<DateTime<Utc>> {
         match self {
-            Zone::Offset(secs) => Some(DateTime::from_naive_utc_and_offset(
-                local - Duration::seconds(secs as i64),
-                Utc,
-            )),
+            Zone::Offset(secs) => local
+                .checked_sub_signed(Duration::seconds(secs as i64))
+                .map(|utc| DateTime::from_naive_utc_and_offset(utc, Utc)),
             Zone::Named(tz) => tz
                 .from_local_datetime(&local)
                 .earliest()
@@ -78,7 +77,7 @@ fn offset_within(s: &str, max_hours: i32) -> Option<i32> {
     let (h, m) = match rest.split_once(':') {
         Some((h, m)) if (1..=2).contains(&m.len()) => (h, m),
         Some(_) => return None,
-        None if rest.len() == 4 => (&rest[..2], &rest[2..]),
+        None if rest.len() == 4 && digits(rest) => (&rest[..2], &rest[2..]),
         None => (rest, "0"),
     };
     if !(1..=2).contains(&h.len()) || !digits(h) || !digits(m) {
@@ -103,6 +102,19 @@ fn digits(s: &str) -> bool {
 /// with exactly `scale` fractional digits, rounded half away from zero (BigQuery's NUMERIC
 /// rounding and Java's `ROUND_HALF_UP`); `None` when `s` is not such a number.
 pub(crate) fn decimal_text(s: &str, scale: i8) -> Option<String> {
+    let (negative, int, frac, exponent) = number_parts(s)?;
+    // Digits before the point: past 77 no decimal type holds the value (and a huge
+    // exponent must not make a huge string).
+    if int.len() as i64 + exponent > 77 {
+        return None;
+    }
+    let all: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
+    round_digits(negative, &all, int.len() as i64 + exponent, scale)
+}
+
+/// `[+|-]digits[.digits][(e|E)[+|-]digits]` (or `.digits`, `digits.`): the sign, the
+/// integer and fraction digits and the exponent; `None` when `s` is not such a number.
+pub(crate) fn number_parts(s: &str) -> Option<(bool, &str, &str, i64)> {
     let (negative, body) = match s.as_bytes().first()? {
         b'-' => (true, &s[1..]),
         b'+' => (false, &s[1..]),
@@ -126,9 +138,12 @@ pub(crate) fn decimal_text(s: &str, scale: i8) -> Option<String> {
     {
         return None;
     }
-    // All digits, and where the point falls in them.
-    let all: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
-    let point = int.len() as i64 + exponent;
+    Some((negative, int, frac, exponent))
+}
+
+/// The digits `all` with the point after `point` of them, rounded half away from zero to
+/// `scale` fractional digits, as text.
+fn round_digits(negative: bool, all: &[u8], point: i64, scale: i8) -> Option<String> {
     let scale = scale.max(0) as i64;
     // Digits kept: those before point + scale.
     let keep = point + scale;
@@ -184,7 +199,7 @@ pub(crate) fn decimal_text(s: &str, scale: i8) -> Option<String> {
 /// `YYYY-[M]M-[D]D` with a four-digit year (BigQuery's DATE), and what follows it.
 fn ymd_exact(s: &str) -> Option<(NaiveDate, &str)> {
     let b = s.as_bytes();
-    if b.len() < 8 || !digits(&s[..4]) || b[4] != b'-' {
+    if b.len() < 8 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {
         return None;
     }
     let rest = &s[5..];

@@ -44,7 +44,7 @@ pub(crate) fn float(s: &str) -> Option<f64> {
         _ => {}
     }
     let number = t.strip_suffix(['f', 'F', 'd', 'D']).unwrap_or(t);
-    if decimal_text(number, 0).is_some() {
+    if number_parts(number).is_some() {
         return number.parse().ok();
     }
     match trim(s).to_ascii_lowercase().as_str() {

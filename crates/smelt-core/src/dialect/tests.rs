@@ -313,3 +313,37 @@ fn a_flow_zone_reads_strings_without_one() {
     assert_eq!(Some(t.value(0)), at("2026-07-01T00:00:00Z"));
     assert_eq!(Some(t.value(1)), at("2026-07-01T09:00:00Z"));
 }
+
+#[test]
+fn odd_input_is_null_not_a_panic() {
+    let odd = [
+        "2éé6-07-01",
+        "1é1",
+        "2026-07-01 09:00:00+1é1",
+        "+1é12",
+        "1e999999",
+        "-1e-999999",
+        "262143-12-31 23:59:59-18:00",
+        "9999-12-31 23:59:60",
+        "０１２",
+        "",
+        "💥",
+    ];
+    let targets = [
+        DataType::Boolean,
+        DataType::Int64,
+        DataType::Float64,
+        DataType::Decimal128(38, 9),
+        DataType::Date32,
+        DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into())),
+        DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
+    ];
+    for dialect in [CastDialect::BigQuery, CastDialect::Spark] {
+        for target in &targets {
+            let out = cast(&odd, target.clone(), dialect);
+            assert_eq!(out.len(), odd.len());
+        }
+    }
+    assert_eq!(decimal_text("1e999999", 9), None);
+    assert_eq!(decimal_text("-1e-999999", 2).as_deref(), Some("0.00"));
+}
