@@ -103,42 +103,32 @@ fn unset_properties(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         let t = &tokens[i];
         let unset = matches!(&t.token, Token::Word(w) if w.value.eq_ignore_ascii_case("UNSET"))
             && word(tokens.get(i + 1), Keyword::TBLPROPERTIES);
-        if !unset {
-            out.push(t.clone());
-            i += 1;
-            continue;
-        }
         let mut j = i + 2;
         let if_exists =
-            word(tokens.get(j), Keyword::IF) && word(tokens.get(j + 1), Keyword::EXISTS);
+            unset && word(tokens.get(j), Keyword::IF) && word(tokens.get(j + 1), Keyword::EXISTS);
         if if_exists {
             j += 2;
         }
-        if !matches!(tokens.get(j).map(|t| &t.token), Some(Token::LParen)) {
+        // Exactly `( key [, key]… )`; anything else is left for the parser to refuse.
+        let keys = if unset {
+            unset_keys(tokens.get(j..).unwrap_or_default())
+        } else {
+            None
+        };
+        let Some((keys, used)) = keys else {
             out.push(t.clone());
             i += 1;
             continue;
-        }
+        };
         let span = t.span;
         let tok = |t: Token| TokenWithSpan::new(t, span);
         out.push(tok(Token::make_keyword("SET")));
         out.push(tok(Token::make_keyword("TBLPROPERTIES")));
         out.push(tok(Token::LParen));
-        j += 1;
-        let mut first = true;
-        while let Some(next) = tokens.get(j) {
-            j += 1;
-            let key = match &next.token {
-                Token::RParen => break,
-                Token::Comma => continue,
-                Token::SingleQuotedString(k) | Token::DoubleQuotedString(k) => k.clone(),
-                Token::Word(w) => w.value.clone(),
-                _ => continue,
-            };
-            if !first {
+        for (n, key) in keys.iter().enumerate() {
+            if n > 0 {
                 out.push(tok(Token::Comma));
             }
-            first = false;
             out.push(tok(Token::make_word(
                 &format!("{UNSET_PREFIX}{key}"),
                 Some('`'),
@@ -149,9 +139,31 @@ fn unset_properties(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             )));
         }
         out.push(tok(Token::RParen));
-        i = j;
+        i = j + used;
     }
     out
+}
+
+/// `( key [, key]… )` at the start of `tokens`: the keys and the tokens they take.
+fn unset_keys(tokens: &[TokenWithSpan]) -> Option<(Vec<String>, usize)> {
+    if !matches!(tokens.first()?.token, Token::LParen) {
+        return None;
+    }
+    let mut keys = Vec::new();
+    let mut i = 1;
+    loop {
+        match &tokens.get(i)?.token {
+            Token::SingleQuotedString(k) | Token::DoubleQuotedString(k) => keys.push(k.clone()),
+            Token::Word(w) => keys.push(w.value.clone()),
+            _ => return None,
+        }
+        i += 1;
+        match &tokens.get(i)?.token {
+            Token::Comma => i += 1,
+            Token::RParen => return Some((keys, i + 1)),
+            _ => return None,
+        }
+    }
 }
 
 /// The partition "column" Databricks' `INSERT INTO t REPLACE WHERE pred query` is read with:
@@ -172,16 +184,48 @@ fn replace_where(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             start = out.len() + 1;
         }
         let here = word(Some(t), Keyword::REPLACE) && word(tokens.get(i + 1), Keyword::WHERE);
-        let insert_into =
-            word(out.get(start), Keyword::INSERT) && word(out.get(start + 1), Keyword::INTO);
-        if here && insert_into {
-            // The predicate runs to the query: SELECT, VALUES, WITH, TABLE or `(` at depth 0.
+        // Right after `INSERT INTO [TABLE] name`, the name being words joined by periods.
+        let after_name = || {
+            if !(word(out.get(start), Keyword::INSERT) && word(out.get(start + 1), Keyword::INTO)) {
+                return false;
+            }
+            let mut n = start + 2;
+            if word(out.get(n), Keyword::TABLE) {
+                n += 1;
+            }
+            let name = &out[n.min(out.len())..];
+            name.len() % 2 == 1
+                && name.iter().enumerate().all(|(k, t)| {
+                    if k % 2 == 0 {
+                        matches!(t.token, Token::Word(_))
+                    } else {
+                        matches!(t.token, Token::Period)
+                    }
+                })
+        };
+        if here && after_name() {
+            // The predicate runs to the query: SELECT, VALUES, WITH or TABLE at depth 0, or
+            // `(SELECT` where no predicate takes a subquery (IN, EXISTS, ANY, ALL, SOME, a
+            // comparison).
             let mut j = i + 2;
             let mut depth = 0usize;
             while j < tokens.len() {
+                let takes_subquery = |p: &Token| match p {
+                    Token::Word(w) => matches!(
+                        w.keyword,
+                        Keyword::IN | Keyword::EXISTS | Keyword::ANY | Keyword::ALL | Keyword::SOME
+                    ),
+                    Token::Eq | Token::Neq | Token::Lt | Token::Gt | Token::LtEq | Token::GtEq => {
+                        true
+                    }
+                    _ => false,
+                };
                 match &tokens[j].token {
                     Token::LParen
-                        if depth == 0 && j > i + 2 && word(tokens.get(j + 1), Keyword::SELECT) =>
+                        if depth == 0
+                            && j > i + 2
+                            && word(tokens.get(j + 1), Keyword::SELECT)
+                            && !takes_subquery(&tokens[j - 1].token) =>
                     {
                         break;
                     }
@@ -442,4 +486,38 @@ fn rewrite_options(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         i += 1;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(sql: &str) -> String {
+        let mut s = parse_script(sql).unwrap();
+        assert_eq!(s.len(), 1, "{sql}");
+        s.remove(0).to_string()
+    }
+
+    #[test]
+    fn replace_where_reads_only_after_the_table_and_keeps_subqueries() {
+        let q = one("INSERT INTO s.t REPLACE WHERE d IN (SELECT d FROM s.u) SELECT * FROM s.v");
+        assert!(
+            q.contains("__smelt_replace_where = (d IN (SELECT d FROM s.u))"),
+            "{q}"
+        );
+        assert!(q.ends_with("SELECT * FROM s.v"), "{q}");
+        // `replace` as an alias later in a plain INSERT is left alone.
+        let q = one("INSERT INTO s.t SELECT * FROM s.u AS replace WHERE x = 1");
+        assert!(!q.contains("__smelt_replace_where"), "{q}");
+    }
+
+    #[test]
+    fn unset_takes_a_list_of_keys_only() {
+        let q = one("ALTER TABLE s.t UNSET TBLPROPERTIES IF EXISTS ('a', b.c)");
+        assert!(q.contains("`__smelt_unset__.a` = 'if_exists'"), "{q}");
+        assert!(q.contains("`__smelt_unset__.b.c` = 'if_exists'"), "{q}");
+        // An unclosed list does not swallow the next statement: the parser refuses it.
+        assert!(parse_script("ALTER TABLE s.t UNSET TBLPROPERTIES ('a'; DELETE FROM s.u").is_err());
+        assert!(parse_script("ALTER TABLE s.t UNSET TBLPROPERTIES ('a' = 'x')").is_err());
+    }
 }

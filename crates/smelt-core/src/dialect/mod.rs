@@ -11,7 +11,7 @@ use arrow::array::{ArrayRef, AsArray};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::DataType;
 
-use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
+use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// Which engine's rules a string → typed cast follows.
@@ -43,10 +43,18 @@ impl Zone {
             Zone::Offset(secs) => local
                 .checked_sub_signed(Duration::seconds(secs as i64))
                 .map(|utc| DateTime::from_naive_utc_and_offset(utc, Utc)),
-            Zone::Named(tz) => tz
-                .from_local_datetime(&local)
-                .earliest()
-                .map(|t| t.with_timezone(&Utc)),
+            Zone::Named(tz) => match tz.from_local_datetime(&local).earliest() {
+                Some(t) => Some(t.with_timezone(&Utc)),
+                // In a gap (the clocks jumped forward): the offset from before the jump,
+                // as Spark and BigQuery read it.
+                None => {
+                    let before = local.checked_sub_signed(Duration::hours(3))?;
+                    let offset = tz.offset_from_local_datetime(&before).earliest()?.fix();
+                    local
+                        .checked_sub_signed(Duration::seconds(offset.local_minus_utc() as i64))
+                        .map(|utc| DateTime::from_naive_utc_and_offset(utc, Utc))
+                }
+            },
         }
     }
 
@@ -105,7 +113,8 @@ pub(crate) fn decimal_text(s: &str, scale: i8) -> Option<String> {
     let (negative, int, frac, exponent) = number_parts(s)?;
     // Digits before the point: past 77 no decimal type holds the value (and a huge
     // exponent must not make a huge string).
-    if int.len() as i64 + exponent > 77 {
+    let significant = int.trim_start_matches('0');
+    if significant.len() as i64 + exponent > 77 {
         return None;
     }
     let all: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
@@ -330,8 +339,15 @@ pub(crate) fn cast_strings(
                         spark::datetime
                     })?;
                     let at = match (zoned, zone) {
-                        // An instant: the string's zone, else the flow's.
-                        (Some(_), zone) => zone.or(flow_zone)?.to_utc(local)?.naive_utc(),
+                        // An instant: the string's zone, else the flow's (BigQuery's range:
+                        // years 1 to 9999 in UTC).
+                        (Some(_), zone) => {
+                            let utc = zone.or(flow_zone)?.to_utc(local)?.naive_utc();
+                            if bigquery && !(1..=9999).contains(&chrono::Datelike::year(&utc)) {
+                                return None;
+                            }
+                            utc
+                        }
                         // BigQuery's DATETIME takes no zone; Spark's TIMESTAMP_NTZ drops it.
                         (None, Some(_)) if bigquery => return None,
                         (None, _) => local,

@@ -347,3 +347,34 @@ fn odd_input_is_null_not_a_panic() {
     assert_eq!(decimal_text("1e999999", 9), None);
     assert_eq!(decimal_text("-1e-999999", 2).as_deref(), Some("0.00"));
 }
+
+#[test]
+fn a_time_in_a_dst_gap_takes_the_offset_before_it() {
+    // 02:30 does not exist in Los Angeles on 2026-03-08: read at PST (-8).
+    let input: ArrayRef = Arc::new(StringArray::from(vec![
+        "2026-03-08 02:30:00 America/Los_Angeles",
+        "0001-01-01 00:00:00+01",
+        "0000000000000000000000000000000000000000000000000000000000000000000000000000000001",
+    ]));
+    let utc = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into()));
+    for dialect in [CastDialect::BigQuery, CastDialect::Spark] {
+        let out = cast_strings(&input, &utc, None, dialect).unwrap().unwrap();
+        let t = out.as_primitive::<TimestampMicrosecondType>();
+        assert_eq!(Some(t.value(0)), at("2026-03-08T10:30:00Z"), "{dialect:?}");
+    }
+    // Before year 1 in UTC: out of BigQuery's range.
+    let bq = cast_strings(&input, &utc, None, CastDialect::BigQuery)
+        .unwrap()
+        .unwrap();
+    assert!(bq.is_null(1));
+    // Leading zeros do not count against the digits a decimal holds.
+    let n = cast_strings(
+        &input,
+        &DataType::Decimal128(38, 9),
+        None,
+        CastDialect::BigQuery,
+    )
+    .unwrap()
+    .unwrap();
+    assert!(!n.is_null(2));
+}

@@ -50,7 +50,7 @@ pub(super) fn rewrite(statement: &mut Statement) {
             format: None,
             ..
         } = e
-            && let Some(target) = target_tag(data_type)
+            && let Some(target) = target_tag(data_type, *kind == CastKind::TryCast)
         {
             let name = if *kind == CastKind::SafeCast {
                 SAFE_CAST
@@ -80,8 +80,9 @@ pub(super) fn rewrite(statement: &mut Statement) {
     });
 }
 
-/// The target type of a cast the dialects handle, as the functions' second argument.
-fn target_tag(t: &SqlType) -> Option<String> {
+/// The target type of a cast the dialects handle, as the functions' second argument
+/// (`spark`: a bare DECIMAL is Spark's DECIMAL(10, 0), else BigQuery's NUMERIC(38, 9)).
+fn target_tag(t: &SqlType, spark: bool) -> Option<String> {
     Some(match t {
         SqlType::Bool | SqlType::Boolean => "bool".into(),
         SqlType::Int64 | SqlType::BigInt(_) | SqlType::Int8(_) => "int64".into(),
@@ -93,7 +94,9 @@ fn target_tag(t: &SqlType) -> Option<String> {
         }
         SqlType::Float(_) | SqlType::Real | SqlType::Float4 => "float32".into(),
         SqlType::Numeric(n) | SqlType::Decimal(n) => match n {
-            // BigQuery's NUMERIC; Spark's DECIMAL is (10, 0), but the BigQuery spelling wins.
+            ExactNumberInfo::None if spark && matches!(t, SqlType::Decimal(_)) => {
+                "decimal:10:0".into()
+            }
             ExactNumberInfo::None => "decimal:38:9".into(),
             ExactNumberInfo::Precision(p) => format!("decimal:{p}:0"),
             ExactNumberInfo::PrecisionAndScale(p, s) => format!("decimal:{p}:{s}"),
@@ -195,9 +198,13 @@ mod tests {
             SqlType::Timestamp(None, TimezoneInfo::None),
             SqlType::Datetime(None),
         ] {
-            let tag = target_tag(&t).unwrap();
+            let tag = target_tag(&t, false).unwrap();
             assert!(target_type(&tag).is_some(), "{t}: {tag}");
         }
-        assert!(target_tag(&SqlType::String(None)).is_none());
+        assert!(target_tag(&SqlType::String(None), false).is_none());
+        assert_eq!(
+            target_tag(&SqlType::Decimal(ExactNumberInfo::None), true).as_deref(),
+            Some("decimal:10:0")
+        );
     }
 }
