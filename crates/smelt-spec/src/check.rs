@@ -113,10 +113,21 @@ pub(crate) fn valid_zone(zone: &str) -> bool {
     if zone.parse::<chrono_tz::Tz>().is_ok() {
         return true;
     }
+    // `+HH`, `+HHMM` or `+HH:MM`, within ±18:00.
     let b = zone.as_bytes();
-    matches!(b.first(), Some(b'+' | b'-'))
-        && zone[1..].chars().all(|c| c.is_ascii_digit() || c == ':')
-        && matches!(zone.len(), 3 | 5 | 6)
+    if !matches!(b.first(), Some(b'+' | b'-')) || !zone.is_ascii() {
+        return false;
+    }
+    let (h, m) = match zone.len() {
+        3 => (&zone[1..3], "00"),
+        5 => (&zone[1..3], &zone[3..5]),
+        6 if b[3] == b':' => (&zone[1..3], &zone[4..6]),
+        _ => return false,
+    };
+    match (h.parse::<u32>(), m.parse::<u32>()) {
+        (Ok(h), Ok(m)) => m < 60 && h * 60 + m <= 18 * 60,
+        _ => false,
+    }
 }
 
 /// Parses a duration written as a number and a unit: `90d`, `12h`, `30m`, `45s`, `2w`.
@@ -174,7 +185,14 @@ mod tests {
         for z in ["UTC", "Asia/Tokyo", "+09:00", "-0500", "+09"] {
             assert!(valid_zone(z), "{z}");
         }
-        for z in ["Mars/Olympus", "+9:00:00x", "JST9"] {
+        for z in [
+            "Mars/Olympus",
+            "+9:00:00x",
+            "JST9",
+            "+99:99",
+            "+19:00",
+            "+09:60",
+        ] {
             assert!(!valid_zone(z), "{z}");
         }
     }

@@ -62,7 +62,7 @@ impl Zone {
     pub(crate) fn of_flow(tz: Option<&str>) -> Option<Zone> {
         match tz {
             None | Some("UTC") | Some("Z") => Some(Zone::Offset(0)),
-            Some(name) => offset(name)
+            Some(name) => offset_within(name, 18)
                 .map(Zone::Offset)
                 .or_else(|| Tz::from_str(name).ok().map(Zone::Named)),
         }
