@@ -129,12 +129,5 @@ mod tests {
             "{e}"
         );
         assert!(unparsed("SELECT FROM WHERE").is_none());
-        let (n, e) = unparsed("ALTER TABLE a.b UNSET TBLPROPERTIES ('k')").unwrap();
-        assert_eq!(n, 1);
-        assert!(
-            e.to_string()
-                .contains("UNSET TBLPROPERTIES is not supported"),
-            "{e}"
-        );
     }
 }
