@@ -270,3 +270,22 @@ fn safe_cast_is_bigquerys_and_try_cast_sparks() {
         })]
     );
 }
+
+/// A plain `CAST` from a string follows BigQuery's rules (Spark's for `x::t`), and a value
+/// that does not cast fails the statement, naming the value.
+#[test]
+fn a_plain_cast_follows_the_dialect_and_fails_on_a_bad_value() {
+    let p = Project::product2();
+    let rows = p.query(
+        "SELECT CAST('0x1A' AS INT64) AS hex, 'yes'::boolean AS yes, CAST('2026-7-1' AS DATE) AS d",
+    );
+    assert_eq!(
+        rows,
+        vec![json!({"hex": 26, "yes": true, "d": "2026-07-01"})]
+    );
+    let (_, err) = p.fails(&["sql", "SELECT CAST(' true' AS BOOL) AS b"], 1);
+    assert!(
+        err.contains("CAST of ' true' to Boolean fails by BigQuery's rules"),
+        "{err}"
+    );
+}

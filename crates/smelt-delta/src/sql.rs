@@ -21,7 +21,7 @@ use deltalake::datafusion::sql::sqlparser::ast::{
 };
 use deltalake::protocol::SaveMode;
 use smelt_spec::TableName;
-use smelt_spec::ddl::{parse_script, table_def};
+use smelt_spec::ddl::{parse_script_spark, table_def};
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
@@ -56,7 +56,7 @@ pub async fn execute(
     lake: &Lake,
     sql: &str,
 ) -> std::result::Result<Vec<SqlOutput>, (Vec<SqlOutput>, usize, Error)> {
-    let statements = parse_script(sql).map_err(|e| match unsupported::unparsed(sql) {
+    let (statements, spark) = parse_script_spark(sql).map_err(|e| match unsupported::unparsed(sql) {
         Some((n, refused)) => (Vec::new(), n, refused),
         None => (
             Vec::new(),
@@ -99,7 +99,7 @@ pub async fn execute(
             );
             return Err((outputs, i + 1, e));
         }
-        match execute_one(lake, statement).await {
+        match execute_one(lake, statement, spark).await {
             Ok(out) => outputs.push(out),
             Err(e) => return Err((outputs, i + 1, e)),
         }
@@ -158,7 +158,8 @@ fn table_name(name: &ObjectName) -> Result<TableName> {
     })
 }
 
-async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput> {
+/// Runs one statement; `spark`: the script is Spark SQL (its plain CASTs follow Spark's rules).
+async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Result<SqlOutput> {
     if !matches!(statement, Statement::Query(_)) {
         lake.check_safe_commits(None).await?;
     }
@@ -183,7 +184,7 @@ async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput>
                     "leave out the column list, or CREATE the table and then INSERT INTO … SELECT",
                 )),
                 Some(q) => {
-                    let (schema, batches) = query(lake, Statement::Query(q)).await?;
+                    let (schema, batches) = query(lake, Statement::Query(q), spark).await?;
                     ddl::create_table_as(lake, &def, schema, batches).await
                 }
             }
@@ -268,7 +269,7 @@ async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput>
                         .unwrap_or_else(|| c.to_string())
                 })
                 .collect();
-            let (_, batches) = query(lake, Statement::Query(source)).await?;
+            let (_, batches) = query(lake, Statement::Query(source), spark).await?;
             let mode = match (replace_where, insert.overwrite) {
                 (Some(predicate), _) => InsertMode::ReplaceWhere(predicate),
                 (None, true) => InsertMode::Overwrite,
@@ -295,21 +296,25 @@ async fn execute_one(lake: &Lake, mut statement: Statement) -> Result<SqlOutput>
             match dml {
                 Statement::Update(update) => dml::update(lake, update).await,
                 Statement::Delete(delete) => dml::delete(lake, delete).await,
-                Statement::Merge(merge) => dml::merge(lake, &ctx, merge).await,
+                Statement::Merge(merge) => dml::merge(lake, &ctx, merge, spark).await,
                 _ => unreachable!("matched above"),
             }
         }
         statement @ Statement::Query(_) => {
-            let (schema, batches) = query(lake, statement).await?;
+            let (schema, batches) = query(lake, statement, spark).await?;
             Ok(SqlOutput::Rows { schema, batches })
         }
         other => Err(unsupported::statement(&other)),
     }
 }
 
-async fn query(lake: &Lake, statement: Statement) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+async fn query(
+    lake: &Lake,
+    statement: Statement,
+    spark: bool,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let ctx = lake.session().await?;
-    let df = dataframe(lake, &ctx, statement).await?;
+    let df = dataframe(lake, &ctx, statement, spark).await?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let batches = df
         .collect()
@@ -318,17 +323,33 @@ async fn query(lake: &Lake, statement: Statement) -> Result<(SchemaRef, Vec<Reco
     Ok((schema, batches))
 }
 
+/// Makes sure the session schema `name` exists in `ctx` (where resolvers register the
+/// tables they stand in for: time travel, change feeds, table metadata).
+fn session_schema(ctx: &SessionContext, name: &str) -> Result<()> {
+    let catalog = ctx.catalog("datafusion").expect("the default catalog");
+    if catalog.schema(name).is_none() {
+        catalog
+            .register_schema(
+                name,
+                Arc::new(deltalake::datafusion::catalog::MemorySchemaProvider::new()),
+            )
+            .context(|| format!("registering the session schema `{name}`"))?;
+    }
+    Ok(())
+}
+
 /// Plans a query (time travel resolved) in `ctx`, refusing DDL and DML inside it.
 async fn dataframe(
     lake: &Lake,
     ctx: &SessionContext,
     mut statement: Statement,
+    spark: bool,
 ) -> Result<DataFrame> {
     describe::resolve(lake, ctx, &mut statement).await?;
     changes::resolve(lake, ctx, &mut statement).await?;
     time_travel::resolve(lake, ctx, &mut statement).await?;
     dialect::match_case(ctx, &mut statement).await;
-    safe_cast::rewrite(&mut statement);
+    safe_cast::rewrite(&mut statement, spark);
     safe_cast::register(ctx);
     let state = ctx.state();
     let plan = state

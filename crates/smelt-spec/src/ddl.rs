@@ -12,7 +12,7 @@ use sqlparser::ast::{
 
 use crate::error::{Result, SpecError, SpecErrors};
 pub use crate::script::{
-    DESCRIBE_FUNCTION, MERGE_SET_ALL, REPLACE_WHERE, UNSET_PREFIX, parse_script,
+    DESCRIBE_FUNCTION, MERGE_SET_ALL, REPLACE_WHERE, UNSET_PREFIX, parse_script, parse_script_spark,
 };
 
 pub use crate::name::TableName;

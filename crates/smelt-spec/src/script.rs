@@ -16,13 +16,19 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 /// such as `delta.enableChangeDataFeed = true` (read as one quoted key).
 /// The error is the text of the first dialect's error, with its line.
 pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
+    parse_script_spark(sql).map(|(statements, _)| statements)
+}
+
+/// [`parse_script`], and whether only Databricks' dialect took the script (Spark SQL: its
+/// plain `CAST`s then follow Spark's rules rather than BigQuery's).
+pub fn parse_script_spark(sql: &str) -> std::result::Result<(Vec<Statement>, bool), String> {
     let dialects: [&dyn Dialect; 3] = [
         &BigQueryDialect {},
         &GenericDialect {},
         &DatabricksDialect {},
     ];
     let mut first_err = None;
-    for d in dialects {
+    for (i, d) in dialects.into_iter().enumerate() {
         let parsed = Tokenizer::new(d, sql)
             .tokenize_with_location()
             .map_err(|e| e.to_string())
@@ -33,7 +39,7 @@ pub fn parse_script(sql: &str) -> std::result::Result<Vec<Statement>, String> {
                     .map_err(|e| e.to_string())
             });
         match parsed {
-            Ok(stmts) => return Ok(stmts),
+            Ok(stmts) => return Ok((stmts, i == 2)),
             Err(e) => {
                 first_err.get_or_insert(e);
             }

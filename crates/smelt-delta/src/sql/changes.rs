@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use deltalake::datafusion::catalog::MemorySchemaProvider;
 use deltalake::datafusion::catalog::streaming::StreamingTable;
 use deltalake::datafusion::common::{ScalarValue, TableReference};
 use deltalake::datafusion::error::DataFusionError;
@@ -107,12 +106,7 @@ pub(super) async fn resolve(
     if visitor.found.is_empty() {
         return Ok(());
     }
-    let catalog = ctx.catalog("datafusion").expect("default catalog");
-    if catalog.schema(SCHEMA).is_none() {
-        catalog
-            .register_schema(SCHEMA, Arc::new(MemorySchemaProvider::new()))
-            .context(|| "registering change feeds".to_string())?;
-    }
+    super::session_schema(ctx, SCHEMA)?;
     for call in visitor.found {
         let provider = feed(lake, ctx, &call).await?;
         ctx.register_table(

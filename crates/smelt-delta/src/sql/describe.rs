@@ -12,7 +12,6 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use deltalake::DeltaTable;
-use deltalake::datafusion::catalog::MemorySchemaProvider;
 use deltalake::datafusion::common::TableReference;
 use deltalake::datafusion::datasource::MemTable;
 use deltalake::datafusion::prelude::SessionContext;
@@ -40,12 +39,7 @@ pub(super) async fn resolve(
     if visitor.found.is_empty() {
         return Ok(());
     }
-    let catalog = ctx.catalog("datafusion").expect("default catalog");
-    if catalog.schema(SCHEMA).is_none() {
-        catalog
-            .register_schema(SCHEMA, Arc::new(MemorySchemaProvider::new()))
-            .context(|| "registering table metadata".to_string())?;
-    }
+    super::session_schema(ctx, SCHEMA)?;
     for (what, table, registered) in visitor.found {
         let name = TableName::parse(&table).ok_or_else(|| {
             Error::user(

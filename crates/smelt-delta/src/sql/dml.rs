@@ -105,7 +105,12 @@ pub(super) async fn delete(lake: &Lake, delete: Delete) -> Result<SqlOutput> {
 }
 
 /// `MERGE [INTO] t USING s ON … WHEN …`.
-pub(super) async fn merge(lake: &Lake, ctx: &SessionContext, merge: Merge) -> Result<SqlOutput> {
+pub(super) async fn merge(
+    lake: &Lake,
+    ctx: &SessionContext,
+    merge: Merge,
+    spark: bool,
+) -> Result<SqlOutput> {
     if merge.output.is_some() {
         return Err(Error::user(
             "MERGE with OUTPUT is not supported by smelt sql",
@@ -128,7 +133,7 @@ pub(super) async fn merge(lake: &Lake, ctx: &SessionContext, merge: Merge) -> Re
         .as_ref()
         .map(|a| a.name.value.clone())
         .unwrap_or_else(|| name.table.clone());
-    let (source, source_alias) = source(lake, ctx, merge.source).await?;
+    let (source, source_alias) = source(lake, ctx, merge.source, spark).await?;
     let table = writable(lake, &name, "MERGE").await?;
     let target_columns = columns_of(&table, &name)?;
     let source_columns: Vec<String> = source
@@ -286,6 +291,7 @@ async fn source(
     lake: &Lake,
     ctx: &SessionContext,
     factor: TableFactor,
+    spark: bool,
 ) -> Result<(deltalake::datafusion::prelude::DataFrame, String)> {
     let (query, alias) = match factor {
         TableFactor::Table {
@@ -317,7 +323,7 @@ async fn source(
         .ok()
         .and_then(|mut s| (s.len() == 1).then(|| s.remove(0)))
         .ok_or_else(|| Error::Internal(format!("re-parsing the MERGE source `{query}`")))?;
-    let df = dataframe(lake, ctx, statement).await?;
+    let df = dataframe(lake, ctx, statement, spark).await?;
     Ok((df, alias))
 }
 

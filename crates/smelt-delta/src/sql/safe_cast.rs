@@ -1,8 +1,9 @@
-//! `SAFE_CAST` by BigQuery's rules and `TRY_CAST` by Spark's, in queries: a cast from a
-//! string to BOOL, a number, DATE or a timestamp is read as `__smelt_safe_cast(x, 'type')` /
-//! `__smelt_try_cast(x, 'type')`, which cast with `smelt_core`'s dialects (the rules apply
-//! flows use, docs/pipeline.md "Cast dialects"). A failure is NULL. Other casts and `CAST`
-//! are DataFusion's.
+//! Casts in queries by the dialects' rules (`smelt_core::dialect`, the rules apply flows
+//! use, docs/pipeline.md "Cast dialects"): `SAFE_CAST` by BigQuery's and `TRY_CAST` by
+//! Spark's, a failure being NULL; a plain `CAST` by BigQuery's (Spark's when only the
+//! Databricks dialect parsed the script, and for `x::t`), a failure failing the query with
+//! the value. Each is read as a call of one of the functions below, for casts to BOOL, a
+//! number, DATE or a timestamp; other targets are DataFusion's.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -24,38 +25,47 @@ use smelt_core::dialect::CastDialect;
 /// The functions' names.
 const SAFE_CAST: &str = "__smelt_safe_cast";
 const TRY_CAST: &str = "__smelt_try_cast";
+const CAST_BIGQUERY: &str = "__smelt_cast_bigquery";
+const CAST_SPARK: &str = "__smelt_cast_spark";
 
-/// Registers the two functions in `ctx`.
+/// Registers the functions in `ctx`.
 pub(super) fn register(ctx: &SessionContext) {
-    for (name, dialect) in [
-        (SAFE_CAST, CastDialect::BigQuery),
-        (TRY_CAST, CastDialect::Spark),
+    for (name, dialect, strict) in [
+        (SAFE_CAST, CastDialect::BigQuery, false),
+        (TRY_CAST, CastDialect::Spark, false),
+        (CAST_BIGQUERY, CastDialect::BigQuery, true),
+        (CAST_SPARK, CastDialect::Spark, true),
     ] {
         ctx.register_udf(ScalarUDF::from(DialectCast {
             name,
             dialect,
+            strict,
             signature: Signature::any(2, Volatility::Immutable),
         }));
     }
 }
 
-/// Reads `SAFE_CAST(x AS t)` and `TRY_CAST(x AS t)` to a type the dialects cast as the
-/// functions above.
-pub(super) fn rewrite(statement: &mut Statement) {
+/// Reads the casts of `statement` to a type the dialects cast as the functions above
+/// (`spark`: a plain `CAST` follows Spark's rules).
+pub(super) fn rewrite(statement: &mut Statement, spark: bool) {
     let _ = visit_expressions_mut(statement, |e| {
         if let Expr::Cast {
-            kind: kind @ (CastKind::SafeCast | CastKind::TryCast),
+            kind,
             expr,
             data_type,
             format: None,
             ..
         } = e
-            && let Some(target) = target_tag(data_type, *kind == CastKind::TryCast)
         {
-            let name = if *kind == CastKind::SafeCast {
-                SAFE_CAST
-            } else {
-                TRY_CAST
+            let (name, spark_types) = match kind {
+                CastKind::SafeCast => (SAFE_CAST, false),
+                CastKind::TryCast => (TRY_CAST, true),
+                CastKind::DoubleColon => (CAST_SPARK, true),
+                CastKind::Cast if spark => (CAST_SPARK, true),
+                CastKind::Cast => (CAST_BIGQUERY, false),
+            };
+            let Some(target) = target_tag(data_type, spark_types) else {
+                return ControlFlow::<()>::Continue(());
             };
             let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
             *e = Expr::Function(Function {
@@ -146,6 +156,8 @@ fn target_type(tag: &str) -> Option<DataType> {
 struct DialectCast {
     name: &'static str,
     dialect: CastDialect,
+    /// A value that does not cast fails the query (`CAST`), else it is NULL.
+    strict: bool,
     signature: Signature,
 }
 
@@ -178,6 +190,19 @@ impl ScalarUDFImpl for DialectCast {
         let input = args.args[0].to_array(args.number_rows)?;
         let cast = smelt_core::cast::cast_column_in(&input, &target, None, self.dialect)
             .map_err(|e| deltalake::datafusion::error::DataFusionError::External(Box::new(e)))?;
+        if self.strict
+            && let Some(&row) = cast.failed_rows.first()
+        {
+            let text = arrow::compute::cast(&input, &DataType::Utf8)?;
+            let value = ScalarValue::try_from_array(&text, row)?;
+            let rules = match self.dialect {
+                CastDialect::Spark => "Spark's",
+                _ => "BigQuery's",
+            };
+            return exec_err!(
+                "CAST of '{value}' to {target} fails by {rules} rules (SAFE_CAST or TRY_CAST give NULL instead)"
+            );
+        }
         Ok(ColumnarValue::Array(cast.array))
     }
 }

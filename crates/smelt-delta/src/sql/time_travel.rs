@@ -5,10 +5,8 @@
 //! read the current version and ignore the clause.
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
-use deltalake::datafusion::catalog::MemorySchemaProvider;
 use deltalake::datafusion::common::TableReference;
 use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::ast::{
@@ -43,12 +41,7 @@ pub(super) async fn resolve(
     if visitor.found.is_empty() {
         return Ok(());
     }
-    let catalog = ctx.catalog("datafusion").expect("default catalog");
-    if catalog.schema(SCHEMA).is_none() {
-        catalog
-            .register_schema(SCHEMA, Arc::new(MemorySchemaProvider::new()))
-            .context(|| "registering time-travelled tables".to_string())?;
-    }
+    super::session_schema(ctx, SCHEMA)?;
     for (name, as_of, alias) in visitor.found {
         let mut table = lake.open_existing(&name, "check the table name").await?;
         let latest = table.version().unwrap_or_default();

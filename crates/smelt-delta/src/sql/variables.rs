@@ -177,7 +177,7 @@ impl Variables {
             .ok_or_else(|| Error::Internal(format!("re-parsing `{e}`")))?;
         self.substitute(&mut statement);
         super::dialect::rewrite(&mut statement);
-        super::safe_cast::rewrite(&mut statement);
+        super::safe_cast::rewrite(&mut statement, false);
         super::safe_cast::register(ctx);
         let failed = |err: String| {
             Error::user(
