@@ -283,6 +283,11 @@ fn a_plain_cast_follows_the_dialect_and_fails_on_a_bad_value() {
         rows,
         vec![json!({"hex": 26, "yes": true, "d": "2026-07-01"})]
     );
+    // An unaliased cast keeps its column's name, as DataFusion names a cast.
+    assert_eq!(
+        p.query("SELECT SAFE_CAST(v AS INT64), TRY_CAST(v AS INT) FROM (SELECT '7' AS v)"),
+        vec![json!({"v": 7, "TRY_CAST(v AS INT)": 7})]
+    );
     let (_, err) = p.fails(&["sql", "SELECT CAST(' true' AS BOOL) AS b"], 1);
     assert!(
         err.contains("CAST of ' true' to Boolean fails by BigQuery's rules"),

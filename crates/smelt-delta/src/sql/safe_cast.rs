@@ -17,8 +17,8 @@ use deltalake::datafusion::logical_expr::{
 use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::ast::{
     CastKind, DataType as SqlType, ExactNumberInfo, Expr, Function, FunctionArg, FunctionArgExpr,
-    FunctionArgumentList, FunctionArguments, Ident, ObjectName, Statement, TimezoneInfo, Value,
-    visit_expressions_mut,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr,
+    Statement, TimezoneInfo, Value, VisitMut, VisitorMut, visit_expressions_mut,
 };
 use smelt_core::dialect::CastDialect;
 
@@ -48,6 +48,9 @@ pub(super) fn register(ctx: &SessionContext) {
 /// Reads the casts of `statement` to a type the dialects cast as the functions above
 /// (`spark`: a plain `CAST` follows Spark's rules).
 pub(super) fn rewrite(statement: &mut Statement, spark: bool) {
+    // A cast leaves its column's name as it was (as DataFusion names a cast), not the
+    // function's call.
+    let _ = statement.visit(&mut NameCasts { spark });
     let _ = visit_expressions_mut(statement, |e| {
         if let Expr::Cast {
             kind,
@@ -88,6 +91,76 @@ pub(super) fn rewrite(statement: &mut Statement, spark: bool) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// Names each unaliased cast the rewrite turns into a call in a SELECT list after what it
+/// casts (`CAST(x AS INT64)` is the column `x`).
+struct NameCasts {
+    spark: bool,
+}
+
+impl VisitorMut for NameCasts {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        if let SetExpr::Select(select) = query.body.as_mut() {
+            // Names the list has already; a cast whose column name is taken keeps its text.
+            let mut taken: std::collections::HashSet<String> = select
+                .projection
+                .iter()
+                .filter_map(|item| match item {
+                    SelectItem::ExprWithAlias { alias, .. } => Some(alias.value.clone()),
+                    SelectItem::UnnamedExpr(Expr::Identifier(i)) => Some(i.value.clone()),
+                    SelectItem::UnnamedExpr(Expr::CompoundIdentifier(p)) => {
+                        p.last().map(|p| p.value.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            for item in &mut select.projection {
+                let SelectItem::UnnamedExpr(Expr::Cast {
+                    kind,
+                    expr,
+                    data_type,
+                    format: None,
+                    ..
+                }) = item
+                else {
+                    continue;
+                };
+                let spark_types = match kind {
+                    CastKind::SafeCast => false,
+                    CastKind::Cast => self.spark,
+                    _ => true,
+                };
+                if target_tag(data_type, spark_types).is_none() {
+                    continue;
+                }
+                let name = match expr.as_ref() {
+                    Expr::Identifier(i) => i.value.clone(),
+                    Expr::CompoundIdentifier(parts) => {
+                        parts.last().map(|p| p.value.clone()).unwrap_or_default()
+                    }
+                    other => other.to_string(),
+                };
+                let SelectItem::UnnamedExpr(cast) = item else {
+                    continue;
+                };
+                let expr = cast.clone();
+                let name = if taken.insert(name.clone()) {
+                    name
+                } else {
+                    expr.to_string()
+                };
+                // Quoted: the statement may be printed and parsed again (variables).
+                *item = SelectItem::ExprWithAlias {
+                    expr,
+                    alias: Ident::with_quote('`', name.replace('`', "")),
+                };
+            }
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// The target type of a cast the dialects handle, as the functions' second argument
