@@ -24,7 +24,7 @@ fn update_delete_and_merge_are_one_commit_each_with_change_data() {
          INSERT INTO raw.t VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3);",
     ]);
     // Version 2: an update through an alias, the column named in another case.
-    let out = p.ok(&["sql", "UPDATE raw.t AS x SET x.N = n * 10 WHERE x.id >= 2"]);
+    let out = p.ok(&["sql", "UPDATE raw.t AS x SET x.N = N * 10 WHERE x.ID >= 2"]);
     assert!(out.contains("updated 2 rows of raw.t"), "{out}");
     // Version 3: a delete (BigQuery: FROM may be left out).
     let out = p.ok(&["sql", "DELETE raw.t WHERE id = 3"]);

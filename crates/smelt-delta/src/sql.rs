@@ -290,15 +290,16 @@ async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Resu
             }
             Ok(SqlOutput::Message(format!("created schema {name}")))
         }
-        mut dml @ (Statement::Update(_) | Statement::Delete(_) | Statement::Merge(_)) => {
+        // UPDATE and DELETE read one table: its columns alone spell their names.
+        Statement::Update(update) => dml::update(lake, update).await,
+        Statement::Delete(delete) => dml::delete(lake, delete).await,
+        mut merge @ Statement::Merge(_) => {
             let ctx = lake.session().await?;
-            dialect::match_case(&ctx, &mut dml).await;
-            match dml {
-                Statement::Update(update) => dml::update(lake, update).await,
-                Statement::Delete(delete) => dml::delete(lake, delete).await,
-                Statement::Merge(merge) => dml::merge(lake, &ctx, merge, spark).await,
-                _ => unreachable!("matched above"),
-            }
+            dialect::match_case(&ctx, &mut merge).await;
+            let Statement::Merge(merge) = merge else {
+                unreachable!("matched above")
+            };
+            dml::merge(lake, &ctx, merge, spark).await
         }
         statement @ Statement::Query(_) => {
             let (schema, batches) = query(lake, statement, spark).await?;

@@ -22,7 +22,7 @@ use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::ast::{
     BinaryOperator, CastKind, DataType, ExactNumberInfo, Expr, FunctionArg, FunctionArgExpr,
     FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, TimezoneInfo,
-    Value, Visit, Visitor, visit_expressions_mut, visit_relations,
+    Value, Visit, VisitMut, Visitor, visit_expressions_mut, visit_relations,
 };
 
 /// Rewrites the type names and functions of `statement` to DataFusion's.
@@ -133,8 +133,7 @@ pub(super) async fn match_case(ctx: &SessionContext, statement: &mut Statement) 
         relations.push(name.clone());
         ControlFlow::<()>::Continue(())
     });
-    let mut exact: HashSet<String> = HashSet::new();
-    let mut by_lower: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut columns = Vec::new();
     for name in relations {
         let parts: Vec<String> = name
             .0
@@ -149,16 +148,24 @@ pub(super) async fn match_case(ctx: &SessionContext, statement: &mut Statement) 
         let Ok(provider) = ctx.table_provider(reference).await else {
             continue;
         };
-        for f in provider.schema().fields() {
-            exact.insert(f.name().clone());
-            by_lower
-                .entry(f.name().to_lowercase())
-                .or_default()
-                .insert(f.name().clone());
-        }
+        columns.extend(provider.schema().fields().iter().map(|f| f.name().clone()));
+    }
+    respell_columns(statement, &columns);
+}
+
+/// Spells the column references of `node` as `columns` spell them, where they differ only
+/// in case and no name (column or output alias) is spelled exactly so.
+pub(super) fn respell_columns<V: Visit + VisitMut>(node: &mut V, columns: &[String]) {
+    let mut exact: HashSet<String> = columns.iter().cloned().collect();
+    let mut by_lower: HashMap<String, HashSet<String>> = HashMap::new();
+    for c in columns {
+        by_lower
+            .entry(c.to_lowercase())
+            .or_default()
+            .insert(c.clone());
     }
     let mut aliases = Aliases::default();
-    let _ = statement.visit(&mut aliases);
+    let _ = Visit::visit(&*node, &mut aliases);
     exact.extend(aliases.0);
     let respell = |ident: &mut Ident| {
         if exact.contains(&ident.value) {
@@ -170,7 +177,7 @@ pub(super) async fn match_case(ctx: &SessionContext, statement: &mut Statement) 
             ident.value = names.iter().next().expect("one").clone();
         }
     };
-    let _ = visit_expressions_mut(statement, |e| {
+    let _ = visit_expressions_mut(node, |e| {
         match e {
             Expr::Identifier(i) => respell(i),
             Expr::CompoundIdentifier(parts) => {

@@ -15,6 +15,7 @@ use deltalake::datafusion::sql::sqlparser::ast::{
     visit_expressions_mut,
 };
 
+use super::dialect::respell_columns;
 use super::{SqlOutput, dataframe, table_name};
 use crate::Lake;
 use crate::error::{Context, Error, Result};
@@ -49,10 +50,12 @@ pub(super) async fn update(lake: &Lake, update: Update) -> Result<SqlOutput> {
     let mut builder = table.update();
     if let Some(mut predicate) = update.selection {
         unqualify(&mut predicate, &qualifiers);
+        respell_columns(&mut predicate, &columns);
         builder = builder.with_predicate(predicate.to_string());
     }
     for Assignment { target, mut value } in update.assignments {
         unqualify(&mut value, &qualifiers);
+        respell_columns(&mut value, &columns);
         let col = column(&target, &qualifiers, &columns, "UPDATE")?;
         builder = builder.with_update(col.as_str(), value.to_string());
     }
@@ -90,9 +93,11 @@ pub(super) async fn delete(lake: &Lake, delete: Delete) -> Result<SqlOutput> {
     }
     let (name, alias) = single_table(&from[0], "DELETE")?;
     let table = writable(lake, &name, "DELETE").await?;
+    let columns = columns_of(&table, &name)?;
     let mut builder = table.delete();
     if let Some(mut predicate) = delete.selection {
         unqualify(&mut predicate, &qualifiers(&name, alias.as_ref()));
+        respell_columns(&mut predicate, &columns);
         builder = builder.with_predicate(predicate.to_string());
     }
     let (_, metrics) = builder
