@@ -271,7 +271,8 @@ fn replace_where(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
 }
 
 /// The table function `SHOW TBLPROPERTIES` and `DESCRIBE` statements are read as a query of:
-/// `__smelt_describe('tblproperties' | 'columns' | 'detail' | 'history', 'schema.table')`.
+/// `__smelt_describe('tblproperties' | 'columns' | 'detail' | 'history', 'schema.table'
+/// [, limit])`.
 pub const DESCRIBE_FUNCTION: &str = "__smelt_describe";
 
 /// Spark's `SHOW TBLPROPERTIES t [('key')]`, `DESCRIBE [TABLE] t`, `DESCRIBE DETAIL t` and
@@ -353,10 +354,23 @@ fn describe_at(tokens: &[TokenWithSpan]) -> Option<(Vec<TokenWithSpan>, usize)> 
         ]);
         i += 3;
     }
-    // Anything else (DESCRIBE HISTORY t LIMIT n) follows the query.
+    // Anything else (DESCRIBE HISTORY t LIMIT n) follows the query; the history also takes
+    // the limit, so that it reads only the newest n log entries.
     match tokens.get(i).map(|t| &t.token) {
         None | Some(Token::SemiColon | Token::EOF) => Some((out, i)),
-        Some(Token::Word(w)) if w.keyword == Keyword::LIMIT => Some((out, i)),
+        Some(Token::Word(w)) if w.keyword == Keyword::LIMIT => {
+            if let (true, Some(Token::Number(n, _))) =
+                (what == "history", tokens.get(i + 1).map(|t| &t.token))
+            {
+                let close = out.pop().expect("the call's `)`");
+                out.extend([
+                    tok(Token::Comma),
+                    tok(Token::Number(n.clone(), false)),
+                    close,
+                ]);
+            }
+            Some((out, i))
+        }
         _ => None,
     }
 }
@@ -515,6 +529,13 @@ mod tests {
         // `replace` as an alias later in a plain INSERT is left alone.
         let q = one("INSERT INTO s.t SELECT * FROM s.u AS replace WHERE x = 1");
         assert!(!q.contains("__smelt_replace_where"), "{q}");
+    }
+
+    #[test]
+    fn describe_history_passes_its_limit_to_the_reader() {
+        let q = one("DESCRIBE HISTORY s.t LIMIT 2");
+        assert!(q.contains("__smelt_describe('history', 's.t', 2)"), "{q}");
+        assert!(q.ends_with("LIMIT 2"), "{q}");
     }
 
     #[test]

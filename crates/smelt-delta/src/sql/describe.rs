@@ -16,7 +16,7 @@ use deltalake::datafusion::common::TableReference;
 use deltalake::datafusion::datasource::MemTable;
 use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArg, FunctionArgExpr, Ident, ObjectName, Statement, TableFactor, VisitMut,
+    Expr, FunctionArg, FunctionArgExpr, Ident, ObjectName, Statement, TableFactor, Value, VisitMut,
     VisitorMut,
 };
 use smelt_spec::TableName;
@@ -40,7 +40,7 @@ pub(super) async fn resolve(
         return Ok(());
     }
     super::session_schema(ctx, SCHEMA)?;
-    for (what, table, registered) in visitor.found {
+    for (what, table, limit, registered) in visitor.found {
         let name = TableName::parse(&table).ok_or_else(|| {
             Error::user(
                 format!("`{table}` is not a `schema.table` name"),
@@ -52,7 +52,7 @@ pub(super) async fn resolve(
             "tblproperties" => properties(&delta, &name)?,
             "columns" => columns(&delta, &name)?,
             "detail" => detail(lake, &delta, &name)?,
-            "history" => history(&delta, &name).await?,
+            "history" => history(&delta, &name, limit).await?,
             other => return Err(Error::Internal(format!("no table metadata `{other}`"))),
         };
         let provider = MemTable::try_new(batch.schema(), vec![vec![batch]])
@@ -181,34 +181,42 @@ fn detail(lake: &Lake, table: &DeltaTable, name: &TableName) -> Result<RecordBat
 
 /// Databricks' `DESCRIBE HISTORY` columns smelt knows, newest commit first: each version's
 /// `commitInfo`, read from its log entry (versions whose entry the log retention removed are
-/// left out).
-async fn history(table: &DeltaTable, name: &TableName) -> Result<RecordBatch> {
+/// left out); `limit`: only the newest entries.
+async fn history(
+    table: &DeltaTable,
+    name: &TableName,
+    limit: Option<usize>,
+) -> Result<RecordBatch> {
     use futures::StreamExt;
     let latest = table.version().unwrap_or_default();
     let store = table.log_store();
-    let entries: Vec<(i64, Option<serde_json::Value>)> =
-        futures::stream::iter((0..=latest).rev().map(|v| {
-            let store = store.clone();
-            async move {
-                let bytes = store
-                    .read_commit_entry(v)
-                    .await
-                    .context(|| format!("reading version {v} of `{name}`"))?;
-                Ok::<_, Error>(bytes.map(|b| {
-                    let info = String::from_utf8_lossy(&b)
-                        .lines()
-                        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                        .find_map(|a| a.get("commitInfo").cloned());
-                    (v as i64, info)
-                }))
-            }
-        }))
-        .buffered(16)
-        .filter_map(|r| async move { r.transpose() })
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<_>>()?;
+    let entries: Vec<(i64, Option<serde_json::Value>)> = futures::stream::iter(
+        (0..=latest)
+            .rev()
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|v| {
+                let store = store.clone();
+                async move {
+                    let bytes = store
+                        .read_commit_entry(v)
+                        .await
+                        .context(|| format!("reading version {v} of `{name}`"))?;
+                    Ok::<_, Error>(bytes.map(|b| {
+                        let info = String::from_utf8_lossy(&b)
+                            .lines()
+                            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                            .find_map(|a| a.get("commitInfo").cloned());
+                        (v as i64, info)
+                    }))
+                }
+            }),
+    )
+    .buffered(16)
+    .filter_map(|r| async move { r.transpose() })
+    .collect::<Vec<_>>()
+    .await
+    .into_iter()
+    .collect::<Result<_>>()?;
     let text = |info: &Option<serde_json::Value>, key: &str| -> String {
         match info.as_ref().and_then(|i| i.get(key)) {
             None | Some(serde_json::Value::Null) => String::new(),
@@ -257,7 +265,8 @@ async fn history(table: &DeltaTable, name: &TableName) -> Result<RecordBatch> {
 /// Finds the `__smelt_describe('what', 'table')` calls and points each at its name.
 #[derive(Default)]
 struct Calls {
-    found: Vec<(String, String, String)>,
+    /// What, which table, the newest entries asked for (history), the registered name.
+    found: Vec<(String, String, Option<usize>, String)>,
 }
 
 impl VisitorMut for Calls {
@@ -284,10 +293,17 @@ impl VisitorMut for Calls {
                 _ => None,
             })
             .collect();
+        let limit = call.args.iter().find_map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => match &v.value {
+                Value::Number(n, _) => n.parse().ok(),
+                _ => None,
+            },
+            _ => None,
+        });
         if let [what, table] = text.as_slice() {
             let registered = format!("d{}", self.found.len());
             self.found
-                .push((what.clone(), table.clone(), registered.clone()));
+                .push((what.clone(), table.clone(), limit, registered.clone()));
             *name = ObjectName::from(vec![Ident::new(SCHEMA), Ident::new(registered)]);
             *args = None;
         }
