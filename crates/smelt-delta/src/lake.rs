@@ -417,6 +417,7 @@ impl Lake {
                 false,
             );
         let ctx = SessionContext::new_with_config(config);
+        crate::sql::safe_cast::register(&ctx);
         let catalog = ctx.catalog("datafusion").expect("default catalog");
         for name in self.tables().await? {
             if catalog.schema(&name.schema).is_none() {

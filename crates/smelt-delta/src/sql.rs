@@ -31,7 +31,7 @@ mod ddl;
 mod describe;
 mod dialect;
 mod dml;
-mod safe_cast;
+pub(crate) mod safe_cast;
 mod time_travel;
 mod unsupported;
 mod variables;
@@ -72,6 +72,7 @@ pub async fn execute(
             .set_str("datafusion.sql_parser.dialect", "BigQuery")
             .set_bool("datafusion.sql_parser.enable_ident_normalization", false),
     );
+    safe_cast::register(&constants);
     for (i, mut statement) in statements.into_iter().enumerate() {
         match variables.run(&constants, &statement).await {
             Ok(Some(out)) => {
@@ -351,7 +352,6 @@ async fn dataframe(
     time_travel::resolve(lake, ctx, &mut statement).await?;
     dialect::match_case(ctx, &mut statement).await;
     safe_cast::rewrite(&mut statement, spark);
-    safe_cast::register(ctx);
     let state = ctx.state();
     let plan = state
         .statement_to_plan(DFStatement::Statement(Box::new(statement)))

@@ -28,8 +28,8 @@ const TRY_CAST: &str = "__smelt_try_cast";
 const CAST_BIGQUERY: &str = "__smelt_cast_bigquery";
 const CAST_SPARK: &str = "__smelt_cast_spark";
 
-/// Registers the functions in `ctx`.
-pub(super) fn register(ctx: &SessionContext) {
+/// Registers the functions in `ctx` (every lake session has them: `Lake::session`).
+pub(crate) fn register(ctx: &SessionContext) {
     for (name, dialect, strict) in [
         (SAFE_CAST, CastDialect::BigQuery, false),
         (TRY_CAST, CastDialect::Spark, false),

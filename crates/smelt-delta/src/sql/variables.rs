@@ -178,7 +178,6 @@ impl Variables {
         self.substitute(&mut statement);
         super::dialect::rewrite(&mut statement);
         super::safe_cast::rewrite(&mut statement, false);
-        super::safe_cast::register(ctx);
         let failed = |err: String| {
             Error::user(
                 format!("cannot compute `{e}`: {err}"),
