@@ -312,7 +312,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", required=True)
     ap.add_argument("--increments", type=int, default=5)
-    ap.add_argument("--tools", default="smelt,smelt-mor,deltars,polars,duckdb", help="smelt-mor: Delta silver with deletion vectors; also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver)")
+    ap.add_argument("--tools", default="smelt,smelt-mor,deltars,polars,duckdb", help="smelt-mor: Delta silver with deletion vectors; deltars-cdf: delta-rs with the change data feed on, as smelt's silver has it; also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver)")
     ap.add_argument("--memory-limit", default=None, help="passed to `smelt run --memory-limit`, e.g. 2GiB")
     ap.add_argument("--keys", choices=("spread", "recent"), default="spread",
                     help="which Ids the increments re-send: any (spread) or the newest tenth (recent)")
@@ -364,4 +364,5 @@ def main():
         sys.exit("some peer's final silver differs from smelt's (see results.md)")
 
 
-main()
+if __name__ == "__main__":
+    main()

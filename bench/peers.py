@@ -1,6 +1,6 @@
 """The peers of the benchmark: the same job as `smelt run`, done the way users do it today.
 
-    python peers.py <deltars|polars|duckdb|pyiceberg> <bronze table dir> <silver dir> <state file>
+    python peers.py <deltars|deltars-cdf|polars|duckdb|pyiceberg> <bronze table dir> <silver dir> <state file>
 
 Each call applies the bronze versions after the last one recorded in <state file> (all of
 them on the first call) to silver — SCD1 by Id, latest change per Id by commit time then
@@ -88,11 +88,14 @@ def polars_transform(changes):
 
 
 def run_deltars(changes, first):
+    """delta-rs' MERGE; `deltars-cdf` creates the silver with the change data feed on, as
+    smelt's silver is, so each MERGE also writes its change data (pre- and post-images)."""
     from deltalake import DeltaTable, write_deltalake
 
     source = polars_transform(changes).to_arrow()
     if first:
-        write_deltalake(SILVER, source, mode="overwrite")
+        cdf = {"delta.enableChangeDataFeed": "true"} if TOOL == "deltars-cdf" else None
+        write_deltalake(SILVER, source, mode="overwrite", configuration=cdf)
         return
     (
         DeltaTable(SILVER)
@@ -196,7 +199,7 @@ def main():
     first = after < 0
     os.makedirs(SILVER, exist_ok=True)
     if changes is not None:
-        runs = {"deltars": run_deltars, "polars": run_polars, "duckdb": run_duckdb, "pyiceberg": run_pyiceberg}
+        runs = {"deltars": run_deltars, "deltars-cdf": run_deltars, "polars": run_polars, "duckdb": run_duckdb, "pyiceberg": run_pyiceberg}
         runs[TOOL](changes, first)
     t1 = time.perf_counter()
     with open(STATE, "w") as f:

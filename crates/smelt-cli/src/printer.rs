@@ -218,6 +218,12 @@ pub fn flow_report(r: &FlowReport) -> String {
         "bytes written",
         bytes(r.bytes_written)
     ));
+    if r.files_marked > 0 {
+        out.push_str(&format!(
+            "  {:<22}{:>10}  (rows replaced marked in deletion vectors)\n",
+            "files marked", r.files_marked
+        ));
+    }
     if let Some(v) = r.silver_version {
         out.push_str(&format!("  {:<22}{:>10}\n", "silver version", v));
     }

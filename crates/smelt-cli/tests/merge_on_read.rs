@@ -214,6 +214,7 @@ fn merge_on_read_silver_marks_rows_in_deletion_vectors_and_reads_as_copy_on_writ
             ["inserted", "updated", "deleted", "stale", "unchanged"].map(|k| r[k].clone())
         };
         assert_eq!(counts("cow"), counts("mor"), "{flows:?}");
+        flows
     };
 
     let m = step(
@@ -241,8 +242,30 @@ fn merge_on_read_silver_marks_rows_in_deletion_vectors_and_reads_as_copy_on_writ
     let m = step(&p, &[("1", "paid"), ("2", "deleted"), ("4", "new")]);
     let out = p.abort_at("before_silver_commit", &["run", "mor"]);
     assert_eq!(common::signal_of(&out.status), Some(6), "aborted: {out:?}");
-    run(&p);
+    let flows = run(&p);
     check(&p, &m);
+    // The report counts the file marked, not rewritten, and the vector's bytes written.
+    let mor = flows.iter().find(|f| f["flow"] == "mor").unwrap();
+    let cow = flows.iter().find(|f| f["flow"] == "cow").unwrap();
+    assert_eq!(
+        [
+            &mor["files_marked"],
+            &mor["files_removed"],
+            &mor["files_written"]
+        ],
+        [1, 0, 1],
+        "{mor}"
+    );
+    assert_eq!(
+        [&cow["files_marked"], &cow["files_removed"]],
+        [0, 1],
+        "{cow}"
+    );
+    let mor_bytes = mor["bytes_written"].as_u64().unwrap();
+    assert!(
+        mor_bytes < cow["bytes_written"].as_u64().unwrap(),
+        "{mor} {cow}"
+    );
     let commit = last_commit(&p, "silver.mor");
     let removes = of_kind(&commit, "remove");
     assert_eq!(removes.len(), 1, "{commit:?}");

@@ -88,6 +88,9 @@ pub struct FlowReport {
     pub files_written: usize,
     /// Silver files rewritten (removed).
     pub files_removed: usize,
+    /// Silver files kept with a new deletion vector marking the rows replaced
+    /// (merge-on-read).
+    pub files_marked: usize,
     /// Silver bytes written.
     pub bytes_written: u64,
     /// Key partitions the changes were applied in (more than one when they would not fit

@@ -154,6 +154,7 @@ pub async fn commit_with_report(
     report.silver_version = Some(stats.version);
     report.files_written = stats.files_added;
     report.files_removed = stats.files_removed;
+    report.files_marked = stats.files_marked;
     report.bytes_written = stats.bytes_written;
     Ok(stats)
 }

@@ -62,17 +62,7 @@ impl DeltaSilver {
         operation: DeltaOperation,
         props: CommitProperties,
     ) -> Result<WriteStats> {
-        let mut stats = WriteStats::default();
-        for a in &actions {
-            match a {
-                Action::Add(add) => {
-                    stats.files_added += 1;
-                    stats.bytes_written += add.size.max(0) as u64;
-                }
-                Action::Remove(_) => stats.files_removed += 1,
-                _ => {}
-            }
-        }
+        let stats = count_actions(&actions);
         let mut table = self.table()?.clone();
         let snapshot = table
             .snapshot()
@@ -87,9 +77,11 @@ impl DeltaSilver {
             .update_incremental(Some(commit.version()))
             .await
             .context(|| format!("reloading `{}`", self.name))?;
-        stats.version = commit.version() as i64;
         self.table = Some(table);
-        Ok(stats)
+        Ok(WriteStats {
+            version: commit.version() as i64,
+            ..stats
+        })
     }
 
     /// `TableSink::commit`: the staged commit, then the ledgers.
@@ -276,6 +268,7 @@ impl DeltaSilver {
             files_removed: 0,
             bytes_written: adds.iter().map(|a| a.size.max(0) as u64).sum(),
             rows_removed: 0,
+            files_marked: 0,
         };
         let columns: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
         let table = DeltaTable::try_from_url(self.lake.table_url(&self.name)?)
@@ -396,4 +389,41 @@ impl DeltaSilver {
         }
         Ok(first)
     }
+}
+
+/// What `actions` write: a file added again beside its own remove with a deletion vector
+/// (merge-on-read marking rows) counts as marked, its vector's bytes as written; a data
+/// file added counts as written, a remove as rewritten.
+fn count_actions(actions: &[Action]) -> WriteStats {
+    let removed: std::collections::HashSet<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Remove(r) => Some(r.path.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut stats = WriteStats::default();
+    let mut vector_files = std::collections::HashSet::new();
+    for a in actions {
+        match a {
+            Action::Add(add) => match &add.deletion_vector {
+                Some(dv) if removed.contains(add.path.as_str()) => {
+                    stats.files_marked += 1;
+                    // The vector, its size and checksum; the vector file's version byte once.
+                    stats.bytes_written += dv.size_in_bytes.max(0) as u64 + 8;
+                    if vector_files.insert(dv.path_or_inline_dv.as_str()) {
+                        stats.bytes_written += 1;
+                    }
+                }
+                _ => {
+                    stats.files_added += 1;
+                    stats.bytes_written += add.size.max(0) as u64;
+                }
+            },
+            Action::Remove(_) => stats.files_removed += 1,
+            _ => {}
+        }
+    }
+    stats.files_removed -= stats.files_marked;
+    stats
 }

@@ -17,7 +17,9 @@ pub struct WriteStats {
     pub files_added: usize,
     /// Files removed (rewritten).
     pub files_removed: usize,
-    /// Bytes of the files added.
+    /// Files kept with a new deletion vector (merge-on-read): neither added nor removed.
+    pub files_marked: usize,
+    /// Bytes of the files added, and of the deletion vectors written.
     pub bytes_written: u64,
     /// Stored rows removed by [`TableSink::stage_delete_where`].
     pub rows_removed: usize,
