@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::hash::BuildHasher;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use arrow::compute::SortOptions;
@@ -209,21 +210,67 @@ pub fn partition_of(keys: &[ArrayRef], partitions: usize) -> Result<UInt32Array>
 
 /// A hash index over the keys of a set of rows (NULL-safe: NULL equals NULL), to probe
 /// other rows against, batch by batch. Built once per write, it finds which rows of a
-/// stored file carry one of the keys being written.
+/// stored file carry one of the keys being written. It holds the keys' own arrays and a
+/// table of row numbers into them (no copy per key), so the table stays small enough to
+/// stay in cache while millions of stored keys are probed.
 pub struct KeyIndex {
     inner: Index,
+    rows: RowTable,
 }
 
-type ByteMap = HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>;
-
 enum Index {
-    /// One string column (the common case): values hashed as they are.
-    Text { values: ByteMap, null: Option<u32> },
-    /// Anything else: row-encoded keys.
-    Rows {
-        converter: RowConverter,
-        values: ByteMap,
+    /// One string column (the common case): values hashed as they are; the last NULL row.
+    Text {
+        keys: arrow::array::StringArray,
+        null: Option<u32>,
     },
+    /// Anything else: row-encoded keys.
+    Rows { converter: RowConverter, keys: Rows },
+}
+
+impl Index {
+    /// The bytes row `i` is indexed by (`None`: a NULL text key).
+    fn key(&self, i: usize) -> Option<&[u8]> {
+        match self {
+            Index::Text { keys, .. } => keys.is_valid(i).then(|| keys.value(i).as_bytes()),
+            Index::Rows { keys, .. } => Some(keys.row(i).data()),
+        }
+    }
+}
+
+/// Row numbers by the hash of their key's bytes.
+struct RowTable {
+    table: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl RowTable {
+    /// Indexes rows `0..n` of `index` (a repeated key: its last row).
+    fn build(index: &Index, n: usize) -> Self {
+        let hasher = foldhash::fast::RandomState::default();
+        let mut table = hashbrown::HashTable::with_capacity(n);
+        let rehash = |&j: &u32| hasher.hash_one(index.key(j as usize).unwrap_or_default());
+        for i in 0..n {
+            let Some(key) = index.key(i) else { continue };
+            let same = |&j: &u32| index.key(j as usize) == Some(key);
+            match table.entry(hasher.hash_one(key), same, rehash) {
+                hashbrown::hash_table::Entry::Occupied(mut e) => *e.get_mut() = i as u32,
+                hashbrown::hash_table::Entry::Vacant(e) => {
+                    e.insert(i as u32);
+                }
+            }
+        }
+        Self { table, hasher }
+    }
+
+    /// The row of `index` whose key is `key`.
+    fn get(&self, index: &Index, key: &[u8]) -> Option<u32> {
+        self.table
+            .find(self.hasher.hash_one(key), |&j| {
+                index.key(j as usize) == Some(key)
+            })
+            .copied()
+    }
 }
 
 impl std::fmt::Debug for KeyIndex {
@@ -256,47 +303,41 @@ impl KeyIndex {
         let Some(first) = keys.first() else {
             return Err(CoreError::Internal("a key index needs key columns".into()));
         };
-        let mut values: ByteMap =
-            HashMap::with_capacity_and_hasher(first.len(), foldhash::fast::RandomState::default());
         let single_text = if keys.len() == 1 {
             as_text(first)?
         } else {
             None
         };
-        if let Some(text) = single_text {
-            let mut null = None;
-            for (i, v) in text.iter().enumerate() {
-                match v {
-                    Some(v) => {
-                        values.insert(Box::from(v.as_bytes()), i as u32);
-                    }
-                    None => null = Some(i as u32),
+        let n = first.len();
+        let inner = match single_text {
+            Some(text) => {
+                let null = (0..text.len()).rev().find(|&i| text.is_null(i));
+                Index::Text {
+                    keys: text,
+                    null: null.map(|i| i as u32),
                 }
             }
-            return Ok(Self {
-                inner: Index::Text { values, null },
-            });
-        }
-        let converter = RowConverter::new(
-            keys.iter()
-                .map(|c| SortField::new(c.data_type().clone()))
-                .collect(),
-        )?;
-        let rows = converter.convert_columns(keys)?;
-        for i in 0..rows.num_rows() {
-            values.insert(Box::from(rows.row(i).as_ref()), i as u32);
-        }
-        Ok(Self {
-            inner: Index::Rows { converter, values },
-        })
+            None => {
+                let converter = RowConverter::new(
+                    keys.iter()
+                        .map(|c| SortField::new(c.data_type().clone()))
+                        .collect(),
+                )?;
+                let keys = converter.convert_columns(keys)?;
+                Index::Rows { converter, keys }
+            }
+        };
+        let rows = RowTable::build(&inner, n);
+        Ok(Self { inner, rows })
     }
 
     /// Number of distinct keys.
     pub fn len(&self) -> usize {
-        match &self.inner {
-            Index::Text { values, null } => values.len() + usize::from(null.is_some()),
-            Index::Rows { values, .. } => values.len(),
-        }
+        let null = match &self.inner {
+            Index::Text { null, .. } => null.is_some(),
+            Index::Rows { .. } => false,
+        };
+        self.rows.table.len() + usize::from(null)
     }
 
     /// True when no key is indexed.
@@ -308,7 +349,7 @@ impl KeyIndex {
     /// row with an equal key, or NULL.
     pub fn positions(&self, probe: &[ArrayRef]) -> Result<UInt32Array> {
         match &self.inner {
-            Index::Text { values, null } => {
+            Index::Text { null, .. } => {
                 let [column] = probe else {
                     return Err(CoreError::Internal(
                         "probe has the wrong key columns".into(),
@@ -318,14 +359,14 @@ impl KeyIndex {
                     CoreError::Internal("probe key is not text like the index".into())
                 })?;
                 Ok(UInt32Array::from_iter(text.iter().map(|v| match v {
-                    Some(v) => values.get(v.as_bytes()).copied(),
+                    Some(v) => self.rows.get(&self.inner, v.as_bytes()),
                     None => *null,
                 })))
             }
-            Index::Rows { converter, values } => {
+            Index::Rows { converter, .. } => {
                 let rows = converter.convert_columns(probe)?;
                 Ok(UInt32Array::from_iter(
-                    (0..rows.num_rows()).map(|i| values.get(rows.row(i).as_ref()).copied()),
+                    (0..rows.num_rows()).map(|i| self.rows.get(&self.inner, rows.row(i).as_ref())),
                 ))
             }
         }
@@ -402,6 +443,45 @@ mod tests {
             .positions(&[s(vec![Some("a")]), i(vec![Some(1)])])
             .unwrap();
         assert_eq!(p, UInt32Array::from(vec![Some(0)]));
+    }
+
+    proptest::proptest! {
+        /// The index agrees with a map of each key to its last row, for text keys (NULL
+        /// and empty among them) and composite keys.
+        #[test]
+        fn key_index_finds_the_last_row_of_each_key(
+            keys in proptest::collection::vec(
+                (proptest::option::of("[ab]{0,2}"), proptest::option::of(0i64..3)),
+                0..40,
+            ),
+            probe in proptest::collection::vec(
+                (proptest::option::of("[ab]{0,2}"), proptest::option::of(0i64..3)),
+                0..40,
+            ),
+        ) {
+            let text = |v: &[(Option<String>, Option<i64>)]| -> ArrayRef {
+                Arc::new(StringArray::from_iter(v.iter().map(|k| k.0.clone())))
+            };
+            let int = |v: &[(Option<String>, Option<i64>)]| -> ArrayRef {
+                Arc::new(Int64Array::from_iter(v.iter().map(|k| k.1)))
+            };
+            let mut last = std::collections::HashMap::new();
+            let mut last_text = std::collections::HashMap::new();
+            for (i, k) in keys.iter().enumerate() {
+                last.insert(k.clone(), i as u32);
+                last_text.insert(k.0.clone(), i as u32);
+            }
+            let index = KeyIndex::new(&[text(&keys)]).unwrap();
+            proptest::prop_assert_eq!(index.len(), last_text.len());
+            let got = index.positions(&[text(&probe)]).unwrap();
+            let want: UInt32Array = probe.iter().map(|k| last_text.get(&k.0).copied()).collect();
+            proptest::prop_assert_eq!(got, want);
+            let index = KeyIndex::new(&[text(&keys), int(&keys)]).unwrap();
+            proptest::prop_assert_eq!(index.len(), last.len());
+            let got = index.positions(&[text(&probe), int(&probe)]).unwrap();
+            let want: UInt32Array = probe.iter().map(|k| last.get(k).copied()).collect();
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 
     #[test]
