@@ -3,7 +3,7 @@
 # delta-rs (Python), polars and DuckDB on the product2 workload, and smelt's Iceberg silver
 # (copy-on-write, merge-on-read) against pyiceberg's `upsert`
 # (`--tools smelt-iceberg,smelt-iceberg-mor,pyiceberg`).
-#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,smelt-mor,deltars,polars,duckdb,smelt-iceberg,smelt-iceberg-mor,pyiceberg] [--memory-limit 2GiB] [--keys spread|recent]
+#   bench/run.sh [small|medium|large] [--increments K] [--tools smelt,smelt-mor,deltars,deltars-cdf,polars,duckdb,smelt-iceberg,smelt-iceberg-mor,pyiceberg] [--memory-limit 2GiB] [--keys spread|recent]
 # `--keys recent` re-sends only the newest tenth of the Ids (clustered keys); its results go
 # to bench/out/<scale>-recent.
 # Builds release binaries, creates bench/.venv from bench/requirements.txt (PyPI), generates

@@ -89,10 +89,10 @@ impl DeltaSilver {
             }
         };
         let rows = align_to(&rows, &schema)?;
-        let adds = self.write_data(&rows, keys).await?;
-        self.staged.adds.extend(adds);
         // Once silver holds data, a commit may replace rows and then carries change data
-        // files, which readers use alone: every staged row goes in them too.
+        // files, which readers use alone: every staged row goes in them too. That file is
+        // written on another core while the data files are.
+        let mut change_data = None;
         if let Some(table) = &self.table {
             let snapshot = table
                 .snapshot()
@@ -115,14 +115,23 @@ impl DeltaSilver {
                             INSERT
                         }
                     })));
-                let cdc = parquet::write_change_data(
-                    table.object_store(),
-                    &self.name.to_string(),
-                    &with_change_type(&rows, kinds)?,
-                )
-                .await?;
-                self.staged.cdc.push(cdc);
+                let batch = with_change_type(&rows, kinds)?;
+                let (store, name) = (table.object_store(), self.name.to_string());
+                change_data = Some(tokio::spawn(async move {
+                    parquet::write_change_data(store, &name, &batch).await
+                }));
             }
+        }
+        let adds = self.write_data(&rows, keys).await?;
+        self.staged.adds.extend(adds);
+        if let Some(task) = change_data {
+            let cdc = task.await.map_err(|e| {
+                Error::Internal(format!(
+                    "a task writing change data of `{}` failed: {e}",
+                    self.name
+                ))
+            })??;
+            self.staged.cdc.push(cdc);
         }
         if replaces.true_count() > 0 {
             let replaced = filter_record_batch(&rows, replaces)?;
