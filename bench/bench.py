@@ -221,7 +221,7 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
             "write_amplification": round(written / bronze_bytes[version], 2) if bronze_bytes[version] else None,
             "phases_ms": phases,
         })
-        print(f"  {tool:8} {steps[-1]['step']:>12}: {work_s:8.2f} s  rss {rss / 2**20:7.0f} MiB", flush=True)
+        print(f"  {tool:11} {steps[-1]['step']:>12}: {work_s:8.2f} s  rss {rss / 2**20:7.0f} MiB", flush=True)
     optimize = None
     if tool == "smelt-mor":
         # The compaction a merge-on-read silver needs sooner or later, timed after the
@@ -237,7 +237,7 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
             "rows_purged": sum(t.get("rows_purged", 0) for t in done),
             "bytes_written": written,
         }
-        print(f"  {tool:8} {'optimize':>12}: {wall:8.2f} s  rss {rss / 2**20:7.0f} MiB", flush=True)
+        print(f"  {tool:11} {'optimize':>12}: {wall:8.2f} s  rss {rss / 2**20:7.0f} MiB", flush=True)
     kernel_read = os.path.join(os.path.dirname(args.gen), "smelt-bench-kernel-read")
     rows, digest = canonical_hash(tool, lake, kernel_read)
     return {"tool": tool, "steps": steps, "optimize": optimize, "final_rows": rows, "final_hash": digest}

@@ -198,7 +198,6 @@ pub fn positions_of(keys: &[ArrayRef], candidates: &[ArrayRef]) -> Result<UInt32
 /// partition, so partitions can be deduplicated and applied independently. Stable within
 /// a process.
 pub fn partition_of(keys: &[ArrayRef], partitions: usize) -> Result<UInt32Array> {
-    use std::hash::BuildHasher;
     let rows = encode(keys)?
         .ok_or_else(|| CoreError::Internal("partition_of needs key columns".into()))?;
     let state = foldhash::fast::FixedState::with_seed(0x5E17);

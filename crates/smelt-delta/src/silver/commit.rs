@@ -424,6 +424,7 @@ fn count_actions(actions: &[Action]) -> WriteStats {
             _ => {}
         }
     }
-    stats.files_removed -= stats.files_marked;
+    // Each marked file's remove is not a rewrite.
+    stats.files_removed = stats.files_removed.saturating_sub(stats.files_marked);
     stats
 }

@@ -122,7 +122,16 @@ impl DeltaSilver {
                 }));
             }
         }
-        let adds = self.write_data(&rows, keys).await?;
+        let adds = match self.write_data(&rows, keys).await {
+            Ok(adds) => adds,
+            Err(e) => {
+                // The change data would go with nothing: stop writing it.
+                if let Some(task) = &change_data {
+                    task.abort();
+                }
+                return Err(e.into());
+            }
+        };
         self.staged.adds.extend(adds);
         if let Some(task) = change_data {
             let cdc = task.await.map_err(|e| {
