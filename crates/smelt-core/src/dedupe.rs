@@ -310,7 +310,9 @@ impl KeyIndex {
         let n = first.len();
         let inner = match single_text {
             Some(text) => {
-                let null = (0..text.len()).rev().find(|&i| text.is_null(i));
+                let null = (text.null_count() > 0)
+                    .then(|| (0..text.len()).rev().find(|&i| text.is_null(i)))
+                    .flatten();
                 Index::Text {
                     keys: text,
                     null: null.map(|i| i as u32),

@@ -392,27 +392,39 @@ pub(crate) fn conform(
     )?)
 }
 
-/// Properties of the Parquet files smelt writes. Key columns hold a distinct value per row,
+/// Properties of the data files smelt writes. Key columns hold a distinct value per row,
 /// so they skip the dictionary the writer would build and then drop; statistics are kept
 /// per column chunk (what Delta's file statistics are made of), not per page.
 pub(crate) fn writer_properties(keys: &[String]) -> WriterProperties {
+    properties(keys, EnabledStatistics::Chunk)
+}
+
+/// Properties of change data files: as data files', without statistics, which the log
+/// keeps none of for them and which no change feed reader consults (computing the least
+/// and greatest of every string is a tenth of the writing).
+fn change_data_properties(keys: &[String]) -> WriterProperties {
+    properties(keys, EnabledStatistics::None)
+}
+
+fn properties(keys: &[String], statistics: EnabledStatistics) -> WriterProperties {
     keys.iter()
         .fold(
             WriterProperties::builder()
                 .set_created_by(format!("smelt {}", env!("CARGO_PKG_VERSION")))
                 .set_compression(Compression::SNAPPY)
-                .set_statistics_enabled(EnabledStatistics::Chunk),
+                .set_statistics_enabled(statistics),
             |b, k| b.set_column_dictionary_enabled(ColumnPath::from(k.as_str()), false),
         )
         .build()
 }
 
 /// Writes `batch` (table columns plus `_change_type`) as a change data file of the table
-/// in `store` and returns its `cdc` action.
+/// in `store` and returns its `cdc` action. `keys` are the table's key columns.
 pub(crate) async fn write_change_data(
     store: ObjectStoreRef,
     table: &str,
     batch: &RecordBatch,
+    keys: &[String],
 ) -> Result<AddCDCFile> {
     let path = format!(
         "_change_data/cdc-00000-{}.c000.snappy.parquet",
@@ -424,8 +436,12 @@ pub(crate) async fn write_change_data(
         source,
     };
     let mut bytes = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), Some(writer_properties(&[])))
-        .map_err(parquet_err)?;
+    let mut writer = ArrowWriter::try_new(
+        &mut bytes,
+        batch.schema(),
+        Some(change_data_properties(keys)),
+    )
+    .map_err(parquet_err)?;
     writer.write(batch).map_err(parquet_err)?;
     writer.close().map_err(parquet_err)?;
     let size = bytes.len() as i64;

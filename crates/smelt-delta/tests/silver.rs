@@ -216,6 +216,44 @@ async fn upserts_rewrite_only_the_files_that_hold_written_keys() {
     assert_eq!(contents(&lake).await.len(), 1001);
 }
 
+/// The lookup says which key each stored row matched, so the guard need not hash the keys
+/// again; it says nothing when a key repeats (several rows would match one stored row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lookup_names_the_key_each_stored_row_matches() {
+    let (_dir, lake, mut silver) = new_silver().await;
+    let ids: Vec<i64> = (0..1000).collect();
+    write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
+
+    let silver = open(&lake).await;
+    let wanted = [999, 1005, 5, 150, 512];
+    let (found, key_rows) = silver
+        .lookup_matched(keys(&wanted), &["id".into()])
+        .await
+        .unwrap();
+    let key_rows = key_rows.expect("distinct keys are matched");
+    let found = found.column(0).as_primitive::<Int64Type>();
+    assert_eq!(found.len(), 4);
+    assert_eq!(key_rows.len(), 4);
+    let mut pairs: Vec<(i64, i64)> = found
+        .values()
+        .iter()
+        .zip(key_rows.values())
+        .map(|(&id, &row)| (id, wanted[row as usize]))
+        .collect();
+    pairs.sort();
+    assert_eq!(pairs, [(5, 5), (150, 150), (512, 512), (999, 999)]);
+
+    let (found, key_rows) = silver
+        .lookup_matched(keys(&[5, 150, 5]), &["id".into()])
+        .await
+        .unwrap();
+    assert_eq!(found.num_rows(), 2);
+    assert!(
+        key_rows.is_none(),
+        "a repeated key is matched by the caller"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_whose_every_row_is_replaced_is_removed_without_a_replacement() {
     let (_dir, lake, mut silver) = new_silver().await;

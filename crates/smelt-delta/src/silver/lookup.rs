@@ -37,13 +37,14 @@ pub(super) struct Found {
 const FOUND_BUDGET: usize = 512 << 20;
 
 impl DeltaSilver {
-    /// `KeyedTable::lookup`: probes every file on the key columns, reads the rows found,
-    /// and records the keys and files for the commit.
+    /// `KeyedTable::lookup_matched`: probes every file on the key columns, reads the rows
+    /// found, and records the keys and files for the commit. With each row found, the row
+    /// of `keys` it matches, when `keys` are distinct.
     pub(super) async fn lookup(
         &self,
         keys: RecordBatch,
         columns: &[String],
-    ) -> smelt_engine::Result<RecordBatch> {
+    ) -> smelt_engine::Result<(RecordBatch, Option<UInt32Array>)> {
         let table = self.table()?;
         // With columns being added, stored rows read them as NULL.
         let silver = self.current_schema(table)?;
@@ -83,7 +84,7 @@ impl DeltaSilver {
                 let (columns, out_schema) = (Arc::clone(&columns), Arc::clone(&out_schema));
                 async move {
                     let file = active.file;
-                    let rows = probe(
+                    let (rows, key_rows) = probe(
                         Arc::clone(&store),
                         &name,
                         &file,
@@ -104,7 +105,15 @@ impl DeltaSilver {
                         &out_schema,
                     )
                     .await?;
-                    Ok::<_, Error>((file.path, Some((rows, hits))))
+                    if hits.num_rows() != rows.len() {
+                        return Err(Error::Internal(format!(
+                            "`{name}/{}`: {} rows found, {} read",
+                            file.path,
+                            rows.len(),
+                            hits.num_rows()
+                        )));
+                    }
+                    Ok::<_, Error>((file.path, Some((rows, key_rows, hits))))
                 }
             })
             .collect();
@@ -114,10 +123,15 @@ impl DeltaSilver {
         let mut batches = Vec::new();
         let mut by_file = std::collections::HashMap::new();
         let mut bytes = 0;
+        let distinct = index.len() == keys.num_rows();
+        let mut key_rows = Vec::new();
         for (path, hits) in found {
-            if let Some((rows, hits)) = hits {
+            if let Some((rows, matched, hits)) = hits {
                 files.insert(path.clone());
                 batches.push(hits.clone());
+                if distinct {
+                    key_rows.extend_from_slice(matched.values());
+                }
                 if self.merge_on_read {
                     bytes += hits.get_array_memory_size();
                     by_file.insert(path, (rows, hits));
@@ -147,11 +161,13 @@ impl DeltaSilver {
             // Cannot happen (every task is done), and only costs probing every file.
             (Err(_), _) => *looked_up = None,
         }
-        Ok(arrow::compute::concat_batches(&out_schema, &batches).map_err(Error::Arrow)?)
+        let rows = arrow::compute::concat_batches(&out_schema, &batches).map_err(Error::Arrow)?;
+        Ok((rows, distinct.then(|| UInt32Array::from(key_rows))))
     }
 }
 
-/// The rows of a file (ascending) whose key is in `index`, read from the key columns alone.
+/// The rows of a file (ascending) whose key is in `index`, read from the key columns alone,
+/// and the row of the index each matches.
 pub(super) async fn probe(
     store: ObjectStoreRef,
     table: &str,
@@ -159,23 +175,22 @@ pub(super) async fn probe(
     keys: &[String],
     key_schema: &SchemaRef,
     index: &KeyIndex,
-) -> Result<UInt32Array> {
+) -> Result<(UInt32Array, UInt32Array)> {
     let batches = parquet::read(store, table, file, Some(keys), None, false).await?;
-    let mut rows = Vec::new();
+    let (mut rows, mut matched) = (Vec::new(), Vec::new());
     let mut offset = 0u32;
     for batch in &batches {
         let batch = parquet::conform(batch, file, key_schema)?;
         let positions = index.positions(&key_columns(&batch, keys, key_schema)?)?;
-        rows.extend(
-            positions
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.is_some())
-                .map(|(i, _)| offset + i as u32),
-        );
+        for (i, p) in positions.iter().enumerate() {
+            if let Some(p) = p {
+                rows.push(offset + i as u32);
+                matched.push(p);
+            }
+        }
         offset += batch.num_rows() as u32;
     }
-    Ok(UInt32Array::from(rows))
+    Ok((UInt32Array::from(rows), UInt32Array::from(matched)))
 }
 
 /// Reads a file (or the rows `rows` of it) lined up with `schema`, as one batch.

@@ -161,7 +161,8 @@ impl MarkJob {
                     &self.key_schema,
                     &self.index,
                 )
-                .await?,
+                .await?
+                .0,
                 None,
             ),
         };
@@ -177,6 +178,7 @@ impl MarkJob {
                     Arc::clone(&self.store),
                     &self.table,
                     &with_change_type(&before, kinds)?,
+                    &self.keys,
                 )
                 .await?,
             )

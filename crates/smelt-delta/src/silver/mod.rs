@@ -33,7 +33,7 @@ mod write;
 
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{Field, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
@@ -362,6 +362,14 @@ impl KeyedTable for DeltaSilver {
         keys: RecordBatch,
         columns: &[String],
     ) -> smelt_engine::Result<RecordBatch> {
+        Ok(self.lookup(keys, columns).await?.0)
+    }
+
+    async fn lookup_matched(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> smelt_engine::Result<(RecordBatch, Option<UInt32Array>)> {
         self.lookup(keys, columns).await
     }
 

@@ -109,8 +109,10 @@ impl DeltaSilver {
                     if n == 0 {
                         return Ok(None);
                     }
-                    let kinds = change_data
-                        .then(|| Arc::new(StringArray::from(vec![DELETE; n])) as ArrayRef);
+                    let kinds = change_data.then(|| {
+                        let kinds: ArrayRef = Arc::new(StringArray::from(vec![DELETE; n]));
+                        (kinds, &[][..])
+                    });
                     let rewrite =
                         rewrite_without(store, name, active, &stored, &hit, kinds, writer).await?;
                     Ok(Some((rewrite, n)))
@@ -339,7 +341,10 @@ async fn rewrite(
     let hit = arrow::compute::is_not_null(&positions)?;
     let kinds = if change_data {
         let before = filter_record_batch(&stored, &hit)?;
-        Some(change_kinds(&before, &keys, &schema, deleted.as_deref())?)
+        Some((
+            change_kinds(&before, &keys, &schema, deleted.as_deref())?,
+            &keys[..],
+        ))
     } else {
         None
     };
@@ -369,14 +374,14 @@ pub(super) fn change_kinds(
 }
 
 /// Rewrites `active` (whose rows are `stored`) without the rows `hit` marks; with `kinds`
-/// (their change types), writes them as change data too.
+/// (their change types, and the table's key columns), writes them as change data too.
 async fn rewrite_without(
     store: ObjectStoreRef,
     table: String,
     active: ActiveFile,
     stored: &RecordBatch,
     hit: &BooleanArray,
-    kinds: Option<ArrayRef>,
+    kinds: Option<(ArrayRef, &[String])>,
     writer: RecordBatchWriter,
 ) -> Result<Rewrite> {
     let survivors = filter_record_batch(stored, &not(hit)?)?;
@@ -386,12 +391,10 @@ async fn rewrite_without(
         Vec::new()
     };
     let cdc = match kinds {
-        Some(kinds) => {
+        Some((kinds, keys)) => {
             let before = filter_record_batch(stored, hit)?;
-            Some(
-                parquet::write_change_data(store, &table, &with_change_type(&before, kinds)?)
-                    .await?,
-            )
+            let batch = with_change_type(&before, kinds)?;
+            Some(parquet::write_change_data(store, &table, &batch, keys).await?)
         }
         None => None,
     };

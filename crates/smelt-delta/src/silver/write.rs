@@ -117,8 +117,9 @@ impl DeltaSilver {
                     })));
                 let batch = with_change_type(&rows, kinds)?;
                 let (store, name) = (table.object_store(), self.name.to_string());
+                let keys = keys.to_vec();
                 change_data = Some(tokio::spawn(async move {
-                    parquet::write_change_data(store, &name, &batch).await
+                    parquet::write_change_data(store, &name, &batch, &keys).await
                 }));
             }
         }

@@ -119,6 +119,14 @@ impl KeyedTable for CrashOnCommit {
         self.0.lookup(keys, columns).await
     }
 
+    async fn lookup_matched(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> smelt_engine::Result<(RecordBatch, Option<arrow::array::UInt32Array>)> {
+        self.0.lookup_matched(keys, columns).await
+    }
+
     async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {
         self.0.stage_deletes(keys).await
     }

@@ -1,6 +1,6 @@
 //! Tables a flow writes (silver, tombstones, rejects, bronze, targets).
 
-use arrow::array::{BooleanArray, RecordBatch};
+use arrow::array::{BooleanArray, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use smelt_spec::TableName;
@@ -195,6 +195,16 @@ pub trait KeyedTable: TableSink {
     /// Stored rows whose key equals a row of `keys` (NULL-safe), with the columns
     /// `columns`. Row order is unspecified.
     async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch>;
+    /// Like [`lookup`](KeyedTable::lookup), with, for each stored row, the row of `keys`
+    /// it matches when the table learnt it while looking (the caller then need not match
+    /// them again). `None` by default, and whenever `keys` repeat a key.
+    async fn lookup_matched(
+        &self,
+        keys: RecordBatch,
+        columns: &[String],
+    ) -> Result<(RecordBatch, Option<UInt32Array>)> {
+        Ok((self.lookup(keys, columns).await?, None))
+    }
     /// Removes the stored rows whose key equals a row of `keys` (the key columns), invisible
     /// until [`commit`](TableSink::commit). A [`lookup`](KeyedTable::lookup) at this
     /// version returned those rows.
