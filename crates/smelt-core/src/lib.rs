@@ -8,6 +8,7 @@
 //!   `_commit_timestamp`).
 //! * [`cast`]: string → typed casts with SAFE_CAST semantics and per-column failure counts.
 //! * [`dedupe`]: the latest change per key, with deterministic tie-breaks.
+//! * [`columns`]: take, filter, concatenate and compare a batch's columns on all cores.
 //! * [`guard`]: the newer-than guard (a change applies only when newer than silver and the
 //!   key's tombstone).
 //! * [`scd1`]: the SCD1 apply plan (insert / update / unchanged / stale / delete).
@@ -27,6 +28,7 @@
 
 pub mod cast;
 pub mod change;
+pub mod columns;
 pub mod dedupe;
 pub mod dialect;
 mod error;

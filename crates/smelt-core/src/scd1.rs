@@ -9,7 +9,6 @@
 use arrow::array::{Array, ArrayRef, BooleanArray};
 use arrow::compute::is_null;
 use arrow::compute::kernels::boolean::{and, and_not, not, or};
-use arrow::compute::kernels::cmp::distinct;
 use arrow::compute::kernels::zip::zip;
 
 use crate::guard::newer_than;
@@ -123,13 +122,12 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
     };
     let upsert = and_not(&past_tombstone, &delete)?;
 
-    let mut differs = BooleanArray::from(vec![false; n]);
     // Data is only compared where silver has the key (nothing to compare for inserts).
-    if matched.true_count() > 0 {
-        for (a, b) in input.new_data.iter().zip(input.stored_data) {
-            differs = or(&differs, &distinct(a, b)?)?;
-        }
-    }
+    let differs = if matched.true_count() > 0 {
+        crate::columns::any_distinct(input.new_data, input.stored_data, n)?
+    } else {
+        BooleanArray::from(vec![false; n])
+    };
 
     let inserts = and_not(&upsert, &matched)?;
     let matched_newer = and(&matched, &newer)?;

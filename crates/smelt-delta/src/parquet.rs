@@ -400,8 +400,8 @@ pub(crate) fn writer_properties(keys: &[String]) -> WriterProperties {
 }
 
 /// Properties of change data files: as data files', without statistics, which the log
-/// keeps none of for them and which no change feed reader consults (computing the least
-/// and greatest of every string is a tenth of the writing).
+/// keeps none of for them and which no change feed reader consults (the writer compared
+/// every string with the least and greatest so far to compute them).
 fn change_data_properties(keys: &[String]) -> WriterProperties {
     properties(keys, EnabledStatistics::None)
 }

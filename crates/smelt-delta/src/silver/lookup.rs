@@ -123,6 +123,7 @@ impl DeltaSilver {
         let mut batches = Vec::new();
         let mut by_file = std::collections::HashMap::new();
         let mut bytes = 0;
+        // A stored row matches one row of `keys` only when no key repeats (the port's rule).
         let distinct = index.len() == keys.num_rows();
         let mut key_rows = Vec::new();
         for (path, hits) in found {
@@ -143,6 +144,7 @@ impl DeltaSilver {
             files: by_file,
         });
         let version = table.version().map(|v| v as i64).unwrap_or_default();
+        let rows = smelt_core::columns::concat(&out_schema, &batches)?;
         let mut looked_up = self.looked_up.lock().expect("not poisoned");
         match (Arc::try_unwrap(index), looked_up.as_mut()) {
             (Ok(index), Some(seen)) if seen.version == version => {
@@ -161,7 +163,6 @@ impl DeltaSilver {
             // Cannot happen (every task is done), and only costs probing every file.
             (Err(_), _) => *looked_up = None,
         }
-        let rows = arrow::compute::concat_batches(&out_schema, &batches).map_err(Error::Arrow)?;
         Ok((rows, distinct.then(|| UInt32Array::from(key_rows))))
     }
 }

@@ -141,7 +141,7 @@ impl PartitionWork<'_> {
             batch
         } else {
             let all = batch;
-            arrow::compute::take_record_batch(&all, &winners)?
+            smelt_core::columns::take(&all, &winners)?
         };
         Ok(batch)
     }

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
-use arrow::compute::take;
 use arrow::datatypes::{Schema, SchemaRef};
 use smelt_core::dedupe::positions_of;
 
@@ -80,7 +79,7 @@ fn align(
         }
     };
     let matched = arrow::compute::is_not_null(&positions)?;
-    let mut stored = HashMap::new();
+    let mut columns = Vec::with_capacity(wanted.len());
     for c in wanted {
         let target = schema
             .field_with_name(c)
@@ -88,10 +87,10 @@ fn align(
         let col = found
             .column_by_name(c)
             .ok_or_else(|| EngineError::Internal(format!("lookup lost column `{c}`")))?;
-        let col = arrow::compute::cast(col, target.data_type())?;
-        stored.insert(c.clone(), take(col.as_ref(), &positions, None)?);
+        columns.push(arrow::compute::cast(col, target.data_type())?);
     }
-    Ok((matched, stored))
+    let taken = smelt_core::columns::take_arrays(&columns, &positions)?;
+    Ok((matched, wanted.iter().cloned().zip(taken).collect()))
 }
 
 /// For each of `m` new rows, the stored row (of `found` rows) that matches it, from the

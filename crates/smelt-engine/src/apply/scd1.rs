@@ -305,7 +305,7 @@ impl PartitionWork<'_> {
         } else {
             let all = rows;
             (
-                filter_record_batch(&all, &plan.write)?,
+                smelt_core::columns::filter(&all, &plan.write)?,
                 filter(&matched, &plan.write)?.as_boolean().clone(),
             )
         };

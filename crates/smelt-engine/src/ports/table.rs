@@ -197,7 +197,9 @@ pub trait KeyedTable: TableSink {
     async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch>;
     /// Like [`lookup`](KeyedTable::lookup), with, for each stored row, the row of `keys`
     /// it matches when the table learnt it while looking (the caller then need not match
-    /// them again). `None` by default, and whenever `keys` repeat a key.
+    /// them again). `None` by default; an implementation must return `None` whenever
+    /// `keys` repeat a key (NULL keys equal each other), as a stored row then matches
+    /// several rows.
     async fn lookup_matched(
         &self,
         keys: RecordBatch,
