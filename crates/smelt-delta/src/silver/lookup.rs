@@ -121,30 +121,41 @@ impl DeltaSilver {
         let found = on_cores(&name, tasks).await?;
         let mut files = HashSet::new();
         let mut batches = Vec::new();
-        let mut by_file = std::collections::HashMap::new();
         let mut bytes = 0;
         // A stored row matches one row of `keys` only when no key repeats (the port's rule).
         let distinct = index.len() == keys.num_rows();
         let mut key_rows = Vec::new();
+        // Each file's rows as (path, row numbers, offset, length) in the concatenation.
+        let mut spans = Vec::new();
+        let mut offset = 0;
         for (path, hits) in found {
             if let Some((rows, matched, hits)) = hits {
                 files.insert(path.clone());
-                batches.push(hits.clone());
                 if distinct {
                     key_rows.extend_from_slice(matched.values());
                 }
                 if self.merge_on_read {
                     bytes += hits.get_array_memory_size();
-                    by_file.insert(path, (rows, hits));
+                    spans.push((path, rows, offset, hits.num_rows()));
                 }
+                offset += hits.num_rows();
+                batches.push(hits);
             }
         }
-        let found = (self.merge_on_read && bytes <= FOUND_BUDGET).then(|| Found {
-            columns: columns.to_vec(),
-            files: by_file,
-        });
         let version = table.version().map(|v| v as i64).unwrap_or_default();
         let rows = smelt_core::columns::concat(&out_schema, &batches)?;
+        drop(batches);
+        // The rows kept for marking are slices of the one batch returned, not a second copy.
+        let found = (self.merge_on_read && bytes <= FOUND_BUDGET).then(|| {
+            spans
+                .into_iter()
+                .map(|(path, numbers, offset, len)| (path, (numbers, rows.slice(offset, len))))
+                .collect()
+        });
+        let found = found.map(|files| Found {
+            columns: columns.to_vec(),
+            files,
+        });
         let mut looked_up = self.looked_up.lock().expect("not poisoned");
         match (Arc::try_unwrap(index), looked_up.as_mut()) {
             (Ok(index), Some(seen)) if seen.version == version => {

@@ -5,7 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
-use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use deltalake::kernel::Add;
 use deltalake::table::config::TablePropertiesExt;
@@ -144,10 +143,12 @@ impl DeltaSilver {
             self.staged.cdc.push(cdc);
         }
         if replaces.true_count() > 0 {
-            let replaced = filter_record_batch(&rows, replaces)?;
-            self.staged
-                .replaced
-                .push(key_columns(&replaced, keys, &schema)?);
+            // The keys alone are kept: filter those, not the whole rows.
+            let replaced = key_columns(&rows, keys, &schema)?
+                .iter()
+                .map(|c| arrow::compute::filter(c, replaces))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.staged.replaced.push(replaced);
         }
         Ok(())
     }
