@@ -79,8 +79,9 @@ pub(crate) fn cores() -> usize {
 }
 
 /// Reads a data file of `table` (named in errors), all columns or those in `columns`,
-/// all rows or those in `rows` (row numbers in the file, ascending), as one batch per
-/// row group at most (up to 4M rows each).
+/// all rows or those in `rows` (row numbers in the file, ascending): one batch per row
+/// group at most (up to 4M rows each), or batches of [`SELECTED_BATCH_ROWS`] when `rows`
+/// picks some.
 pub(crate) async fn read(
     store: ObjectStoreRef,
     table: &str,
@@ -100,8 +101,9 @@ pub(crate) async fn read(
 
 /// Like [`read`], handing each batch to `f` as soon as it is decoded, so that a large
 /// file never sits in memory whole: row group by row group (all of them at once when
-/// `rows` selects some). With `split_columns`, a large row group's columns are decoded
-/// on all cores at once; callers that already read several files in parallel pass `false`.
+/// `rows` picks some or a deletion vector applies: then every batch is decoded before `f`
+/// sees the first). With `split_columns`, a large row group's columns are decoded on all
+/// cores at once; callers that already read several files in parallel pass `false`.
 pub(crate) async fn read_each<E: From<Error>>(
     store: ObjectStoreRef,
     table: &str,
@@ -145,10 +147,11 @@ pub(crate) fn read_stream(
     .boxed()
 }
 
-/// Rows per batch when reading some rows of a file. Scattered rows are read by decoding
-/// every row up to a batch's worth of picked ones and filtering (the Parquet reader's mask
-/// policy): a batch as large as the file decoded all of it at once. At this size a medium
-/// increment (8% of rows picked) peaks ~18% lower and looks up faster (BENCHMARKS.md).
+/// Rows per batch when reading rows picked from a file. Scattered rows are read by
+/// decoding every row up to a batch's worth of picked ones and filtering (the Parquet
+/// reader's mask policy): a batch as large as the file decoded all of it at once. At this
+/// size a medium increment (8% of rows picked) peaks ~20% lower and looks up faster
+/// (BENCHMARKS.md, "Reading scattered rows a batch at a time").
 const SELECTED_BATCH_ROWS: usize = 8192;
 
 /// A Parquet file being read a row group at a time.
@@ -160,6 +163,8 @@ struct FileReader {
     /// The root columns read.
     roots: Vec<usize>,
     selection: Option<RowSelection>,
+    /// Whether the caller picked rows (read in batches of [`SELECTED_BATCH_ROWS`]).
+    picked: bool,
     /// (row group, its rows) still to read; `None` reads every row group in one go.
     groups: std::collections::VecDeque<(Option<usize>, usize)>,
     split_columns: bool,
@@ -233,6 +238,7 @@ impl FileReader {
             metadata,
             roots,
             selection,
+            picked: rows.is_some(),
             groups: groups.into(),
             split_columns,
         })
@@ -248,9 +254,10 @@ impl FileReader {
             path: full_path.clone(),
             source,
         };
-        let batch_size = match &self.selection {
-            Some(_) => SELECTED_BATCH_ROWS,
-            None => group_rows.clamp(1, 4 << 20),
+        let batch_size = if self.picked {
+            SELECTED_BATCH_ROWS
+        } else {
+            group_rows.clamp(1, 4 << 20)
         };
         let parts = if self.split_columns && group_rows >= 100_000 {
             cores().min(self.roots.len()).max(1)
@@ -297,6 +304,11 @@ impl FileReader {
         }
         if pieces.len() == 1 {
             return Ok(Some(pieces.pop().unwrap_or_default()));
+        }
+        if pieces.iter().any(|p| p.len() != pieces[0].len()) {
+            return Err(Error::Internal(format!(
+                "the columns of `{full_path}` came back in batches that do not line up"
+            )));
         }
         let mut out = Vec::with_capacity(pieces[0].len());
         for i in 0..pieces[0].len() {
@@ -471,129 +483,4 @@ pub(crate) async fn write_change_data(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The row numbers a selection keeps.
-    fn kept(s: &RowSelection) -> Vec<usize> {
-        let mut out = Vec::new();
-        let mut at = 0;
-        for run in s.iter() {
-            if !run.skip {
-                out.extend(at..at + run.row_count);
-            }
-            at += run.row_count;
-        }
-        out
-    }
-
-    #[test]
-    fn deletion_vectors_select_the_rows_they_leave_or_delete() {
-        let left = except(&[0, 3, 4, 9], 10, "t/f").unwrap();
-        assert_eq!(kept(&left), [1, 2, 5, 6, 7, 8]);
-        assert_eq!(kept(&except_all(&[0, 1, 2])), Vec::<usize>::new());
-        let only = selection([2u64, 3, 7].into_iter(), 10);
-        assert_eq!(kept(&only), [2, 3, 7]);
-        let err = except(&[10], 10, "t/f").unwrap_err().to_string();
-        assert!(
-            err.contains("deletes row 10, but the file has 10 rows"),
-            "{err}"
-        );
-        assert!(check_rows(&[11], 5, "t/f").is_err());
-    }
-
-    /// A file of `n` rows whose columns hold each row's number (`n`, and as text in `s`
-    /// and `t`), in one row group.
-    async fn numbered_file(n: usize) -> (ObjectStoreRef, FileRef) {
-        use arrow::array::Int64Array;
-        let store: ObjectStoreRef = Arc::new(object_store::memory::InMemory::new());
-        let batch = RecordBatch::try_from_iter([
-            (
-                "n",
-                Arc::new(Int64Array::from_iter_values(0..n as i64)) as ArrayRef,
-            ),
-            (
-                "s",
-                Arc::new(StringArray::from_iter_values(
-                    (0..n).map(|i| format!("s{i}")),
-                )),
-            ),
-            (
-                "t",
-                Arc::new(StringArray::from_iter_values(
-                    (0..n).map(|i| format!("{}", i % 97)),
-                )),
-            ),
-        ])
-        .unwrap();
-        let mut bytes = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        let size = bytes.len() as i64;
-        store
-            .put(&object_store::path::Path::from("f.parquet"), bytes.into())
-            .await
-            .unwrap();
-        let file = FileRef::from_log("f.parquet".into(), size, HashMap::new(), FileRows::All);
-        (store, file)
-    }
-
-    /// The row numbers a read returned, checking every column agrees with `n`.
-    fn numbers(batches: &[RecordBatch]) -> Vec<u64> {
-        use arrow::array::{AsArray, Int64Array};
-        let mut out = Vec::new();
-        for b in batches {
-            let n = b.column_by_name("n").unwrap();
-            let n = n.as_any().downcast_ref::<Int64Array>().unwrap();
-            let s = b.column_by_name("s").unwrap().as_string::<i32>();
-            let t = b.column_by_name("t").unwrap().as_string::<i32>();
-            for i in 0..b.num_rows() {
-                let v = n.value(i);
-                assert_eq!(s.value(i), format!("s{v}"));
-                assert_eq!(t.value(i), format!("{}", v % 97));
-                out.push(v as u64);
-            }
-        }
-        out
-    }
-
-    /// Scattered rows are read in batches of a few thousand: more rows than one batch
-    /// holds come back whole and in order, with and without a deletion vector, with the
-    /// columns decoded on one core or split over several.
-    #[tokio::test]
-    async fn scattered_rows_read_across_many_batches_come_back_whole_and_in_order() {
-        let total = 120_000;
-        let (store, file) = numbered_file(total).await;
-        let picked: Vec<u32> = (0..total as u32)
-            .filter(|r| r % 7 == 3 || r % 13 == 0)
-            .collect();
-        assert!(picked.len() > 2 * SELECTED_BATCH_ROWS);
-        for split in [false, true] {
-            let batches = read(Arc::clone(&store), "t", &file, None, Some(&picked), split)
-                .await
-                .unwrap();
-            let expected: Vec<u64> = picked.iter().map(|&r| r as u64).collect();
-            assert_eq!(numbers(&batches), expected, "split columns: {split}");
-        }
-        // Under a deletion vector, rows are numbered among those it leaves.
-        let deleted: Vec<u64> = (0..total as u64).filter(|r| r % 5 == 0).collect();
-        let left: Vec<u64> = (0..total as u64).filter(|r| r % 5 != 0).collect();
-        let file = FileRef {
-            rows: FileRows::Except(deleted.into()),
-            ..file
-        };
-        let relative: Vec<u32> = (0..left.len() as u32).filter(|r| r % 3 == 1).collect();
-        let expected: Vec<u64> = relative.iter().map(|&r| left[r as usize]).collect();
-        let batches = read(Arc::clone(&store), "t", &file, None, Some(&relative), true)
-            .await
-            .unwrap();
-        assert_eq!(numbers(&batches), expected);
-        let every = read(store, "t", &file, None, None, true).await.unwrap();
-        assert_eq!(numbers(&every), left);
-    }
-
-    fn except_all(rows: &[u64]) -> RowSelection {
-        except(rows, rows.len(), "t/f").unwrap()
-    }
-}
+mod tests;
