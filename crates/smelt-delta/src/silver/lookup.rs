@@ -146,15 +146,12 @@ impl DeltaSilver {
         let rows = smelt_core::columns::concat(&out_schema, &batches)?;
         drop(batches);
         // The rows kept for marking are slices of the one batch returned, not a second copy.
-        let found = (self.merge_on_read && bytes <= FOUND_BUDGET).then(|| {
-            spans
+        let found = (self.merge_on_read && bytes <= FOUND_BUDGET).then(|| Found {
+            columns: columns.to_vec(),
+            files: spans
                 .into_iter()
                 .map(|(path, numbers, offset, len)| (path, (numbers, rows.slice(offset, len))))
-                .collect()
-        });
-        let found = found.map(|files| Found {
-            columns: columns.to_vec(),
-            files,
+                .collect(),
         });
         let mut looked_up = self.looked_up.lock().expect("not poisoned");
         match (Arc::try_unwrap(index), looked_up.as_mut()) {
