@@ -331,11 +331,10 @@ fn flow_with(options: &str) -> (String, smelt_spec::ApplyFlow) {
 
 /// A flow with silver `ddl` and `options`.
 fn flow_with_ddl(ddl: &str, options: &str) -> (String, smelt_spec::ApplyFlow) {
-    // One folder per call: tests run in parallel and must not read each other's files.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("smelt-engine-test-{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // One folder per call, removed on return: the pipeline reads the schema file while it
+    // parses, and tests run in parallel and must not read each other's files.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     std::fs::write(dir.join("s.sql"), ddl).unwrap();
     let options: String = options.lines().map(|l| format!("      {l}\n")).collect();
     let yaml = format!(
