@@ -6,7 +6,7 @@ use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOption
 use arrow::compute::kernels::boolean::or;
 use arrow::compute::kernels::cmp::distinct;
 use arrow::compute::{FilterBuilder, prep_null_mask_filter};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use rayon::prelude::*;
 
 use crate::Result;
@@ -22,6 +22,42 @@ pub fn take_arrays(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<Ar
     Ok(columns
         .par_iter()
         .map(|c| arrow::compute::take(c, indices, None))
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Column by column (`columns[c]` holds column `c`'s pieces, all of one type), the rows
+/// `indices` as (piece, row) pairs, as `arrow::compute::interleave`: one copy, with no
+/// concatenation first. Each column's pieces are freed once its rows are out, so at most a
+/// few columns are held twice at a time.
+pub fn interleave(
+    columns: Vec<Vec<ArrayRef>>,
+    indices: &[(usize, usize)],
+) -> Result<Vec<ArrayRef>> {
+    Ok(columns
+        .into_par_iter()
+        .map(|pieces| {
+            let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();
+            if refs
+                .first()
+                .is_some_and(|p| p.data_type() == &DataType::Boolean)
+            {
+                // Arrow interleaves booleans a run at a time (slow on scattered rows);
+                // they are small enough to concatenate and take from.
+                let all = arrow::compute::concat(&refs)?;
+                let mut starts = Vec::with_capacity(refs.len());
+                let mut at = 0;
+                for p in &refs {
+                    starts.push(at);
+                    at += p.len();
+                }
+                let rows = UInt32Array::from_iter_values(
+                    indices.iter().map(|&(p, r)| (starts[p] + r) as u32),
+                );
+                arrow::compute::take(&all, &rows, None)
+            } else {
+                arrow::compute::interleave(&refs, indices)
+            }
+        })
         .collect::<Result<Vec<_>, _>>()?)
 }
 
@@ -157,6 +193,37 @@ mod tests {
             prop_assert_eq!(concat(&schema, &parts).unwrap(), arrow::compute::concat_batches(&schema, &parts).unwrap());
             prop_assert_eq!(concat(&schema, &[]).unwrap().num_rows(), 0);
             prop_assert_eq!(concat(&schema, &parts[..1]).unwrap(), a.clone());
+
+            // Rows picked across pieces (in any order), with a boolean column beside:
+            // as concatenating the pieces and taking.
+            let flags = |n: usize| -> ArrayRef {
+                let at = |i: usize| (i < mask.len() && mask.is_valid(i)).then(|| mask.value(i));
+                Arc::new(BooleanArray::from((0..n).map(at).collect::<Vec<_>>()))
+            };
+            let mut columns: Vec<Vec<ArrayRef>> = (0..2)
+                .map(|c| parts.iter().map(|b| Arc::clone(b.column(c))).collect())
+                .collect();
+            columns.push(parts.iter().map(|b| flags(b.num_rows())).collect());
+            let (mut pairs, mut flat) = (Vec::new(), Vec::new());
+            let mut start = 0;
+            for (p, piece) in parts.iter().enumerate() {
+                for r in 0..piece.num_rows() {
+                    if picks.get(start + r).is_some_and(|i| i.index(4) > 0) {
+                        pairs.push((p, r));
+                        flat.push((start + r) as u32);
+                    }
+                }
+                start += piece.num_rows();
+            }
+            pairs.reverse();
+            flat.reverse();
+            let flat = UInt32Array::from(flat);
+            let got = interleave(columns.clone(), &pairs).unwrap();
+            for (c, pieces) in columns.iter().enumerate() {
+                let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();
+                let whole = arrow::compute::concat(&refs).unwrap();
+                prop_assert_eq!(&got[c], &arrow::compute::take(&whole, &flat, None).unwrap());
+            }
 
             // Row i differs when one of its columns does, compared one row at a time.
             let m = a.num_rows().min(b.num_rows());

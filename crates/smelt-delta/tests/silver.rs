@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
+use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use futures::TryStreamExt;
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
 use smelt_engine::ports::{
-    ChangeSource, KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats,
+    Aligned, ChangeSource, KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats,
 };
 use smelt_spec::TableName;
 
@@ -216,42 +216,36 @@ async fn upserts_rewrite_only_the_files_that_hold_written_keys() {
     assert_eq!(contents(&lake).await.len(), 1001);
 }
 
-/// The lookup says which key each stored row matched, so the guard need not hash the keys
-/// again; it says nothing when a key repeats (several rows would match one stored row).
+/// The lookup lines stored rows up with the keys from what its probe matched; with keys
+/// that repeat, it matches them by key. The default of the port (matching by key) is the
+/// oracle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lookup_names_the_key_each_stored_row_matches() {
+async fn the_lookup_lines_stored_rows_up_with_the_keys() {
     let (_dir, lake, mut silver) = new_silver().await;
     let ids: Vec<i64> = (0..1000).collect();
     write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
+    // A second file, so that rows come from more than one.
+    write(&mut silver, &[1500, 1600], "b", &[false, false], 2).await;
 
     let silver = open(&lake).await;
-    let wanted = [999, 1005, 5, 150, 512];
-    let (found, key_rows) = silver
-        .lookup_matched(keys(&wanted), &["id".into()])
-        .await
-        .unwrap();
-    let key_rows = key_rows.expect("distinct keys are matched");
-    let found = found.column(0).as_primitive::<Int64Type>();
-    assert_eq!(found.len(), 4);
-    assert_eq!(key_rows.len(), 4);
-    let mut pairs: Vec<(i64, i64)> = found
-        .values()
-        .iter()
-        .zip(key_rows.values())
-        .map(|(&id, &row)| (id, wanted[row as usize]))
-        .collect();
-    pairs.sort();
-    assert_eq!(pairs, [(5, 5), (150, 150), (512, 512), (999, 999)]);
-
-    let (found, key_rows) = silver
-        .lookup_matched(keys(&[5, 150, 5]), &["id".into()])
-        .await
-        .unwrap();
-    assert_eq!(found.num_rows(), 2);
-    assert!(
-        key_rows.is_none(),
-        "a repeated key is matched by the caller"
-    );
+    let columns = ["val".to_string(), "id".to_string()];
+    for wanted in [
+        &[999, 1005, 5, 1600, 150, 512][..],
+        &[5, 150, 5, 1500][..],
+        &[2000][..],
+    ] {
+        let aligned = silver.lookup_aligned(keys(wanted), &columns).await.unwrap();
+        let found = silver.lookup(keys(wanted), &columns).await.unwrap();
+        let by_key = Aligned::by_key(&keys(wanted), &found, &columns).unwrap();
+        assert_eq!(aligned.matched, by_key.matched, "{wanted:?}");
+        assert_eq!(aligned.columns, by_key.columns, "{wanted:?}");
+        let ids = aligned.columns[1].as_primitive::<Int64Type>();
+        for (i, &id) in wanted.iter().enumerate() {
+            let stored = id < 1000 || id == 1500 || id == 1600;
+            assert_eq!(aligned.matched.value(i), stored, "{id}");
+            assert_eq!(ids.is_valid(i).then(|| ids.value(i)), stored.then_some(id));
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
-use arrow::compute::filter_record_batch;
+use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
+use arrow::datatypes::UInt32Type;
 use deltalake::kernel::{Add, AddCDCFile};
 use deltalake::logstore::ObjectStoreRef;
 use smelt_core::dedupe::KeyIndex;
@@ -56,16 +57,19 @@ impl DeltaSilver {
         };
         // What the lookup found already (when it read the key columns), so that only the
         // columns it did not read are read, and only for the rows found.
-        let (found_columns, mut found_files) = match found {
+        let (found_columns, found_rows, mut found_files) = match found {
             Some(f) if keys.iter().all(|k| f.columns.contains(k)) => {
-                (Arc::from(f.columns), f.files)
+                (Arc::from(f.columns), Some(f.rows), f.files)
             }
-            _ => (Arc::from(Vec::new()), Default::default()),
+            _ => (Arc::from(Vec::new()), None, Default::default()),
         };
         let tasks = files
             .into_iter()
             .map(|active| {
-                let cached = found_files.remove(&active.file.path);
+                let cached = found_files
+                    .remove(&active.file.path)
+                    .zip(found_rows.clone())
+                    .map(|((numbers, at), rows)| Cached { numbers, at, rows });
                 let job = MarkJob {
                     store: Arc::clone(&store),
                     table: name.clone(),
@@ -116,6 +120,14 @@ impl DeltaSilver {
     }
 }
 
+/// What the lookup found in one file: the numbers of its rows found, and where each is
+/// among the `rows` found (those of every file).
+struct Cached {
+    numbers: UInt32Array,
+    at: UInt32Array,
+    rows: RecordBatch,
+}
+
 /// What marking one file needs (owned, for a task of its own).
 struct MarkJob {
     store: ObjectStoreRef,
@@ -134,23 +146,22 @@ impl MarkJob {
     /// The file's rows (not yet deleted) whose key is in the index, marked; `None` when it
     /// holds none. Only the key columns are read to find them, and only those rows whole
     /// (for the change data).
-    async fn run(
-        self,
-        active: ActiveFile,
-        cached: Option<(UInt32Array, RecordBatch)>,
-    ) -> Result<Option<Marked>> {
+    async fn run(self, active: ActiveFile, cached: Option<Cached>) -> Result<Option<Marked>> {
         // The lookup may have found rows of keys this commit neither replaces nor deletes.
         let (found, partial) = match cached {
-            Some((rows, batch)) => {
-                let keys = key_columns(&batch, &self.keys, &self.schema)?;
+            Some(Cached { numbers, at, rows }) => {
+                let keys = key_columns(&rows, &self.keys, &self.schema)?
+                    .iter()
+                    .map(|k| arrow::compute::take(k, &at, None))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let hit = arrow::compute::is_not_null(&self.index.positions(&keys)?)?;
-                let rows = arrow::compute::filter(&rows, &hit)?;
-                let rows = rows
-                    .as_any()
-                    .downcast_ref::<UInt32Array>()
-                    .expect("row numbers")
-                    .clone();
-                (rows, Some(filter_record_batch(&batch, &hit)?))
+                let picked = |a: &UInt32Array| -> Result<UInt32Array> {
+                    Ok(arrow::compute::filter(a, &hit)?
+                        .as_primitive::<UInt32Type>()
+                        .clone())
+                };
+                let at = picked(&at)?;
+                (picked(&numbers)?, Some(take_record_batch(&rows, &at)?))
             }
             None => (
                 probe(

@@ -33,12 +33,12 @@ mod write;
 
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow::datatypes::{Field, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
 use deltalake::kernel::{Add, AddCDCFile, Remove};
-use smelt_engine::ports::{KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats};
+use smelt_engine::ports::{Aligned, KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats};
 use smelt_engine::predicate::Predicate;
 use smelt_spec::TableName;
 
@@ -362,15 +362,15 @@ impl KeyedTable for DeltaSilver {
         keys: RecordBatch,
         columns: &[String],
     ) -> smelt_engine::Result<RecordBatch> {
-        Ok(self.lookup(keys, columns).await?.0)
+        self.lookup(keys, columns).await
     }
 
-    async fn lookup_matched(
+    async fn lookup_aligned(
         &self,
         keys: RecordBatch,
         columns: &[String],
-    ) -> smelt_engine::Result<(RecordBatch, Option<UInt32Array>)> {
-        self.lookup(keys, columns).await
+    ) -> smelt_engine::Result<Aligned> {
+        self.lookup_aligned(keys, columns).await
     }
 
     async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {

@@ -119,12 +119,12 @@ impl KeyedTable for CrashOnCommit {
         self.0.lookup(keys, columns).await
     }
 
-    async fn lookup_matched(
+    async fn lookup_aligned(
         &self,
         keys: RecordBatch,
         columns: &[String],
-    ) -> smelt_engine::Result<(RecordBatch, Option<arrow::array::UInt32Array>)> {
-        self.0.lookup_matched(keys, columns).await
+    ) -> smelt_engine::Result<smelt_engine::ports::Aligned> {
+        self.0.lookup_aligned(keys, columns).await
     }
 
     async fn stage_deletes(&mut self, keys: RecordBatch) -> smelt_engine::Result<()> {

@@ -11,6 +11,7 @@
 //! * [`Reporter`]: progress and warnings, drawn by the CLI.
 //! * [`OptimizePolicy`], [`VacuumPlan`]: table maintenance asked of a [`TableSink`].
 
+mod aligned;
 mod catalogs;
 mod event_log;
 mod files;
@@ -20,6 +21,7 @@ mod reporter;
 mod source;
 mod table;
 
+pub use aligned::Aligned;
 pub use catalogs::Catalogs;
 pub use event_log::EventLog;
 pub use files::{

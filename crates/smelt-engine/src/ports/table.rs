@@ -1,11 +1,11 @@
 //! Tables a flow writes (silver, tombstones, rejects, bronze, targets).
 
-use arrow::array::{BooleanArray, RecordBatch, UInt32Array};
+use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use smelt_spec::TableName;
 
-use super::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
+use super::{Aligned, OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
 use crate::Result;
 
 /// What a silver write did.
@@ -195,17 +195,13 @@ pub trait KeyedTable: TableSink {
     /// Stored rows whose key equals a row of `keys` (NULL-safe), with the columns
     /// `columns`. Row order is unspecified.
     async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch>;
-    /// Like [`lookup`](KeyedTable::lookup), with, for each stored row, the row of `keys`
-    /// it matches when the table learnt it while looking (the caller then need not match
-    /// them again). `None` by default; an implementation must return `None` whenever
-    /// `keys` repeat a key (NULL keys equal each other), as a stored row then matches
-    /// several rows.
-    async fn lookup_matched(
-        &self,
-        keys: RecordBatch,
-        columns: &[String],
-    ) -> Result<(RecordBatch, Option<UInt32Array>)> {
-        Ok((self.lookup(keys, columns).await?, None))
+    /// The stored rows of [`lookup`](KeyedTable::lookup) lined up with the rows of
+    /// `keys`: per key row, whether a stored row has its key and that row's `columns`
+    /// (when stored rows share a key, the later one). By default, looked up and matched
+    /// by key; a table that learns the matches while looking can skip that.
+    async fn lookup_aligned(&self, keys: RecordBatch, columns: &[String]) -> Result<Aligned> {
+        let found = self.lookup(keys.clone(), columns).await?;
+        Aligned::by_key(&keys, &found, columns)
     }
     /// Removes the stored rows whose key equals a row of `keys` (the key columns), invisible
     /// until [`commit`](TableSink::commit). A [`lookup`](KeyedTable::lookup) at this
