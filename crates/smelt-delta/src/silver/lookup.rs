@@ -34,6 +34,8 @@ pub(super) struct LookedUp {
 pub(super) struct Found {
     pub(super) columns: Vec<String>,
     pub(super) rows: RecordBatch,
+    /// Which of `rows` are stored rows (lined up: the keys matched); `None`: all.
+    pub(super) present: Option<BooleanArray>,
     pub(super) files: HashMap<String, (UInt32Array, UInt32Array)>,
 }
 
@@ -84,6 +86,7 @@ impl DeltaSilver {
         let found = Found {
             columns: columns.to_vec(),
             rows: rows.clone(),
+            present: None,
             files,
         };
         self.remember(finding.version, finding.index, paths, Some(found));
@@ -114,6 +117,7 @@ impl DeltaSilver {
         let found = (!lined.shared).then(|| Found {
             columns: columns.to_vec(),
             rows: rows.clone(),
+            present: Some(matched.clone()),
             files: lined.files,
         });
         self.remember(finding.version, finding.index, paths, found);

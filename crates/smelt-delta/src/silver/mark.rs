@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::UInt32Type;
@@ -57,19 +57,55 @@ impl DeltaSilver {
         };
         // What the lookup found already (when it read the key columns), so that only the
         // columns it did not read are read, and only for the rows found.
-        let (found_columns, found_rows, mut found_files) = match found {
+        let (found_columns, found_rows, mut found_files): (Arc<[String]>, _, _) = match found {
             Some(f) if keys.iter().all(|k| f.columns.contains(k)) => {
-                (Arc::from(f.columns), Some(f.rows), f.files)
+                (Arc::from(f.columns), Some((f.rows, f.present)), f.files)
             }
             _ => (Arc::from(Vec::new()), None, Default::default()),
+        };
+        // With every column found, the pre-images are those rows: one pass over them, in
+        // files of their own, and each file only has its rows marked.
+        let mut shared_cdc = Vec::new();
+        let marked = match &found_rows {
+            Some((rows, present))
+                if schema
+                    .fields()
+                    .iter()
+                    .all(|f| found_columns.contains(f.name())) =>
+            {
+                let found_keys = key_columns(rows, keys, &schema)?;
+                let mut marked = arrow::compute::is_not_null(&index.positions(&found_keys)?)?;
+                if let Some(present) = present {
+                    marked = arrow::compute::and(&marked, present)?;
+                }
+                if change_data && marked.true_count() > 0 {
+                    shared_cdc = pre_images_of(
+                        &store,
+                        &name,
+                        rows,
+                        &marked,
+                        keys,
+                        &schema,
+                        deleted.as_deref(),
+                    )
+                    .await?;
+                }
+                Some(Arc::new(marked))
+            }
+            _ => None,
         };
         let tasks = files
             .into_iter()
             .map(|active| {
                 let cached = found_files
                     .remove(&active.file.path)
-                    .zip(found_rows.clone())
-                    .map(|((numbers, at), rows)| Cached { numbers, at, rows });
+                    .zip(found_rows.as_ref())
+                    .map(|((numbers, at), (rows, _))| Cached {
+                        numbers,
+                        at,
+                        rows: rows.clone(),
+                        marked: marked.clone(),
+                    });
                 let job = MarkJob {
                     store: Arc::clone(&store),
                     table: name.clone(),
@@ -106,26 +142,82 @@ impl DeltaSilver {
             out.push(Rewrite {
                 remove: m.active.remove,
                 adds: Vec::new(),
-                cdc: m.cdc,
+                cdc: m.cdc.into_iter().collect(),
             });
         }
         for (m, descriptor) in kept.into_iter().zip(descriptors) {
             out.push(Rewrite {
                 remove: m.active.remove,
                 adds: vec![with_vector(m.active.add, descriptor)],
-                cdc: m.cdc,
+                cdc: m.cdc.into_iter().collect(),
             });
+        }
+        match out.first_mut() {
+            Some(first) => first.cdc.extend(shared_cdc),
+            None if !shared_cdc.is_empty() => {
+                return Err(crate::error::Error::Internal(format!(
+                    "pre-images of `{name}` written for rows no file holds"
+                )));
+            }
+            None => {}
         }
         Ok(out)
     }
 }
 
 /// What the lookup found in one file: the numbers of its rows found, and where each is
-/// among the `rows` found (those of every file).
+/// among the `rows` found (those of every file); `marked`, when the pre-images of all
+/// files were written from those rows at once: which of them this commit marks.
 struct Cached {
     numbers: UInt32Array,
     at: UInt32Array,
     rows: RecordBatch,
+    marked: Option<Arc<BooleanArray>>,
+}
+
+/// Writes the pre-images of the `marked` rows of `rows` (found by the lookup, with every
+/// column of `schema`) as change data, a file per core written at once; `deleted` keys
+/// are deletes, the others replaced.
+async fn pre_images_of(
+    store: &ObjectStoreRef,
+    table: &str,
+    rows: &RecordBatch,
+    marked: &BooleanArray,
+    keys: &[String],
+    schema: &SchemaRef,
+    deleted: Option<&KeyIndex>,
+) -> Result<Vec<AddCDCFile>> {
+    let before = smelt_core::columns::filter(rows, marked)?;
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            before.column_by_name(f.name()).cloned().ok_or_else(|| {
+                crate::error::Error::Internal(format!(
+                    "the lookup of `{table}` lost `{}`",
+                    f.name()
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let before = RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(before.num_rows())),
+    )?;
+    let kinds = change_kinds(&before, keys, schema, deleted)?;
+    let batch = with_change_type(&before, kinds)?;
+    drop(before);
+    let per_file = batch.num_rows().div_ceil(parquet::cores());
+    let tasks = (0..batch.num_rows())
+        .step_by(per_file.max(1))
+        .map(|offset| {
+            let part = batch.slice(offset, per_file.min(batch.num_rows() - offset));
+            let (store, table, keys) = (Arc::clone(store), table.to_string(), keys.to_vec());
+            async move { parquet::write_change_data(store, &table, &part, &keys).await }
+        })
+        .collect();
+    on_cores(table, tasks).await
 }
 
 /// What marking one file needs (owned, for a task of its own).
@@ -148,8 +240,22 @@ impl MarkJob {
     /// (for the change data).
     async fn run(self, active: ActiveFile, cached: Option<Cached>) -> Result<Option<Marked>> {
         // The lookup may have found rows of keys this commit neither replaces nor deletes.
+        let mut pre_imaged = false;
         let (found, partial) = match cached {
-            Some(Cached { numbers, at, rows }) => {
+            Some(Cached {
+                numbers,
+                at,
+                marked: Some(marked),
+                ..
+            }) => {
+                let hit = arrow::compute::take(marked.as_ref(), &at, None)?;
+                let numbers = arrow::compute::filter(&numbers, hit.as_boolean())?;
+                pre_imaged = true;
+                (numbers.as_primitive::<UInt32Type>().clone(), None)
+            }
+            Some(Cached {
+                numbers, at, rows, ..
+            }) => {
                 let keys = key_columns(&rows, &self.keys, &self.schema)?
                     .iter()
                     .map(|k| arrow::compute::take(k, &at, None))
@@ -180,7 +286,7 @@ impl MarkJob {
         if found.is_empty() {
             return Ok(None);
         }
-        let cdc = if self.change_data {
+        let cdc = if self.change_data && !pre_imaged {
             let before = self.pre_images(&active, &found, partial).await?;
             let kinds: ArrayRef =
                 change_kinds(&before, &self.keys, &self.schema, self.deleted.as_deref())?;

@@ -33,7 +33,7 @@ use crate::parquet;
 pub(super) struct Rewrite {
     pub(super) remove: Remove,
     pub(super) adds: Vec<Add>,
-    pub(super) cdc: Option<AddCDCFile>,
+    pub(super) cdc: Vec<AddCDCFile>,
 }
 
 impl DeltaSilver {
@@ -394,9 +394,9 @@ async fn rewrite_without(
         Some((kinds, keys)) => {
             let before = filter_record_batch(stored, hit)?;
             let batch = with_change_type(&before, kinds)?;
-            Some(parquet::write_change_data(store, &table, &batch, keys).await?)
+            vec![parquet::write_change_data(store, &table, &batch, keys).await?]
         }
-        None => None,
+        None => Vec::new(),
     };
     Ok(Rewrite {
         remove: active.remove,
