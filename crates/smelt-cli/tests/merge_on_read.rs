@@ -13,6 +13,12 @@ use arrow::util::display::array_value_to_string;
 use common::{Project, text};
 use serde_json::Value;
 
+/// Two silvers of the same changes, copy-on-write and merge-on-read, ordered by
+/// `sequence_by`, and a gold table from the merge-on-read one's change feed.
+fn pipeline(sequence_by: &str) -> String {
+    PIPELINE.replace("[seq]", &format!("[{sequence_by}]"))
+}
+
 const PIPELINE: &str = "lake: ./lake
 flows:
   cow:
@@ -152,7 +158,19 @@ fn of_kind<'a>(actions: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 #[test]
 fn merge_on_read_silver_marks_rows_in_deletion_vectors_and_reads_as_copy_on_write_does() {
-    let p = Project::with_pipeline(PIPELINE);
+    // The lookup reads no ingest time: each file's pre-images are completed from the file.
+    marks_rows_and_reads_as_copy_on_write_does("seq");
+}
+
+#[test]
+fn pre_images_from_a_lookup_of_every_column_are_those_of_copy_on_write() {
+    // The lookup reads every column (the ingest time is the sequence): the pre-images are
+    // written from its rows in one pass.
+    marks_rows_and_reads_as_copy_on_write_does("_commit_timestamp");
+}
+
+fn marks_rows_and_reads_as_copy_on_write_does(sequence_by: &str) {
+    let p = Project::with_pipeline(&pipeline(sequence_by));
     schemas(
         &p,
         &["silver.cow", "silver.mor", "gold.orders"],
