@@ -158,14 +158,13 @@ fn of_kind<'a>(actions: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 #[test]
 fn merge_on_read_silver_marks_rows_in_deletion_vectors_and_reads_as_copy_on_write_does() {
-    // The lookup reads no ingest time: each file's pre-images are completed from the file.
+    // The guard asks for no ingest time; the lookup reads it anyway, for the pre-images.
     marks_rows_and_reads_as_copy_on_write_does("seq");
 }
 
 #[test]
-fn pre_images_from_a_lookup_of_every_column_are_those_of_copy_on_write() {
-    // The lookup reads every column (the ingest time is the sequence): the pre-images are
-    // written from its rows in one pass.
+fn sequenced_by_commit_time_merge_on_read_reads_as_copy_on_write_does() {
+    // The guard asks for every column itself (the ingest time is the sequence).
     marks_rows_and_reads_as_copy_on_write_does("_commit_timestamp");
 }
 

@@ -69,7 +69,8 @@ impl DeltaSilver {
         columns: &[String],
     ) -> smelt_engine::Result<RecordBatch> {
         let index = KeyIndex::new(keys.columns())?;
-        let finding = self.find(&keys, index, columns).await?;
+        let read = self.columns_to_read(columns)?;
+        let finding = self.find(&keys, index, &read).await?;
         let mut files = HashMap::with_capacity(finding.hits.len());
         let mut batches = Vec::with_capacity(finding.hits.len());
         let mut offset = 0u32;
@@ -82,15 +83,16 @@ impl DeltaSilver {
         }
         let rows = smelt_core::columns::concat(&finding.schema, &batches)?;
         drop(batches);
+        let asked = rows.project(&(0..columns.len()).collect::<Vec<_>>())?;
         let paths = files.keys().cloned().collect();
         let found = Found {
-            columns: columns.to_vec(),
-            rows: rows.clone(),
+            columns: read,
+            rows,
             present: None,
             files,
         };
         self.remember(finding.version, finding.index, paths, Some(found));
-        Ok(rows)
+        Ok(asked)
     }
 
     /// `KeyedTable::lookup_aligned`: the stored rows lined up with `keys` from the matches
@@ -108,23 +110,41 @@ impl DeltaSilver {
             let found = self.lookup(keys.clone(), columns).await?;
             return Aligned::by_key(&keys, &found, columns);
         }
-        let finding = self.find(&keys, index, columns).await?;
+        let read = self.columns_to_read(columns)?;
+        let finding = self.find(&keys, index, &read).await?;
         let lined = line_up(finding.hits, keys.num_rows(), &finding.schema)?;
         let (matched, rows) = (lined.matched, lined.rows);
         let paths = lined.files.keys().cloned().collect();
         // Stored rows that shared a key left some out of the lined-up rows: marking
         // reads them again.
+        let asked = rows.columns()[..columns.len()].to_vec();
         let found = (!lined.shared).then(|| Found {
-            columns: columns.to_vec(),
-            rows: rows.clone(),
+            columns: read,
+            rows,
             present: Some(matched.clone()),
             files: lined.files,
         });
         self.remember(finding.version, finding.index, paths, found);
         Ok(Aligned {
             matched,
-            columns: rows.columns().to_vec(),
+            columns: asked,
         })
+    }
+
+    /// The columns a lookup asking for `columns` reads: those first, then, merge-on-read,
+    /// every other column of the table, so that marking takes the pre-images from the
+    /// rows found instead of reading them again.
+    fn columns_to_read(&self, columns: &[String]) -> Result<Vec<String>> {
+        let mut read = columns.to_vec();
+        if self.merge_on_read {
+            let schema = self.current_schema(self.table()?)?;
+            for f in schema.fields() {
+                if !read.contains(f.name()) {
+                    read.push(f.name().clone());
+                }
+            }
+        }
+        Ok(read)
     }
 
     /// Probes every file on the key columns for the keys of `index` (built over `keys`)

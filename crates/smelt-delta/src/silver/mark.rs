@@ -8,7 +8,6 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
-use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::UInt32Type;
 use deltalake::kernel::{Add, AddCDCFile};
@@ -55,34 +54,28 @@ impl DeltaSilver {
                 .collect::<Result<Vec<_>, _>>()?;
             Arc::new(schema.project(&idx)?)
         };
-        // What the lookup found already (when it read the key columns), so that only the
-        // columns it did not read are read, and only for the rows found.
-        let (found_columns, found_rows, mut found_files): (Arc<[String]>, _, _) = match found {
-            Some(f) if keys.iter().all(|k| f.columns.contains(k)) => {
-                (Arc::from(f.columns), Some((f.rows, f.present)), f.files)
-            }
-            _ => (Arc::from(Vec::new()), None, Default::default()),
-        };
-        // With every column found, the pre-images are those rows: one pass over them, in
-        // files of their own, and each file only has its rows marked.
+        // What the lookup found, when it read every column: the pre-images are those rows,
+        // written in one pass, and each file only has its rows marked. Otherwise (several
+        // lookups, or the schema grew since) each file is probed and its rows read again.
+        let found = found.filter(|f| {
+            schema
+                .fields()
+                .iter()
+                .all(|field| f.columns.contains(field.name()))
+        });
         let mut shared_cdc = Vec::new();
-        let marked = match &found_rows {
-            Some((rows, present))
-                if schema
-                    .fields()
-                    .iter()
-                    .all(|f| found_columns.contains(f.name())) =>
-            {
-                let found_keys = key_columns(rows, keys, &schema)?;
+        let (marked, mut found_files) = match found {
+            Some(f) => {
+                let found_keys = key_columns(&f.rows, keys, &schema)?;
                 let mut marked = arrow::compute::is_not_null(&index.positions(&found_keys)?)?;
-                if let Some(present) = present {
+                if let Some(present) = &f.present {
                     marked = arrow::compute::and(&marked, present)?;
                 }
                 if change_data && marked.true_count() > 0 {
                     shared_cdc = pre_images_of(
                         &store,
                         &name,
-                        rows,
+                        &f.rows,
                         &marked,
                         keys,
                         &schema,
@@ -90,21 +83,20 @@ impl DeltaSilver {
                     )
                     .await?;
                 }
-                Some(Arc::new(marked))
+                (Some(Arc::new(marked)), f.files)
             }
-            _ => None,
+            None => (None, Default::default()),
         };
         let tasks = files
             .into_iter()
             .map(|active| {
                 let cached = found_files
                     .remove(&active.file.path)
-                    .zip(found_rows.as_ref())
-                    .map(|((numbers, at), (rows, _))| Cached {
+                    .zip(marked.clone())
+                    .map(|((numbers, at), marked)| Cached {
                         numbers,
                         at,
-                        rows: rows.clone(),
-                        marked: marked.clone(),
+                        marked,
                     });
                 let job = MarkJob {
                     store: Arc::clone(&store),
@@ -115,7 +107,6 @@ impl DeltaSilver {
                     index: Arc::clone(&index),
                     deleted: deleted.clone(),
                     change_data,
-                    found_columns: Arc::clone(&found_columns),
                 };
                 job.run(active, cached)
             })
@@ -165,14 +156,13 @@ impl DeltaSilver {
     }
 }
 
-/// What the lookup found in one file: the numbers of its rows found, and where each is
-/// among the `rows` found (those of every file); `marked`, when the pre-images of all
-/// files were written from those rows at once: which of them this commit marks.
+/// What the lookup found in one file: the numbers of its rows found, where each is among
+/// the rows found (those of every file), and which of those this commit marks (their
+/// pre-images are written already).
 struct Cached {
     numbers: UInt32Array,
     at: UInt32Array,
-    rows: RecordBatch,
-    marked: Option<Arc<BooleanArray>>,
+    marked: Arc<BooleanArray>,
 }
 
 /// Writes the pre-images of the `marked` rows of `rows` (found by the lookup, with every
@@ -230,46 +220,28 @@ struct MarkJob {
     index: Arc<KeyIndex>,
     deleted: Option<Arc<KeyIndex>>,
     change_data: bool,
-    /// The columns of the rows the lookup found.
-    found_columns: Arc<[String]>,
 }
 
 impl MarkJob {
     /// The file's rows (not yet deleted) whose key is in the index, marked; `None` when it
-    /// holds none. Only the key columns are read to find them, and only those rows whole
-    /// (for the change data).
+    /// holds none. Unless the lookup found them (`cached`), only the key columns are read
+    /// to find them, and only those rows whole (for the change data).
     async fn run(self, active: ActiveFile, cached: Option<Cached>) -> Result<Option<Marked>> {
-        // The lookup may have found rows of keys this commit neither replaces nor deletes.
-        let mut pre_imaged = false;
-        let (found, partial) = match cached {
+        let pre_imaged = cached.is_some();
+        let found = match cached {
+            // The lookup may have found rows of keys this commit neither replaces nor
+            // deletes.
             Some(Cached {
                 numbers,
                 at,
-                marked: Some(marked),
-                ..
+                marked,
             }) => {
                 let hit = arrow::compute::take(marked.as_ref(), &at, None)?;
-                let numbers = arrow::compute::filter(&numbers, hit.as_boolean())?;
-                pre_imaged = true;
-                (numbers.as_primitive::<UInt32Type>().clone(), None)
+                arrow::compute::filter(&numbers, hit.as_boolean())?
+                    .as_primitive::<UInt32Type>()
+                    .clone()
             }
-            Some(Cached {
-                numbers, at, rows, ..
-            }) => {
-                let keys = key_columns(&rows, &self.keys, &self.schema)?
-                    .iter()
-                    .map(|k| arrow::compute::take(k, &at, None))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let hit = arrow::compute::is_not_null(&self.index.positions(&keys)?)?;
-                let picked = |a: &UInt32Array| -> Result<UInt32Array> {
-                    Ok(arrow::compute::filter(a, &hit)?
-                        .as_primitive::<UInt32Type>()
-                        .clone())
-                };
-                let at = picked(&at)?;
-                (picked(&numbers)?, Some(take_record_batch(&rows, &at)?))
-            }
-            None => (
+            None => {
                 probe(
                     Arc::clone(&self.store),
                     &self.table,
@@ -279,15 +251,22 @@ impl MarkJob {
                     &self.index,
                 )
                 .await?
-                .0,
-                None,
-            ),
+                .0
+            }
         };
         if found.is_empty() {
             return Ok(None);
         }
         let cdc = if self.change_data && !pre_imaged {
-            let before = self.pre_images(&active, &found, partial).await?;
+            let before = read_whole(
+                Arc::clone(&self.store),
+                &self.table,
+                &active.file,
+                None,
+                Some(found.values()),
+                &self.schema,
+            )
+            .await?;
             let kinds: ArrayRef =
                 change_kinds(&before, &self.keys, &self.schema, self.deleted.as_deref())?;
             Some(
@@ -311,79 +290,6 @@ impl MarkJob {
             deleted,
             cdc,
         }))
-    }
-}
-
-impl MarkJob {
-    /// The rows `found` of the file whole (the table's columns, in order): those the lookup
-    /// read (`partial`) completed with the columns it did not read, or read whole.
-    async fn pre_images(
-        &self,
-        active: &ActiveFile,
-        found: &UInt32Array,
-        partial: Option<RecordBatch>,
-    ) -> Result<RecordBatch> {
-        let Some(partial) = partial else {
-            return read_whole(
-                Arc::clone(&self.store),
-                &self.table,
-                &active.file,
-                None,
-                Some(found.values()),
-                &self.schema,
-            )
-            .await;
-        };
-        let missing: Vec<String> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .filter(|n| !self.found_columns.contains(n))
-            .collect();
-        let rest = if missing.is_empty() {
-            None
-        } else {
-            let idx = missing
-                .iter()
-                .map(|n| self.schema.index_of(n))
-                .collect::<Result<Vec<_>, _>>()?;
-            let rest_schema = Arc::new(self.schema.project(&idx)?);
-            Some(
-                read_whole(
-                    Arc::clone(&self.store),
-                    &self.table,
-                    &active.file,
-                    Some(&missing),
-                    Some(found.values()),
-                    &rest_schema,
-                )
-                .await?,
-            )
-        };
-        let columns = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| {
-                partial
-                    .column_by_name(f.name())
-                    .or_else(|| rest.as_ref().and_then(|r| r.column_by_name(f.name())))
-                    .cloned()
-                    .ok_or_else(|| {
-                        crate::error::Error::Internal(format!(
-                            "column `{}` of `{}` read neither by the lookup nor again",
-                            f.name(),
-                            self.table
-                        ))
-                    })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(RecordBatch::try_new_with_options(
-            Arc::clone(&self.schema),
-            columns,
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(found.len())),
-        )?)
     }
 }
 
