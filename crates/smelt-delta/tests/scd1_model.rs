@@ -189,15 +189,21 @@ impl Model {
     }
 }
 
-/// The flow: silver `s.t` keyed on (a, b), sequenced by `seq`, `op = 'D'` deletes.
-fn flow(dir: &std::path::Path) -> ApplyFlow {
+/// The flow: silver `s.t` keyed on (a, b), sequenced by `seq`, `op = 'D'` deletes,
+/// written copy-on-write or merge-on-read.
+fn flow(dir: &std::path::Path, merge_on_read: bool) -> ApplyFlow {
     std::fs::write(
         dir.join("s.sql"),
         "CREATE TABLE s.t (a STRING NOT NULL, b BIGINT, val STRING, seq BIGINT)",
     )
     .unwrap();
     let yaml = "lake: .\nflows:\n  t:\n    apply:\n      from: b.t\n      into: s.t\n      schema: s.sql\n      keys: [a, b]\n      sequence_by: [seq]\n      apply_as_deletes: op = 'D'\n";
-    let p = Pipeline::from_str(yaml, &dir.join("smelt.yaml")).unwrap();
+    let mode = if merge_on_read {
+        "write_mode: merge_on_read\n"
+    } else {
+        ""
+    };
+    let p = Pipeline::from_str(&format!("{mode}{yaml}"), &dir.join("smelt.yaml")).unwrap();
     let FlowKind::Apply(a) = p.flows[0].kind.clone() else {
         panic!("an apply flow")
     };
@@ -440,6 +446,8 @@ struct Plan {
     commits: Vec<Vec<Change>>,
     /// After commit `i`: a run of this kind (or none).
     runs: Vec<Option<Run>>,
+    /// Silver and its tombstones are written merge-on-read.
+    merge_on_read: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -459,8 +467,9 @@ fn delivery() -> impl Strategy<Value = Plan> {
             Just(all).prop_shuffle(),
             proptest::collection::vec(1usize..=12, 1..=10),
             proptest::collection::vec(0u8..12, 12),
+            any::<bool>(),
         )
-            .prop_map(|(mut shuffled, cuts, run_kinds)| {
+            .prop_map(|(mut shuffled, cuts, run_kinds, merge_on_read)| {
                 // A few changes sent again later (re-sent rows); never one of a tied pair,
                 // whose winner is decided by bronze order.
                 let again: Vec<Vec<Change>> = shuffled
@@ -495,7 +504,11 @@ fn delivery() -> impl Strategy<Value = Plan> {
                         _ => Some(Run::Plain),
                     })
                     .collect();
-                Plan { commits, runs }
+                Plan {
+                    commits,
+                    runs,
+                    merge_on_read,
+                }
             })
     })
 }
@@ -525,7 +538,7 @@ fn deliver(plan: &Plan) {
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let lake = Lake::new(dir.path().join("lake")).unwrap();
-        let flow = flow(dir.path());
+        let flow = flow(dir.path(), plan.merge_on_read);
         let mut model = Model::default();
         for (i, commit) in plan.commits.iter().enumerate() {
             let v = i as i64;
@@ -638,11 +651,21 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
 /// NULL and composite keys, late deletes, a delete before its insert, a tie, spelled out.
 #[test]
 fn null_and_composite_keys_with_late_deletes_and_a_tie() {
+    null_and_composite_keys(false);
+}
+
+/// The same, merge-on-read.
+#[test]
+fn null_and_composite_keys_with_late_deletes_and_a_tie_merge_on_read() {
+    null_and_composite_keys(true);
+}
+
+fn null_and_composite_keys(merge_on_read: bool) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let lake = Lake::new(dir.path().join("lake")).unwrap();
-        let flow = flow(dir.path());
+        let flow = flow(dir.path(), merge_on_read);
         let (a1, a2, empty) = (Some("a1"), Some("a2"), Some(""));
         let commits = vec![
             vec![

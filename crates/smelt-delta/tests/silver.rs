@@ -512,3 +512,105 @@ async fn a_null_key_is_looked_up_whatever_the_statistics_say() {
         .unwrap();
     assert_eq!(found.num_rows(), 2, "the NULL key's row and 105");
 }
+
+/// The change data files in the folder of the silver table, and those its log references.
+fn change_data_files(lake: &Lake) -> (Vec<String>, Vec<String>) {
+    let root = lake.table_url(&name()).unwrap().to_file_path().unwrap();
+    let mut on_disk: Vec<String> = std::fs::read_dir(root.join("_change_data"))
+        .map(|d| {
+            d.map(|e| format!("_change_data/{}", e.unwrap().file_name().to_string_lossy()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut in_log = Vec::new();
+    for entry in std::fs::read_dir(root.join("_delta_log")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            for line in std::fs::read_to_string(&path).unwrap().lines() {
+                let action: serde_json::Value = serde_json::from_str(line).unwrap();
+                if let Some(p) = action["cdc"]["path"].as_str() {
+                    in_log.push(p.to_string());
+                }
+            }
+        }
+    }
+    on_disk.sort();
+    in_log.sort();
+    (on_disk, in_log)
+}
+
+/// Merge-on-read marks every row a run removes once, with one pre-image each, however
+/// it stages: deletes before or after the new rows, one lookup or one per partition (the
+/// commit then probes the files again); and no change data file is left out of the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_on_read_marks_each_removed_row_once_however_the_run_stages() {
+    let (_dir, lake, mut silver) = new_silver().await;
+    let ids: Vec<i64> = (0..300).collect();
+    write(&mut silver, &ids, "a", &vec![false; ids.len()], 1).await;
+    let columns = ["id".to_string()];
+    let key = ["id".to_string()];
+
+    // One lookup: the pre-images are the rows it found.
+    let mut silver = open(&lake).await;
+    silver.write_merge_on_read().await.unwrap();
+    silver
+        .lookup_aligned(keys(&[5, 150, 1000]), &columns)
+        .await
+        .unwrap();
+    silver.stage_deletes(keys(&[5])).await.unwrap();
+    stage(&mut silver, &[150, 1000], "b", &[true, false]).await;
+    let before = silver.version().unwrap();
+    let stats = silver.commit(&key, &watermark(2)).await.unwrap();
+    assert_eq!(stats.files_added - stats.files_removed, 1, "vectors, no rewrite");
+    let feed = changes(&lake, before).await;
+    assert_eq!(feed["delete"], vec![(5, "a".into())]);
+    assert_eq!(feed["update_preimage"], vec![(150, "a".into())]);
+    assert_eq!(feed["update_postimage"], vec![(150, "b".into())]);
+    assert_eq!(feed["insert"], vec![(1000, "b".into())]);
+
+    // Deletes staged after the rows.
+    let mut silver = open(&lake).await;
+    silver.write_merge_on_read().await.unwrap();
+    silver
+        .lookup_aligned(keys(&[6, 151]), &columns)
+        .await
+        .unwrap();
+    stage(&mut silver, &[151], "b", &[true]).await;
+    silver.stage_deletes(keys(&[6])).await.unwrap();
+    let before = silver.version().unwrap();
+    silver.commit(&key, &watermark(3)).await.unwrap();
+    let feed = changes(&lake, before).await;
+    assert_eq!(feed["delete"], vec![(6, "a".into())]);
+    assert_eq!(feed["update_preimage"], vec![(151, "a".into())]);
+    assert_eq!(feed["update_postimage"], vec![(151, "b".into())]);
+
+    // Two partitions, each looked up and staged: the second lookup keeps no rows, so
+    // marking probes the files.
+    let mut silver = open(&lake).await;
+    silver.write_merge_on_read().await.unwrap();
+    for (id, gone) in [(7i64, 8i64), (152, 9)] {
+        silver
+            .lookup_aligned(keys(&[id, gone]), &columns)
+            .await
+            .unwrap();
+        silver.stage_deletes(keys(&[gone])).await.unwrap();
+        stage(&mut silver, &[id], "b", &[true]).await;
+    }
+    let before = silver.version().unwrap();
+    silver.commit(&key, &watermark(4)).await.unwrap();
+    let feed = changes(&lake, before).await;
+    assert_eq!(feed["delete"], vec![(8, "a".into()), (9, "a".into())]);
+    assert_eq!(
+        feed["update_preimage"],
+        vec![(7, "a".into()), (152, "a".into())]
+    );
+
+    let table = contents(&lake).await;
+    assert_eq!(table.len(), 300 - 4 + 1);
+    assert!(table.values().all(|v| v.len() == 1), "one row per key");
+    for id in [150, 151, 152, 7, 1000] {
+        assert_eq!(table[&id], vec!["b"], "{id}");
+    }
+    let (on_disk, in_log) = change_data_files(&lake);
+    assert_eq!(on_disk, in_log, "change data files outside the log");
+}
