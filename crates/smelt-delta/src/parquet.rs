@@ -449,7 +449,7 @@ fn properties_builder(keys: &[String], statistics: EnabledStatistics) -> WriterP
 /// Rows per row group of a change data file. The file is streamed out a row group at a
 /// time (a multipart upload past 10 MiB), so the writer holds one encoded row group, not
 /// the whole file: for a million changed rows, the whole file was ~80 MiB more at the peak.
-const CHANGE_DATA_ROW_GROUP: usize = 131_072;
+pub(crate) const CHANGE_DATA_ROW_GROUP: usize = 131_072;
 
 /// Writes `batch` (table columns plus `_change_type`) as a change data file of the table
 /// in `store` and returns its `cdc` action. `keys` are the table's key columns.

@@ -561,7 +561,11 @@ async fn merge_on_read_marks_each_removed_row_once_however_the_run_stages() {
     stage(&mut silver, &[150, 1000], "b", &[true, false]).await;
     let before = silver.version().unwrap();
     let stats = silver.commit(&key, &watermark(2)).await.unwrap();
-    assert_eq!(stats.files_added - stats.files_removed, 1, "vectors, no rewrite");
+    assert_eq!(
+        stats.files_added - stats.files_removed,
+        1,
+        "vectors, no rewrite"
+    );
     let feed = changes(&lake, before).await;
     assert_eq!(feed["delete"], vec![(5, "a".into())]);
     assert_eq!(feed["update_preimage"], vec![(150, "a".into())]);

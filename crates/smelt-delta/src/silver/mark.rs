@@ -310,8 +310,83 @@ fn with_vector(mut add: Add, descriptor: deltalake::kernel::DeletionVectorDescri
 
 #[cfg(test)]
 mod tests {
-    use super::with_vector;
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
     use deltalake::kernel::{Add, DeletionVectorDescriptor, StorageType};
+    use deltalake::logstore::ObjectStoreRef;
+    use object_store::ObjectStoreExt;
+    use smelt_core::dedupe::KeyIndex;
+
+    use super::{pre_images_of, with_vector};
+    use crate::parquet::CHANGE_DATA_ROW_GROUP;
+
+    /// The pre-images of more found rows than a row group holds, split over cores, are
+    /// the marked rows, each once, in the table's columns, with their change type (read
+    /// back with Parquet's own reader).
+    #[tokio::test]
+    async fn pre_images_are_the_marked_rows_whole_across_row_groups() {
+        let n = 2 * CHANGE_DATA_ROW_GROUP + 7;
+        let store: ObjectStoreRef = Arc::new(object_store::memory::InMemory::new());
+        // The lookup read an extra column first; the table's columns are `id`, `val`.
+        let rows = RecordBatch::try_from_iter([
+            ("extra", Arc::new(Int64Array::from(vec![0; n])) as ArrayRef),
+            (
+                "val",
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("v{i}")),
+                )),
+            ),
+            ("id", Arc::new(Int64Array::from_iter_values(0..n as i64))),
+        ])
+        .unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("val", DataType::Utf8, true),
+        ]));
+        let marked = BooleanArray::from_iter((0..n).map(|i| Some(i % 3 != 0)));
+        let deleted: ArrayRef = Arc::new(Int64Array::from_iter_values(0..100));
+        let deleted = Arc::new(KeyIndex::new(&[deleted]).unwrap());
+        let keys = ["id".to_string()];
+        let cdc = pre_images_of(&store, "t", &rows, &marked, &keys, &schema, Some(&deleted))
+            .await
+            .unwrap();
+        assert_eq!(cdc.len(), crate::parquet::cores().min(2));
+        let mut got: Vec<(i64, String, String)> = Vec::new();
+        for file in &cdc {
+            let location = object_store::path::Path::from(file.path.as_str());
+            let bytes = store.get(&location).await.unwrap().bytes().await.unwrap();
+            let reader =
+                deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
+                    bytes,
+                    1 << 20,
+                )
+                .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                let schema = batch.schema();
+                let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                assert_eq!(names, ["id", "val", "_change_type"]);
+                let ids = batch.column(0).as_primitive::<Int64Type>();
+                let vals = batch.column(1).as_string::<i32>();
+                let kinds = batch.column(2).as_string::<i32>();
+                for i in 0..batch.num_rows() {
+                    got.push((ids.value(i), vals.value(i).into(), kinds.value(i).into()));
+                }
+            }
+        }
+        got.sort();
+        let want: Vec<(i64, String, String)> = (0..n as i64)
+            .filter(|i| i % 3 != 0)
+            .map(|i| {
+                let kind = if i < 100 { "delete" } else { "update_preimage" };
+                (i, format!("v{i}"), kind.to_string())
+            })
+            .collect();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the pre-images differ from the marked rows");
+    }
 
     #[test]
     fn a_file_added_again_with_a_vector_keeps_its_stats_but_not_their_tightness() {
