@@ -28,11 +28,10 @@ pub(super) struct LookedUp {
     pub(super) found: Option<Found>,
 }
 
-/// What a lookup found: its rows (`columns`), in the order found or lined up with the
+/// What a lookup found: its rows (the columns it read), in the order found or lined up with the
 /// keys looked up, and per file, the numbers of its rows found (among those its deletion
 /// vector leaves, ascending) and where each is in `rows`.
 pub(super) struct Found {
-    pub(super) columns: Vec<String>,
     pub(super) rows: RecordBatch,
     /// Which of `rows` are stored rows (lined up: the keys matched); `None`: all.
     pub(super) present: Option<BooleanArray>,
@@ -86,7 +85,6 @@ impl DeltaSilver {
         let asked = rows.project(&(0..columns.len()).collect::<Vec<_>>())?;
         let paths = files.keys().cloned().collect();
         let found = Found {
-            columns: read,
             rows,
             present: None,
             files,
@@ -119,7 +117,6 @@ impl DeltaSilver {
         // reads them again.
         let asked = rows.columns()[..columns.len()].to_vec();
         let found = (!lined.shared).then(|| Found {
-            columns: read,
             rows,
             present: Some(matched.clone()),
             files: lined.files,

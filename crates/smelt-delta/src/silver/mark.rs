@@ -61,7 +61,7 @@ impl DeltaSilver {
             schema
                 .fields()
                 .iter()
-                .all(|field| f.columns.contains(field.name()))
+                .all(|field| f.rows.column_by_name(field.name()).is_some())
         });
         let mut shared_cdc = Vec::new();
         let (marked, mut found_files) = match found {
