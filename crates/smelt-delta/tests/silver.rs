@@ -541,7 +541,8 @@ fn change_data_files(lake: &Lake) -> (Vec<String>, Vec<String>) {
 
 /// Merge-on-read marks every row a run removes once, with one pre-image each, however
 /// it stages: deletes before or after the new rows, one lookup or one per partition (the
-/// commit then probes the files again); and no change data file is left out of the log.
+/// commit then probes the files again), the rows found kept in memory or in a temporary
+/// file; and no change data file is left out of the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn merge_on_read_marks_each_removed_row_once_however_the_run_stages() {
     let (_dir, lake, mut silver) = new_silver().await;
@@ -609,10 +610,27 @@ async fn merge_on_read_marks_each_removed_row_once_however_the_run_stages() {
         vec![(7, "a".into()), (152, "a".into())]
     );
 
+    // One lookup whose rows wait for the commit in a temporary file, not in memory.
+    let mut silver = open(&lake).await.with_found_in_memory(0);
+    silver.write_merge_on_read().await.unwrap();
+    silver
+        .lookup_aligned(keys(&[10, 153, 2000]), &columns)
+        .await
+        .unwrap();
+    silver.stage_deletes(keys(&[10])).await.unwrap();
+    stage(&mut silver, &[153, 2000], "b", &[true, false]).await;
+    let before = silver.version().unwrap();
+    silver.commit(&key, &watermark(5)).await.unwrap();
+    let feed = changes(&lake, before).await;
+    assert_eq!(feed["delete"], vec![(10, "a".into())]);
+    assert_eq!(feed["update_preimage"], vec![(153, "a".into())]);
+    assert_eq!(feed["update_postimage"], vec![(153, "b".into())]);
+    assert_eq!(feed["insert"], vec![(2000, "b".into())]);
+
     let table = contents(&lake).await;
-    assert_eq!(table.len(), 300 - 4 + 1);
+    assert_eq!(table.len(), 300 - 5 + 2);
     assert!(table.values().all(|v| v.len() == 1), "one row per key");
-    for id in [150, 151, 152, 7, 1000] {
+    for id in [150, 151, 152, 153, 7, 1000, 2000] {
         assert_eq!(table[&id], vec!["b"], "{id}");
     }
     let (on_disk, in_log) = change_data_files(&lake);

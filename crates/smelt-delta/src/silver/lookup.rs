@@ -12,6 +12,7 @@ use smelt_core::dedupe::KeyIndex;
 use smelt_engine::ports::Aligned;
 
 use super::DeltaSilver;
+use super::found::{Found, FoundRows};
 use super::rewrite::key_columns;
 use super::write::on_cores;
 use crate::error::{Context, Error, Result};
@@ -24,22 +25,9 @@ pub(super) struct LookedUp {
     pub(super) files: HashSet<String>,
     /// Merge-on-read: what the one lookup of this version found, so that marking those
     /// rows reads nothing again; `None` after a second lookup (each would hold its own
-    /// rows) or past [`FOUND_BUDGET`] bytes.
+    /// rows).
     pub(super) found: Option<Found>,
 }
-
-/// What a lookup found: its rows (the columns it read), in the order found or lined up with the
-/// keys looked up, and per file, the numbers of its rows found (among those its deletion
-/// vector leaves, ascending) and where each is in `rows`.
-pub(super) struct Found {
-    pub(super) rows: RecordBatch,
-    /// Which of `rows` are stored rows (lined up: the keys matched); `None`: all.
-    pub(super) present: Option<BooleanArray>,
-    pub(super) files: HashMap<String, (UInt32Array, UInt32Array)>,
-}
-
-/// The most bytes of found rows kept for marking; beyond, marking reads them again.
-const FOUND_BUDGET: usize = 512 << 20;
 
 /// The rows one file holds of the keys looked up.
 struct Hit {
@@ -85,7 +73,7 @@ impl DeltaSilver {
         let asked = rows.project(&(0..columns.len()).collect::<Vec<_>>())?;
         let paths = files.keys().cloned().collect();
         let found = Found {
-            rows,
+            rows: FoundRows::Memory(rows),
             present: None,
             files,
         };
@@ -117,7 +105,7 @@ impl DeltaSilver {
         // reads them again.
         let asked = rows.columns()[..columns.len()].to_vec();
         let found = (!lined.shared).then(|| Found {
-            rows,
+            rows: FoundRows::Memory(rows),
             present: Some(matched.clone()),
             files: lined.files,
         });
@@ -247,8 +235,8 @@ impl DeltaSilver {
     }
 
     /// Records a lookup at `version` of the keys of `index` for the commit: the `files`
-    /// that hold any, and what it found (kept for marking when merge-on-read and within
-    /// [`FOUND_BUDGET`]).
+    /// that hold any, and, merge-on-read, what it found (kept for marking: in memory up to
+    /// [`DeltaSilver::with_found_in_memory`] bytes, else in a temporary file).
     fn remember(
         &self,
         version: i64,
@@ -256,8 +244,6 @@ impl DeltaSilver {
         files: HashSet<String>,
         found: Option<Found>,
     ) {
-        let found =
-            found.filter(|f| self.merge_on_read && f.rows.get_array_memory_size() <= FOUND_BUDGET);
         let mut looked_up = self.looked_up.lock().expect("not poisoned");
         match looked_up.as_mut() {
             Some(seen) if seen.version == version => {
@@ -266,6 +252,13 @@ impl DeltaSilver {
                 seen.found = None;
             }
             _ => {
+                let found = found.filter(|_| self.merge_on_read).map(|mut f| {
+                    if let FoundRows::Memory(rows) = f.rows {
+                        f.rows =
+                            FoundRows::keep(rows, self.found_in_memory, &self.name.to_string());
+                    }
+                    f
+                });
                 *looked_up = Some(LookedUp {
                     version,
                     keys: vec![index],

@@ -14,8 +14,9 @@ use deltalake::kernel::{Add, AddCDCFile};
 use deltalake::logstore::ObjectStoreRef;
 use smelt_core::dedupe::KeyIndex;
 
-use super::lookup::{Found, probe, read_whole};
-use super::rewrite::{Rewrite, change_kinds, key_columns, with_change_type};
+use super::found::{Found, marked_rows};
+use super::lookup::{probe, read_whole};
+use super::rewrite::{Rewrite, change_kinds, with_change_type};
 use super::write::on_cores;
 use super::{ActiveFile, DeltaSilver};
 use crate::dv;
@@ -58,30 +59,29 @@ impl DeltaSilver {
         // written in one pass, and each file only has its rows marked. Otherwise (several
         // lookups, or the schema grew since) each file is probed and its rows read again.
         let found = found.filter(|f| {
+            let found_schema = f.rows.schema();
             schema
                 .fields()
                 .iter()
-                .all(|field| f.rows.column_by_name(field.name()).is_some())
+                .all(|field| found_schema.column_with_name(field.name()).is_some())
         });
         let mut shared_cdc = Vec::new();
         let (marked, mut found_files) = match found {
             Some(f) => {
-                let found_keys = key_columns(&f.rows, keys, &schema)?;
-                let mut marked = arrow::compute::is_not_null(&index.positions(&found_keys)?)?;
-                if let Some(present) = &f.present {
-                    marked = arrow::compute::and(&marked, present)?;
-                }
-                if change_data && marked.true_count() > 0 {
-                    shared_cdc = pre_images_of(
-                        &store,
-                        &name,
-                        &f.rows,
-                        &marked,
-                        keys,
-                        &schema,
-                        deleted.as_deref(),
-                    )
-                    .await?;
+                let (marked, before) = marked_rows(
+                    f.rows,
+                    f.present,
+                    Arc::clone(&key_names),
+                    Arc::clone(&schema),
+                    Arc::clone(&index),
+                    change_data,
+                    &name,
+                )
+                .await?;
+                if let Some(before) = before {
+                    shared_cdc =
+                        pre_images_of(&store, &name, before, keys, &schema, deleted.as_deref())
+                            .await?;
                 }
                 (Some(Arc::new(marked)), f.files)
             }
@@ -165,19 +165,17 @@ struct Cached {
     marked: Arc<BooleanArray>,
 }
 
-/// Writes the pre-images of the `marked` rows of `rows` (found by the lookup, with every
-/// column of `schema`) as change data, a file per core written at once; `deleted` keys
+/// Writes `before`, the pre-images of the rows marked (found by the lookup, with every
+/// column of `schema`), as change data, a file per core written at once; `deleted` keys
 /// are deletes, the others replaced.
 async fn pre_images_of(
     store: &ObjectStoreRef,
     table: &str,
-    rows: &RecordBatch,
-    marked: &BooleanArray,
+    before: RecordBatch,
     keys: &[String],
     schema: &SchemaRef,
     deleted: Option<&KeyIndex>,
 ) -> Result<Vec<AddCDCFile>> {
-    let before = smelt_core::columns::filter(rows, marked)?;
     let columns = schema
         .fields()
         .iter()
@@ -321,12 +319,20 @@ mod tests {
 
     use super::{pre_images_of, with_vector};
     use crate::parquet::CHANGE_DATA_ROW_GROUP;
+    use crate::silver::found::{FoundRows, marked_rows};
 
     /// The pre-images of more found rows than a row group holds, split over cores, are
     /// the marked rows, each once, in the table's columns, with their change type (read
-    /// back with Parquet's own reader).
+    /// back with Parquet's own reader) — whether the found rows waited in memory or in a
+    /// temporary file.
     #[tokio::test]
     async fn pre_images_are_the_marked_rows_whole_across_row_groups() {
+        for in_memory in [usize::MAX, 0] {
+            pre_images_of_found_rows(in_memory).await;
+        }
+    }
+
+    async fn pre_images_of_found_rows(in_memory: usize) {
         let n = 2 * CHANGE_DATA_ROW_GROUP + 7;
         let store: ObjectStoreRef = Arc::new(object_store::memory::InMemory::new());
         // The lookup read an extra column first; the table's columns are `id`, `val`.
@@ -345,13 +351,45 @@ mod tests {
             Field::new("id", DataType::Int64, true),
             Field::new("val", DataType::Utf8, true),
         ]));
-        let marked = BooleanArray::from_iter((0..n).map(|i| Some(i % 3 != 0)));
+        // Keys `i % 3 != 0` are replaced or deleted; the lined-up row of key 1 is no
+        // stored row.
+        let index: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            (0..n as i64).filter(|i| i % 3 != 0),
+        ));
+        let index = Arc::new(KeyIndex::new(&[index]).unwrap());
+        let present = BooleanArray::from_iter((0..n).map(|i| Some(i != 1)));
         let deleted: ArrayRef = Arc::new(Int64Array::from_iter_values(0..100));
         let deleted = Arc::new(KeyIndex::new(&[deleted]).unwrap());
         let keys = ["id".to_string()];
-        let cdc = pre_images_of(&store, "t", &rows, &marked, &keys, &schema, Some(&deleted))
-            .await
-            .unwrap();
+        let found = FoundRows::keep(rows, in_memory, "t");
+        assert_eq!(
+            matches!(found, FoundRows::Spilling { .. }),
+            in_memory == 0,
+            "spilled past the size kept in memory"
+        );
+        let (marked, before) = marked_rows(
+            found,
+            Some(present),
+            keys.as_slice().into(),
+            Arc::clone(&schema) as _,
+            index,
+            true,
+            "t",
+        )
+        .await
+        .unwrap();
+        let want_marked = BooleanArray::from_iter((0..n).map(|i| Some(i % 3 != 0 && i != 1)));
+        assert_eq!(marked, want_marked);
+        let cdc = pre_images_of(
+            &store,
+            "t",
+            before.unwrap(),
+            &keys,
+            &(schema as _),
+            Some(&deleted),
+        )
+        .await
+        .unwrap();
         assert_eq!(cdc.len(), crate::parquet::cores(), "a file per core");
         let mut got: Vec<(i64, String, String)> = Vec::new();
         for file in &cdc {
@@ -378,7 +416,7 @@ mod tests {
         }
         got.sort();
         let want: Vec<(i64, String, String)> = (0..n as i64)
-            .filter(|i| i % 3 != 0)
+            .filter(|i| i % 3 != 0 && *i != 1)
             .map(|i| {
                 let kind = if i < 100 { "delete" } else { "update_preimage" };
                 (i, format!("v{i}"), kind.to_string())

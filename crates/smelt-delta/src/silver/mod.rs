@@ -23,6 +23,7 @@
 
 mod commit;
 mod compact;
+mod found;
 mod lookup;
 mod maintain;
 mod mark;
@@ -49,6 +50,7 @@ use lookup::LookedUp;
 use rewrite::key_columns;
 
 pub use compact::{ROWS_PER_FILE, SMALL_FILES_TO_COMPACT};
+pub use found::FOUND_IN_MEMORY;
 pub use smelt_engine::ports::LastCommit;
 
 /// A silver Delta table (it may not exist yet).
@@ -69,6 +71,9 @@ pub struct DeltaSilver {
     /// Replaced and deleted rows are marked in deletion vectors instead of rewriting the
     /// files that hold them (`write_mode: merge_on_read`).
     merge_on_read: bool,
+    /// The most bytes of rows a merge-on-read lookup found that wait in memory for the
+    /// commit; beyond, they wait in a temporary file.
+    found_in_memory: usize,
 }
 
 /// An active data file and the action that removes it.
@@ -118,6 +123,7 @@ impl DeltaSilver {
             rows_per_file: ROWS_PER_FILE,
             compact: true,
             merge_on_read: false,
+            found_in_memory: FOUND_IN_MEMORY,
         })
     }
 
@@ -143,6 +149,14 @@ impl DeltaSilver {
     /// Caps the rows of each data file written (default [`ROWS_PER_FILE`]).
     pub fn with_rows_per_file(mut self, rows: usize) -> Self {
         self.rows_per_file = rows.max(1);
+        self
+    }
+
+    /// Keeps at most `bytes` of the rows a merge-on-read lookup found in memory until the
+    /// commit marks them (default [`FOUND_IN_MEMORY`]); beyond, they wait in a temporary
+    /// file (in `TMPDIR`), so that the run's writing does not hold them.
+    pub fn with_found_in_memory(mut self, bytes: usize) -> Self {
+        self.found_in_memory = bytes;
         self
     }
 

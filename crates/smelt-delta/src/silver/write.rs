@@ -74,6 +74,7 @@ impl DeltaSilver {
         if rows.num_rows() == 0 {
             return Ok(());
         }
+        self.settle_found().await?;
         let schema = match (&self.pending, &self.table) {
             (Some(schema), _) => {
                 self.lake.prepare(&self.name)?;
