@@ -27,8 +27,11 @@ pub fn take_arrays(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<Ar
 
 /// Column by column (`columns[c]` holds column `c`'s pieces, all of one type), the rows
 /// `indices` as (piece, row) pairs, as `arrow::compute::interleave`: one copy, with no
-/// concatenation first. Each column's pieces are freed once its rows are out, so at most a
-/// few columns are held twice at a time.
+/// concatenation first. Each column's pieces are freed once its rows are out, and their
+/// memory handed back ([`release_freed`]: the pieces' small blocks cannot serve the next
+/// column's array), so at most a few columns are held twice at a time.
+///
+/// [`release_freed`]: crate::memory::release_freed
 pub fn interleave(
     columns: Vec<Vec<ArrayRef>>,
     indices: &[(usize, usize)],
@@ -58,6 +61,7 @@ pub fn interleave(
                 arrow::compute::interleave(&refs, indices)
             }
         })
+        .inspect(|_| crate::memory::release_freed())
         .collect::<Result<Vec<_>, _>>()?)
 }
 
@@ -79,6 +83,30 @@ pub fn filter(batch: &RecordBatch, mask: &BooleanArray) -> Result<RecordBatch> {
         .map(|c| predicate.filter(c))
         .collect::<Result<Vec<_>, _>>()?;
     with_rows(batch.schema(), columns, predicate.count())
+}
+
+/// [`filter`], consuming `batch`: a column nothing else holds is freed as soon as it is
+/// filtered, so that at most one column per core is held twice, not the whole batch.
+pub fn filter_owned(batch: RecordBatch, mask: &BooleanArray) -> Result<RecordBatch> {
+    let stripped;
+    let mask = if mask.null_count() > 0 {
+        stripped = prep_null_mask_filter(mask);
+        &stripped
+    } else {
+        mask
+    };
+    let predicate = FilterBuilder::new(mask).optimize().build();
+    let schema = batch.schema();
+    let mut columns = batch.columns().to_vec();
+    drop(batch);
+    columns
+        .par_iter_mut()
+        .with_max_len(1)
+        .try_for_each(|c| -> Result<()> {
+            *c = predicate.filter(c)?;
+            Ok(())
+        })?;
+    with_rows(schema, columns, predicate.count())
 }
 
 /// `batches` (all of `schema`) one after the other, as `arrow::compute::concat_batches`.
@@ -187,6 +215,7 @@ mod tests {
                 (0..a.num_rows()).map(|i| mask.get(i).copied().flatten()).collect::<Vec<_>>(),
             );
             prop_assert_eq!(filter(&a, &mask).unwrap(), arrow::compute::filter_record_batch(&a, &mask).unwrap());
+            prop_assert_eq!(filter_owned(a.clone(), &mask).unwrap(), arrow::compute::filter_record_batch(&a, &mask).unwrap());
 
             let schema = a.schema();
             let parts = [a.clone(), b.clone(), a.slice(0, a.num_rows() / 2)];

@@ -33,6 +33,7 @@ pub mod dedupe;
 pub mod dialect;
 mod error;
 pub mod guard;
+pub mod memory;
 pub mod scd1;
 pub mod scd2;
 

@@ -297,15 +297,16 @@ impl PartitionWork<'_> {
                 filter(&tomb_matched, &plan.tombstone)?.as_boolean().clone(),
             )
         };
-        // Free what only the plan needed before the filtered copy below.
+        // Free what only the plan needed before the filtered copy below, which frees
+        // each column of the rows as it is copied.
         drop((stored, stored_seq, stored_data, new_data, new_seq, batch));
+        drop((new_keys, new_commit_ts));
         let rows = RecordBatch::try_new(Arc::clone(schema), columns)?;
         let (rows, replaces) = if plan.write.true_count() == rows.num_rows() {
             (rows, matched)
         } else {
-            let all = rows;
             (
-                smelt_core::columns::filter(&all, &plan.write)?,
+                smelt_core::columns::filter_owned(rows, &plan.write)?,
                 filter(&matched, &plan.write)?.as_boolean().clone(),
             )
         };
