@@ -5,7 +5,7 @@
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array};
 use arrow::compute::kernels::boolean::or;
 use arrow::compute::kernels::cmp::distinct;
-use arrow::compute::{FilterBuilder, prep_null_mask_filter};
+use arrow::compute::{FilterBuilder, FilterPredicate, prep_null_mask_filter};
 use arrow::datatypes::{DataType, SchemaRef};
 use rayon::prelude::*;
 
@@ -68,15 +68,7 @@ pub fn interleave(
 /// The rows of `batch` where `mask` is true (NULL counts as false), as
 /// `arrow::compute::filter_record_batch`.
 pub fn filter(batch: &RecordBatch, mask: &BooleanArray) -> Result<RecordBatch> {
-    let stripped;
-    let mask = if mask.null_count() > 0 {
-        stripped = prep_null_mask_filter(mask);
-        &stripped
-    } else {
-        mask
-    };
-    // Built once for every column, as `filter_record_batch` does.
-    let predicate = FilterBuilder::new(mask).optimize().build();
+    let predicate = predicate_of(mask);
     let columns = batch
         .columns()
         .par_iter()
@@ -88,14 +80,7 @@ pub fn filter(batch: &RecordBatch, mask: &BooleanArray) -> Result<RecordBatch> {
 /// [`filter`], consuming `batch`: a column nothing else holds is freed as soon as it is
 /// filtered, so that at most one column per core is held twice, not the whole batch.
 pub fn filter_owned(batch: RecordBatch, mask: &BooleanArray) -> Result<RecordBatch> {
-    let stripped;
-    let mask = if mask.null_count() > 0 {
-        stripped = prep_null_mask_filter(mask);
-        &stripped
-    } else {
-        mask
-    };
-    let predicate = FilterBuilder::new(mask).optimize().build();
+    let predicate = predicate_of(mask);
     let schema = batch.schema();
     let mut columns = batch.columns().to_vec();
     drop(batch);
@@ -107,6 +92,18 @@ pub fn filter_owned(batch: RecordBatch, mask: &BooleanArray) -> Result<RecordBat
             Ok(())
         })?;
     with_rows(schema, columns, predicate.count())
+}
+
+/// The filter of `mask` (NULL counts as false), built once for every column, as
+/// `filter_record_batch` does.
+fn predicate_of(mask: &BooleanArray) -> FilterPredicate {
+    if mask.null_count() > 0 {
+        FilterBuilder::new(&prep_null_mask_filter(mask))
+            .optimize()
+            .build()
+    } else {
+        FilterBuilder::new(mask).optimize().build()
+    }
 }
 
 /// `batches` (all of `schema`) one after the other, as `arrow::compute::concat_batches`.
