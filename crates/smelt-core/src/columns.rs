@@ -27,42 +27,56 @@ pub fn take_arrays(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<Ar
 
 /// Column by column (`columns[c]` holds column `c`'s pieces, all of one type), the rows
 /// `indices` as (piece, row) pairs, as `arrow::compute::interleave`: one copy, with no
-/// concatenation first. Each column's pieces are freed once its rows are out, and their
-/// memory handed back ([`release_freed`]: the pieces' small blocks cannot serve the next
-/// column's array), so at most a few columns are held twice at a time.
+/// concatenation first. Each column's pieces are freed once its rows are out, and, past
+/// [`RELEASE_PAST`] bytes, their memory handed back ([`release_freed`]: the pieces' small
+/// blocks cannot serve the next column's array), so at most a few columns are held twice
+/// at a time.
 ///
 /// [`release_freed`]: crate::memory::release_freed
 pub fn interleave(
     columns: Vec<Vec<ArrayRef>>,
     indices: &[(usize, usize)],
 ) -> Result<Vec<ArrayRef>> {
-    Ok(columns
+    columns
         .into_par_iter()
         .map(|pieces| {
-            let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();
-            if refs
-                .first()
-                .is_some_and(|p| p.data_type() == &DataType::Boolean)
-            {
-                // Arrow interleaves booleans a run at a time (slow on scattered rows);
-                // they are small enough to concatenate and take from.
-                let all = arrow::compute::concat(&refs)?;
-                let mut starts = Vec::with_capacity(refs.len());
-                let mut at = 0;
-                for p in &refs {
-                    starts.push(at);
-                    at += p.len();
-                }
-                let rows = UInt32Array::from_iter_values(
-                    indices.iter().map(|&(p, r)| (starts[p] + r) as u32),
-                );
-                arrow::compute::take(&all, &rows, None)
-            } else {
-                arrow::compute::interleave(&refs, indices)
+            let held: usize = pieces.iter().map(|p| p.get_array_memory_size()).sum();
+            let lined = interleave_column(&pieces, indices);
+            drop(pieces);
+            if held >= RELEASE_PAST {
+                crate::memory::release_freed();
             }
+            lined
         })
-        .inspect(|_| crate::memory::release_freed())
-        .collect::<Result<Vec<_>, _>>()?)
+        .collect()
+}
+
+/// Pieces of a column at least this large are handed back once freed ([`interleave`]);
+/// trimming after smaller ones costs more time than the memory it returns.
+const RELEASE_PAST: usize = 8 << 20;
+
+/// One column of [`interleave`].
+fn interleave_column(pieces: &[ArrayRef], indices: &[(usize, usize)]) -> Result<ArrayRef> {
+    let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();
+    if refs
+        .first()
+        .is_some_and(|p| p.data_type() == &DataType::Boolean)
+    {
+        // Arrow interleaves booleans a run at a time (slow on scattered rows); they are
+        // small enough to concatenate and take from.
+        let all = arrow::compute::concat(&refs)?;
+        let mut starts = Vec::with_capacity(refs.len());
+        let mut at = 0;
+        for p in &refs {
+            starts.push(at);
+            at += p.len();
+        }
+        let rows =
+            UInt32Array::from_iter_values(indices.iter().map(|&(p, r)| (starts[p] + r) as u32));
+        Ok(arrow::compute::take(&all, &rows, None)?)
+    } else {
+        Ok(arrow::compute::interleave(&refs, indices)?)
+    }
 }
 
 /// The rows of `batch` where `mask` is true (NULL counts as false), as
