@@ -15,7 +15,7 @@ use clap::Parser;
 use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
-    limit_malloc_arenas();
+    smelt_core::memory::limit_arenas();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -54,30 +54,6 @@ fn main() -> ExitCode {
         }
     }
 }
-
-/// One glibc malloc arena per core instead of glibc's default of up to eight per core:
-/// memory a thread frees in its arena is not reused by threads of other arenas, so with
-/// the runtime's, rayon's and the Parquet readers' threads a run held far more than its
-/// heap. One arena per core cut the peak RSS of an increment by 8–25% in the same time
-/// (BENCHMARKS.md, "One malloc arena per core"). `MALLOC_ARENA_MAX`, when set, rules.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn limit_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
-        return;
-    }
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let arenas = libc::c_int::try_from(cores).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `mallopt` only sets a parameter of the allocator, called before any other
-    // thread is started; a value it refuses leaves the default (it returns 0, ignored).
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, arenas);
-    }
-}
-
-/// Only glibc's malloc has arenas to limit.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}
 
 fn init_tracing(verbose: u8) {
     let default = match verbose {
