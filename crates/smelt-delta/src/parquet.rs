@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray, new_null_array};
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 use deltalake::kernel::AddCDCFile;
 use deltalake::logstore::ObjectStoreRef;
 use deltalake::logstore::parquet_reader::ParquetObjectReader;
@@ -276,9 +276,16 @@ impl FileReader {
                 .step_by(parts)
                 .collect();
             let reader = object_reader(&self.store, &self.file);
-            let meta =
+            let mut meta =
                 ArrowReaderMetadata::try_new(Arc::clone(&self.metadata), ArrowReaderOptions::new())
                     .map_err(parquet_err)?;
+            if self.picked {
+                // Picked rows are decoded with the rows around them and then filtered: as
+                // views, the strings of the rows not picked are never copied.
+                let options = ArrowReaderOptions::new().with_schema(as_views(meta.schema()));
+                meta = ArrowReaderMetadata::try_new(Arc::clone(&self.metadata), options)
+                    .map_err(parquet_err)?;
+            }
             let mask = ProjectionMask::roots(meta.parquet_schema(), mine);
             let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
                 .with_projection(mask)
@@ -289,19 +296,27 @@ impl FileReader {
             if let Some(selection) = &self.selection {
                 builder = builder.with_row_selection(selection.clone());
             }
-            let stream = builder.build().map_err(parquet_err)?;
+            let mut stream = builder.build().map_err(parquet_err)?;
+            let (path, views) = (full_path.clone(), self.picked);
             tasks.push(tokio::spawn(async move {
-                stream.try_collect::<Vec<RecordBatch>>().await
+                let mut batches = Vec::new();
+                while let Some(b) = stream.try_next().await.map_err(|source| Error::Parquet {
+                    path: path.clone(),
+                    source,
+                })? {
+                    // Each batch lets go of the pages its views point into at once.
+                    batches.push(if views { from_views(&b)? } else { b });
+                }
+                Ok::<_, Error>(batches)
             }));
         }
         // Disjoint column sets decoded on separate tasks share row-group boundaries and
         // batch size, so their batches line up row by row.
         let mut pieces: Vec<Vec<RecordBatch>> = Vec::with_capacity(parts);
         for task in tasks {
-            let batches = task
-                .await
-                .map_err(|e| Error::Internal(format!("a task reading `{full_path}` failed: {e}")))?
-                .map_err(parquet_err)?;
+            let batches = task.await.map_err(|e| {
+                Error::Internal(format!("a task reading `{full_path}` failed: {e}"))
+            })??;
             pieces.push(batches);
         }
         if pieces.len() == 1 {
@@ -325,6 +340,48 @@ impl FileReader {
         }
         Ok(Some(out))
     }
+}
+
+/// `schema` with its string and binary columns as views (top-level columns only).
+fn as_views(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8 => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8View)),
+            DataType::Binary => Arc::new(f.as_ref().clone().with_data_type(DataType::BinaryView)),
+            _ => Arc::clone(f),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// A batch read [`as_views`] with its view columns copied out as strings and binaries
+/// again (only the rows it holds: the pages the views point into are let go).
+fn from_views(batch: &RecordBatch) -> Result<RecordBatch> {
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        let to = match f.data_type() {
+            DataType::Utf8View => DataType::Utf8,
+            DataType::BinaryView => DataType::Binary,
+            _ => {
+                fields.push(Arc::clone(f));
+                columns.push(Arc::clone(c));
+                continue;
+            }
+        };
+        columns.push(arrow::compute::cast(c, &to)?);
+        fields.push(Arc::new(f.as_ref().clone().with_data_type(to)));
+    }
+    Ok(RecordBatch::try_new_with_options(
+        Arc::new(Schema::new_with_metadata(
+            fields,
+            batch.schema().metadata().clone(),
+        )),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
 }
 
 /// A reader of `file`; its size comes from the log where the log has it (a `remove` may

@@ -35,8 +35,9 @@ fn deletion_vectors_select_the_rows_they_leave_or_delete() {
     assert!(check_rows(&[11], 5, "t/f").is_err());
 }
 
-/// A file of `n` rows whose columns hold each row's number (`n`, and as text in `s`
-/// and `t`), in one row group.
+/// A file of `n` rows whose columns hold each row's number (`n`, and as text in `s`,
+/// `t` and `u`, and as bytes in `b`, NULL every 11th row), in one row group. `u` is longer
+/// than a string view holds inline.
 async fn numbered_file(n: usize) -> (ObjectStoreRef, FileRef) {
     use arrow::array::Int64Array;
     let store: ObjectStoreRef = Arc::new(object_store::memory::InMemory::new());
@@ -57,6 +58,18 @@ async fn numbered_file(n: usize) -> (ObjectStoreRef, FileRef) {
                 (0..n).map(|i| format!("{}", i % 97)),
             )),
         ),
+        (
+            "u",
+            Arc::new(StringArray::from_iter_values(
+                (0..n).map(|i| format!("the text of row number {i}")),
+            )),
+        ),
+        (
+            "b",
+            Arc::new(arrow::array::BinaryArray::from_iter((0..n).map(|i| {
+                (i % 11 != 0).then(|| format!("bytes of {i}").into_bytes())
+            }))),
+        ),
     ])
     .unwrap();
     let mut bytes = Vec::new();
@@ -74,17 +87,24 @@ async fn numbered_file(n: usize) -> (ObjectStoreRef, FileRef) {
 
 /// The row numbers a read returned, checking every column agrees with `n`.
 fn numbers(batches: &[RecordBatch]) -> Vec<u64> {
-    use arrow::array::{AsArray, Int64Array};
+    use arrow::array::{Array, AsArray, Int64Array};
     let mut out = Vec::new();
     for b in batches {
         let n = b.column_by_name("n").unwrap();
         let n = n.as_any().downcast_ref::<Int64Array>().unwrap();
         let s = b.column_by_name("s").unwrap().as_string::<i32>();
         let t = b.column_by_name("t").unwrap().as_string::<i32>();
+        let u = b.column_by_name("u").unwrap().as_string::<i32>();
+        let bytes = b.column_by_name("b").unwrap().as_binary::<i32>();
         for i in 0..b.num_rows() {
             let v = n.value(i);
             assert_eq!(s.value(i), format!("s{v}"));
             assert_eq!(t.value(i), format!("{}", v % 97));
+            assert_eq!(u.value(i), format!("the text of row number {v}"));
+            match v % 11 {
+                0 => assert!(bytes.is_null(i), "row {v}"),
+                _ => assert_eq!(bytes.value(i), format!("bytes of {v}").as_bytes()),
+            }
             out.push(v as u64);
         }
     }
@@ -93,7 +113,8 @@ fn numbers(batches: &[RecordBatch]) -> Vec<u64> {
 
 /// Scattered rows are read in batches of a few thousand: more rows than one batch
 /// holds come back whole and in order, with and without a deletion vector, with the
-/// columns decoded on one core or split over several.
+/// columns decoded on one core or split over several, and strings and bytes as the
+/// file's types (they are decoded as views first).
 #[tokio::test]
 async fn scattered_rows_read_across_many_batches_come_back_whole_and_in_order() {
     let total = 120_000;
