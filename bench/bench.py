@@ -58,16 +58,17 @@ def commit_adds(table, version):
 
 
 def timed(cmd, env=None):
-    """Runs cmd under /usr/bin/time; returns (stdout, wall seconds, peak RSS bytes)."""
+    """Runs cmd under /usr/bin/time; returns (stdout, wall seconds, peak RSS bytes, CPU
+    seconds: user and system, all threads)."""
     stats = os.path.join("/tmp", f"smelt-bench-time-{os.getpid()}")
     t0 = time.perf_counter()
-    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", stats] + cmd, capture_output=True, text=True, env=env)
+    p = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", stats] + cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     with open(stats) as f:
-        rss_kb = int(f.read().strip().splitlines()[-1])
-    return p.stdout, wall, rss_kb * 1024
+        rss_kb, user, system = f.read().strip().splitlines()[-1].split()
+    return p.stdout, wall, int(rss_kb) * 1024, float(user) + float(system)
 
 
 def reveal(src_table, dst_table, version):
@@ -190,15 +191,16 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
             cmd = [args.smelt, "-q", "--json", "-p", os.path.join(lake, "smelt.yaml"), "run"]
             if args.memory_limit:
                 cmd += ["--memory-limit", args.memory_limit]
-            out, wall, rss = timed(cmd)
+            out, wall, rss, cpu = timed(cmd)
             report = json.loads(out)["flows"][0]
             work_s = wall
             phases = dict(report["phases_ms"])
             rows = report["changes_read"]
         else:
-            out, wall, rss = timed([args.python, os.path.join(HERE, "peers.py"), tool, table, silver, os.path.join(lake, "state.json")])
+            out, wall, rss, _ = timed([args.python, os.path.join(HERE, "peers.py"), tool, table, silver, os.path.join(lake, "state.json")])
             r = json.loads(out.strip().splitlines()[-1])
-            work_s, rows, phases = r["work_s"], r["rows"], None
+            # The peer's own CPU over the timed work (not the interpreter's start).
+            work_s, rows, phases, cpu = r["work_s"], r["rows"], None, r["work_cpu_s"]
         new = [v for v in log_versions(silver) if v not in before]
         files = written = 0
         for v in new:
@@ -215,6 +217,7 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
             "rows": rows,
             "seconds": round(work_s, 3),
             "process_seconds": round(wall, 3),
+            "cpu_seconds": round(cpu, 3),
             "peak_rss_bytes": rss,
             "silver_files_written": files if tool != "duckdb" else None,
             "silver_bytes_written": written,
@@ -227,7 +230,7 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
         # The compaction a merge-on-read silver needs sooner or later, timed after the
         # increments (its silver is hashed after it).
         before = set(log_versions(silver))
-        out, wall, rss = timed([args.smelt, "-q", "--json", "-p", os.path.join(lake, "smelt.yaml"), "optimize"])
+        out, wall, rss, _ = timed([args.smelt, "-q", "--json", "-p", os.path.join(lake, "smelt.yaml"), "optimize"])
         done = json.loads(out)
         written = sum(commit_adds(silver, v)[1] for v in log_versions(silver) if v not in before)
         optimize = {
@@ -251,6 +254,7 @@ def summarize(result):
         "initial_s": init["seconds"],
         "increment_mean_s": round(statistics.mean(secs), 3) if secs else None,
         "increment_median_s": round(statistics.median(secs), 3) if secs else None,
+        "increment_cpu_mean_s": round(statistics.mean(s["cpu_seconds"] for s in inc), 3) if inc else None,
         "increment_rows_per_s": round(statistics.mean(s["rows"] / s["seconds"] for s in inc)) if secs else None,
         "peak_rss_mib": round(max(s["peak_rss_bytes"] for s in result["steps"]) / 2**20),
         "increment_bytes_written_mean": round(statistics.mean(s["silver_bytes_written"] for s in inc)) if inc else None,
@@ -273,15 +277,15 @@ def markdown(meta, results):
         "",
         f"Machine: {meta['machine']}. Command: `{meta['command']}`. Date: {meta['date']}.",
         "",
-        "| tool | initial load s | increment s (mean / median) | rows/s per increment | peak RSS MiB | bytes written / increment | files / increment | write amp. | initial vs smelt | increment vs smelt | silver = smelt's |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| tool | initial load s | increment s (mean / median) | CPU s / increment | rows/s per increment | peak RSS MiB | bytes written / increment | files / increment | write amp. | initial vs smelt | increment vs smelt | silver = smelt's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         s = r["summary"]
         same = "—" if r is reference(results) else ("yes" if r["matches_smelt"] else "**no**")
         lines.append(
             f"| {r['tool']} | {s['initial_s']:.2f} | {s['increment_mean_s']:.2f} / {s['increment_median_s']:.2f} | "
-            f"{s['increment_rows_per_s']:,} | {s['peak_rss_mib']:,} | {s['increment_bytes_written_mean']:,} | "
+            f"{s['increment_cpu_mean_s']:.2f} | {s['increment_rows_per_s']:,} | {s['peak_rss_mib']:,} | {s['increment_bytes_written_mean']:,} | "
             f"{s['increment_files_written_mean'] if s['increment_files_written_mean'] is not None else 'n/a'} | "
             f"{s['write_amplification_mean']} | {s['initial_s'] / smelt['initial_s']:.2f}× | "
             f"{s['increment_mean_s'] / smelt['increment_mean_s']:.2f}× | {same} |"
