@@ -5,8 +5,8 @@ keys spread over every file. See BENCHMARKS.md.
     bench/.venv/bin/python bench/decode_floor.py <delta table dir> [col,col,...]
 
 Prints the best of three warm reads: its wall time and the CPU time of all its threads (user
-and system). The table must have no deletion vectors (the copy-on-write
-silver of a bench run: bench/out/<scale>/work/smelt/bench/product2_silver).
+and system). The table must have no deletion vectors (the copy-on-write silver of a bench
+run: bench/out/<scale>/work/smelt/bench/product2_silver).
 """
 
 import sys

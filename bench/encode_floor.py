@@ -11,8 +11,9 @@ dictionary on `Id`):
 * the change data: the new rows with `_change_type` (post-images and inserts), and the
   replaced rows with `_change_type` = update_preimage, without statistics.
 Prints the best of three runs for the data file and change data written at once, and for
-each alone: wall time and the CPU time of all threads (user and system). The table must have no deletion vectors (the copy-on-write silver of a bench
-run: bench/out/<scale>/work/smelt/bench/product2_silver).
+each alone: wall time and the CPU time of all threads (user and system). The table must have
+no deletion vectors (the copy-on-write silver of a bench run:
+bench/out/<scale>/work/smelt/bench/product2_silver).
 """
 
 import io
