@@ -79,17 +79,11 @@ fn time_travel_reads_the_version_asked_for() {
     let p = Project::product2();
     p.ok(&["sql", "CREATE TABLE raw.t (id BIGINT, name STRING)"]);
     p.ok(&["sql", "INSERT INTO raw.t VALUES (1, 'a')"]);
-    // The commit times of versions 0 and 1 from the log (the oracle), then version 2.
-    let log = |v: u32| -> i64 {
-        let text = std::fs::read_to_string(p.file(&format!("lake/raw/t/_delta_log/{v:020}.json")))
-            .unwrap();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find_map(|a| a["commitInfo"]["timestamp"].as_i64())
-            .unwrap()
-    };
-    let at_v1 = chrono::DateTime::from_timestamp_millis(log(1)).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    // Version 1's time from the log (the oracle): Delta's commit time, the log file's
+    // modification time, later than version 0's (commits without in-commit timestamps).
+    let times = log_times(&p, "raw/t", 2);
+    assert!(times[1] > times[0], "{times:?}");
+    let at_v1 = chrono::DateTime::from_timestamp_millis(times[1]).unwrap();
     p.ok(&["sql", "INSERT INTO raw.t VALUES (2, 'b')"]);
     let ids = |sql: &str| -> Vec<i64> {
         p.query(sql)
@@ -133,6 +127,122 @@ fn time_travel_reads_the_version_asked_for() {
         1,
     );
     assert!(err.contains("smelt sql takes a literal time here"), "{err}");
+}
+
+/// Delta's commit times of versions `0..n` of the table at `lake/<table>` (the oracle of
+/// every commit time smelt reads): each log file's modification time in ms, made later
+/// than the one before by 1 ms where it is not (Delta's history), as the protocol defines
+/// them for tables without in-commit timestamps.
+fn log_times(p: &Project, table: &str, n: u32) -> Vec<i64> {
+    let mut times: Vec<i64> = (0..n)
+        .map(|v| {
+            let log = p.file(&format!("lake/{table}/_delta_log/{v:020}.json"));
+            let modified = std::fs::metadata(log).unwrap().modified().unwrap();
+            chrono::DateTime::<chrono::Utc>::from(modified).timestamp_millis()
+        })
+        .collect();
+    for i in 1..times.len() {
+        times[i] = times[i].max(times[i - 1] + 1);
+    }
+    times
+}
+
+/// The milliseconds of a timestamp as `smelt sql --json` prints it.
+fn millis(v: &serde_json::Value) -> i64 {
+    let text = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_millis())
+        .or_else(|_| {
+            chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f")
+                .map(|t| t.and_utc().timestamp_millis())
+        })
+        .unwrap_or_else(|e| panic!("`{text}`: {e}"))
+}
+
+/// A commit's time is Delta's, whoever wrote the table: its log file's modification time,
+/// made monotonic across versions, where the table has no in-commit timestamps; a commit
+/// without `commitInfo` reads as well. The change feed's `_commit_timestamp`, `DESCRIBE
+/// HISTORY` and `TIMESTAMP AS OF` all go by it.
+#[test]
+fn commit_times_are_the_log_files_times_made_monotonic() {
+    let p = Project::product2();
+    p.ok(&[
+        "sql",
+        "CREATE TABLE raw.t (id BIGINT) TBLPROPERTIES (delta.enableChangeDataFeed = true)",
+    ]);
+    p.ok(&["sql", "INSERT INTO raw.t VALUES (1)"]);
+    p.ok(&["sql", "INSERT INTO raw.t VALUES (2)"]);
+    // As a writer that omits `commitInfo` and a copy that did not keep modification times
+    // leave it: no `commitInfo`, versions 1 and 2 both 10 s before version 0.
+    let t0 =
+        std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_780_000_000_500);
+    for (v, at) in [
+        (0, t0),
+        (1, t0 - std::time::Duration::from_secs(10)),
+        (2, t0 - std::time::Duration::from_secs(10)),
+    ] {
+        let log = p.file(&format!("lake/raw/t/_delta_log/{v:020}.json"));
+        let kept: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.contains("\"commitInfo\""))
+            .map(str::to_string)
+            .collect();
+        std::fs::write(&log, kept.join("\n") + "\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_modified(at)
+            .unwrap();
+    }
+    let times = log_times(&p, "raw/t", 3);
+    assert_eq!(
+        times,
+        [1_780_000_000_500, 1_780_000_000_501, 1_780_000_000_502]
+    );
+    let changes = p.query(
+        "SELECT id, _commit_version, _commit_timestamp FROM table_changes('raw.t', 0) ORDER BY id",
+    );
+    let got: Vec<(i64, i64, i64)> = changes
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["_commit_version"].as_i64().unwrap(),
+                millis(&r["_commit_timestamp"]),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(1, 1, times[1]), (2, 2, times[2])]);
+    let history = p.query("DESCRIBE HISTORY raw.t");
+    let got: Vec<(i64, i64)> = history
+        .iter()
+        .map(|r| (r["version"].as_i64().unwrap(), millis(&r["timestamp"])))
+        .collect();
+    assert_eq!(got, [(2, times[2]), (1, times[1]), (0, times[0])]);
+    let at = |ms: i64| {
+        let t = chrono::DateTime::from_timestamp_millis(ms).unwrap();
+        let sql = format!(
+            "SELECT count(*) AS n FROM raw.t TIMESTAMP AS OF '{}'",
+            t.format("%Y-%m-%d %H:%M:%S%.3f")
+        );
+        p.query(&sql)[0]["n"].as_i64().unwrap()
+    };
+    assert_eq!((at(times[1]), at(times[2])), (1, 2));
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            &format!(
+                "SELECT * FROM raw.t TIMESTAMP AS OF '{}'",
+                chrono::DateTime::from_timestamp_millis(times[0] - 1)
+                    .unwrap()
+                    .format("%Y-%m-%d %H:%M:%S%.3f")
+            ),
+        ],
+        1,
+    );
+    assert!(err.contains("`raw.t` has no version at"), "{err}");
 }
 
 /// `INSERT OVERWRITE [TABLE]` replaces every row in one commit (it used to append); clauses

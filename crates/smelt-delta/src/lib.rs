@@ -12,6 +12,7 @@
 //! * [`sql`]: `smelt sql` — DataFusion queries plus the DDL/DML the seeds use.
 #![deny(missing_docs)]
 
+mod commit_time;
 mod dv;
 mod error;
 pub mod event_log;

@@ -252,17 +252,20 @@ impl DeltaSilver {
             return Ok(refs);
         };
         let root = crate::dv::table_root(table);
+        let name = self.name.to_string();
+        let clock = crate::commit_time::CommitClock::of(table, &name).await?;
         for version in (0..=latest).rev() {
             let Some(actions) = self.actions_at(table, version).await? else {
                 // Cleaned up: older versions cannot be read any more.
                 break;
             };
-            let at = actions.iter().find_map(|a| match a {
-                Action::CommitInfo(info) => info.in_commit_timestamp.or(info.timestamp),
+            let ict = actions.iter().find_map(|a| match a {
+                Action::CommitInfo(info) => info.in_commit_timestamp,
                 _ => None,
             });
-            // Without a time, a commit counts as inside every window.
-            let at = at.unwrap_or(i64::MAX);
+            // Delta's commit time; a commit listed after the clock counts as inside every
+            // window.
+            let at = clock.time(&name, version as i64, ict)?.unwrap_or(i64::MAX);
             let readable =
                 at >= kept_after || keep_from_version.is_some_and(|v| version as i64 >= v);
             let recent = at >= recent_after;

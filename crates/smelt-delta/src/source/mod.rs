@@ -46,6 +46,8 @@ pub struct DeltaSource {
     read_removed: bool,
     /// Versions left out of incremental reads.
     skipped: std::sync::Mutex<std::collections::HashSet<i64>>,
+    /// The log's commit files and their times (listed on first use).
+    clock: tokio::sync::OnceCell<crate::commit_time::CommitClock>,
 }
 
 impl DeltaSource {
@@ -89,13 +91,15 @@ impl DeltaSource {
             plan: std::sync::Mutex::new(None),
             read_removed: false,
             skipped: Default::default(),
+            clock: Default::default(),
         })
     }
 
     /// The last version committed at or before `timestamp_us` (µs since the epoch), `None`
-    /// when the first commit is later. Commit times are read from the log (a binary
-    /// search: they only grow); versions whose log entry is gone (log retention) count as
-    /// earlier than any instant.
+    /// when the first commit is later. Commit times are Delta's (`commit_time`: the
+    /// in-commit timestamp, else the log file's time made monotonic), so a binary search
+    /// finds it; versions whose log entry is gone (log retention) count as earlier than any
+    /// instant.
     pub async fn version_at(&self, timestamp_us: i64) -> Result<Option<i64>> {
         let at_or_before = |ts: Option<i64>| ts.is_none_or(|t| t <= timestamp_us);
         if !at_or_before(self.commit_time(0).await?) {
@@ -116,7 +120,13 @@ impl DeltaSource {
 
     /// The commit time of `version` (µs), `None` when its log entry is gone.
     async fn commit_time(&self, version: i64) -> Result<Option<i64>> {
-        Ok(self.read_commit(version).await?.map(|c| c.timestamp_us))
+        let clock = self.clock().await?;
+        if clock.in_commit(version) {
+            return Ok(self.read_commit(version).await?.map(|c| c.timestamp_us));
+        }
+        Ok(clock
+            .time(&self.name.to_string(), version, None)?
+            .map(|ms| ms * 1000))
     }
 
     /// Also reads the rows deleted without change data (`DELETE` or `TRUNCATE` on a table

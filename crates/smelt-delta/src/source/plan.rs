@@ -9,6 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use smelt_core::change::{DELETE, INSERT};
 
 use super::DeltaSource;
+use crate::commit_time::CommitClock;
 use crate::dv::minus;
 use crate::error::{Context, Error, Result};
 use crate::parquet::{FileRef, FileRows};
@@ -36,13 +37,6 @@ pub(super) struct Commit {
     cdc: Vec<AddCDCFile>,
 }
 
-/// The commits of a table's `_delta_log` folder.
-#[derive(Debug, Default)]
-struct LogListing {
-    /// Versions with a commit file.
-    commits: Vec<i64>,
-}
-
 impl DeltaSource {
     /// Commit `version`, `None` when its log entry is gone.
     pub(super) async fn read_commit(&self, version: i64) -> Result<Option<Commit>> {
@@ -58,12 +52,11 @@ impl DeltaSource {
         let actions = get_actions(version as u64, &bytes)
             .context(|| format!("parsing the log of `{}` version {version}", self.name))?;
         let mut c = Commit::default();
-        let mut ts = None;
+        let mut in_commit_timestamp = None;
         for a in actions {
             match a {
                 Action::CommitInfo(info) => {
-                    // In-commit timestamps (when the table has them) are the commit times.
-                    ts = info.in_commit_timestamp.or(info.timestamp);
+                    in_commit_timestamp = info.in_commit_timestamp;
                     c.operation = info.operation.unwrap_or_default();
                     c.predicate = info
                         .operation_parameters
@@ -77,7 +70,18 @@ impl DeltaSource {
                 _ => {}
             }
         }
-        c.timestamp_us = ts.ok_or_else(|| Error::user(format!("version {version} of `{}` has no commit timestamp", self.name), "the table was written by a tool that omits commitInfo; smelt cannot order its changes"))? * 1000;
+        let name = self.name.to_string();
+        let at = self
+            .clock()
+            .await?
+            .time(&name, version, in_commit_timestamp)?
+            .ok_or_else(|| {
+                Error::user(
+                    format!("version {version} of `{name}` appeared in its log after smelt listed the log"),
+                    "another writer is changing the table's log under smelt (a restore or a log rewrite); run again",
+                )
+            })?;
+        c.timestamp_us = at * 1000;
         Ok(Some(c))
     }
 
@@ -86,7 +90,7 @@ impl DeltaSource {
         if let Some(c) = self.read_commit(version).await? {
             return Ok(c);
         }
-        let oldest = self.listing().await?.commits.first().copied();
+        let oldest = self.clock().await?.versions().next();
         Err(Error::user(
             format!(
                 "the log of `{}` no longer has version {version} (log cleanup removed it){}",
@@ -99,35 +103,13 @@ impl DeltaSource {
         ))
     }
 
-    /// The commit files of the log, by version.
-    async fn listing(&self) -> Result<LogListing> {
-        let store = self.table.object_store();
-        let prefix = object_store::path::Path::from("_delta_log");
-        let files: Vec<_> = store
-            .list(Some(&prefix))
-            .try_collect()
+    /// The commit files of the log and their times, listed once.
+    pub(super) async fn clock(&self) -> Result<&CommitClock> {
+        self.clock
+            .get_or_try_init(|| async {
+                CommitClock::of(&self.table, &self.name.to_string()).await
+            })
             .await
-            .map_err(|source| Error::Store {
-                context: format!("listing the log of `{}`", self.name),
-                source,
-            })?;
-        let mut listing = LogListing::default();
-        for meta in files {
-            let Some(name) = meta.location.filename() else {
-                continue;
-            };
-            let Some((digits, rest)) = name.split_at_checked(20) else {
-                continue;
-            };
-            let Ok(version) = digits.parse::<i64>() else {
-                continue;
-            };
-            if rest == ".json" {
-                listing.commits.push(version);
-            }
-        }
-        listing.commits.sort_unstable();
-        Ok(listing)
     }
 
     /// A file of the log with the rows `rows`, read as `kind`, committed `at` (version,
@@ -186,11 +168,10 @@ impl DeltaSource {
         let state = table
             .snapshot()
             .context(|| format!("reading `{}`", self.name))?;
-        let listing = self.listing().await?;
         // The commits still in the log up to the snapshot (a run without gaps): they say
         // which commit added each file, and its place in the log. Files added before them
         // are known from the checkpoint alone.
-        let present: HashSet<i64> = listing.commits.iter().copied().collect();
+        let present: HashSet<i64> = self.clock().await?.versions().collect();
         let mut first = self.version;
         while first > 0 && present.contains(&(first - 1)) {
             first -= 1;

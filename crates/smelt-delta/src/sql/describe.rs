@@ -224,6 +224,8 @@ async fn history(
             Some(other) => other.to_string(),
         }
     };
+    // Delta's commit times, as `TIMESTAMP AS OF` and the change feed read them.
+    let clock = crate::commit_time::CommitClock::of(table, &name.to_string()).await?;
     let schema = Schema::new(vec![
         Field::new("version", DataType::Int64, false),
         Field::new(
@@ -245,8 +247,13 @@ async fn history(
                 TimestampMillisecondArray::from(
                     entries
                         .iter()
-                        .map(|(_, i)| i.as_ref().and_then(|i| i.get("timestamp")?.as_i64()))
-                        .collect::<Vec<_>>(),
+                        .map(|(v, i)| {
+                            let ict = i
+                                .as_ref()
+                                .and_then(|i| i.get("inCommitTimestamp")?.as_i64());
+                            clock.time(&name.to_string(), *v, ict)
+                        })
+                        .collect::<Result<Vec<_>>>()?,
                 )
                 .with_timezone("UTC"),
             ),

@@ -53,7 +53,18 @@ pub(super) async fn resolve(
                 ));
             }
             AsOf::Version(v) => table.load_version(v as u64).await,
-            AsOf::Time(at) => table.load_with_datetime(at).await,
+            AsOf::Time(at) => {
+                // Delta's commit times (`commit_time`), as `table_changes` and replay
+                // windows read them.
+                let source = crate::source::DeltaSource::open(lake, &name).await?;
+                let Some(v) = source.version_at(at.timestamp_micros()).await? else {
+                    return Err(Error::user(
+                        format!("`{name}` has no version at {at}: its first commit is later"),
+                        "pick a later time, or a version (`VERSION AS OF n`)",
+                    ));
+                };
+                table.load_version(v as u64).await
+            }
         };
         loaded.map_err(|e| {
             Error::user(
