@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale="${1:-10}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/smelt-target}"
+source scripts/target-dir.sh
 cargo build --release --quiet -p smelt-cli -p smelt-bench
 if [ ! -x bench/.venv/bin/python ]; then
   python3 -m venv bench/.venv
@@ -14,7 +14,7 @@ fi
 bench/.venv/bin/pip install --quiet -r bench/requirements.txt
 out="bench/out/ingest-$scale"
 rm -rf "$out"; mkdir -p "$out/landing"
-"$CARGO_TARGET_DIR/release/smelt-tpch-part" --scale "$scale" --out "$out/landing/part.tbl"
+"$SMELT_TARGET_DIR/release/smelt-tpch-part" --scale "$scale" --out "$out/landing/part.tbl"
 cat > "$out/smelt.yaml" <<'YAML'
 lake: ./lake
 flows:
@@ -28,6 +28,6 @@ flows:
       columns: [p_partkey, p_name, p_mfgr, p_brand, p_type, p_size, p_container, p_retailprice, p_comment]
 YAML
 echo "== smelt"
-(cd "$out" && /usr/bin/time -f "wall %e s, peak RSS %M KiB" "$CARGO_TARGET_DIR/release/smelt" -q run)
+(cd "$out" && /usr/bin/time -f "wall %e s, peak RSS %M KiB" "$SMELT_TARGET_DIR/release/smelt" -q run)
 echo "== pyarrow CSV reader + deltalake writer"
 (cd "$out" && /usr/bin/time -f "wall %e s, peak RSS %M KiB" ../../.venv/bin/python ../../ingest_peer.py)

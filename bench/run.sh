@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale="${1:-small}"; shift || true
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/smelt-target}"
+source scripts/target-dir.sh
 cargo build --release --quiet -p smelt-cli -p smelt-bench
 if [ ! -x bench/.venv/bin/python ]; then
   python3 -m venv bench/.venv
@@ -23,5 +23,5 @@ case " $* " in *" --keys recent "*) out="bench/out/$scale-recent" ;; esac
 export SMELT_BENCH_COMMAND="bench/run.sh $scale${*:+ $*}"
 mkdir -p "$out"
 bench/.venv/bin/python bench/bench.py "$scale" \
-  --smelt "$CARGO_TARGET_DIR/release/smelt" --gen "$CARGO_TARGET_DIR/release/smelt-bench-gen" \
+  --smelt "$SMELT_TARGET_DIR/release/smelt" --gen "$SMELT_TARGET_DIR/release/smelt-bench-gen" \
   --python bench/.venv/bin/python --out "$out" "$@"

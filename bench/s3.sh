@@ -4,7 +4,7 @@
 #   bench/s3.sh [--increments K]      # after `bench/run.sh medium --tools smelt`
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/smelt-target}"
+source scripts/target-dir.sh
 cargo build --release --quiet -p smelt-cli
 testenv/setup.sh
-testenv/.venv/bin/python bench/s3.py --smelt "$CARGO_TARGET_DIR/release/smelt" "$@"
+testenv/.venv/bin/python bench/s3.py --smelt "$SMELT_TARGET_DIR/release/smelt" "$@"

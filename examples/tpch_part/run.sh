@@ -5,10 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../smelt.sh
-# Built together with smelt: alone, smelt-bench resolves other features of shared crates
-# and would compile DataFusion a second time.
-cargo build --quiet --package smelt-cli --package smelt-bench
-tpch_part() { "$CARGO_TARGET_DIR/debug/smelt-tpch-part" "$@"; }
+# smelt.sh built the whole workspace, the generator (smelt-bench) included.
+tpch_part() { "$SMELT_TARGET_DIR/debug/smelt-tpch-part" "$@"; }
 
 summary() {
   smelt sql "SELECT count(*) AS parts, sum(p_retailprice) AS total_price,
