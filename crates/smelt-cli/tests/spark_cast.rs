@@ -230,11 +230,7 @@ fn spark_try_cast_is_the_oracle_of_the_spark_dialect() {
     }
 
     // Literals first: every string reads back from Spark as itself.
-    let values = rows
-        .iter()
-        .map(|(id, _, _, v)| format!("({id}, {})", string_literal(v)))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let values = spark_values(rows.iter());
     let back = sql(
         "reading the literals back",
         &format!("SELECT id, v FROM VALUES {values} AS t(id, v) ORDER BY id"),
@@ -290,11 +286,7 @@ fn spark_try_cast_is_the_oracle_of_the_spark_dialect() {
                 (r["id"].as_i64().unwrap(), v)
             })
             .collect();
-        let values = of_type
-            .iter()
-            .map(|(id, _, _, v)| format!("({id}, {})", string_literal(v)))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let values = spark_values(of_type.iter().copied());
         let theirs = sql(
             &format!("casting to {spark_type}"),
             &format!(
@@ -323,6 +315,13 @@ fn spark_try_cast_is_the_oracle_of_the_spark_dialect() {
         mismatches.join("\n")
     );
     runtime.block_on(spark.close());
+}
+
+/// The rows' `(id, string)` pairs as a Spark `VALUES` list.
+fn spark_values<'a>(rows: impl Iterator<Item = &'a (usize, &'a str, &'a str, &'a str)>) -> String {
+    rows.map(|(id, _, _, v)| format!("({id}, {})", string_literal(v)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One apply flow per silver type from `raw.hard`, casting as Spark does.

@@ -34,20 +34,12 @@ pub struct Rows {
     pub batches: Vec<RecordBatch>,
 }
 
-impl Rows {
-    /// Number of rows.
-    pub fn num_rows(&self) -> usize {
-        self.batches.iter().map(RecordBatch::num_rows).sum()
-    }
-}
-
 /// A session on a Spark Connect server.
 pub struct Spark {
     client: SparkConnectClient,
     /// The connection string with its token hidden, for messages.
     shown: String,
     user_id: String,
-    timeout: Duration,
 }
 
 impl std::fmt::Debug for Spark {
@@ -80,25 +72,17 @@ impl Spark {
             client,
             shown,
             user_id,
-            timeout: STATEMENT_TIMEOUT,
         })
-    }
-
-    /// The connection string, its token hidden.
-    pub fn url(&self) -> &str {
-        &self.shown
-    }
-
-    /// Sets how long one statement may take.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
     }
 
     /// Runs `statement`; `what` says what it is for, in errors. Commands run eagerly.
     pub async fn sql(&self, what: &str, statement: &str) -> Result<Rows> {
         let operation_id = uuid::Uuid::new_v4().to_string();
-        match tokio::time::timeout(self.timeout, self.execute(what, statement, &operation_id)).await
+        match tokio::time::timeout(
+            STATEMENT_TIMEOUT,
+            self.execute(what, statement, &operation_id),
+        )
+        .await
         {
             Ok(rows) => rows,
             Err(_) => {
@@ -106,7 +90,7 @@ impl Spark {
                 let _ = self.client.interrupt_operation(&operation_id).await;
                 Err(Error::Timeout {
                     what: what.to_string(),
-                    seconds: self.timeout.as_secs(),
+                    seconds: STATEMENT_TIMEOUT.as_secs(),
                 })
             }
         }
