@@ -7,7 +7,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var_os("PROTOC").is_none() {
         std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
     }
-    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto");
+    // smelt: read at run time, not baked in with `env!`: a build script compiled for one
+    // clone is reused by another clone sharing the target dir (CI), and must not read the
+    // first clone's files.
+    let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
     let connect_dir = proto_root.join("spark").join("connect");
 
     // The vendored Spark Connect .proto files. Keep in sync with proto/PROTO_VERSION.txt.

@@ -28,6 +28,11 @@ pub struct GlobalArgs {
     /// `abfss://…`, `file:///…`); overrides `lake:` of the pipeline file.
     #[arg(long, global = true, env = "SMELT_LAKE")]
     pub lake: Option<String>,
+    /// Where the flows run: `embedded`, `spark` (the cluster of the pipeline file's
+    /// `connect:`), or a Spark Connect URL (`sc://host:15002/;token=…`); overrides `engine:`
+    /// of the pipeline file. `SMELT_SPARK_REMOTE=sc://…` runs on that cluster too.
+    #[arg(long, global = true, value_name = "ENGINE")]
+    pub engine: Option<String>,
     /// Print machine-readable JSON on stdout instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -49,6 +54,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Check the pipeline against the lake: every problem of every flow, at once.
     Validate(ValidateArgs),
+    /// Print the Spark SQL statements of each flow's next run, in order (Spark engine):
+    /// the reads are run to decide them, nothing is written.
+    Compile(CompileArgs),
     /// Run SQL over the lake (`schema.table`): SELECT (time travel, table_changes,
     /// CHANGES), CREATE TABLE, ALTER TABLE, INSERT, UPDATE, DELETE, MERGE, TRUNCATE (docs/sql.md).
     Sql(SqlArgs),
@@ -186,6 +194,12 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
 fn parse_retain(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. `7d`, `36h` or `0s`"))
+}
+
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// Flows to compile (all when none are given).
+    pub flows: Vec<String>,
 }
 
 #[derive(Debug, Args)]

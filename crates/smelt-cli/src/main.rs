@@ -41,6 +41,7 @@ fn main() -> ExitCode {
             Command::Plan(args) => commands::run::run(&cli.global, args, true).await,
             Command::Status(args) => commands::status::status(&cli.global, args).await,
             Command::Validate(args) => commands::validate::validate(&cli.global, args).await,
+            Command::Compile(args) => commands::spark::compile(&cli.global, args).await,
             Command::Sql(args) => commands::sql::sql(&cli.global, args).await,
             Command::Optimize(args) => commands::maintain::optimize(&cli.global, args).await,
             Command::Vacuum(args) => commands::maintain::vacuum(&cli.global, args).await,

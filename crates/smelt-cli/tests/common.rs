@@ -103,7 +103,8 @@ impl Project {
         c.current_dir(self.path())
             .env_remove("SMELT_FAILPOINT")
             .env_remove("SMELT_LAKE")
-            .env_remove("SMELT_PIPELINE");
+            .env_remove("SMELT_PIPELINE")
+            .env_remove("SMELT_SPARK_REMOTE");
         c
     }
 
@@ -181,7 +182,8 @@ impl Project {
         c.current_dir(self.path())
             .env_remove("SMELT_FAILPOINT")
             .env_remove("SMELT_LAKE")
-            .env_remove("SMELT_PIPELINE");
+            .env_remove("SMELT_PIPELINE")
+            .env_remove("SMELT_SPARK_REMOTE");
     }
 
     /// `smelt <args>` with `SMELT_FAILPOINT=<point>:abort`: the process aborts at `point`

@@ -5,7 +5,7 @@ use smelt_spec::{Flow, Pipeline};
 
 use crate::context::RunContext;
 use crate::flow::{FlowCx, build};
-use crate::ports::{FileStores, Lake, Reporter};
+use crate::ports::{EventLog, FileStores, Lake, Reporter};
 use crate::report::{FlowEvent, FlowReport, ReportKind, ReportStatus};
 use crate::window::parse_instant;
 use crate::{EngineError, Result, failpoint};
@@ -49,6 +49,57 @@ pub fn check_window(settings: &RunSettings, now_us: i64) -> Result<()> {
     Ok(())
 }
 
+/// Who executes the flows of a run: the embedded engine (this crate, through the lake's
+/// ports) or a cluster (`smelt-spark`). The run loop, the DAG order, the reports and the
+/// event log are the same for both.
+#[async_trait::async_trait]
+pub trait Executor: Send + Sync {
+    /// Runs (or plans, with `ctx.dry_run`) one flow; an event-log row a crash lost is
+    /// pushed to `events` first.
+    async fn run_flow(
+        &self,
+        flow: &Flow,
+        ctx: &RunContext,
+        events: &mut Vec<FlowEvent>,
+        reporter: &dyn Reporter,
+    ) -> Result<FlowReport>;
+    /// The event log the run's rows go to.
+    fn event_log(&self) -> &dyn EventLog;
+}
+
+/// The embedded engine: every flow run in this process, through `lake` and `files`.
+struct Embedded<'a> {
+    pipeline: &'a Pipeline,
+    lake: &'a dyn Lake,
+    files: &'a dyn FileStores,
+    settings: &'a RunSettings,
+}
+
+#[async_trait::async_trait]
+impl Executor for Embedded<'_> {
+    async fn run_flow(
+        &self,
+        flow: &Flow,
+        ctx: &RunContext,
+        events: &mut Vec<FlowEvent>,
+        reporter: &dyn Reporter,
+    ) -> Result<FlowReport> {
+        let cx = FlowCx {
+            pipeline: self.pipeline,
+            lake: self.lake,
+            files: self.files,
+            settings: self.settings,
+            ctx,
+            reporter,
+        };
+        build(flow).run(&cx, events).await
+    }
+
+    fn event_log(&self) -> &dyn EventLog {
+        self.lake.event_log()
+    }
+}
+
 /// Runs (or plans) `flows` of `pipeline` in dependency order (file order otherwise),
 /// stopping at the first failing flow. Every flow run (not plans) is appended to the
 /// lake's event log, with the rows a crash kept from earlier runs.
@@ -57,6 +108,23 @@ pub async fn run(
     flows: &[&Flow],
     lake: &dyn Lake,
     files: &dyn FileStores,
+    settings: &RunSettings,
+    reporter: &dyn Reporter,
+) -> Result<RunOutcome> {
+    let embedded = Embedded {
+        pipeline,
+        lake,
+        files,
+        settings,
+    };
+    run_on(flows, &embedded, settings, reporter).await
+}
+
+/// Runs (or plans) `flows` on `executor`: dependency order, the first failure stops the
+/// run, then the event log.
+pub async fn run_on(
+    flows: &[&Flow],
+    executor: &dyn Executor,
     settings: &RunSettings,
     reporter: &dyn Reporter,
 ) -> Result<RunOutcome> {
@@ -71,15 +139,7 @@ pub async fn run(
     let mut failed = None;
     for flow in flows {
         let started_at_us = now_us();
-        let cx = FlowCx {
-            pipeline,
-            lake,
-            files,
-            settings,
-            ctx: &ctx,
-            reporter,
-        };
-        let result = build(flow).run(&cx, &mut events).await;
+        let result = executor.run_flow(flow, &ctx, &mut events, reporter).await;
         match result {
             Ok(report) => {
                 reporter.finished(&flow.name, Some(&report));
@@ -115,7 +175,7 @@ pub async fn run(
     }
     if !settings.dry_run {
         failpoint("before_event_log")?;
-        if let Err(e) = lake.event_log().append(&events).await {
+        if let Err(e) = executor.event_log().append(&events).await {
             reporter.warn(&format!(
                 "the run is committed, but its event log rows could not be written: {e}"
             ));

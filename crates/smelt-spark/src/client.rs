@@ -11,8 +11,9 @@
 use std::io::Cursor;
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit, TimestampMicrosecondType};
 use arrow::ipc::reader::StreamReader;
 use spark_connect_core::{ChannelBuilder, RetryPolicy, SparkConnectClient, SparkError};
 use spark_connect_proto::execute_plan_response::ResponseType;
@@ -32,6 +33,73 @@ pub struct Rows {
     pub schema: Option<SchemaRef>,
     /// The batches, in order.
     pub batches: Vec<RecordBatch>,
+}
+
+impl Rows {
+    /// The number of rows.
+    pub fn len(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+
+    /// Whether there is no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Column `name` cast to `to`, all batches in order (`None` when there is no such column).
+    fn column(&self, name: &str, to: &DataType) -> Option<Vec<ArrayRef>> {
+        let schema = self.schema.as_ref()?;
+        let index = schema.index_of(name).ok()?;
+        self.batches
+            .iter()
+            .map(|b| cast(b.column(index), to).ok())
+            .collect()
+    }
+
+    /// Column `name` as integers.
+    pub fn ints(&self, name: &str) -> Vec<Option<i64>> {
+        self.column(name, &DataType::Int64)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|a| a.as_primitive::<Int64Type>().iter().collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Column `name` as text.
+    pub fn strings(&self, name: &str) -> Vec<Option<String>> {
+        self.column(name, &DataType::Utf8)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|a| {
+                a.as_string::<i32>()
+                    .iter()
+                    .map(|v| v.map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Column `name` (a timestamp) as microseconds since the epoch.
+    pub fn micros(&self, name: &str) -> Vec<Option<i64>> {
+        let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+        self.column(name, &ts)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|a| {
+                a.as_primitive::<TimestampMicrosecondType>()
+                    .iter()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The column names.
+    pub fn names(&self) -> Vec<String> {
+        self.schema
+            .as_ref()
+            .map(|s| s.fields().iter().map(|f| f.name().clone()).collect())
+            .unwrap_or_default()
+    }
 }
 
 /// A session on a Spark Connect server.

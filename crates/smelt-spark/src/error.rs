@@ -40,3 +40,49 @@ pub enum Error {
 
 /// Results of the Spark engine.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether Spark said the table at a path is not there (or is not a Delta table).
+    pub fn is_missing_table(&self) -> bool {
+        match self {
+            Error::Statement { message, .. } => [
+                "DELTA_MISSING_DELTA_TABLE",
+                "DELTA_TABLE_NOT_FOUND",
+                "PATH_NOT_FOUND",
+                "is not a Delta table",
+            ]
+            .iter()
+            .any(|m| message.contains(m)),
+            _ => false,
+        }
+    }
+
+    /// Whether Delta refused a commit because another writer committed first.
+    pub fn is_concurrent_write(&self) -> bool {
+        match self {
+            Error::Statement { message, .. } => {
+                message.contains("DELTA_CONCURRENT") || message.contains("Concurrent")
+            }
+            _ => false,
+        }
+    }
+}
+
+impl From<Error> for smelt_engine::EngineError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Connect { .. } => smelt_engine::EngineError::user(
+                e.to_string(),
+                "check the cluster is up and the URL (`connect:`, `--engine`, `SMELT_SPARK_REMOTE`)",
+            ),
+            Error::Statement { .. } if e.is_concurrent_write() => smelt_engine::EngineError::user(
+                format!("another writer committed to the table first: {e}"),
+                "run again: the next run reads what the other one committed",
+            ),
+            other => smelt_engine::EngineError::User {
+                message: other.to_string(),
+                hint: None,
+            },
+        }
+    }
+}

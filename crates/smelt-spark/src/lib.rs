@@ -4,11 +4,25 @@
 //!
 //! * [`client::Spark`]: one Spark Connect session; runs a statement and returns its rows
 //!   as Arrow batches.
-//! * [`sql`]: literals and names inlined into Spark SQL.
+//! * [`engine::SparkEngine`]: the engine's [`smelt_engine::run::Executor`] on a cluster:
+//!   runs, plans, checks and compiles flows; [`support`] says what it runs and refuses the
+//!   rest by name.
+//! * `scd1/`: an apply flow (SCD1) as statements: where it stands, what it reads
+//!   (`read`), what it does (`stage`), what it writes (`write`).
+//! * [`places::Places`]: where the tables are, as the cluster sees them; [`sql`]: literals
+//!   and names inlined into Spark SQL.
 #![deny(missing_docs)]
 
 pub mod client;
+pub mod engine;
 mod error;
+mod event_log;
+pub mod places;
+mod scd1;
+pub mod session;
 pub mod sql;
+pub mod support;
 
+pub use engine::SparkEngine;
 pub use error::{Error, Result};
+pub use session::Statement;

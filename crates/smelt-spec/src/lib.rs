@@ -41,7 +41,7 @@ pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
 pub use export::{ChangedBy, Compression, ExportFlow};
 pub use ingest::{CsvLayout, FileFormat, IngestAudit, IngestEvolution, IngestFlow};
-pub use model::{Flow, FlowKind, Pipeline};
+pub use model::{Engine, Flow, FlowKind, Pipeline};
 pub use policy::{
     OnCastError, OnChangedFile, OnRewrite, OnSequenceConflict, OnViolation, OptimizeMode,
     SchemaEvolution, SourceDeletes, UpdateColumns, WriteMode,

@@ -24,7 +24,7 @@ use crate::error::{Result, SpecError, SpecErrors, did_you_mean};
 use crate::export::{RawExport, export_flow, same_place};
 use crate::ingest::{RawIngest, ingest_flow};
 use crate::locate::line_of;
-use crate::model::{Flow, FlowKind, Pipeline};
+use crate::model::{Engine, Flow, FlowKind, Pipeline};
 use crate::ordered::Ordered;
 use crate::replace_where::{RawReplaceWhere, replace_where_flow};
 
@@ -40,6 +40,10 @@ struct RawPipeline {
     flows: OrderedFlows,
     /// The `write_mode` of apply flows that do not set their own.
     write_mode: Option<crate::policy::WriteMode>,
+    /// `embedded` (default) or `spark`.
+    engine: Option<String>,
+    /// The Spark Connect URL of `engine: spark`.
+    connect: Option<String>,
 }
 
 /// `flows:`: flow names to flows.
@@ -102,6 +106,7 @@ impl Pipeline {
             }
         };
         let catalogs = catalogs(path, &dir, text, raw.catalogs, &mut errors);
+        let engine = engine(path, text, raw.engine, raw.connect, &mut errors);
         let mut tables = Vec::new();
         for (table, place) in raw.tables.0 {
             let field = format!("tables.{table}");
@@ -229,6 +234,7 @@ impl Pipeline {
         if errors.is_empty() {
             Ok(Pipeline {
                 file: path.to_path_buf(),
+                engine,
                 lake,
                 catalogs,
                 tables,
@@ -236,6 +242,56 @@ impl Pipeline {
             })
         } else {
             Err(SpecErrors(errors))
+        }
+    }
+}
+
+/// `engine:` and `connect:`: where the flows run.
+fn engine(
+    path: &Path,
+    text: &str,
+    engine: Option<String>,
+    connect: Option<String>,
+    errors: &mut Vec<SpecError>,
+) -> Engine {
+    if let Some(url) = &connect
+        && !url.starts_with("sc://")
+    {
+        errors.push(
+            SpecError::new(path, "connect", "`connect` is not a Spark Connect URL")
+                .at(line_of(text, &["connect"]))
+                .hint("write it as `sc://host:15002` (Databricks: `sc://<workspace-host>:443/;token=…;x-databricks-cluster-id=…`)"),
+        );
+    }
+    match engine.as_deref() {
+        None | Some("embedded") => {
+            if connect.is_some() {
+                errors.push(
+                    SpecError::new(
+                        path,
+                        "connect",
+                        "`connect` is set but the engine is embedded",
+                    )
+                    .at(line_of(text, &["connect"]))
+                    .hint(
+                        "add `engine: spark` to run the flows on that cluster, or remove `connect`",
+                    ),
+                );
+            }
+            Engine::Embedded
+        }
+        Some("spark") => Engine::Spark { connect },
+        Some(other) => {
+            let hint = match did_you_mean(other, ["embedded", "spark"]) {
+                Some(near) => format!("did you mean `{near}`?"),
+                None => "use `embedded` (smelt runs the flows itself) or `spark` (a Spark cluster over Spark Connect)".to_string(),
+            };
+            errors.push(
+                SpecError::new(path, "engine", format!("unknown engine `{other}`"))
+                    .at(line_of(text, &["engine"]))
+                    .hint(hint),
+            );
+            Engine::Embedded
         }
     }
 }

@@ -15,6 +15,8 @@ use crate::replace_where::{ReplaceSource, ReplaceWhereFlow};
 pub struct Pipeline {
     /// The file it was read from.
     pub file: PathBuf,
+    /// Where the flows run (`engine:`, `connect:`).
+    pub engine: Engine,
     /// The lake root: a local folder (resolved against the file's folder), or a storage URL
     /// (`s3://bucket/prefix`, `gs://…`, `az://…`, `abfss://…`, `file:///…`).
     pub lake: String,
@@ -26,6 +28,20 @@ pub struct Pipeline {
     pub tables: Vec<(TableName, String)>,
     /// Flows in file order.
     pub flows: Vec<Flow>,
+}
+
+/// Where a pipeline's flows run.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// In smelt's own process (default).
+    #[default]
+    Embedded,
+    /// On a Spark cluster over Spark Connect (`engine: spark`); `connect` is its URL
+    /// (`sc://host:port/;token=…`), which `--engine` or `SMELT_SPARK_REMOTE` may give instead.
+    Spark {
+        /// The Spark Connect URL of `connect:`.
+        connect: Option<String>,
+    },
 }
 
 /// One named flow.

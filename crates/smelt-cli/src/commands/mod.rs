@@ -2,6 +2,7 @@
 
 pub mod maintain;
 pub mod run;
+pub mod spark;
 pub mod sql;
 pub mod status;
 pub mod validate;

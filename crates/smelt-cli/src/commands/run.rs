@@ -25,19 +25,34 @@ fn settings(args: &RunArgs, dry_run: bool) -> RunSettings {
 pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
-    let lakes = open_lakes(&pipeline).await?;
-    let lake = lakes.ports();
     let settings = settings(args, dry_run);
     // A window that does not parse is a usage error, found before any flow runs.
     check_window(&settings, chrono::Utc::now().timestamp_micros())
         .map_err(|e| Failure::usage(e.to_string(), e.hint().map(str::to_string)))?;
-    // A plan starts with the checks: every problem of every flow, at once.
-    if dry_run {
-        super::validate::check(global, &pipeline, &flows).await?;
-    }
     let progress = Progress::new(!global.quiet && !global.json, !global.json);
-    let outcome =
-        smelt_engine::run::run(&pipeline, &flows, &lake, &Files, &settings, &progress).await?;
+    let outcome = match super::spark::remote(global, &pipeline)? {
+        Some(url) => {
+            let engine = super::spark::connect(&url, &pipeline, &settings).await?;
+            // What the engine does not run is refused before anything runs; a plan
+            // starts with every problem of every flow.
+            let problems = engine.check(&flows).await;
+            if !problems.is_empty() {
+                return Err(super::validate::report(global, &problems));
+            }
+            let outcome = smelt_engine::run::run_on(&flows, &engine, &settings, &progress).await;
+            engine.close().await;
+            outcome?
+        }
+        None => {
+            let lakes = open_lakes(&pipeline).await?;
+            let lake = lakes.ports();
+            // A plan starts with the checks: every problem of every flow, at once.
+            if dry_run {
+                super::validate::check(global, &pipeline, &flows).await?;
+            }
+            smelt_engine::run::run(&pipeline, &flows, &lake, &Files, &settings, &progress).await?
+        }
+    };
     let (run_id, reports) = (outcome.run_id, outcome.reports);
     if let Some((name, e)) = outcome.failed {
         if global.json {
@@ -69,4 +84,9 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
         );
     }
     Ok(0)
+}
+
+/// `flows` in dependency order (file order otherwise).
+pub fn ordered<'a>(flows: &[&'a smelt_spec::Flow]) -> Result<Vec<&'a smelt_spec::Flow>, Failure> {
+    Ok(smelt_engine::dag::run_order(flows)?)
 }

@@ -31,12 +31,28 @@ pub async fn check(
     pipeline: &Pipeline,
     flows: &[&Flow],
 ) -> Result<(), Failure> {
-    let lakes = open_lakes(pipeline).await?;
-    let lake = lakes.ports();
-    let problems = smelt_engine::validate::validate(pipeline, flows, &lake, &Files).await;
+    let problems = match super::spark::remote(global, pipeline)? {
+        Some(url) => {
+            let settings = smelt_engine::run::RunSettings::default();
+            let engine = super::spark::connect(&url, pipeline, &settings).await?;
+            let problems = engine.check(flows).await;
+            engine.close().await;
+            problems
+        }
+        None => {
+            let lakes = open_lakes(pipeline).await?;
+            let lake = lakes.ports();
+            smelt_engine::validate::validate(pipeline, flows, &lake, &Files).await
+        }
+    };
     if problems.is_empty() {
         return Ok(());
     }
+    Err(report(global, &problems))
+}
+
+/// The failure listing `problems` (printed as JSON with `--json`).
+pub fn report(global: &GlobalArgs, problems: &[Problem]) -> Failure {
     if global.json {
         let list: Vec<_> = problems.iter().map(json).collect();
         println!(
@@ -45,7 +61,7 @@ pub async fn check(
                 .expect("serialisable")
         );
     }
-    Err(failure(&problems))
+    failure(problems)
 }
 
 fn json(p: &Problem) -> serde_json::Value {

@@ -1,0 +1,255 @@
+//! The Spark engine against its reference, the embedded engine (DESIGN §10, issue 39): the
+//! same pipeline over the same bronze (one folder, placed with `tables:`), run embedded into
+//! one lake and on the test Spark cluster into another, must give equal silver, tombstones
+//! and reports (all but the run's own timestamps), step by step — seed 000's product2 (rows
+//! re-sent within a commit, sequenced by `_commit_timestamp`) and product2_deletes (soft
+//! deletes, late changes, a restore); runs killed between the Spark engine's statements,
+//! rerun, end in the same tables; what the engine does not run is refused at `validate`.
+
+mod common;
+mod spark_cluster;
+
+use common::Project;
+use serde_json::Value;
+use spark_cluster::SparkCluster;
+
+/// The report fields both engines must agree on.
+const REPORT_FIELDS: &[&str] = &[
+    "status",
+    "mode",
+    "from_version",
+    "to_version",
+    "changes_read",
+    "ignored",
+    "delete_files_ignored",
+    "duplicates_collapsed",
+    "stale",
+    "inserted",
+    "updated",
+    "unchanged",
+    "deleted",
+    "tombstones_written",
+    "rejected",
+    "cast_failures",
+    "sequence_conflicts",
+    "files_read",
+    "bytes_read",
+];
+
+/// A project with two pipeline files over one bronze folder: `embedded.yaml` (lake
+/// `lake_e`) and `spark.yaml` (lake `lake_s`, `engine: spark`).
+struct Pair {
+    p: Project,
+}
+
+impl Pair {
+    fn new(p: Project, flows: &str, url: &str) -> Self {
+        let tables = "tables:\n  medallion_demo.product2__bronze: ./bronze\n";
+        p.write(
+            "embedded.yaml",
+            &format!("lake: ./lake_e\n{tables}flows:\n{flows}"),
+        );
+        p.write(
+            "spark.yaml",
+            &format!("engine: spark\nconnect: {url}\nlake: ./lake_s\n{tables}flows:\n{flows}"),
+        );
+        Self { p }
+    }
+
+    /// Bronze statements (through the embedded engine's SQL).
+    fn bronze(&self, file: &str) {
+        self.p.ok(&["-p", "embedded.yaml", "sql", "-f", file]);
+    }
+
+    /// The flows' reports of one run on each engine, `(embedded, spark)`.
+    fn run(&self, args: &[&str]) -> (Vec<Value>, Vec<Value>) {
+        let with = |file: &str| {
+            let mut all = vec!["-p", file, "run"];
+            all.extend_from_slice(args);
+            self.p.flows(&all)
+        };
+        (with("embedded.yaml"), with("spark.yaml"))
+    }
+
+    /// Rows of `sql` in each lake (read embedded), less the columns `drop`.
+    fn rows(&self, sql: &str, drop: &[&str]) -> (Vec<Value>, Vec<Value>) {
+        let of = |file: &str| -> Vec<Value> {
+            let out = self.p.ok(&["-p", file, "--json", "sql", sql]);
+            let rows: Value = serde_json::from_str(out.trim()).unwrap();
+            rows.as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    for d in drop {
+                        r.as_object_mut().unwrap().remove(*d);
+                    }
+                    r
+                })
+                .collect()
+        };
+        (of("embedded.yaml"), of("spark.yaml"))
+    }
+
+    /// Silver (and the tombstones, when `tombstones`) equal in both lakes.
+    fn same_tables(&self, step: &str, tombstones: bool) {
+        let silver = "SELECT * FROM medallion_demo.product2__silver ORDER BY Id";
+        let (e, s) = self.rows(silver, &["_update_timestamp"]);
+        assert!(!e.is_empty(), "{step}: embedded silver is empty");
+        assert_eq!(e, s, "{step}: silver differs (left embedded, right Spark)");
+        if tombstones {
+            let t = "SELECT * FROM medallion_demo.product2__silver__tombstones ORDER BY Id";
+            let (e, s) = self.rows(t, &["_deleted_at"]);
+            assert_eq!(
+                e, s,
+                "{step}: tombstones differ (left embedded, right Spark)"
+            );
+        }
+    }
+}
+
+/// The fields of `REPORT_FIELDS` of each report.
+fn comparable(reports: &[Value]) -> Vec<Value> {
+    reports
+        .iter()
+        .map(|r| {
+            REPORT_FIELDS
+                .iter()
+                .map(|f| ((*f).to_string(), r[*f].clone()))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        })
+        .collect()
+}
+
+fn same_reports(step: &str, (e, s): &(Vec<Value>, Vec<Value>)) {
+    assert_eq!(
+        comparable(e),
+        comparable(s),
+        "{step}: reports differ (left embedded, right Spark)"
+    );
+}
+
+const PRODUCT2: &str = "  product2:
+    apply:
+      from: medallion_demo.product2__bronze
+      into: medallion_demo.product2__silver
+      schema: silver.sql
+      sequence_by: [_commit_timestamp]
+      cast_dialect: spark
+";
+
+const DELETES: &str = "  product2:
+    apply:
+      from: medallion_demo.product2__bronze
+      into: medallion_demo.product2__silver
+      schema: ../product2/silver.sql
+      sequence_by: [SystemModstamp]
+      apply_as_deletes: IsDeleted = 'true'
+      cast_dialect: spark
+";
+
+/// Seed 000: the first three rows, then the second batch (a TRUNCATE and rows re-sent with
+/// equal commit timestamps), then nothing new.
+fn product2(url: &str) {
+    let pair = Pair::new(Project::product2(), PRODUCT2, url);
+    pair.bronze("bronze.sql");
+    pair.bronze("insert_1.sql");
+    let first = pair.run(&[]);
+    assert_eq!(first.1[0]["inserted"], 3, "{:?}", first.1);
+    same_reports("product2 step 1", &first);
+    pair.same_tables("product2 step 1", false);
+
+    pair.bronze("insert_2.sql");
+    let second = pair.run(&[]);
+    same_reports("product2 step 2", &second);
+    pair.same_tables("product2 step 2", false);
+
+    let third = pair.run(&[]);
+    assert_eq!(third.1[0]["status"], "up_to_date", "{:?}", third.1);
+    same_reports("product2 step 3", &third);
+
+    let rebuilt = pair.run(&["--full-refresh"]);
+    same_reports("product2 rebuild", &rebuilt);
+    pair.same_tables("product2 rebuild", false);
+
+    // `smelt compile` shows the statements of the next run: reads, then the writes.
+    pair.bronze("insert_2.sql");
+    let compiled = pair.p.ok(&["-p", "spark.yaml", "compile"]);
+    for part in [
+        "_metadata.row_index",
+        "MERGE INTO delta.`",
+        "txnAppId=`smelt/product2`",
+    ] {
+        assert!(compiled.contains(part), "`{part}` not in:\n{compiled}");
+    }
+}
+
+/// Seed 000 with soft deletes: a delete, late older changes that must not resurrect it, a
+/// restore. The Spark runs of the delete and the late changes are killed (SIGABRT) before
+/// silver's statement — after the tombstones' — and run again: the tables must still come
+/// out as embedded.
+fn product2_deletes(url: &str) {
+    let pair = Pair::new(Project::product2_deletes(), DELETES, url);
+    pair.bronze("../product2/bronze.sql");
+    pair.bronze("../product2/insert_1.sql");
+    same_reports("deletes step 1", &pair.run(&[]));
+    pair.same_tables("deletes step 1", false);
+
+    for (step, file) in [
+        ("deletes step 2", "soft_delete.sql"),
+        ("deletes step 3", "late.sql"),
+    ] {
+        pair.bronze(file);
+        pair.p.flows(&["-p", "embedded.yaml", "run"]);
+        let out = pair
+            .p
+            .abort_at("before_spark_silver", &["-p", "spark.yaml", "run"]);
+        assert!(
+            common::signal_of(&out.status).is_some(),
+            "{step}: the run was not killed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
+        assert_eq!(rerun[0]["status"], "applied", "{rerun:?}");
+        pair.same_tables(&format!("{step}, killed and run again"), true);
+    }
+
+    pair.bronze("restore.sql");
+    let restored = pair.run(&[]);
+    same_reports("deletes step 4", &restored);
+    pair.same_tables("deletes step 4", true);
+    let again = pair.run(&[]);
+    assert_eq!(again.1[0]["status"], "up_to_date");
+}
+
+/// What the Spark engine does not run yet is refused by name at `validate`, before anything
+/// runs; `--engine embedded` runs the same file embedded.
+fn refusals(url: &str) {
+    let flows = format!("{DELETES}      scd: 2\n      write_mode: merge_on_read\n");
+    let pair = Pair::new(Project::product2_deletes(), &flows, url);
+    pair.bronze("../product2/bronze.sql");
+    let (_, stderr) = pair.p.fails(&["-p", "spark.yaml", "validate"], 1);
+    for refused in [
+        "`scd: 2` is not supported on the Spark engine",
+        "`write_mode: merge_on_read`",
+    ] {
+        assert!(stderr.contains(refused), "`{refused}` not in:\n{stderr}");
+    }
+    let (_, stderr) = pair.p.fails(&["-p", "spark.yaml", "run"], 1);
+    assert!(stderr.contains("`scd: 2`"), "{stderr}");
+    assert!(
+        !pair.p.file("lake_s").exists(),
+        "a refused run wrote something"
+    );
+    pair.p
+        .ok(&["-p", "spark.yaml", "--engine", "embedded", "validate"]);
+}
+
+#[test]
+fn the_spark_engine_gives_what_the_embedded_engine_gives() {
+    let cluster = SparkCluster::start();
+    refusals(&cluster.url);
+    product2(&cluster.url);
+    product2_deletes(&cluster.url);
+}

@@ -1,0 +1,232 @@
+//! The Spark engine behind the engine's run loop ([`smelt_engine::run::Executor`]): each
+//! flow run compiled into statements and sent over one Spark Connect session; `validate`,
+//! `plan` and `compile` from the same code.
+
+use async_trait::async_trait;
+use smelt_engine::context::RunContext;
+use smelt_engine::ports::{EventLog, Reporter};
+use smelt_engine::report::{FlowEvent, FlowReport};
+use smelt_engine::run::{Executor, RunSettings};
+use smelt_engine::validate::Problem;
+use smelt_engine::{EngineError, Result};
+use smelt_spec::{ApplyFlow, Flow, FlowKind, Pipeline};
+
+use crate::client::Spark;
+use crate::places::Places;
+use crate::scd1::{Scd1, State, VIEWS, discover};
+use crate::session::{Mode, Session, Statement};
+use crate::support::refusals;
+use crate::{event_log, sql};
+
+/// A pipeline on a Spark cluster.
+pub struct SparkEngine {
+    spark: Spark,
+    pipeline: Pipeline,
+    places: Places,
+    settings: RunSettings,
+}
+
+impl SparkEngine {
+    /// Connects to the cluster at `url` for `pipeline`'s flows, run with `settings`.
+    pub async fn connect(url: &str, pipeline: &Pipeline, settings: &RunSettings) -> Result<Self> {
+        Ok(Self {
+            spark: Spark::connect(url).await?,
+            places: Places::new(pipeline)?,
+            pipeline: pipeline.clone(),
+            settings: settings.clone(),
+        })
+    }
+
+    /// Every problem of `flows` on this engine: what it does not run, and, for what it
+    /// runs, bronze missing or lacking a column silver needs.
+    pub async fn check(&self, flows: &[&Flow]) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        for flow in flows {
+            let problem = |error| Problem {
+                flow: flow.name.clone(),
+                error,
+            };
+            let refused = refusals(&self.pipeline, flow, &self.settings);
+            if !refused.is_empty() {
+                problems.extend(refused.into_iter().map(problem));
+                continue;
+            }
+            if let FlowKind::Apply(spec) = &flow.kind
+                && let Err(e) = self.check_apply(&flow.name, spec).await
+            {
+                problems.push(problem(e));
+            }
+        }
+        problems
+    }
+
+    async fn check_apply(&self, name: &str, spec: &ApplyFlow) -> Result<()> {
+        let s = Session::new(&self.spark, name, Mode::Plan, &smelt_engine::ports::Silent);
+        let state = discover(&s, &self.places, name, spec).await?;
+        let silver = spec
+            .silver
+            .as_ref()
+            .map(|d| d.columns.as_slice())
+            .unwrap_or(&[]);
+        let audit = [&spec.audit.ingest_timestamp, &spec.audit.update_timestamp];
+        let missing: Vec<&str> = silver
+            .iter()
+            .filter(|c| !audit.iter().any(|a| a.as_deref() == Some(c.name.as_str())))
+            .filter(|c| !state.bronze_columns.contains(&c.name))
+            .map(|c| c.name.as_str())
+            .collect();
+        if !missing.is_empty() {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{name}`: bronze `{}` has no column {}",
+                    spec.from,
+                    missing
+                        .iter()
+                        .map(|m| format!("`{m}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "add the columns to bronze, or remove them from the silver DDL",
+            ));
+        }
+        if let Some(pred) = &spec.apply_as_deletes {
+            let sql = format!(
+                "SELECT * FROM {} WHERE ({pred}) LIMIT 0",
+                self.places.sql(&spec.from)
+            );
+            self.spark
+                .sql("check `apply_as_deletes`", &sql)
+                .await
+                .map_err(|e| {
+                    EngineError::user(
+                        format!("flow `{name}`: `apply_as_deletes` does not run on Spark: {e}"),
+                        "write it as a Spark SQL predicate over bronze's columns",
+                    )
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The statements of `flow`'s next run, in order (`smelt compile`): the reads are run
+    /// (they decide what the run reads), the writes only shown.
+    pub async fn compile(&self, flow: &Flow, ctx: &RunContext) -> Result<Vec<Statement>> {
+        let spec = self.runnable(flow)?;
+        let s = Session::new(
+            &self.spark,
+            &flow.name,
+            Mode::Compile,
+            &smelt_engine::ports::Silent,
+        );
+        let state = discover(&s, &self.places, &flow.name, spec).await?;
+        let result = self.scd1(&flow.name, spec, ctx).run(&s, &state).await;
+        self.drop_views(&s).await;
+        result?;
+        Ok(s.statements())
+    }
+
+    fn runnable<'f>(&self, flow: &'f Flow) -> Result<&'f ApplyFlow> {
+        let mut refused = refusals(&self.pipeline, flow, &self.settings);
+        if !refused.is_empty() {
+            return Err(refused.remove(0));
+        }
+        match &flow.kind {
+            FlowKind::Apply(spec) => Ok(spec),
+            _ => Err(EngineError::Internal(
+                "a refused flow kind ran on Spark".into(),
+            )),
+        }
+    }
+
+    fn scd1<'a>(&'a self, name: &'a str, spec: &'a ApplyFlow, ctx: &'a RunContext) -> Scd1<'a> {
+        Scd1 {
+            name,
+            spec,
+            places: &self.places,
+            ctx,
+        }
+    }
+
+    /// The run's views and caches, dropped (the cluster's memory freed) whatever happened.
+    async fn drop_views(&self, s: &Session<'_>) {
+        for view in VIEWS {
+            let _ = s
+                .spark
+                .sql(
+                    "drop a view",
+                    &format!("DROP VIEW IF EXISTS {}", sql::ident(view)),
+                )
+                .await;
+        }
+    }
+
+    /// An event-log row lost to a crash after silver's last commit comes back from it.
+    async fn recover(&self, flow: &str, state: &State, events: &mut Vec<FlowEvent>) {
+        let Some(last) = &state.silver else { return };
+        let Some(text) = &last.metadata else { return };
+        let Ok(meta) = serde_json::from_str::<serde_json::Value>(text) else {
+            return;
+        };
+        let (Some(run_id), Some(report)) =
+            (meta["smelt.run_id"].as_str(), meta["smelt.report"].as_str())
+        else {
+            return;
+        };
+        let Ok(report) = serde_json::from_str::<FlowReport>(report) else {
+            return;
+        };
+        if report.flow != flow {
+            return;
+        }
+        if let Ok(false) = event_log::has_run(&self.spark, &self.places, run_id, flow).await {
+            events.push(FlowEvent {
+                report,
+                started_at_us: last.at_us,
+                finished_at_us: last.at_us,
+                error: None,
+            });
+        }
+    }
+
+    /// Ends the session.
+    pub async fn close(self) {
+        self.spark.close().await;
+    }
+}
+
+#[async_trait]
+impl Executor for SparkEngine {
+    async fn run_flow(
+        &self,
+        flow: &Flow,
+        ctx: &RunContext,
+        events: &mut Vec<FlowEvent>,
+        reporter: &dyn Reporter,
+    ) -> Result<FlowReport> {
+        let spec = self.runnable(flow)?;
+        let mode = if ctx.dry_run { Mode::Plan } else { Mode::Run };
+        let s = Session::new(&self.spark, &flow.name, mode, reporter);
+        let state = discover(&s, &self.places, &flow.name, spec).await?;
+        if !ctx.dry_run {
+            self.recover(&flow.name, &state, events).await;
+        }
+        let result = self.scd1(&flow.name, spec, ctx).run(&s, &state).await;
+        self.drop_views(&s).await;
+        reporter.done(&flow.name);
+        result
+    }
+
+    fn event_log(&self) -> &dyn EventLog {
+        self
+    }
+}
+
+#[async_trait]
+impl EventLog for SparkEngine {
+    async fn append(&self, events: &[FlowEvent]) -> Result<()> {
+        event_log::append(&self.spark, &self.places, events).await
+    }
+
+    async fn has_run(&self, run_id: &str, flow: &str) -> Result<bool> {
+        event_log::has_run(&self.spark, &self.places, run_id, flow).await
+    }
+}

@@ -1,0 +1,455 @@
+//! An apply flow with `scd: 1` on Spark: the contract of DESIGN §3, compiled into Spark SQL.
+//!
+//! 1. Where things stand (reads): bronze's version, silver's watermark (the Delta `txn` of
+//!    `smelt/<flow>` in silver's log) and last commit, whether the tombstones exist.
+//! 2. What to read ([`read`]): the log entries of the versions after the watermark (or the
+//!    snapshot), the commit times from bronze's history, the change files in log order.
+//! 3. What it does ([`stage`]): the typed changes and the latest per key, guarded, cached on
+//!    the cluster; their counts make the report.
+//! 4. The writes ([`write`]): tombstones, then silver with the report, each carrying the
+//!    watermark; then tombstone expiry.
+
+mod discover;
+mod read;
+mod shape;
+mod stage;
+mod write;
+
+use std::collections::BTreeMap;
+
+use smelt_engine::apply::tombstone_table;
+use smelt_engine::context::{RunContext, app_id};
+use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::{EngineError, Result};
+use smelt_spec::{ApplyFlow, OnCastError};
+
+pub(crate) use discover::{State, discover};
+use read::Span;
+pub(crate) use read::VIEWS;
+use shape::Shape;
+use stage::Targets;
+
+use crate::places::Places;
+use crate::session::Session;
+use crate::sql::delta_path;
+
+/// One SCD1 flow run.
+pub(crate) struct Scd1<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) spec: &'a ApplyFlow,
+    pub(crate) places: &'a Places,
+    pub(crate) ctx: &'a RunContext,
+}
+
+/// The counts a run collects.
+#[derive(Debug, Default)]
+struct Counts {
+    changes_read: usize,
+    ignored: usize,
+    cast_failures: BTreeMap<String, usize>,
+    winners: usize,
+    inserted: usize,
+    updated: usize,
+    unchanged: usize,
+    deleted: usize,
+    stale: usize,
+    tombstones: usize,
+    rejected: usize,
+    conflicts: usize,
+    kept: usize,
+}
+
+impl Scd1<'_> {
+    /// Runs (or plans) the flow on `session`; `state` is where things stood before.
+    pub(crate) async fn run(&self, s: &Session<'_>, state: &State) -> Result<FlowReport> {
+        let spec = self.spec;
+        let silver = spec
+            .silver
+            .as_ref()
+            .ok_or_else(|| EngineError::Internal("apply flow without a schema on Spark".into()))?;
+        let shape = Shape::new(spec, silver);
+        let mut report = self.report(state);
+        let (span, mode) = match (self.ctx.full_refresh, state.watermark) {
+            (true, _) => (Span::Snapshot(state.bronze_version), ReadMode::Rebuild),
+            (false, None) => (Span::Snapshot(state.bronze_version), ReadMode::Snapshot),
+            (false, Some(w)) if w == state.bronze_version => {
+                report.status = ReportStatus::UpToDate;
+                report.mode = ReadMode::Incremental;
+                return Ok(report);
+            }
+            (false, Some(w)) if w > state.bronze_version => {
+                return Err(EngineError::user(
+                    format!(
+                        "flow `{}`: silver's watermark is bronze version {w}, but `{}` is at version {}: was bronze recreated?",
+                        self.name, spec.from, state.bronze_version
+                    ),
+                    format!(
+                        "rebuild silver with `smelt run --full-refresh {}`",
+                        self.name
+                    ),
+                ));
+            }
+            (false, Some(w)) => (Span::Range(w, state.bronze_version), ReadMode::Incremental),
+        };
+        report.mode = mode;
+        let tz = spec.tz.clone().unwrap_or_else(|| "UTC".to_string());
+        s.setting(format!("SET spark.sql.session.timeZone={tz}"))
+            .await?;
+        s.setting("SET spark.sql.parquet.mergeSchema=true".to_string())
+            .await?;
+        // The stage's many aliased columns make constraint propagation explode (the
+        // optimizer ran minutes and out of memory on a 20-column silver).
+        s.setting("SET spark.sql.constraintPropagation.enabled=false".to_string())
+            .await?;
+        let files = self.read_changes(s, state, span, &mut report).await?;
+        report.files_read = files.0;
+        report.bytes_read = files.1;
+        let mut counts = self.changes(s, &shape).await?;
+        let rebuild = mode == ReadMode::Rebuild;
+        let silver_sql = self.places.sql(&spec.into);
+        let tomb_sql = self.places.sql(&tombstone_table(&spec.into));
+        let targets = Targets {
+            silver: (state.silver.is_some() && !rebuild).then_some(silver_sql.as_str()),
+            tombstones: (state.tombstones && !rebuild).then_some(tomb_sql.as_str()),
+            run_us: self.ctx.run_timestamp_us,
+        };
+        self.stage(s, &shape, targets, &mut counts).await?;
+        fill(&mut report, &counts);
+        if s.mode == crate::session::Mode::Plan {
+            report.status = ReportStatus::Planned;
+            return Ok(report);
+        }
+        report.status = ReportStatus::Applied;
+        self.write(s, &shape, state, rebuild, &mut report).await?;
+        Ok(report)
+    }
+
+    /// The report's fixed part.
+    fn report(&self, state: &State) -> FlowReport {
+        FlowReport {
+            flow: self.name.to_string(),
+            kind: ReportKind::Apply,
+            from: self.spec.from.to_string(),
+            into: self.spec.into.to_string(),
+            run_id: self.ctx.run_id.clone(),
+            from_version: if self.ctx.full_refresh {
+                None
+            } else {
+                state.watermark
+            },
+            to_version: state.bronze_version,
+            on_cast_error: match self.spec.on_cast_error {
+                OnCastError::Null => "null",
+                OnCastError::Fail => "fail",
+                OnCastError::Quarantine => "quarantine",
+            }
+            .to_string(),
+            silver_version: state.silver.as_ref().map(|l| l.version),
+            partitions: 1,
+            ..FlowReport::default()
+        }
+    }
+
+    /// Steps 2: the views up to `smelt_raw`; the files read and their bytes.
+    async fn read_changes(
+        &self,
+        s: &Session<'_>,
+        state: &State,
+        span: Span,
+        report: &mut FlowReport,
+    ) -> Result<(usize, u64)> {
+        let bronze = self.places.location(&self.spec.from);
+        let history = discover::history(s, &delta_path(&bronze), state, span).await?;
+        if let Span::Snapshot(_) = span
+            && history.first().is_some_and(|c| c.version > 0)
+        {
+            return Err(EngineError::user(
+                format!(
+                    "`{}`'s log starts at version {}: the Spark engine reads a snapshot from the whole log",
+                    self.spec.from, history[0].version
+                ),
+                "run this flow's first run with `--engine embedded`; later runs read increments",
+            ));
+        }
+        s.setting(read::log_view(&bronze, span)).await?;
+        let commits: Vec<(i64, i64)> = history.iter().map(|c| (c.version, c.at_us)).collect();
+        s.setting(read::commits_view(&commits)).await?;
+        s.setting(read::files_view(span)).await?;
+        let files = s
+            .read("list the change files", read::FILES_QUERY.to_string())
+            .await?;
+        let (kinds, paths, sizes) = (
+            files.strings("kind"),
+            files.strings("path"),
+            files.ints("size"),
+        );
+        if let Span::Range(..) = span {
+            report.delete_files_ignored = discover::check_rewrites(s, self.spec, &history).await?;
+        }
+        let of = |kind: &str| -> Vec<String> {
+            kinds
+                .iter()
+                .zip(&paths)
+                .filter(|(k, _)| k.as_deref() == Some(kind))
+                .filter_map(|(_, p)| p.clone())
+                .collect()
+        };
+        let (adds, cdc) = (of("add"), of("cdc"));
+        let columns = state.bronze_columns.clone();
+        let add_glob = read::source_glob(&bronze, None, &adds);
+        let cdc_glob = read::source_glob(&bronze, Some("_change_data"), &cdc);
+        let add_cols = match adds.is_empty() {
+            true => Vec::new(),
+            false => s
+                .read("read the bronze files' columns", read::probe(&add_glob))
+                .await?
+                .names(),
+        };
+        let cdc_cols = match cdc.is_empty() {
+            true => Vec::new(),
+            false => s
+                .read("read the change files' columns", read::probe(&cdc_glob))
+                .await?
+                .names(),
+        };
+        let view = read::raw_view(
+            &columns,
+            (!adds.is_empty()).then_some((add_glob.as_str(), add_cols.as_slice())),
+            (!cdc.is_empty()).then_some((cdc_glob.as_str(), cdc_cols.as_slice())),
+        );
+        s.setting(view).await?;
+        let bytes = sizes.iter().flatten().map(|b| *b as u64).sum();
+        Ok((adds.len() + cdc.len(), bytes))
+    }
+
+    /// Step 3a: the typed changes, cached; their counts; `on_cast_error: fail`.
+    async fn changes(&self, s: &Session<'_>, shape: &Shape) -> Result<Counts> {
+        s.setting("DROP VIEW IF EXISTS smelt_changes".to_string())
+            .await?;
+        s.read(
+            "read and cast the changes",
+            stage::changes_cache(self.spec, shape),
+        )
+        .await?;
+        let rows = s
+            .read("count the changes", stage::changes_counts(shape))
+            .await?;
+        let one = |name: &str| rows.ints(name).first().copied().flatten().unwrap_or(0) as usize;
+        let mut counts = Counts {
+            changes_read: one("changes_read"),
+            ignored: one("ignored"),
+            ..Counts::default()
+        };
+        counts.kept = counts.changes_read - counts.ignored;
+        for i in shape.cast_columns() {
+            let failed = one(&format!("f{i}"));
+            if failed > 0 {
+                counts
+                    .cast_failures
+                    .insert(shape.silver.columns[i].name.clone(), failed);
+            }
+        }
+        if self.spec.on_cast_error == OnCastError::Fail && !counts.cast_failures.is_empty() {
+            return Err(self.cast_error(s, shape, &counts).await);
+        }
+        Ok(counts)
+    }
+
+    /// The error of `on_cast_error: fail`: the first failing value, its version and key.
+    async fn cast_error(&self, s: &Session<'_>, shape: &Shape, counts: &Counts) -> EngineError {
+        let i = shape
+            .cast_columns()
+            .find(|&i| {
+                counts
+                    .cast_failures
+                    .contains_key(&shape.silver.columns[i].name)
+            })
+            .unwrap_or(0);
+        let column = &shape.silver.columns[i];
+        let total: usize = counts.cast_failures.values().sum();
+        let first = match s
+            .read(
+                "find the first value that does not cast",
+                stage::first_failure(shape, i),
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => return e,
+        };
+        let raw = first
+            .strings("raw")
+            .first()
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        let version = first
+            .ints("_commit_version")
+            .first()
+            .copied()
+            .flatten()
+            .unwrap_or(-1);
+        let keys: Vec<String> = shape
+            .keys
+            .iter()
+            .map(|&k| {
+                let name = &shape.silver.columns[k].name;
+                let value = first.strings(name).first().cloned().flatten();
+                format!("{name}={}", value.unwrap_or_else(|| "NULL".into()))
+            })
+            .collect();
+        EngineError::user(
+            format!(
+                "flow `{}`: cannot cast column `{}` to {}: value \"{raw}\" (bronze `{}` version {version}, key {}); {total} value(s) failed in all",
+                self.name,
+                column.name,
+                column.ty,
+                self.spec.from,
+                keys.join(", ")
+            ),
+            "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure",
+        )
+    }
+
+    /// Step 3b: the stage, cached; its counts.
+    async fn stage(
+        &self,
+        s: &Session<'_>,
+        shape: &Shape,
+        targets: Targets<'_>,
+        counts: &mut Counts,
+    ) -> Result<()> {
+        s.setting("DROP VIEW IF EXISTS smelt_stage".to_string())
+            .await?;
+        s.read(
+            "pick the latest change per key",
+            stage::stage_cache(self.spec, shape, targets),
+        )
+        .await?;
+        let rows = s
+            .read("count what the run does", stage::STAGE_COUNTS.to_string())
+            .await?;
+        let one = |name: &str| rows.ints(name).first().copied().flatten().unwrap_or(0) as usize;
+        counts.winners = one("winners");
+        counts.inserted = one("inserted");
+        counts.updated = one("updated");
+        counts.unchanged = one("unchanged");
+        counts.deleted = one("deleted");
+        counts.stale = one("stale");
+        counts.tombstones = one("tombstones");
+        counts.rejected = one("rejected");
+        counts.conflicts = one("conflicts");
+        Ok(())
+    }
+
+    /// Step 4: tombstones, silver (with the report), expiry.
+    async fn write(
+        &self,
+        s: &Session<'_>,
+        shape: &Shape,
+        state: &State,
+        rebuild: bool,
+        report: &mut FlowReport,
+    ) -> Result<()> {
+        let silver = self.places.sql(&self.spec.into);
+        let tombs = self.places.sql(&tombstone_table(&self.spec.into));
+        let run_us = self.ctx.run_timestamp_us;
+        let v = state.bronze_version;
+        // A rebuild of the version already applied moves no watermark: Delta would skip a
+        // write whose txn version is not newer.
+        let txn = !(rebuild && state.watermark.is_some_and(|w| w >= v));
+        if txn {
+            s.write_setting(write::set(write::TXN_APP_ID, &app_id(self.name)))
+                .await?;
+            s.write_setting(write::set(write::TXN_VERSION, &v.to_string()))
+                .await?;
+        }
+        if report.tombstones_written > 0 || (rebuild && state.tombstones) {
+            s.write(
+                "tombstones",
+                "create the tombstone table",
+                write::create_tombstones(&tombs, shape),
+            )
+            .await?;
+            let sql = match rebuild {
+                true => write::overwrite_tombstones(&tombs, shape, run_us),
+                false => write::merge_tombstones(&tombs, shape, run_us),
+            };
+            s.write("tombstones", "write the tombstones", sql).await?;
+        }
+        s.write(
+            "silver",
+            "create the silver table",
+            write::create_silver(&silver, shape),
+        )
+        .await?;
+        let metadata = serde_json::json!({
+            "smelt.run_id": self.ctx.run_id,
+            "smelt.flow": app_id(self.name),
+            "smelt.source_version": v,
+            "smelt.report": serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?,
+        })
+        .to_string()
+        .replace('`', "\\u0060");
+        s.write_setting(write::set(write::USER_METADATA, &metadata))
+            .await?;
+        let sql = match rebuild {
+            true => write::overwrite_silver(&silver, shape),
+            false => write::merge_silver(&silver, shape),
+        };
+        let merged = s.write("silver", "merge into silver", sql).await;
+        s.write_setting(write::reset(write::USER_METADATA)).await?;
+        if txn {
+            s.write_setting(write::reset(write::TXN_APP_ID)).await?;
+            s.write_setting(write::reset(write::TXN_VERSION)).await?;
+        }
+        merged?;
+        if let Some(keep) = self.spec.tombstone_retention
+            && (state.tombstones || report.tombstones_written > 0)
+        {
+            let before = run_us - keep.as_micros() as i64;
+            let done = s
+                .write(
+                    "expire",
+                    "expire old tombstones",
+                    write::expire_tombstones(&tombs, before),
+                )
+                .await?;
+            report.tombstones_expired = done
+                .map(|r| {
+                    r.ints("num_affected_rows")
+                        .first()
+                        .copied()
+                        .flatten()
+                        .unwrap_or(0) as usize
+                })
+                .unwrap_or(0);
+        }
+        if s.mode == crate::session::Mode::Run {
+            let last = s
+                .read(
+                    "read silver's version",
+                    format!("DESCRIBE HISTORY {silver} LIMIT 1"),
+                )
+                .await?;
+            report.silver_version = last.ints("version").first().copied().flatten();
+        }
+        Ok(())
+    }
+}
+
+/// The counts into the report.
+fn fill(report: &mut FlowReport, c: &Counts) {
+    report.changes_read = c.changes_read;
+    report.ignored = c.ignored;
+    report.cast_failures = c.cast_failures.clone();
+    report.duplicates_collapsed = c.kept.saturating_sub(c.winners);
+    report.inserted = c.inserted;
+    report.updated = c.updated;
+    report.unchanged = c.unchanged;
+    report.deleted = c.deleted;
+    report.stale = c.stale;
+    report.tombstones_written = c.tombstones;
+    report.rejected = c.rejected;
+    report.sequence_conflicts = c.conflicts;
+}

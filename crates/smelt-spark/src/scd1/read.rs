@@ -1,0 +1,233 @@
+//! Reading a bronze table's changes through Spark, in the embedded engine's order: the Delta
+//! log as Spark reads it (`text` + `from_json` over `_delta_log/*.json`) says which files each
+//! commit's changes are in and in what order; the files are read as Parquet with
+//! `_metadata.row_index`, so every change has its version, file position and row position,
+//! the tie-breaks of DESIGN §3 (`table_changes` exposes neither file nor row order).
+//!
+//! As Delta's change feed defines it: a commit with change-data files (`cdc` actions) has its
+//! changes there, each row with its `_change_type`; any other commit's new files are inserts,
+//! and its removed files are deletes without change data (counted, not read). A first run reads
+//! the snapshot: the live files, each row stamped with the commit that added its file.
+
+use crate::sql::ident;
+
+/// The temporary views and caches of one flow run, in the order they are made.
+pub(crate) const VIEWS: [&str; 6] = [
+    "smelt_log",
+    "smelt_commits",
+    "smelt_files",
+    "smelt_raw",
+    "smelt_changes",
+    "smelt_stage",
+];
+
+/// Which commits a run reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Span {
+    /// The versions after the first, up to the second (inclusive).
+    Range(i64, i64),
+    /// The snapshot at this version.
+    Snapshot(i64),
+}
+
+/// The log entry file name of `version`.
+fn log_file(version: i64) -> String {
+    format!("{version:020}.json")
+}
+
+/// `smelt_log`: one row per action line of the commits read (`version`, `line` in the commit
+/// file, the action `a`).
+pub(crate) fn log_view(bronze: &str, span: Span) -> String {
+    let files = match span {
+        // A glob of the entries read: no other entry is opened.
+        Span::Range(after, to) => {
+            let names: Vec<String> = (after + 1..=to).map(log_file).collect();
+            format!("{{{}}}", names.join(","))
+        }
+        Span::Snapshot(_) => "*.json".to_string(),
+    };
+    let path = format!("{bronze}/_delta_log/{files}");
+    format!(
+        "CREATE OR REPLACE TEMPORARY VIEW smelt_log AS\n\
+         SELECT CAST(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS version,\n\
+         \x20      monotonically_increasing_id() AS line,\n\
+         \x20      from_json(value, 'add STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, cdc STRUCT<path: STRING, size: BIGINT>') AS a\n\
+         FROM text.{}",
+        ident(&path)
+    )
+}
+
+/// `smelt_commits`: the commit time of each version read (Delta's history: in-commit
+/// timestamps, else the log entries' modification times made monotonic).
+pub(crate) fn commits_view(commits: &[(i64, i64)]) -> String {
+    let rows: Vec<String> = commits
+        .iter()
+        .map(|(v, ts)| format!("({v}L, timestamp_micros({ts}L))"))
+        .collect();
+    let rows = if rows.is_empty() {
+        "(-1L, timestamp_micros(0L))".to_string()
+    } else {
+        rows.join(", ")
+    };
+    format!(
+        "CREATE OR REPLACE TEMPORARY VIEW smelt_commits AS\n\
+         SELECT * FROM VALUES {rows} AS c(version, ts)"
+    )
+}
+
+/// `smelt_files`: the files whose rows are the changes read, with their version, position
+/// in the commit (`pos`), name and kind (`add`: inserts; `cdc`: change data).
+pub(crate) fn files_view(span: Span) -> String {
+    let name = |col: &str| format!("regexp_extract({col}, '[^/]*$', 0)");
+    let body = match span {
+        Span::Range(after, to) => format!(
+            "WITH l AS (SELECT * FROM smelt_log WHERE version > {after} AND version <= {to}),\n\
+             cdc_versions AS (SELECT DISTINCT version FROM l WHERE a.cdc IS NOT NULL)\n\
+             SELECT version, line AS pos, {cdc} AS name, a.cdc.path AS path, 'cdc' AS kind, a.cdc.size AS size\n\
+             FROM l WHERE a.cdc IS NOT NULL\n\
+             UNION ALL\n\
+             SELECT version, line, {add}, a.add.path, 'add', a.add.size\n\
+             FROM l WHERE a.add.dataChange AND version NOT IN (SELECT version FROM cdc_versions)",
+            cdc = name("a.cdc.path"),
+            add = name("a.add.path"),
+        ),
+        Span::Snapshot(at) => format!(
+            "WITH l AS (SELECT * FROM smelt_log WHERE version <= {at}),\n\
+             adds AS (SELECT a.add.path AS path, min(struct(version, line)) AS first, max(version) AS last, max(a.add.size) AS size\n\
+             \x20        FROM l WHERE a.add IS NOT NULL GROUP BY a.add.path),\n\
+             removes AS (SELECT a.remove.path AS path, max(version) AS last FROM l WHERE a.remove IS NOT NULL GROUP BY a.remove.path)\n\
+             SELECT adds.first.version AS version, adds.first.line AS pos, {add} AS name, adds.path, 'add' AS kind, adds.size\n\
+             FROM adds LEFT JOIN removes ON adds.path = removes.path\n\
+             WHERE removes.last IS NULL OR adds.last > removes.last",
+            add = name("adds.path"),
+        ),
+    };
+    format!("CREATE OR REPLACE TEMPORARY VIEW smelt_files AS\n{body}")
+}
+
+/// The files of the read, collected by smelt: kind, name, path, version, size.
+pub(crate) const FILES_QUERY: &str =
+    "SELECT kind, name, path, version, size FROM smelt_files ORDER BY version, pos";
+
+/// The log entries of the read that remove and add files without change data, per version
+/// (collected: a rewrite without change data stops the run, as embedded).
+pub(crate) const REWRITES_QUERY: &str = "SELECT version, \
+     count_if(a.remove.dataChange) AS removes, count_if(a.add.dataChange) AS adds, \
+     count_if(a.cdc IS NOT NULL) AS cdc FROM smelt_log GROUP BY version ORDER BY version";
+
+/// Where the rows of `files` (relative paths under `bronze`) are read from: a glob naming
+/// each (only they are opened), or, for many files or names a glob cannot hold, the folder
+/// (`subdir`), every file of it listed and the others left out by the join.
+pub(crate) fn source_glob(bronze: &str, subdir: Option<&str>, files: &[String]) -> String {
+    let plain =
+        |p: &String| !p.is_empty() && !p.contains(['{', '}', ',', '[', ']', '*', '?', '\\', '%']);
+    if !files.is_empty() && files.len() <= 2_000 && files.iter().all(plain) {
+        format!("{bronze}/{{{}}}", files.join(","))
+    } else {
+        match subdir {
+            Some(dir) => format!("{bronze}/{dir}"),
+            None => bronze.to_string(),
+        }
+    }
+}
+
+/// A read of the Parquet files at `glob`: the bronze columns (`present` in the files, the
+/// others NULL), the file name and the row's index in it.
+fn parquet_rows(glob: &str, columns: &[String], present: &[String], extra: &str) -> String {
+    let cols: Vec<String> = columns
+        .iter()
+        .map(|c| {
+            if present.iter().any(|p| p == c) {
+                ident(c)
+            } else {
+                format!("CAST(NULL AS STRING) AS {}", ident(c))
+            }
+        })
+        .collect();
+    format!(
+        "SELECT {}{extra}, _metadata.file_name AS __file, _metadata.row_index AS __row FROM parquet.{}",
+        cols.join(", "),
+        ident(glob)
+    )
+}
+
+/// `smelt_raw`: the change rows, bronze columns as stored plus `_change_type`,
+/// `_commit_version`, `_commit_timestamp`, `_file_pos`, `_row_pos`. `adds` and `cdc` are the
+/// globs and the columns their files have, when the read has such files.
+pub(crate) fn raw_view(
+    columns: &[String],
+    adds: Option<(&str, &[String])>,
+    cdc: Option<(&str, &[String])>,
+) -> String {
+    let cols: Vec<String> = columns.iter().map(|c| format!("d.{}", ident(c))).collect();
+    let cols = cols.join(", ");
+    let mut parts = Vec::new();
+    if let Some((glob, present)) = adds {
+        parts.push(format!(
+            "SELECT {cols}, 'insert' AS _change_type, f.version AS _commit_version, c.ts AS _commit_timestamp, f.pos AS _file_pos, d.__row AS _row_pos\n\
+             FROM ({}) d\n\
+             JOIN smelt_files f ON f.kind = 'add' AND f.name = d.__file\n\
+             JOIN smelt_commits c ON c.version = f.version",
+            parquet_rows(glob, columns, present, "")
+        ));
+    }
+    if let Some((glob, present)) = cdc {
+        parts.push(format!(
+            "SELECT {cols}, d._change_type, f.version, c.ts, f.pos, d.__row\n\
+             FROM ({}) d\n\
+             JOIN smelt_files f ON f.kind = 'cdc' AND f.name = d.__file\n\
+             JOIN smelt_commits c ON c.version = f.version",
+            parquet_rows(glob, columns, present, ", _change_type")
+        ));
+    }
+    if parts.is_empty() {
+        // Nothing to read: the same columns, no row.
+        let nulls: Vec<String> = columns
+            .iter()
+            .map(|c| format!("CAST(NULL AS STRING) AS {}", ident(c)))
+            .collect();
+        parts.push(format!(
+            "SELECT {}, CAST(NULL AS STRING) AS _change_type, CAST(NULL AS BIGINT) AS _commit_version, \
+             CAST(NULL AS TIMESTAMP) AS _commit_timestamp, CAST(NULL AS BIGINT) AS _file_pos, \
+             CAST(NULL AS BIGINT) AS _row_pos WHERE false",
+            nulls.join(", ")
+        ));
+    }
+    format!(
+        "CREATE OR REPLACE TEMPORARY VIEW smelt_raw AS\n{}",
+        parts.join("\nUNION ALL\n")
+    )
+}
+
+/// The columns a Parquet read of `glob` has (no row is read).
+pub(crate) fn probe(glob: &str) -> String {
+    format!("SELECT * FROM parquet.{} LIMIT 0", ident(glob))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_reads_only_its_log_entries() {
+        let sql = log_view("/l/b", Span::Range(2, 4));
+        assert!(
+            sql.contains(
+                "text.`/l/b/_delta_log/{00000000000000000003.json,00000000000000000004.json}`"
+            ),
+            "{sql}"
+        );
+        assert!(log_view("/l/b", Span::Snapshot(4)).contains("_delta_log/*.json`"));
+    }
+
+    #[test]
+    fn globs_name_plain_files_and_fall_back_to_the_folder() {
+        let files = vec!["a.parquet".to_string(), "b.parquet".to_string()];
+        assert_eq!(source_glob("/b", None, &files), "/b/{a.parquet,b.parquet}");
+        let odd = vec!["a,b.parquet".to_string()];
+        assert_eq!(
+            source_glob("/b", Some("_change_data"), &odd),
+            "/b/_change_data"
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! From change rows to what each key's winning change does: the typed changes
+//! (`smelt_changes`: kind, cast values, cast failures), the latest change per key with the
+//! embedded engine's tie-breaks, the guard against silver and tombstones, and the row each
+//! key gets (`smelt_stage`). Both are cached on the cluster: every later statement of the run
+//! reads them, not bronze.
+
+use smelt_spec::{ApplyFlow, ColumnType, UpdateTimestampOn};
+
+use super::shape::{Shape, newer, spark_type};
+use crate::sql::ident;
+
+/// `smelt_changes`: every change row read, its kind (`upsert`, `delete`, `ignored`), its
+/// columns cast to silver's types (`__v<i>`) and, per cast column, whether the cast failed
+/// (`__f<i>`: a value that is neither NULL nor blank and does not cast).
+pub(crate) fn changes_cache(spec: &ApplyFlow, shape: &Shape) -> String {
+    let delete = match &spec.apply_as_deletes {
+        Some(pred) => format!("coalesce(({pred}), false)"),
+        None => "false".to_string(),
+    };
+    let mut cols = vec![format!(
+        "CASE WHEN r._change_type IN ('insert', 'update_postimage') \
+         THEN CASE WHEN {delete} THEN 'delete' ELSE 'upsert' END ELSE 'ignored' END AS __kind"
+    )];
+    for i in shape.cast_columns() {
+        let c = &shape.silver.columns[i];
+        let raw = format!("r.{}", ident(&c.name));
+        let (typed, failed) = cast(&raw, c.ty);
+        cols.push(format!("{typed} AS __v{i}"));
+        cols.push(format!("{failed} AS __f{i}"));
+    }
+    format!(
+        "CACHE TABLE smelt_changes AS\nSELECT r.*,\n  {}\nFROM smelt_raw r",
+        cols.join(",\n  ")
+    )
+}
+
+/// `raw` cast to `ty` as Spark's `try_cast` does, and whether that failed.
+fn cast(raw: &str, ty: ColumnType) -> (String, String) {
+    if ty == ColumnType::String {
+        return (format!("CAST({raw} AS STRING)"), "false".to_string());
+    }
+    let typed = format!("try_cast({raw} AS {})", spark_type(ty));
+    let failed =
+        format!("({raw} IS NOT NULL AND trim(CAST({raw} AS STRING)) <> '' AND {typed} IS NULL)");
+    (typed, failed)
+}
+
+/// What the stage needs to know about the tables a run writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Targets<'a> {
+    /// Silver, when it exists and the run is guarded by it (not a rebuild).
+    pub(crate) silver: Option<&'a str>,
+    /// The tombstones, likewise.
+    pub(crate) tombstones: Option<&'a str>,
+    /// The run's time (µs): `_update_timestamp` of changed rows.
+    pub(crate) run_us: i64,
+}
+
+/// `smelt_stage`: one row per key that has a change: silver's columns as the key would be
+/// written, `__action` (`insert`, `update`, `unchanged`, `delete`, `tombstone`, `stale`,
+/// `rejected`), `__tomb` (a tombstone is written), the delete's sequence for its tombstone (`__tomb<j>`) and
+/// `__conflict` (the winner ties with a change whose data differs).
+pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>) -> String {
+    let keys: Vec<String> = shape.keys.iter().map(|i| format!("__v{i}")).collect();
+    let seq_read: Vec<String> = shape.seq.iter().map(|s| s.read.clone()).collect();
+    let order: Vec<String> = seq_read
+        .iter()
+        .map(|s| format!("{s} DESC NULLS LAST"))
+        .chain(["_commit_version DESC", "_file_pos DESC", "_row_pos DESC"].map(String::from))
+        .collect();
+    let seq_struct = named_struct(&seq_read);
+    // What a conflict compares: the cast columns but keys and sequence, and the kind.
+    let seq_cols: Vec<&str> = seq_read.iter().map(String::as_str).collect();
+    let data: Vec<String> = shape
+        .data
+        .iter()
+        .map(|i| format!("__v{i}"))
+        .filter(|c| !seq_cols.contains(&c.as_str()))
+        .map(|c| format!("IF(__kind = 'delete', NULL, {c})"))
+        .chain(["__kind = 'delete'".to_string()])
+        .collect();
+    let data_struct = named_struct(&data);
+    let window = format!(
+        "PARTITION BY {} ORDER BY {}",
+        keys.join(", "),
+        order.join(", ")
+    );
+    let mut sql = format!(
+        "CACHE TABLE smelt_stage AS\n\
+         WITH c AS (SELECT * FROM smelt_changes WHERE __kind IN ('upsert', 'delete')),\n\
+         r AS (SELECT c.*, row_number() OVER w AS __rn, first_value({seq_struct}) OVER w AS __wseq,\n\
+         \x20      first_value({data_struct}) OVER w AS __wdata FROM c WINDOW w AS ({window})),\n\
+         k AS (SELECT r.*, max(CAST(__rn > 1 AND {seq_struct} <=> __wseq AND NOT ({data_struct} <=> __wdata) AS INT))\n\
+         \x20      OVER (PARTITION BY {}) AS __conflict FROM r),\n\
+         w AS (SELECT * FROM k WHERE __rn = 1),\n",
+        keys.join(", ")
+    );
+    // The stored rows: silver's columns as __s<i>, the tombstone's sequence as __tq<j>.
+    let n = shape.silver.columns.len();
+    let mut joined = vec!["w.*".to_string()];
+    let mut from = "w".to_string();
+    let on = |alias: &str| -> String {
+        shape
+            .keys
+            .iter()
+            .map(|&i| format!("w.__v{i} <=> {alias}.{}", shape.name(i)))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    match targets.silver {
+        Some(table) => {
+            joined.push("s.__present AS __m".into());
+            joined.extend((0..n).map(|i| format!("s.{} AS __s{i}", shape.name(i))));
+            from.push_str(&format!(
+                " LEFT JOIN (SELECT *, true AS __present FROM {table}) s ON {}",
+                on("s")
+            ));
+        }
+        None => {
+            joined.push("CAST(NULL AS BOOLEAN) AS __m".into());
+            joined.extend((0..n).map(|i| {
+                format!(
+                    "CAST(NULL AS {}) AS __s{i}",
+                    spark_type(shape.silver.columns[i].ty)
+                )
+            }));
+        }
+    }
+    let tomb_seq: Vec<_> = shape.seq.iter().collect();
+    match targets.tombstones {
+        Some(table) => {
+            joined.push("t.__present AS __t".into());
+            for (j, s) in tomb_seq.iter().enumerate() {
+                joined.push(format!("t.{} AS __tq{j}", ident(&s.stored)));
+            }
+            from.push_str(&format!(
+                " LEFT JOIN (SELECT *, true AS __present FROM {table}) t ON {}",
+                on("t")
+            ));
+        }
+        None => {
+            joined.push("CAST(NULL AS BOOLEAN) AS __t".into());
+            for (j, s) in tomb_seq.iter().enumerate() {
+                joined.push(format!("CAST(NULL AS {}) AS __tq{j}", spark_type(s.ty)));
+            }
+        }
+    }
+    sql.push_str(&format!(
+        "j AS (SELECT {} FROM {from}),\n",
+        joined.join(", ")
+    ));
+
+    // The guard and the merged values.
+    let stored_seq: Vec<String> = shape
+        .seq
+        .iter()
+        .map(|s| {
+            let i = shape
+                .silver
+                .columns
+                .iter()
+                .position(|c| c.name == s.stored)
+                .unwrap_or(0);
+            format!("__s{i}")
+        })
+        .collect();
+    let tomb_stored: Vec<String> = (0..tomb_seq.len()).map(|j| format!("__tq{j}")).collect();
+    let mut flags = vec![
+        "coalesce(__m, false) AS __m2".to_string(),
+        format!("{} AS __n", newer(&seq_read, &stored_seq)),
+        format!(
+            "(NOT coalesce(__t, false) OR {}) AS __pt",
+            newer(&seq_read, &tomb_stored)
+        ),
+    ];
+    for &i in &shape.data {
+        let name = &shape.silver.columns[i].name;
+        let new = if spec.ignore_null_updates {
+            format!("coalesce(__v{i}, __s{i})")
+        } else {
+            format!("__v{i}")
+        };
+        let merged = if shape.updates.updates(name) {
+            new
+        } else {
+            format!("__s{i}")
+        };
+        flags.push(format!(
+            "CASE WHEN coalesce(__m, false) THEN {merged} ELSE __v{i} END AS __o{i}"
+        ));
+    }
+    sql.push_str(&format!(
+        "f AS (SELECT j.*, {} FROM j),\n",
+        flags.join(", ")
+    ));
+
+    let differs: Vec<String> = shape
+        .data
+        .iter()
+        .map(|i| format!("NOT (__o{i} <=> __s{i})"))
+        .chain(["false".to_string()])
+        .collect();
+    let null_key: Vec<String> = shape
+        .keys
+        .iter()
+        .filter(|&&i| !shape.silver.columns[i].nullable)
+        .map(|i| format!("__v{i} IS NULL"))
+        .chain(["false".to_string()])
+        .collect();
+    let action = format!(
+        "CASE WHEN {} THEN 'rejected'\n\
+         \x20 WHEN __kind = 'upsert' THEN CASE WHEN NOT __m2 AND __pt THEN 'insert'\n\
+         \x20   WHEN __m2 AND __n AND __pt THEN CASE WHEN {} THEN 'update' ELSE 'unchanged' END\n\
+         \x20   ELSE 'stale' END\n\
+         \x20 WHEN __m2 AND __n THEN 'delete' WHEN __pt AND NOT __m2 THEN 'tombstone' ELSE 'stale' END",
+        null_key.join(" OR "),
+        differs.join(" OR ")
+    );
+    sql.push_str(&format!("a AS (SELECT f.*, {action} AS __action FROM f)\n"));
+
+    // The row each key gets.
+    let run = format!("timestamp_micros({}L)", targets.run_us);
+    let mut out = Vec::new();
+    for (i, c) in shape.silver.columns.iter().enumerate() {
+        let name = ident(&c.name);
+        let value = if shape.keys.contains(&i) {
+            format!("__v{i}")
+        } else if shape.data.contains(&i) {
+            format!("__o{i}")
+        } else if shape.ingest.as_deref() == Some(c.name.as_str()) {
+            "_commit_timestamp".to_string()
+        } else if spec.audit.update_timestamp_on == UpdateTimestampOn::Apply {
+            run.clone()
+        } else {
+            format!("CASE WHEN __action IN ('insert', 'update') THEN {run} ELSE __s{i} END")
+        };
+        out.push(format!("{value} AS {name}"));
+    }
+    out.push("__action".into());
+    out.push(
+        "(__action IN ('delete', 'tombstone') AND __pt AND (NOT __m2 OR __n)) AS __tomb".into(),
+    );
+    for (j, s) in tomb_seq.iter().enumerate() {
+        out.push(format!("{} AS __tomb{j}", s.read));
+    }
+    out.push("__conflict".into());
+    sql.push_str(&format!("SELECT {} FROM a", out.join(", ")));
+    sql
+}
+
+fn named_struct(values: &[String]) -> String {
+    let fields: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("'c{i}', {v}"))
+        .collect();
+    format!("named_struct({})", fields.join(", "))
+}
+
+/// The counts of the changes read (collected): rows, ignored, kept, and the cast failures of
+/// each cast column (`f<i>`).
+pub(crate) fn changes_counts(shape: &Shape) -> String {
+    let mut cols = vec![
+        "count(*) AS changes_read".to_string(),
+        "count_if(__kind = 'ignored') AS ignored".to_string(),
+    ];
+    for i in shape.cast_columns() {
+        cols.push(format!("count_if(__kind = 'upsert' AND __f{i}) AS f{i}"));
+    }
+    format!("SELECT {} FROM smelt_changes", cols.join(", "))
+}
+
+/// The counts of the stage (collected).
+pub(crate) const STAGE_COUNTS: &str = "SELECT count(*) AS winners, \
+     count_if(__action = 'insert') AS inserted, count_if(__action = 'update') AS updated, \
+     count_if(__action = 'unchanged') AS unchanged, count_if(__action = 'delete') AS deleted, \
+     count_if(__action = 'stale') AS stale, count_if(__tomb) AS tombstones, \
+     count_if(__action = 'rejected') AS rejected, count_if(__conflict = 1) AS conflicts \
+     FROM smelt_stage";
+
+/// The first change whose column `i` fails to cast, for `on_cast_error: fail` (collected).
+pub(crate) fn first_failure(shape: &Shape, i: usize) -> String {
+    let keys: Vec<String> = shape
+        .keys
+        .iter()
+        .map(|&k| format!("CAST({} AS STRING)", shape.name(k)))
+        .collect();
+    format!(
+        "SELECT CAST({} AS STRING) AS raw, _commit_version, {} FROM smelt_changes \
+         WHERE __kind = 'upsert' AND __f{i} ORDER BY _commit_version, _file_pos, _row_pos LIMIT 1",
+        shape.name(i),
+        keys.join(", ")
+    )
+}

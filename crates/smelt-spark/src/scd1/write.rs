@@ -1,0 +1,139 @@
+//! The statements that write: each carries the flow's watermark as Delta's idempotent-write
+//! session confs (`txnAppId` = `smelt/<flow>`, `txnVersion` = the bronze version read), so
+//! Delta itself skips a statement a killed run already committed; silver's commit also
+//! carries the run's report in its `userMetadata`. Order: tombstones, then silver, as
+//! embedded; tombstone expiry after, in a commit of its own.
+
+use super::shape::{DELETED_AT, Shape, create_table, spark_type};
+use crate::sql::ident;
+
+/// The session conf naming the idempotent writer.
+pub(crate) const TXN_APP_ID: &str = "spark.databricks.delta.write.txnAppId";
+/// The session conf holding the idempotent write's version.
+pub(crate) const TXN_VERSION: &str = "spark.databricks.delta.write.txnVersion";
+/// The session conf whose text lands in the commit's `userMetadata`.
+pub(crate) const USER_METADATA: &str = "spark.databricks.delta.commitInfo.userMetadata";
+
+/// `SET key=value`, the value backquoted (Spark takes it verbatim; a backquote inside is
+/// doubled).
+pub(crate) fn set(key: &str, value: &str) -> String {
+    format!("SET {key}=`{}`", value.replace('`', "``"))
+}
+
+/// `RESET key`.
+pub(crate) fn reset(key: &str) -> String {
+    format!("RESET {key}")
+}
+
+/// Silver's `CREATE TABLE IF NOT EXISTS`.
+pub(crate) fn create_silver(table: &str, shape: &Shape) -> String {
+    let cols: Vec<(String, String, bool)> = shape
+        .silver
+        .columns
+        .iter()
+        .map(|c| (c.name.clone(), spark_type(c.ty), c.nullable))
+        .collect();
+    create_table(table, &cols)
+}
+
+/// The tombstones' `CREATE TABLE IF NOT EXISTS`.
+pub(crate) fn create_tombstones(table: &str, shape: &Shape) -> String {
+    create_table(table, &shape.tombstone_columns())
+}
+
+/// The tombstone rows of the stage, as the tombstone table's columns.
+fn tombstone_rows(shape: &Shape, run_us: i64) -> String {
+    let mut cols: Vec<String> = shape.keys.iter().map(|&i| shape.name(i)).collect();
+    for (j, s) in shape.seq.iter().enumerate() {
+        if !s.is_key {
+            cols.push(format!("__tomb{j} AS {}", ident(&s.stored)));
+        }
+    }
+    cols.push(format!(
+        "timestamp_micros({run_us}L) AS {}",
+        ident(DELETED_AT)
+    ));
+    format!("SELECT {} FROM smelt_stage WHERE __tomb", cols.join(", "))
+}
+
+fn on(shape: &Shape) -> String {
+    shape
+        .keys
+        .iter()
+        .map(|&i| format!("t.{0} <=> s.{0}", shape.name(i)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// The tombstones of the run's deletes merged in: one per key, the newest.
+pub(crate) fn merge_tombstones(table: &str, shape: &Shape, run_us: i64) -> String {
+    format!(
+        "MERGE INTO {table} AS t USING ({}) AS s ON {}\n\
+         WHEN MATCHED THEN UPDATE SET *\nWHEN NOT MATCHED THEN INSERT *",
+        tombstone_rows(shape, run_us),
+        on(shape)
+    )
+}
+
+/// A rebuild's tombstones: the table replaced by the run's.
+pub(crate) fn overwrite_tombstones(table: &str, shape: &Shape, run_us: i64) -> String {
+    format!("INSERT OVERWRITE {table} {}", tombstone_rows(shape, run_us))
+}
+
+/// The stage merged into silver: deletes, updates (changed or not: the sequence and ingest
+/// time move), inserts; keys matched null-safely.
+pub(crate) fn merge_silver(table: &str, shape: &Shape) -> String {
+    let cols: Vec<String> = (0..shape.silver.columns.len())
+        .map(|i| shape.name(i))
+        .collect();
+    let set: Vec<String> = cols.iter().map(|c| format!("t.{c} = s.{c}")).collect();
+    let values: Vec<String> = cols.iter().map(|c| format!("s.{c}")).collect();
+    format!(
+        "MERGE INTO {table} AS t\n\
+         USING (SELECT * FROM smelt_stage WHERE __action IN ('insert', 'update', 'unchanged', 'delete')) AS s\n\
+         ON {}\n\
+         WHEN MATCHED AND s.__action = 'delete' THEN DELETE\n\
+         WHEN MATCHED THEN UPDATE SET {}\n\
+         WHEN NOT MATCHED AND s.__action = 'insert' THEN INSERT ({}) VALUES ({})",
+        on(shape),
+        set.join(", "),
+        cols.join(", "),
+        values.join(", ")
+    )
+}
+
+/// A rebuild's silver: the table replaced by the stage's inserts.
+pub(crate) fn overwrite_silver(table: &str, shape: &Shape) -> String {
+    let cols: Vec<String> = (0..shape.silver.columns.len())
+        .map(|i| shape.name(i))
+        .collect();
+    format!(
+        "INSERT OVERWRITE {table} SELECT {} FROM smelt_stage WHERE __action = 'insert'",
+        cols.join(", ")
+    )
+}
+
+/// Tombstones older than the retention, removed.
+pub(crate) fn expire_tombstones(table: &str, before_us: i64) -> String {
+    format!(
+        "DELETE FROM {table} WHERE {} < timestamp_micros({before_us}L)",
+        ident(DELETED_AT)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_values_are_backquoted_verbatim() {
+        assert_eq!(
+            set(TXN_APP_ID, "smelt/p"),
+            "SET spark.databricks.delta.write.txnAppId=`smelt/p`"
+        );
+        assert_eq!(
+            set(USER_METADATA, "{\"a\":\"`\"}"),
+            "SET spark.databricks.delta.commitInfo.userMetadata=`{\"a\":\"``\"}`"
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! The statements of one flow run as they are sent: each shown as progress, recorded for
+//! `smelt compile`, and, when it writes, sent only by a real run (a plan or a compile runs
+//! the reads, which write nothing, and records the writes).
+
+use std::sync::Mutex;
+
+use smelt_engine::ports::Reporter;
+use smelt_engine::{EngineError, Result, failpoint};
+
+use crate::client::{Rows, Spark};
+
+/// One statement of a flow run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Statement {
+    /// What it is for.
+    pub what: String,
+    /// The Spark SQL text.
+    pub sql: String,
+    /// Whether it writes a table (a plan or a compile does not send it).
+    pub writes: bool,
+}
+
+/// What a flow run does with the statements it makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Send them all.
+    Run,
+    /// Send the reads only and stop before the writes (`smelt plan`).
+    Plan,
+    /// Send the reads only, and record the writes (`smelt compile`).
+    Compile,
+}
+
+/// The statements of one flow run on one session.
+pub(crate) struct Session<'a> {
+    pub(crate) spark: &'a Spark,
+    pub(crate) flow: &'a str,
+    pub(crate) mode: Mode,
+    pub(crate) reporter: &'a dyn Reporter,
+    pub(crate) log: Mutex<Vec<Statement>>,
+}
+
+impl<'a> Session<'a> {
+    pub(crate) fn new(
+        spark: &'a Spark,
+        flow: &'a str,
+        mode: Mode,
+        reporter: &'a dyn Reporter,
+    ) -> Self {
+        Self {
+            spark,
+            flow,
+            mode,
+            reporter,
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs a statement that writes nothing.
+    pub(crate) async fn read(&self, what: &str, sql: String) -> Result<Rows> {
+        self.record(what, &sql, false);
+        self.reporter.phase(self.flow, what);
+        Ok(self.spark.sql(what, &sql).await?)
+    }
+
+    /// Runs a statement that writes (not in a plan), after the failpoint
+    /// `before_spark_<point>` (crash drills: `SMELT_FAILPOINT=before_spark_silver:abort`).
+    pub(crate) async fn write(&self, point: &str, what: &str, sql: String) -> Result<Option<Rows>> {
+        self.record(what, &sql, true);
+        if self.mode != Mode::Run {
+            return Ok(None);
+        }
+        failpoint(&format!("before_spark_{point}"))?;
+        self.reporter.phase(self.flow, what);
+        match self.spark.sql(what, &sql).await {
+            Ok(rows) => Ok(Some(rows)),
+            Err(e) => Err(EngineError::from(e)),
+        }
+    }
+
+    /// Runs a session setting (sent in a plan too: it changes no table).
+    pub(crate) async fn setting(&self, sql: String) -> Result<()> {
+        self.record("setting", &sql, false);
+        self.spark.sql("a session setting", &sql).await?;
+        Ok(())
+    }
+
+    /// A session setting that belongs to the writes (the watermark, the commit's metadata):
+    /// recorded, and sent only by a real run.
+    pub(crate) async fn write_setting(&self, sql: String) -> Result<()> {
+        self.record("setting", &sql, true);
+        if self.mode == Mode::Run {
+            self.spark.sql("a session setting", &sql).await?;
+        }
+        Ok(())
+    }
+
+    /// Records a read sent directly (one whose failure the caller reads).
+    pub(crate) fn record_read(&self, what: &str, sql: &str) {
+        self.reporter.phase(self.flow, what);
+        self.record(what, sql, false);
+    }
+
+    fn record(&self, what: &str, sql: &str, writes: bool) {
+        self.log.lock().expect("statement log").push(Statement {
+            what: what.to_string(),
+            sql: sql.to_string(),
+            writes,
+        });
+    }
+
+    /// The statements made so far.
+    pub(crate) fn statements(&self) -> Vec<Statement> {
+        self.log.lock().expect("statement log").clone()
+    }
+}

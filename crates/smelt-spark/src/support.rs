@@ -1,0 +1,145 @@
+//! What the Spark engine runs, and the refusal of everything else by name, at `validate`,
+//! before anything runs (never run embedded instead without a word).
+
+use smelt_engine::EngineError;
+use smelt_engine::run::RunSettings;
+use smelt_spec::pipeline::COMMIT_TIMESTAMP;
+use smelt_spec::{
+    ApplyFlow, CastDialect, Flow, FlowKind, OnCastError, OnSequenceConflict, OptimizeMode,
+    Pipeline, SchemaEvolution, SourceDeletes, WriteMode,
+};
+
+/// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
+pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec<EngineError> {
+    let mut out = Vec::new();
+    let name = &flow.name;
+    let mut refuse = |what: String, hint: &str| {
+        out.push(EngineError::user(
+            format!("flow `{name}`: {what} is not supported on the Spark engine yet"),
+            hint,
+        ));
+    };
+    let embedded = "run it with `--engine embedded`, or leave it out of this run";
+    if !pipeline.catalogs.is_empty() {
+        refuse("an Iceberg catalog (`catalogs:`)".into(), embedded);
+    }
+    if settings.since.is_some() {
+        refuse("a replay window (`--since`)".into(), embedded);
+    }
+    match &flow.kind {
+        FlowKind::Apply(spec) => apply(spec, &mut refuse),
+        other => {
+            let kind = match other {
+                FlowKind::Ingest(_) => "an `ingest` flow",
+                FlowKind::Append(_) => "an `append` flow",
+                FlowKind::ReplaceWhere(_) => "a `replace_where` flow",
+                FlowKind::Export(_) => "an `export` flow",
+                FlowKind::Apply(_) => unreachable!("matched above"),
+            };
+            refuse(kind.into(), embedded);
+        }
+    }
+    out
+}
+
+fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
+    let embedded = "run this flow with `--engine embedded`";
+    let tables = [&spec.from, &spec.into];
+    if let Some(t) = tables.iter().find(|t| t.catalog.is_some()) {
+        refuse(format!("the Iceberg table `{t}`"), embedded);
+    }
+    if spec.scd != 1 {
+        refuse("`scd: 2`".into(), embedded);
+    }
+    if spec.silver.is_none() {
+        refuse(
+            "an apply flow without `schema:`".into(),
+            "give the flow its silver DDL file (`schema:`)",
+        );
+    }
+    if spec.cast_dialect != CastDialect::Spark {
+        let dialect = match spec.cast_dialect {
+            CastDialect::BigQuery => "bigquery",
+            CastDialect::Lenient => "lenient",
+            CastDialect::Spark => "spark",
+        };
+        refuse(
+            format!("`cast_dialect: {dialect}`"),
+            "set `cast_dialect: spark` (Spark's own `try_cast`); a schema file with BigQuery type names (BOOL, INT64) defaults to `bigquery`",
+        );
+    }
+    if spec.sequence_by.iter().any(|s| s == COMMIT_TIMESTAMP)
+        && spec.audit.ingest_timestamp.is_none()
+    {
+        refuse(
+            "`sequence_by: [_commit_timestamp]` without an ingest-timestamp audit column".into(),
+            "keep `audit.ingest_timestamp`: silver stores the commit time there",
+        );
+    }
+    if spec.on_cast_error == OnCastError::Quarantine {
+        refuse(
+            "`on_cast_error: quarantine`".into(),
+            "use `on_cast_error: null` (counted) or `fail`",
+        );
+    }
+    let options = [
+        (spec.apply_as_truncates.is_some(), "`apply_as_truncates`"),
+        (
+            spec.source_deletes == SourceDeletes::Apply,
+            "`source_deletes: apply`",
+        ),
+        (spec.filter.is_some(), "`where`"),
+        (!spec.expectations.is_empty(), "`expect`"),
+        (
+            spec.on_sequence_conflict != OnSequenceConflict::Last,
+            "`on_sequence_conflict` other than `last`",
+        ),
+        (
+            spec.schema_evolution != SchemaEvolution::None,
+            "`schema_evolution: add_new_columns`",
+        ),
+        (spec.widen_types, "`widen_types`"),
+        (
+            spec.write_mode == WriteMode::MergeOnRead,
+            "`write_mode: merge_on_read`",
+        ),
+        (spec.optimize == OptimizeMode::Auto, "`optimize: auto`"),
+    ];
+    for (set, what) in options {
+        if set {
+            refuse(what.to_string(), embedded);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(apply: &str) -> Vec<String> {
+        let yaml = format!(
+            "lake: l\nflows:\n  f:\n    apply:\n      from: b.t\n      into: s.t\n      keys: [k]\n{apply}"
+        );
+        let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
+        refusals(&pipeline, &pipeline.flows[0], &RunSettings::default())
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn options_the_spark_engine_lacks_are_refused_by_name() {
+        let all =
+            refused("      scd: 2\n      cast_dialect: lenient\n      write_mode: merge_on_read\n");
+        let text = all.join("\n");
+        for name in [
+            "`scd: 2`",
+            "`cast_dialect: lenient`",
+            "`write_mode: merge_on_read`",
+            "without `schema:`",
+        ] {
+            assert!(text.contains(name), "{name} not refused in:\n{text}");
+        }
+        assert!(all.iter().all(|e| e.starts_with("flow `f`: ")), "{text}");
+    }
+}
