@@ -184,7 +184,18 @@ fn product2(url: &str) {
     pair.same_tables("product2 step 1", false);
 
     pair.bronze("insert_2.sql");
+    // A plan says what the run will do, and writes nothing.
+    let planned = (
+        pair.p.flows(&["-p", "embedded.yaml", "plan"]),
+        pair.p.flows(&["-p", "spark.yaml", "plan"]),
+    );
+    assert_eq!(planned.1[0]["status"], "planned", "{:?}", planned.1);
+    same_reports("product2 plan of step 2", &planned);
     let second = pair.run(&[]);
+    assert_eq!(
+        comparable(&planned.1)[0]["inserted"],
+        comparable(&second.1)[0]["inserted"]
+    );
     same_reports("product2 step 2", &second);
     pair.same_tables("product2 step 2", false);
 
@@ -195,6 +206,20 @@ fn product2(url: &str) {
     let rebuilt = pair.run(&["--full-refresh"]);
     same_reports("product2 rebuild", &rebuilt);
     pair.same_tables("product2 rebuild", false);
+
+    // The event log, written through Spark: one row per flow run (plans write none).
+    let (_, log) = pair.rows(
+        "SELECT status, count(*) AS n FROM _smelt.event_log GROUP BY status ORDER BY status",
+        &[],
+    );
+    assert_eq!(
+        log,
+        vec![
+            serde_json::json!({"status": "applied", "n": 3}),
+            serde_json::json!({"status": "up_to_date", "n": 1}),
+        ],
+        "{log:?}"
+    );
 
     // `smelt compile` shows the statements of the next run: reads, then the writes.
     pair.bronze("insert_2.sql");
@@ -219,22 +244,30 @@ fn product2_deletes(url: &str) {
     same_reports("deletes step 1", &pair.run(&[]));
     pair.same_tables("deletes step 1", false);
 
-    for (step, file) in [
-        ("deletes step 2", "soft_delete.sql"),
-        ("deletes step 3", "late.sql"),
-    ] {
+    // The delete's run is killed before its tombstones, then before silver (after the
+    // tombstones); the late changes' run before silver.
+    let kills: [(&str, &str, &[&str]); 2] = [
+        (
+            "deletes step 2",
+            "soft_delete.sql",
+            &["before_spark_tombstones", "before_spark_silver"],
+        ),
+        ("deletes step 3", "late.sql", &["before_spark_silver"]),
+    ];
+    for (step, file, points) in kills {
         pair.bronze(file);
-        pair.p.flows(&["-p", "embedded.yaml", "run"]);
-        let out = pair
-            .p
-            .abort_at("before_spark_silver", &["-p", "spark.yaml", "run"]);
-        assert!(
-            common::signal_of(&out.status).is_some(),
-            "{step}: the run was not killed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
+        for point in points {
+            let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
+            assert!(
+                common::signal_of(&out.status).is_some(),
+                "{step}: the run was not killed at {point}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
         assert_eq!(rerun[0]["status"], "applied", "{rerun:?}");
+        same_reports(&format!("{step}, run again"), &(embedded, rerun));
         pair.same_tables(&format!("{step}, killed and run again"), true);
     }
 
@@ -248,7 +281,7 @@ fn product2_deletes(url: &str) {
 
 /// What the Spark engine does not run yet is refused by name at `validate`, before anything
 /// runs; `--engine embedded` runs the same file embedded.
-fn refusals(url: &str) {
+fn refusals(url: &str, writer: &Writer) {
     let flows = format!("{DELETES}      scd: 2\n      write_mode: merge_on_read\n");
     let pair = Pair::new(Project::product2_deletes(), &flows, url);
     pair.bronze("../product2/bronze.sql");
@@ -267,6 +300,48 @@ fn refusals(url: &str) {
     );
     pair.p
         .ok(&["-p", "spark.yaml", "--engine", "embedded", "validate"]);
+
+    // Bronze tables whose files are not plain rows: refused by name.
+    let pair = Pair::new(Project::product2(), PRODUCT2, url);
+    let bronze = format!("delta.`{}`", pair.p.file("bronze").display());
+    let columns = "Id STRING, Name STRING";
+    for (layout, refused) in [
+        ("PARTITIONED BY (Name)", "is partitioned"),
+        (
+            "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
+            "has deletion vectors",
+        ),
+    ] {
+        let _ = std::fs::remove_dir_all(pair.p.file("bronze"));
+        writer.sql(&format!(
+            "CREATE TABLE {bronze} ({columns}) USING DELTA {layout}"
+        ));
+        let (_, stderr) = pair.p.fails(&["-p", "spark.yaml", "validate"], 1);
+        assert!(stderr.contains(refused), "`{refused}` not in:\n{stderr}");
+    }
+}
+
+/// A Spark session of the test's own, to write bronze tables as Spark writes them.
+struct Writer {
+    runtime: tokio::runtime::Runtime,
+    spark: Spark,
+}
+
+impl Writer {
+    fn new(url: &str) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let spark = runtime.block_on(Spark::connect(url)).unwrap();
+        Self { runtime, spark }
+    }
+
+    fn sql(&self, statement: &str) {
+        self.runtime
+            .block_on(self.spark.sql("writing bronze", statement))
+            .unwrap_or_else(|e| panic!("{e}\n{statement}"));
+    }
 }
 
 /// A bronze row of the random streams: key, sequence, value, deleted flag (all text, as
@@ -309,17 +384,8 @@ const RANDOM: &str = "  r:
 /// Random change streams — keys repeated inside a commit and across its two files, equal
 /// and NULL sequences, late changes, deletes, values that do not cast, NULL keys — applied
 /// commit by commit by both engines, then replayed from the snapshot (`--full-refresh`).
-fn random_streams(url: &str) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let spark = runtime.block_on(Spark::connect(url)).unwrap();
-    let sql = |statement: &str| {
-        runtime
-            .block_on(spark.sql("writing bronze", statement))
-            .unwrap_or_else(|e| panic!("{e}\n{statement}"));
-    };
+fn random_streams(url: &str, writer: &Writer) {
+    let sql = |statement: &str| writer.sql(statement);
     let config = Config {
         cases: 3,
         failure_persistence: None,
@@ -367,8 +433,9 @@ fn random_streams(url: &str) {
 #[test]
 fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     let cluster = SparkCluster::start();
-    refusals(&cluster.url);
+    let writer = Writer::new(&cluster.url);
+    refusals(&cluster.url, &writer);
     product2(&cluster.url);
     product2_deletes(&cluster.url);
-    random_streams(&cluster.url);
+    random_streams(&cluster.url, &writer);
 }

@@ -93,6 +93,23 @@ impl Rows {
             .collect()
     }
 
+    /// Column `name` (a list) as the length of each list.
+    pub fn list_lens(&self, name: &str) -> Vec<Option<usize>> {
+        let Some(schema) = self.schema.as_ref() else {
+            return Vec::new();
+        };
+        let Ok(index) = schema.index_of(name) else {
+            return Vec::new();
+        };
+        self.batches
+            .iter()
+            .flat_map(|b| match b.column(index).as_list_opt::<i32>() {
+                Some(list) => list.iter().map(|v| v.map(|a| a.len())).collect(),
+                None => vec![None; b.num_rows()],
+            })
+            .collect()
+    }
+
     /// The column names.
     pub fn names(&self) -> Vec<String> {
         self.schema

@@ -63,14 +63,21 @@ impl<'a> Session<'a> {
         Ok(self.spark.sql(what, &sql).await?)
     }
 
-    /// Runs a statement that writes (not in a plan), after the failpoint
-    /// `before_spark_<point>` (crash drills: `SMELT_FAILPOINT=before_spark_silver:abort`).
-    pub(crate) async fn write(&self, point: &str, what: &str, sql: String) -> Result<Option<Rows>> {
+    /// Runs a statement that writes (not in a plan), after the failpoint `point` where it
+    /// has one (crash drills: `SMELT_FAILPOINT=before_spark_silver:abort`).
+    pub(crate) async fn write(
+        &self,
+        point: Option<&str>,
+        what: &str,
+        sql: String,
+    ) -> Result<Option<Rows>> {
         self.record(what, &sql, true);
         if self.mode != Mode::Run {
             return Ok(None);
         }
-        failpoint(&format!("before_spark_{point}"))?;
+        if let Some(point) = point {
+            failpoint(point)?;
+        }
         self.reporter.phase(self.flow, what);
         match self.spark.sql(what, &sql).await {
             Ok(rows) => Ok(Some(rows)),

@@ -15,6 +15,9 @@ pub fn string_literal(text: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            // Spark substitutes `${…}` (`${env:…}`, `${spark:…}`) in the SQL text before it
+            // parses it: a dollar sign never reaches it as one.
+            '$' => out.push_str("\\u0024"),
             c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
             c => out.push(c),
         }
@@ -44,6 +47,7 @@ mod tests {
         assert_eq!(string_literal("1\t2\n"), r"'1\t2\n'");
         assert_eq!(string_literal("\u{1}"), r"'\u0001'");
         assert_eq!(string_literal("クラウド"), "'クラウド'");
+        assert_eq!(string_literal("${env:HOME}"), r"'\u0024{env:HOME}'");
         assert_eq!(ident("a`b"), "`a``b`");
         assert_eq!(delta_path("/lake/raw/t"), "delta.`/lake/raw/t`");
     }

@@ -76,6 +76,12 @@ fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
             "keep `audit.ingest_timestamp`: silver stores the commit time there",
         );
     }
+    if spec.sequence_by.is_empty() {
+        refuse(
+            "an empty `sequence_by`".into(),
+            "order the changes: `sequence_by: [_commit_timestamp]` (the default) or a column",
+        );
+    }
     if spec.on_cast_error == OnCastError::Quarantine {
         refuse(
             "`on_cast_error: quarantine`".into(),

@@ -36,6 +36,9 @@ pub(crate) struct State {
     pub(crate) watermark: Option<i64>,
     /// Whether the tombstone table exists.
     pub(crate) tombstones: bool,
+    /// The bronze version the tombstones were last written for (a run killed after them
+    /// leaves it ahead of the watermark).
+    pub(crate) tombstones_txn: Option<i64>,
 }
 
 /// The last commit of `table`, `None` when there is no Delta table there.
@@ -84,6 +87,7 @@ pub(crate) async fn discover(
                 .into(),
         });
     };
+    check_bronze(s, spec, &bronze).await?;
     let columns = s
         .read(
             "read bronze's columns",
@@ -94,35 +98,102 @@ pub(crate) async fn discover(
     let silver_dir = places.location(&spec.into);
     let silver = last_commit(s, "read silver's last commit", &places.sql(&spec.into)).await?;
     let watermark = match &silver {
-        Some(_) => {
-            let sql = format!(
-                "SELECT max(t.txn.version) AS version FROM (SELECT from_json(value, 'txn STRUCT<appId: STRING, version: BIGINT>') AS t FROM text.{}) WHERE t.txn.appId = {}",
-                ident(&format!("{silver_dir}/_delta_log/*.json")),
-                string_literal(&app_id(name))
-            );
-            s.read("read silver's watermark", sql)
-                .await?
-                .ints("version")
-                .first()
-                .copied()
-                .flatten()
-        }
+        Some(_) => txn_of(s, &silver_dir, name, "read silver's watermark").await?,
         None => None,
     };
-    let tombstones = last_commit(
-        s,
-        "look for the tombstone table",
-        &places.sql(&tombstone_table(&spec.into)),
-    )
-    .await?
-    .is_some();
+    let tombs = tombstone_table(&spec.into);
+    let tombstones = last_commit(s, "look for the tombstone table", &places.sql(&tombs))
+        .await?
+        .is_some();
+    let tombstones_txn = match tombstones {
+        true => {
+            let dir = places.location(&tombs);
+            txn_of(s, &dir, name, "read the tombstones' watermark").await?
+        }
+        false => None,
+    };
     Ok(State {
         bronze_version: last.version,
         bronze_columns: columns,
         silver,
         watermark,
         tombstones,
+        tombstones_txn,
     })
+}
+
+/// The version of flow `name`'s last Delta transaction in the table at `dir` (its latest,
+/// as Delta keeps it, not the greatest), read from the JSON log entries.
+async fn txn_of(s: &Session<'_>, dir: &str, name: &str, what: &str) -> Result<Option<i64>> {
+    let sql = format!(
+        "SELECT t.txn.version AS version FROM (SELECT from_json(value, 'txn STRUCT<appId: STRING, version: BIGINT>') AS t, \
+         try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
+         WHERE t.txn.appId = {} AND v IS NOT NULL ORDER BY v DESC LIMIT 1",
+        ident(&format!("{dir}/_delta_log/*.json")),
+        string_literal(&app_id(name))
+    );
+    Ok(s.read(what, sql)
+        .await?
+        .ints("version")
+        .first()
+        .copied()
+        .flatten())
+}
+
+/// Bronze tables whose files the engine cannot read as Parquet rows are refused by name:
+/// partitioned (the values are in the paths), deletion vectors (rows marked deleted inside
+/// files), column mapping (physical names in the files).
+async fn check_bronze(s: &Session<'_>, spec: &ApplyFlow, bronze: &str) -> Result<()> {
+    let refuse = |what: String| {
+        EngineError::user(
+            format!(
+                "bronze `{}` {what}: not supported on the Spark engine yet",
+                spec.from
+            ),
+            "run this flow with `--engine embedded`",
+        )
+    };
+    let detail = s
+        .read("read bronze's layout", format!("DESCRIBE DETAIL {bronze}"))
+        .await?;
+    if detail
+        .list_lens("partitionColumns")
+        .first()
+        .copied()
+        .flatten()
+        .unwrap_or(0)
+        > 0
+    {
+        return Err(refuse("is partitioned".into()));
+    }
+    let props = s
+        .read(
+            "read bronze's properties",
+            format!("SHOW TBLPROPERTIES {bronze}"),
+        )
+        .await?;
+    for (key, value) in props.strings("key").into_iter().zip(props.strings("value")) {
+        let (key, value) = (key.unwrap_or_default(), value.unwrap_or_default());
+        match key.as_str() {
+            "delta.feature.deletionVectors" => {
+                return Err(refuse(
+                    "has the deletion vectors feature (`delta.feature.deletionVectors`)".into(),
+                ));
+            }
+            "delta.enableDeletionVectors" if value.eq_ignore_ascii_case("true") => {
+                return Err(refuse(
+                    "has deletion vectors (`delta.enableDeletionVectors`)".into(),
+                ));
+            }
+            "delta.columnMapping.mode" if value != "none" => {
+                return Err(refuse(format!(
+                    "uses column mapping (`delta.columnMapping.mode = {value}`)"
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// One commit of bronze's history.
@@ -131,45 +202,66 @@ pub(crate) struct Commit {
     pub(crate) version: i64,
     /// The commit's time (µs): Delta's, as `table_changes` gives it.
     pub(crate) at_us: i64,
-    pub(crate) operation: String,
 }
 
-/// Bronze's history for `span`, oldest first.
+/// Bronze's history for `span`, oldest first: every version of a range (a commit made
+/// since bronze's version was read moves `DESCRIBE HISTORY … LIMIT n` on, so the limit grows
+/// until the range is in); a version the log no longer has stops the run.
 pub(crate) async fn history(
     s: &Session<'_>,
     bronze: &str,
     state: &State,
     span: Span,
+    from: &str,
 ) -> Result<Vec<Commit>> {
-    let sql = match span {
-        Span::Range(after, to) => format!("DESCRIBE HISTORY {bronze} LIMIT {}", to - after),
-        Span::Snapshot(_) => format!("DESCRIBE HISTORY {bronze}"),
+    let mut limit = match span {
+        Span::Range(after, to) => Some(to - after),
+        Span::Snapshot(_) => None,
     };
-    let rows = s.read("read bronze's commit times", sql).await?;
-    let (versions, times, ops) = (
-        rows.ints("version"),
-        rows.micros("timestamp"),
-        rows.strings("operation"),
-    );
-    let mut commits: Vec<Commit> = versions
-        .iter()
-        .zip(&times)
-        .zip(&ops)
-        .filter_map(|((v, t), op)| {
-            Some(Commit {
-                version: (*v)?,
-                at_us: (*t)?,
-                operation: op.clone().unwrap_or_default(),
+    loop {
+        let sql = match limit {
+            Some(n) => format!("DESCRIBE HISTORY {bronze} LIMIT {n}"),
+            None => format!("DESCRIBE HISTORY {bronze}"),
+        };
+        let rows = s.read("read bronze's commit times", sql).await?;
+        let (versions, times) = (rows.ints("version"), rows.micros("timestamp"));
+        let mut commits: Vec<Commit> = versions
+            .iter()
+            .zip(&times)
+            .filter_map(|(v, t)| {
+                Some(Commit {
+                    version: (*v)?,
+                    at_us: (*t)?,
+                })
             })
-        })
-        .filter(|c| c.version <= state.bronze_version)
-        .filter(|c| match span {
-            Span::Range(after, _) => c.version > after,
-            Span::Snapshot(_) => true,
-        })
-        .collect();
-    commits.sort_by_key(|c| c.version);
-    Ok(commits)
+            .collect();
+        commits.sort_by_key(|c| c.version);
+        let Span::Range(after, to) = span else {
+            commits.retain(|c| c.version <= state.bronze_version);
+            return Ok(commits);
+        };
+        let oldest = commits.first().map_or(i64::MAX, |c| c.version);
+        let n = limit.unwrap_or(0);
+        if oldest > after + 1 && commits.len() as i64 == n {
+            // Newer commits took the places: ask for as many more.
+            let newest = commits.last().map_or(to, |c| c.version);
+            limit = Some(newest - after);
+            continue;
+        }
+        commits.retain(|c| c.version > after && c.version <= to);
+        if commits.len() as i64 != to - after {
+            let missing = (after + 1..=to)
+                .find(|v| !commits.iter().any(|c| c.version == *v))
+                .unwrap_or(after + 1);
+            return Err(EngineError::user(
+                format!(
+                    "`{from}`'s log no longer has version {missing} (cleaned up after a checkpoint): its changes cannot be read"
+                ),
+                "rebuild silver with `--full-refresh`",
+            ));
+        }
+        return Ok(commits);
+    }
 }
 
 /// A commit of the range that removes and adds files without change data and is not an
@@ -178,7 +270,7 @@ pub(crate) async fn history(
 pub(crate) async fn check_rewrites(
     s: &Session<'_>,
     spec: &ApplyFlow,
-    history: &[Commit],
+    span: (i64, i64),
 ) -> Result<usize> {
     let rows = s
         .read(
@@ -192,6 +284,16 @@ pub(crate) async fn check_rewrites(
         rows.ints("adds"),
         rows.ints("cdc"),
     );
+    let (ops, predicates) = (rows.strings("operation"), rows.strings("predicate"));
+    if let Some(v) = (span.0 + 1..=span.1).find(|v| !versions.contains(&Some(*v))) {
+        return Err(EngineError::user(
+            format!(
+                "`{}`'s log no longer has version {v} (cleaned up after a checkpoint): its changes cannot be read",
+                spec.from
+            ),
+            "rebuild silver with `--full-refresh`",
+        ));
+    }
     let mut ignored = 0;
     for i in 0..versions.len() {
         let (v, r, a, c) = (
@@ -203,12 +305,9 @@ pub(crate) async fn check_rewrites(
         if c > 0 || r == 0 {
             continue;
         }
-        let op = history
-            .iter()
-            .find(|h| h.version == v)
-            .map(|h| h.operation.as_str())
-            .unwrap_or("");
-        let overwrite = op == "WRITE" || op.starts_with("CREATE") || op.starts_with("REPLACE");
+        let op = ops[i].clone().unwrap_or_default();
+        // As embedded: an overwrite is a `WRITE` without a predicate, or a `CREATE…`.
+        let overwrite = (op == "WRITE" && predicates[i].is_none()) || op.starts_with("CREATE");
         if a > 0 && !overwrite {
             return Err(EngineError::user(
                 format!(

@@ -70,6 +70,10 @@ impl Scd1<'_> {
         let shape = Shape::new(spec, silver);
         let mut report = self.report(state);
         let (span, mode) = match (self.ctx.full_refresh, state.watermark) {
+            // As embedded: a rebuild of a silver that does not exist yet is its first run.
+            (true, _) if state.silver.is_none() => {
+                (Span::Snapshot(state.bronze_version), ReadMode::Snapshot)
+            }
             (true, _) => (Span::Snapshot(state.bronze_version), ReadMode::Rebuild),
             (false, None) => (Span::Snapshot(state.bronze_version), ReadMode::Snapshot),
             (false, Some(w)) if w == state.bronze_version => {
@@ -92,6 +96,10 @@ impl Scd1<'_> {
             (false, Some(w)) => (Span::Range(w, state.bronze_version), ReadMode::Incremental),
         };
         report.mode = mode;
+        // No watermark left set by a flow before this one (or a failed statement).
+        s.setting(write::reset(write::TXN_APP_ID)).await?;
+        s.setting(write::reset(write::TXN_VERSION)).await?;
+        s.setting(write::reset(write::USER_METADATA)).await?;
         let tz = spec.tz.clone().unwrap_or_else(|| "UTC".to_string());
         s.setting(format!("SET spark.sql.session.timeZone={tz}"))
             .await?;
@@ -112,6 +120,11 @@ impl Scd1<'_> {
             silver: (state.silver.is_some() && !rebuild).then_some(silver_sql.as_str()),
             tombstones: (state.tombstones && !rebuild).then_some(tomb_sql.as_str()),
             run_us: self.ctx.run_timestamp_us,
+            // A run killed after the tombstones' statement left them ahead of silver: a
+            // delete equal to its own tombstone is this run's, and still to apply.
+            replayed: state
+                .tombstones_txn
+                .is_some_and(|t| state.watermark.is_none_or(|w| t > w)),
         };
         self.stage(s, &shape, targets, &mut counts).await?;
         fill(&mut report, &counts);
@@ -159,7 +172,8 @@ impl Scd1<'_> {
         report: &mut FlowReport,
     ) -> Result<(usize, u64)> {
         let bronze = self.places.location(&self.spec.from);
-        let history = discover::history(s, &delta_path(&bronze), state, span).await?;
+        let from = self.spec.from.to_string();
+        let history = discover::history(s, &delta_path(&bronze), state, span, &from).await?;
         if let Span::Snapshot(_) = span
             && history.first().is_some_and(|c| c.version > 0)
         {
@@ -183,8 +197,9 @@ impl Scd1<'_> {
             files.strings("path"),
             files.ints("size"),
         );
-        if let Span::Range(..) = span {
-            report.delete_files_ignored = discover::check_rewrites(s, self.spec, &history).await?;
+        if let Span::Range(after, to) = span {
+            report.delete_files_ignored =
+                discover::check_rewrites(s, self.spec, (after, to)).await?;
         }
         let of = |kind: &str| -> Vec<String> {
             kinds
@@ -342,7 +357,8 @@ impl Scd1<'_> {
         Ok(())
     }
 
-    /// Step 4: tombstones, silver (with the report), expiry.
+    /// Step 4: tombstones, silver (with the report), expiry. The watermark's session confs
+    /// are reset whatever happens.
     async fn write(
         &self,
         s: &Session<'_>,
@@ -354,63 +370,38 @@ impl Scd1<'_> {
         let silver = self.places.sql(&self.spec.into);
         let tombs = self.places.sql(&tombstone_table(&self.spec.into));
         let run_us = self.ctx.run_timestamp_us;
-        let v = state.bronze_version;
-        // A rebuild of the version already applied moves no watermark: Delta would skip a
-        // write whose txn version is not newer.
-        let txn = !(rebuild && state.watermark.is_some_and(|w| w >= v));
-        if txn {
-            s.write_setting(write::set(write::TXN_APP_ID, &app_id(self.name)))
-                .await?;
-            s.write_setting(write::set(write::TXN_VERSION, &v.to_string()))
-                .await?;
-        }
-        if report.tombstones_written > 0 || (rebuild && state.tombstones) {
+        if rebuild && (report.tombstones_written > 0 || state.tombstones) {
+            // A rebuild replaces the tombstones whatever watermark they carry (a killed
+            // run may have left them ahead of silver's): without the txn confs.
             s.write(
-                "tombstones",
+                None,
                 "create the tombstone table",
                 write::create_tombstones(&tombs, shape),
             )
             .await?;
-            let sql = match rebuild {
-                true => write::overwrite_tombstones(&tombs, shape, run_us),
-                false => write::merge_tombstones(&tombs, shape, run_us),
-            };
-            s.write("tombstones", "write the tombstones", sql).await?;
-        }
-        s.write(
-            "silver",
-            "create the silver table",
-            write::create_silver(&silver, shape),
-        )
-        .await?;
-        let metadata = serde_json::json!({
-            "smelt.run_id": self.ctx.run_id,
-            "smelt.flow": app_id(self.name),
-            "smelt.source_version": v,
-            "smelt.report": serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?,
-        })
-        .to_string()
-        .replace('`', "\\u0060");
-        s.write_setting(write::set(write::USER_METADATA, &metadata))
+            let sql = write::overwrite_tombstones(&tombs, shape, run_us);
+            s.write(
+                Some("before_spark_tombstones"),
+                "replace the tombstones",
+                sql,
+            )
             .await?;
-        let sql = match rebuild {
-            true => write::overwrite_silver(&silver, shape),
-            false => write::merge_silver(&silver, shape),
-        };
-        let merged = s.write("silver", "merge into silver", sql).await;
-        s.write_setting(write::reset(write::USER_METADATA)).await?;
-        if txn {
-            s.write_setting(write::reset(write::TXN_APP_ID)).await?;
-            s.write_setting(write::reset(write::TXN_VERSION)).await?;
         }
-        merged?;
+        let written = self
+            .write_with_watermark(s, shape, state, rebuild, report)
+            .await;
+        for key in [write::USER_METADATA, write::TXN_APP_ID, write::TXN_VERSION] {
+            s.write_setting(write::reset(key)).await?;
+        }
+        written?;
         if let Some(keep) = self.spec.tombstone_retention
             && (state.tombstones || report.tombstones_written > 0)
         {
-            let before = run_us - keep.as_micros() as i64;
+            let keep = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
+            let before = run_us.saturating_sub(keep);
             let done = s
                 .write(
-                    "expire",
+                    None,
                     "expire old tombstones",
                     write::expire_tombstones(&tombs, before),
                 )
@@ -434,6 +425,64 @@ impl Scd1<'_> {
                 .await?;
             report.silver_version = last.ints("version").first().copied().flatten();
         }
+        Ok(())
+    }
+
+    /// The statements that carry the watermark: tombstones (not in a rebuild), silver.
+    async fn write_with_watermark(
+        &self,
+        s: &Session<'_>,
+        shape: &Shape,
+        state: &State,
+        rebuild: bool,
+        report: &FlowReport,
+    ) -> Result<()> {
+        let silver = self.places.sql(&self.spec.into);
+        let tombs = self.places.sql(&tombstone_table(&self.spec.into));
+        let v = state.bronze_version;
+        // A rebuild of the version already applied moves no watermark: Delta would skip a
+        // write whose txn version is not newer.
+        if !(rebuild && state.watermark.is_some_and(|w| w >= v)) {
+            s.write_setting(write::set(write::TXN_APP_ID, &app_id(self.name)))
+                .await?;
+            s.write_setting(write::set(write::TXN_VERSION, &v.to_string()))
+                .await?;
+        }
+        if !rebuild && report.tombstones_written > 0 {
+            s.write(
+                None,
+                "create the tombstone table",
+                write::create_tombstones(&tombs, shape),
+            )
+            .await?;
+            let sql = write::merge_tombstones(&tombs, shape, self.ctx.run_timestamp_us);
+            s.write(Some("before_spark_tombstones"), "write the tombstones", sql)
+                .await?;
+        }
+        s.write(
+            None,
+            "create the silver table",
+            write::create_silver(&silver, shape),
+        )
+        .await?;
+        let metadata = serde_json::json!({
+            "smelt.run_id": self.ctx.run_id,
+            "smelt.flow": app_id(self.name),
+            "smelt.source_version": v,
+            "smelt.report": serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?,
+        })
+        .to_string()
+        // Spark would substitute `${…}` in the statement's text, and the value is backquoted.
+        .replace('$', "\\u0024")
+        .replace('`', "\\u0060");
+        s.write_setting(write::set(write::USER_METADATA, &metadata))
+            .await?;
+        let sql = match rebuild {
+            true => write::overwrite_silver(&silver, shape),
+            false => write::merge_silver(&silver, shape),
+        };
+        s.write(Some("before_spark_silver"), "merge into silver", sql)
+            .await?;
         Ok(())
     }
 }

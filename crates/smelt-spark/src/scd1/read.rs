@@ -49,10 +49,10 @@ pub(crate) fn log_view(bronze: &str, span: Span) -> String {
     let path = format!("{bronze}/_delta_log/{files}");
     format!(
         "CREATE OR REPLACE TEMPORARY VIEW smelt_log AS\n\
-         SELECT CAST(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS version,\n\
+         SELECT try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS version,\n\
          \x20      monotonically_increasing_id() AS line,\n\
-         \x20      from_json(value, 'add STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, cdc STRUCT<path: STRING, size: BIGINT>') AS a\n\
-         FROM text.{}",
+         \x20      from_json(value, 'add STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, cdc STRUCT<path: STRING, size: BIGINT>, commitInfo STRUCT<operation: STRING, operationParameters: MAP<STRING, STRING>>') AS a\n\
+         FROM text.{} WHERE try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) IS NOT NULL",
         ident(&path)
     )
 }
@@ -113,7 +113,9 @@ pub(crate) const FILES_QUERY: &str =
 /// (collected: a rewrite without change data stops the run, as embedded).
 pub(crate) const REWRITES_QUERY: &str = "SELECT version, \
      count_if(a.remove.dataChange) AS removes, count_if(a.add.dataChange) AS adds, \
-     count_if(a.cdc IS NOT NULL) AS cdc FROM smelt_log GROUP BY version ORDER BY version";
+     count_if(a.cdc IS NOT NULL) AS cdc, max(a.commitInfo.operation) AS operation, \
+     max(a.commitInfo.operationParameters['predicate']) AS predicate \
+     FROM smelt_log GROUP BY version ORDER BY version";
 
 /// Where the rows of `files` (relative paths under `bronze`) are read from: a glob naming
 /// each (only they are opened), or, for many files or names a glob cannot hold, the folder

@@ -7,7 +7,7 @@
 use smelt_spec::{ApplyFlow, ColumnType, UpdateTimestampOn};
 
 use super::shape::{Shape, newer, spark_type};
-use crate::sql::ident;
+use crate::sql::{ident, string_literal};
 
 /// `smelt_changes`: every change row read, its kind (`upsert`, `delete`, `ignored`), its
 /// columns cast to silver's types (`__v<i>`) and, per cast column, whether the cast failed
@@ -40,8 +40,11 @@ fn cast(raw: &str, ty: ColumnType) -> (String, String) {
         return (format!("CAST({raw} AS STRING)"), "false".to_string());
     }
     let typed = format!("try_cast({raw} AS {})", spark_type(ty));
-    let failed =
-        format!("({raw} IS NOT NULL AND trim(CAST({raw} AS STRING)) <> '' AND {typed} IS NULL)");
+    // Blank: only white space, as Unicode defines it (the embedded engine's `str::trim`).
+    let failed = format!(
+        "({raw} IS NOT NULL AND NOT (CAST({raw} AS STRING) RLIKE {}) AND {typed} IS NULL)",
+        string_literal(r"^\p{IsWhite_Space}*$")
+    );
     (typed, failed)
 }
 
@@ -54,6 +57,9 @@ pub(crate) struct Targets<'a> {
     pub(crate) tombstones: Option<&'a str>,
     /// The run's time (µs): `_update_timestamp` of changed rows.
     pub(crate) run_us: i64,
+    /// The tombstones carry a later watermark than silver (a run killed between them): a
+    /// tombstone equal to the delete is that run's, not a guard against it.
+    pub(crate) replayed: bool,
 }
 
 /// `smelt_stage`: one row per key that has a change: silver's columns as the key would be
@@ -169,8 +175,17 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
         "coalesce(__m, false) AS __m2".to_string(),
         format!("{} AS __n", newer(&seq_read, &stored_seq)),
         format!(
-            "(NOT coalesce(__t, false) OR {}) AS __pt",
-            newer(&seq_read, &tomb_stored)
+            "(NOT coalesce(__t, false) OR {}{}) AS __pt",
+            newer(&seq_read, &tomb_stored),
+            if targets.replayed {
+                format!(
+                    " OR (__kind = 'delete' AND {} <=> {})",
+                    named_struct(&seq_read),
+                    named_struct(&tomb_stored)
+                )
+            } else {
+                String::new()
+            }
         ),
     ];
     for &i in &shape.data {
@@ -283,7 +298,7 @@ pub(crate) fn first_failure(shape: &Shape, i: usize) -> String {
     let keys: Vec<String> = shape
         .keys
         .iter()
-        .map(|&k| format!("CAST({} AS STRING)", shape.name(k)))
+        .map(|&k| format!("CAST({0} AS STRING) AS {0}", shape.name(k)))
         .collect();
     format!(
         "SELECT CAST({} AS STRING) AS raw, _commit_version, {} FROM smelt_changes \
