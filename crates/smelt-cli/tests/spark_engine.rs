@@ -36,6 +36,7 @@ const REPORT_FIELDS: &[&str] = &[
     "rejected",
     "cast_failures",
     "sequence_conflicts",
+    "quarantined",
     "files_read",
     "bytes_read",
 ];
@@ -279,6 +280,46 @@ fn product2_deletes(url: &str) {
     assert_eq!(again.1[0]["status"], "up_to_date");
 }
 
+/// `on_cast_error: quarantine`: a value that does not cast leaves its change out and lands in
+/// the rejects table with the raw row; the Spark run is killed before the rejects' statement
+/// and before silver's (after the rejects'), then run again.
+fn quarantine(url: &str) {
+    let flows = format!("{PRODUCT2}      on_cast_error: quarantine\n");
+    let pair = Pair::new(Project::product2(), &flows, url);
+    pair.bronze("bronze.sql");
+    pair.bronze("insert_1.sql");
+    same_reports("quarantine step 1", &pair.run(&[]));
+    pair.p.write(
+        "bad.sql",
+        "INSERT INTO medallion_demo.product2__bronze (Id, Name, IsActive, CreatedDate) VALUES \
+         ('01t000000000001AAA', 'renamed', 'maybe', '2026-07-01T09:00:00Z'), \
+         ('01t000000000009AAA', 'new', 'true', 'yesterday'), \
+         ('01t000000000002AAA', 'renamed too', 'false', NULL)",
+    );
+    pair.bronze("bad.sql");
+    let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
+    assert_eq!(embedded[0]["quarantined"], 2, "{embedded:?}");
+    for point in ["before_spark_rejects", "before_spark_silver"] {
+        let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
+        assert!(
+            common::signal_of(&out.status).is_some(),
+            "the run was not killed at {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let spark = pair.p.flows(&["-p", "spark.yaml", "run"]);
+    same_reports(
+        "quarantine step 2, killed and run again",
+        &(embedded, spark),
+    );
+    pair.same_tables("quarantine step 2", false);
+    let rejects = "SELECT * FROM medallion_demo.product2__silver__rejects \
+                   ORDER BY source_version, column_name, raw_row";
+    let (e, s) = pair.rows(rejects, &["run_id", "rejected_at"]);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert_eq!(e, s, "rejects differ (left embedded, right Spark)");
+}
+
 /// What the Spark engine does not run yet is refused by name at `validate`, before anything
 /// runs; `--engine embedded` runs the same file embedded.
 fn refusals(url: &str, writer: &Writer) {
@@ -437,5 +478,6 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     refusals(&cluster.url, &writer);
     product2(&cluster.url);
     product2_deletes(&cluster.url);
+    quarantine(&cluster.url);
     random_streams(&cluster.url, &writer);
 }

@@ -85,6 +85,13 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Defines a temporary view (sent in a plan too: it changes no table).
+    pub(crate) async fn view(&self, what: &str, sql: String) -> Result<()> {
+        self.record(what, &sql, false);
+        self.spark.sql(what, &sql).await?;
+        Ok(())
+    }
+
     /// Runs a session setting (sent in a plan too: it changes no table).
     pub(crate) async fn setting(&self, sql: String) -> Result<()> {
         self.record("setting", &sql, false);

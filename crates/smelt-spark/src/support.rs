@@ -5,8 +5,8 @@ use smelt_engine::EngineError;
 use smelt_engine::run::RunSettings;
 use smelt_spec::pipeline::COMMIT_TIMESTAMP;
 use smelt_spec::{
-    ApplyFlow, CastDialect, Flow, FlowKind, OnCastError, OnSequenceConflict, OptimizeMode,
-    Pipeline, SchemaEvolution, SourceDeletes, WriteMode,
+    ApplyFlow, CastDialect, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
+    SchemaEvolution, SourceDeletes, WriteMode,
 };
 
 /// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
@@ -80,12 +80,6 @@ fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
         refuse(
             "an empty `sequence_by`".into(),
             "order the changes: `sequence_by: [_commit_timestamp]` (the default) or a column",
-        );
-    }
-    if spec.on_cast_error == OnCastError::Quarantine {
-        refuse(
-            "`on_cast_error: quarantine`".into(),
-            "use `on_cast_error: null` (counted) or `fail`",
         );
     }
     let options = [

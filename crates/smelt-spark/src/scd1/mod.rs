@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use smelt_engine::apply::tombstone_table;
 use smelt_engine::context::{RunContext, app_id};
+use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{ApplyFlow, OnCastError};
@@ -87,10 +88,7 @@ impl Scd1<'_> {
                         "flow `{}`: silver's watermark is bronze version {w}, but `{}` is at version {}: was bronze recreated?",
                         self.name, spec.from, state.bronze_version
                     ),
-                    format!(
-                        "rebuild silver with `smelt run --full-refresh {}`",
-                        self.name
-                    ),
+                    "drop silver and its tombstones and run again: Delta's idempotent writes cannot lower a watermark",
                 ));
             }
             (false, Some(w)) => (Span::Range(w, state.bronze_version), ReadMode::Incremental),
@@ -127,7 +125,7 @@ impl Scd1<'_> {
                 .is_some_and(|t| state.watermark.is_none_or(|w| t > w)),
         };
         self.stage(s, &shape, targets, &mut counts).await?;
-        fill(&mut report, &counts);
+        fill(&mut report, &counts, spec);
         if s.mode == crate::session::Mode::Plan {
             report.status = ReportStatus::Planned;
             return Ok(report);
@@ -185,10 +183,22 @@ impl Scd1<'_> {
                 "run this flow's first run with `--engine embedded`; later runs read increments",
             ));
         }
-        s.setting(read::log_view(&bronze, span)).await?;
+        s.view(
+            "define the log entries read (smelt_log)",
+            read::log_view(&bronze, span),
+        )
+        .await?;
         let commits: Vec<(i64, i64)> = history.iter().map(|c| (c.version, c.at_us)).collect();
-        s.setting(read::commits_view(&commits)).await?;
-        s.setting(read::files_view(span)).await?;
+        s.view(
+            "define the commit times (smelt_commits)",
+            read::commits_view(&commits),
+        )
+        .await?;
+        s.view(
+            "define the change files (smelt_files)",
+            read::files_view(span),
+        )
+        .await?;
         let files = s
             .read("list the change files", read::FILES_QUERY.to_string())
             .await?;
@@ -232,7 +242,7 @@ impl Scd1<'_> {
             (!adds.is_empty()).then_some((add_glob.as_str(), add_cols.as_slice())),
             (!cdc.is_empty()).then_some((cdc_glob.as_str(), cdc_cols.as_slice())),
         );
-        s.setting(view).await?;
+        s.view("define the change rows (smelt_raw)", view).await?;
         let bytes = sizes.iter().flatten().map(|b| *b as u64).sum();
         Ok((adds.len() + cdc.len(), bytes))
     }
@@ -255,7 +265,7 @@ impl Scd1<'_> {
             ignored: one("ignored"),
             ..Counts::default()
         };
-        counts.kept = counts.changes_read - counts.ignored;
+        counts.kept = counts.changes_read - counts.ignored - one("bad");
         for i in shape.cast_columns() {
             let failed = one(&format!("f{i}"));
             if failed > 0 {
@@ -448,6 +458,28 @@ impl Scd1<'_> {
             s.write_setting(write::set(write::TXN_VERSION, &v.to_string()))
                 .await?;
         }
+        if report.quarantined > 0 {
+            let rejects = self.places.sql(&rejects_table(&self.spec.into));
+            s.write(
+                None,
+                "create the rejects table",
+                write::create_rejects(&rejects),
+            )
+            .await?;
+            let of = write::RejectsOf {
+                run_id: &self.ctx.run_id,
+                flow: self.name,
+                source: &self.spec.from.to_string(),
+                run_us: self.ctx.run_timestamp_us,
+            };
+            let sql = write::insert_rejects(&rejects, shape, &state.bronze_columns, &of);
+            s.write(
+                Some("before_spark_rejects"),
+                "quarantine the values that do not cast",
+                sql,
+            )
+            .await?;
+        }
         if !rebuild && report.tombstones_written > 0 {
             s.write(
                 None,
@@ -488,7 +520,7 @@ impl Scd1<'_> {
 }
 
 /// The counts into the report.
-fn fill(report: &mut FlowReport, c: &Counts) {
+fn fill(report: &mut FlowReport, c: &Counts, spec: &ApplyFlow) {
     report.changes_read = c.changes_read;
     report.ignored = c.ignored;
     report.cast_failures = c.cast_failures.clone();
@@ -501,4 +533,7 @@ fn fill(report: &mut FlowReport, c: &Counts) {
     report.tombstones_written = c.tombstones;
     report.rejected = c.rejected;
     report.sequence_conflicts = c.conflicts;
+    if spec.on_cast_error == OnCastError::Quarantine {
+        report.quarantined = c.cast_failures.values().sum();
+    }
 }

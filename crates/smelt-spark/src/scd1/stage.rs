@@ -4,7 +4,7 @@
 //! key gets (`smelt_stage`). Both are cached on the cluster: every later statement of the run
 //! reads them, not bronze.
 
-use smelt_spec::{ApplyFlow, ColumnType, UpdateTimestampOn};
+use smelt_spec::{ApplyFlow, ColumnType, OnCastError, UpdateTimestampOn};
 
 use super::shape::{Shape, newer, spark_type};
 use crate::sql::{ident, string_literal};
@@ -28,8 +28,21 @@ pub(crate) fn changes_cache(spec: &ApplyFlow, shape: &Shape) -> String {
         cols.push(format!("{typed} AS __v{i}"));
         cols.push(format!("{failed} AS __f{i}"));
     }
+    // `on_cast_error: quarantine`: an upsert with a value that does not cast is left out
+    // whole (its rejects rows record it), before the latest per key is picked.
+    let bad = match spec.on_cast_error {
+        OnCastError::Quarantine => {
+            let any: Vec<String> = shape
+                .cast_columns()
+                .map(|i| format!("__f{i}"))
+                .chain(["false".to_string()])
+                .collect();
+            format!("(__kind = 'upsert' AND ({}))", any.join(" OR "))
+        }
+        _ => "false".to_string(),
+    };
     format!(
-        "CACHE TABLE smelt_changes AS\nSELECT r.*,\n  {}\nFROM smelt_raw r",
+        "CACHE TABLE smelt_changes AS\nSELECT *, {bad} AS __bad FROM (SELECT r.*,\n  {}\nFROM smelt_raw r) r",
         cols.join(",\n  ")
     )
 }
@@ -93,7 +106,7 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
     );
     let mut sql = format!(
         "CACHE TABLE smelt_stage AS\n\
-         WITH c AS (SELECT * FROM smelt_changes WHERE __kind IN ('upsert', 'delete')),\n\
+         WITH c AS (SELECT * FROM smelt_changes WHERE __kind IN ('upsert', 'delete') AND NOT __bad),\n\
          r AS (SELECT c.*, row_number() OVER w AS __rn, first_value({seq_struct}) OVER w AS __wseq,\n\
          \x20      first_value({data_struct}) OVER w AS __wdata FROM c WINDOW w AS ({window})),\n\
          k AS (SELECT r.*, max(CAST(__rn > 1 AND {seq_struct} <=> __wseq AND NOT ({data_struct} <=> __wdata) AS INT))\n\
@@ -278,6 +291,7 @@ pub(crate) fn changes_counts(shape: &Shape) -> String {
     let mut cols = vec![
         "count(*) AS changes_read".to_string(),
         "count_if(__kind = 'ignored') AS ignored".to_string(),
+        "count_if(__bad) AS bad".to_string(),
     ];
     for i in shape.cast_columns() {
         cols.push(format!("count_if(__kind = 'upsert' AND __f{i}) AS f{i}"));

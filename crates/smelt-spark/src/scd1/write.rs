@@ -5,7 +5,7 @@
 //! embedded; tombstone expiry after, in a commit of its own.
 
 use super::shape::{DELETED_AT, Shape, create_table, spark_type};
-use crate::sql::ident;
+use crate::sql::{ident, string_literal};
 
 /// The session conf naming the idempotent writer.
 pub(crate) const TXN_APP_ID: &str = "spark.databricks.delta.write.txnAppId";
@@ -111,6 +111,78 @@ pub(crate) fn overwrite_silver(table: &str, shape: &Shape) -> String {
         "INSERT OVERWRITE {table} SELECT {} FROM smelt_stage WHERE __action = 'insert'",
         cols.join(", ")
     )
+}
+
+/// The rejects table's columns, as the embedded engine creates it.
+pub(crate) const REJECTS_COLUMNS: [(&str, &str, bool); 12] = [
+    ("run_id", "STRING", false),
+    ("flow", "STRING", false),
+    ("source_table", "STRING", false),
+    ("source_version", "BIGINT", false),
+    ("source_commit_timestamp", "TIMESTAMP", true),
+    ("rule", "STRING", false),
+    ("column_name", "STRING", true),
+    ("raw_value", "STRING", true),
+    ("target_type", "STRING", true),
+    ("reason", "STRING", false),
+    ("raw_row", "STRING", false),
+    ("rejected_at", "TIMESTAMP", false),
+];
+
+/// The rejects table's `CREATE TABLE IF NOT EXISTS`.
+pub(crate) fn create_rejects(table: &str) -> String {
+    let cols: Vec<(String, String, bool)> = REJECTS_COLUMNS
+        .iter()
+        .map(|(n, t, null)| (n.to_string(), t.to_string(), *null))
+        .collect();
+    create_table(table, &cols)
+}
+
+/// Who the rejects rows of a run are from.
+pub(crate) struct RejectsOf<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) flow: &'a str,
+    pub(crate) source: &'a str,
+    pub(crate) run_us: i64,
+}
+
+/// `on_cast_error: quarantine`: one rejects row per upsert and column that does not cast,
+/// with the raw value and the raw row as JSON (bronze's columns, NULLs written).
+pub(crate) fn insert_rejects(
+    table: &str,
+    shape: &Shape,
+    bronze_columns: &[String],
+    of: &RejectsOf<'_>,
+) -> String {
+    let fields: Vec<String> = bronze_columns
+        .iter()
+        .map(|c| format!("{}, {}", string_literal(c), ident(c)))
+        .collect();
+    let raw_row = format!(
+        "to_json(named_struct({}), map('ignoreNullFields', 'false'))",
+        fields.join(", ")
+    );
+    let parts: Vec<String> = shape
+        .cast_columns()
+        .filter(|&i| shape.silver.columns[i].ty != smelt_spec::ColumnType::String)
+        .map(|i| {
+            let c = &shape.silver.columns[i];
+            let ty = c.ty.to_string();
+            format!(
+                "SELECT {}, {}, {}, _commit_version, _commit_timestamp, 'cast', {}, CAST({} AS STRING), {}, {}, {raw_row}, timestamp_micros({}L) \
+                 FROM smelt_changes WHERE __kind = 'upsert' AND __f{i}",
+                string_literal(of.run_id),
+                string_literal(of.flow),
+                string_literal(of.source),
+                string_literal(&c.name),
+                ident(&c.name),
+                string_literal(&ty),
+                string_literal(&format!("the value cannot be cast to {ty}")),
+                of.run_us,
+            )
+        })
+        .collect();
+    format!("INSERT INTO {table} {}", parts.join(" UNION ALL "))
 }
 
 /// Tombstones older than the retention, removed.
