@@ -89,3 +89,57 @@ fn append_and_replace_where_problems_are_listed_too() {
         assert!(err.contains(want), "{want}\n{err}");
     }
 }
+
+/// The engine choice is checked before any cluster is reached: the pipeline file's `engine:`
+/// and `connect:`, `--engine`, a Spark pipeline without a cluster; a cluster that does not
+/// answer is named (without its token).
+#[test]
+fn engine_choices_are_checked_and_named() {
+    let p = Project::product2();
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    p.write("typo.yaml", &format!("engine: sprak\n{yaml}"));
+    let (_, err) = p.fails(&["-p", "typo.yaml", "validate"], 2);
+    assert!(
+        err.contains("unknown engine `sprak`") && err.contains("did you mean `spark`?"),
+        "{err}"
+    );
+    p.write("lonely.yaml", &format!("connect: sc://h:15002\n{yaml}"));
+    let (_, err) = p.fails(&["-p", "lonely.yaml", "validate"], 2);
+    assert!(
+        err.contains("`connect` is set but the engine is embedded"),
+        "{err}"
+    );
+    p.write("nourl.yaml", &format!("engine: spark\n{yaml}"));
+    let (_, err) = p.fails(&["-p", "nourl.yaml", "run"], 2);
+    assert!(err.contains("the Spark engine needs a cluster"), "{err}");
+    let (_, err) = p.fails(&["--engine", "duckdb", "run"], 2);
+    assert!(err.contains("unknown engine `duckdb`"), "{err}");
+    let (_, err) = p.fails(&["compile"], 2);
+    assert!(err.contains("this pipeline runs embedded"), "{err}");
+    // What the engine refuses needs no cluster; then nothing listens on port 9 of the
+    // loopback: named, token hidden.
+    let (_, err) = p.fails(&["--engine", "sc://127.0.0.1:9", "validate"], 1);
+    assert!(
+        err.contains("`cast_dialect: bigquery` is not supported on the Spark engine"),
+        "{err}"
+    );
+    let spark = yaml.replace(
+        "      on_cast_error: null",
+        "      on_cast_error: null\n      cast_dialect: spark",
+    );
+    p.write("spark.yaml", &spark);
+    let (_, err) = p.fails(
+        &[
+            "-p",
+            "spark.yaml",
+            "--engine",
+            "sc://127.0.0.1:9/;token=secret",
+            "validate",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("sc://127.0.0.1:9/;token=***") && !err.contains("secret"),
+        "{err}"
+    );
+}
