@@ -182,52 +182,7 @@ impl Pipeline {
                 flows.push(Flow { name, kind });
             }
         }
-        // One export per folder: exports keep their state and temporary files there.
-        for (i, flow) in flows.iter().enumerate() {
-            let FlowKind::Export(e) = &flow.kind else {
-                continue;
-            };
-            let same = flows[..i]
-                .iter()
-                .find(|f| matches!(&f.kind, FlowKind::Export(o) if same_place(o, e)));
-            if let Some(first) = same {
-                errors.push(
-                    SpecError::new(
-                        path,
-                        format!("flows.{}.export.to", flow.name),
-                        format!(
-                            "flows `{}` and `{}` both export to `{}`",
-                            first.name, flow.name, e.to
-                        ),
-                    )
-                    .at(line_of(text, &["flows", &flow.name, "export", "to"]))
-                    .hint("give each export flow its own folder"),
-                );
-            }
-        }
-        // One writer per table: two flows merging into one silver would fight over it.
-        for (i, flow) in flows.iter().enumerate() {
-            if let Some(first) = flows[..i]
-                .iter()
-                .find(|f| f.writes().is_some() && f.writes() == flow.writes())
-            {
-                let kind = flow.kind_name();
-                errors.push(
-                    SpecError::new(
-                        path,
-                        format!("flows.{}.{kind}.into", flow.name),
-                        format!(
-                            "flows `{}` and `{}` both write `{}`",
-                            first.name,
-                            flow.name,
-                            flow.target()
-                        ),
-                    )
-                    .at(line_of(text, &["flows", &flow.name, kind, "into"]))
-                    .hint("give each flow its own `into:` table"),
-                );
-            }
-        }
+        writer_errors(path, text, &flows, &mut errors);
         check_catalog_names(path, text, &flows, &catalogs, &mut errors);
         // No cycle: a flow cannot run after itself.
         cycle_errors(path, text, &flows, &mut errors);
@@ -242,6 +197,56 @@ impl Pipeline {
             })
         } else {
             Err(SpecErrors(errors))
+        }
+    }
+}
+
+/// Checks across flows: one export per folder, one writer per table.
+fn writer_errors(path: &Path, text: &str, flows: &[Flow], errors: &mut Vec<SpecError>) {
+    // One export per folder: exports keep their state and temporary files there.
+    for (i, flow) in flows.iter().enumerate() {
+        let FlowKind::Export(e) = &flow.kind else {
+            continue;
+        };
+        let same = flows[..i]
+            .iter()
+            .find(|f| matches!(&f.kind, FlowKind::Export(o) if same_place(o, e)));
+        if let Some(first) = same {
+            errors.push(
+                SpecError::new(
+                    path,
+                    format!("flows.{}.export.to", flow.name),
+                    format!(
+                        "flows `{}` and `{}` both export to `{}`",
+                        first.name, flow.name, e.to
+                    ),
+                )
+                .at(line_of(text, &["flows", &flow.name, "export", "to"]))
+                .hint("give each export flow its own folder"),
+            );
+        }
+    }
+    // One writer per table: two flows merging into one silver would fight over it.
+    for (i, flow) in flows.iter().enumerate() {
+        if let Some(first) = flows[..i]
+            .iter()
+            .find(|f| f.writes().is_some() && f.writes() == flow.writes())
+        {
+            let kind = flow.kind_name();
+            errors.push(
+                SpecError::new(
+                    path,
+                    format!("flows.{}.{kind}.into", flow.name),
+                    format!(
+                        "flows `{}` and `{}` both write `{}`",
+                        first.name,
+                        flow.name,
+                        flow.target()
+                    ),
+                )
+                .at(line_of(text, &["flows", &flow.name, kind, "into"]))
+                .hint("give each flow its own `into:` table"),
+            );
         }
     }
 }

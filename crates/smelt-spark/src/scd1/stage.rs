@@ -80,6 +80,17 @@ pub(crate) struct Targets<'a> {
 /// `rejected`), `__tomb` (a tombstone is written), the delete's sequence for its tombstone (`__tomb<j>`) and
 /// `__conflict` (the winner ties with a change whose data differs).
 pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>) -> String {
+    let mut sql = latest_ctes(shape);
+    sql.push_str(&stored_cte(shape, targets));
+    sql.push_str(&guard_cte(spec, shape, targets));
+    sql.push_str(&action_cte(shape));
+    sql.push_str(&output(spec, shape, targets.run_us));
+    sql
+}
+
+/// `c` … `w`: the changes kept, ranked per key in the embedded engine's order, with the
+/// winner's sequence and data to find conflicts; `w`: the winners.
+fn latest_ctes(shape: &Shape) -> String {
     let keys: Vec<String> = shape.keys.iter().map(|i| format!("__v{i}")).collect();
     let seq_read: Vec<String> = shape.seq.iter().map(|s| s.read.clone()).collect();
     let order: Vec<String> = seq_read
@@ -104,7 +115,7 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
         keys.join(", "),
         order.join(", ")
     );
-    let mut sql = format!(
+    let sql = format!(
         "CACHE TABLE smelt_stage AS\n\
          WITH c AS (SELECT * FROM smelt_changes WHERE __kind IN ('upsert', 'delete') AND NOT __bad),\n\
          r AS (SELECT c.*, row_number() OVER w AS __rn, first_value({seq_struct}) OVER w AS __wseq,\n\
@@ -114,7 +125,13 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
          w AS (SELECT * FROM k WHERE __rn = 1),\n",
         keys.join(", ")
     );
-    // The stored rows: silver's columns as __s<i>, the tombstone's sequence as __tq<j>.
+    sql
+}
+
+/// `j`: the winners with silver's stored row (`__s<i>`) and the tombstone's sequence (`__tq<j>`).
+fn stored_cte(shape: &Shape, targets: Targets<'_>) -> String {
+    let mut sql = String::new();
+    let tomb_seq: Vec<_> = shape.seq.iter().collect();
     let n = shape.silver.columns.len();
     let mut joined = vec!["w.*".to_string()];
     let mut from = "w".to_string();
@@ -145,7 +162,6 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
             }));
         }
     }
-    let tomb_seq: Vec<_> = shape.seq.iter().collect();
     match targets.tombstones {
         Some(table) => {
             joined.push("t.__present AS __t".into());
@@ -169,7 +185,14 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
         joined.join(", ")
     ));
 
-    // The guard and the merged values.
+    sql
+}
+
+/// `f`: the guard against silver and the tombstones, and the merged values (`__o<i>`).
+fn guard_cte(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>) -> String {
+    let mut sql = String::new();
+    let seq_read: Vec<String> = shape.seq.iter().map(|s| s.read.clone()).collect();
+    let tomb_seq: Vec<_> = shape.seq.iter().collect();
     let stored_seq: Vec<String> = shape
         .seq
         .iter()
@@ -222,6 +245,12 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
         flags.join(", ")
     ));
 
+    sql
+}
+
+/// `a`: what each key's winner does (`__action`).
+fn action_cte(shape: &Shape) -> String {
+    let mut sql = String::new();
     let differs: Vec<String> = shape
         .data
         .iter()
@@ -246,8 +275,14 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
     );
     sql.push_str(&format!("a AS (SELECT f.*, {action} AS __action FROM f)\n"));
 
-    // The row each key gets.
-    let run = format!("timestamp_micros({}L)", targets.run_us);
+    sql
+}
+
+/// The row each key gets, its action, its tombstone and whether it conflicts.
+fn output(spec: &ApplyFlow, shape: &Shape, run_us: i64) -> String {
+    let mut sql = String::new();
+    let tomb_seq: Vec<_> = shape.seq.iter().collect();
+    let run = format!("timestamp_micros({run_us}L)");
     let mut out = Vec::new();
     for (i, c) in shape.silver.columns.iter().enumerate() {
         let name = ident(&c.name);
