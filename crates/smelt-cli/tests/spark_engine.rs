@@ -4,7 +4,8 @@
 //! and reports (all but the run's own timestamps), step by step — seed 000's product2 (rows
 //! re-sent within a commit, sequenced by `_commit_timestamp`) and product2_deletes (soft
 //! deletes, late changes, a restore); runs killed between the Spark engine's statements,
-//! rerun, end in the same tables; what the engine does not run is refused at `validate`.
+//! rerun, end in the same tables, and so do runs SIGKILLed at random moments; what the engine
+//! does not run is refused at `validate`.
 
 mod common;
 mod spark_cluster;
@@ -37,6 +38,9 @@ const REPORT_FIELDS: &[&str] = &[
     "cast_failures",
     "sequence_conflicts",
     "quarantined",
+    "expectations",
+    "dropped",
+    "filtered",
     "files_read",
     "bytes_read",
 ];
@@ -173,6 +177,9 @@ const DELETES: &str = "  product2:
       cast_dialect: spark
 ";
 
+/// `where` keeping the products not archived (soft_delete.sql archives one).
+const NOT_ARCHIVED: &str = "      where: NOT coalesce(IsArchived, false)\n";
+
 /// Seed 000: the first three rows, then the second batch (a TRUNCATE and rows re-sent with
 /// equal commit timestamps), then nothing new.
 fn product2(url: &str) {
@@ -222,8 +229,24 @@ fn product2(url: &str) {
         "{log:?}"
     );
 
-    // `smelt compile` shows the statements of the next run: reads, then the writes.
+    // `smelt status` through Spark says what the embedded engine's says of its own lake:
+    // one bronze version not applied yet.
     pair.bronze("insert_2.sql");
+    let status = |file: &str| -> Value {
+        let out = pair.p.ok(&["-p", file, "--json", "status"]);
+        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+    };
+    let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
+    for field in ["watermark", "bronze_version", "versions_behind", "problem"] {
+        assert_eq!(e[field], s[field], "status `{field}`: {e} vs {s}");
+    }
+    assert_eq!(s["versions_behind"], 1, "{s}");
+    assert!(
+        s["last_run_id"].is_string() && s["last_run_at"].is_string(),
+        "{s}"
+    );
+
+    // `smelt compile` shows the statements of the next run: reads, then the writes.
     let compiled = pair.p.ok(&["-p", "spark.yaml", "compile"]);
     for part in [
         "_metadata.row_index",
@@ -235,11 +258,12 @@ fn product2(url: &str) {
 }
 
 /// Seed 000 with soft deletes: a delete, late older changes that must not resurrect it, a
-/// restore. The Spark runs of the delete and the late changes are killed (SIGABRT) before
-/// silver's statement — after the tombstones' — and run again: the tables must still come
-/// out as embedded.
+/// restore; archived products filtered out by `where` (deleted, with a tombstone). The Spark
+/// runs of the delete and the late changes are killed (SIGABRT) before silver's statement —
+/// after the tombstones' — and run again: the tables must still come out as embedded.
 fn product2_deletes(url: &str) {
-    let pair = Pair::new(Project::product2_deletes(), DELETES, url);
+    let flows = format!("{DELETES}{NOT_ARCHIVED}");
+    let pair = Pair::new(Project::product2_deletes(), &flows, url);
     pair.bronze("../product2/bronze.sql");
     pair.bronze("../product2/insert_1.sql");
     same_reports("deletes step 1", &pair.run(&[]));
@@ -280,11 +304,81 @@ fn product2_deletes(url: &str) {
     assert_eq!(again.1[0]["status"], "up_to_date");
 }
 
-/// `on_cast_error: quarantine`: a value that does not cast leaves its change out and lands in
-/// the rejects table with the raw row; the Spark run is killed before the rejects' statement
-/// and before silver's (after the rejects'), then run again.
+/// Seed 000 with soft deletes, the Spark runs SIGKILLed at pseudo-random moments (up to 1.1
+/// times the last uninterrupted Spark run): whatever statement was under way — the reads, a
+/// MERGE the cluster goes on with after its client died — the rerun must end in the embedded
+/// engine's tables. A rerun racing the dead client's last statement loses the commit race,
+/// fails saying "run again", and is run again.
+fn random_kills(url: &str) {
+    let flows = format!("{DELETES}{NOT_ARCHIVED}");
+    let pair = Pair::new(Project::product2_deletes(), &flows, url);
+    pair.bronze("../product2/bronze.sql");
+    pair.bronze("../product2/insert_1.sql");
+    pair.p.flows(&["-p", "embedded.yaml", "run"]);
+    let started = std::time::Instant::now();
+    pair.p.flows(&["-p", "spark.yaml", "run"]);
+    let mut typical = started.elapsed();
+    let mut rng = proptest::test_runner::TestRng::deterministic_rng(
+        proptest::test_runner::RngAlgorithm::ChaCha,
+    );
+    let mut kills = Vec::new();
+    for file in ["soft_delete.sql", "late.sql", "restore.sql"] {
+        pair.bronze(file);
+        pair.p.flows(&["-p", "embedded.yaml", "run"]);
+        let unit = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let delay = typical.mul_f64(unit * 1.1);
+        let mut child = pair.p.piped(&["-p", "spark.yaml", "run"]).spawn().unwrap();
+        std::thread::sleep(delay);
+        // SIGKILL; a run that has already exited (not reaped yet) is left as it is.
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let killed = common::signal_of(&out.status) == Some(9);
+        assert!(
+            killed || out.status.success(),
+            "{file}: a run killed after {delay:?} ended with {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        kills.push((file, delay, killed));
+        let started = std::time::Instant::now();
+        for attempt in 1.. {
+            let out = pair
+                .p
+                .piped(&["-p", "spark.yaml", "--json", "run"])
+                .output()
+                .unwrap();
+            if out.status.success() {
+                break;
+            }
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("another writer committed") && stderr.contains("run again"),
+                "{file}: the rerun failed:\n{stderr}"
+            );
+            assert!(attempt < 3, "{file}: lost the commit race {attempt} times");
+        }
+        typical = started.elapsed();
+        pair.same_tables(
+            &format!("{file}, SIGKILLed and run again ({kills:?})"),
+            true,
+        );
+    }
+    assert!(
+        kills.iter().any(|(_, _, killed)| *killed),
+        "no Spark run was killed before it finished: {kills:?}"
+    );
+}
+
+/// `on_cast_error: quarantine` and `on_violation: quarantine`: a value that does not cast, or
+/// a change failing an expectation (false or NULL), leaves its change out and lands in the
+/// rejects table with the raw row; the Spark run is killed before the rejects' statement and
+/// before silver's (after the rejects'), then run again. Then `on_violation: fail` stops
+/// both engines at the same change.
 fn quarantine(url: &str) {
-    let flows = format!("{PRODUCT2}      on_cast_error: quarantine\n");
+    let expect = "      expect:\n        named: Name IS NOT NULL\n        no_toys: coalesce(Family, '') <> 'Toys'\n";
+    let flows = format!(
+        "{PRODUCT2}      on_cast_error: quarantine\n{expect}      on_violation: quarantine\n"
+    );
     let pair = Pair::new(Project::product2(), &flows, url);
     pair.bronze("bronze.sql");
     pair.bronze("insert_1.sql");
@@ -297,8 +391,22 @@ fn quarantine(url: &str) {
          ('01t000000000002AAA', 'renamed too', 'false', NULL)",
     );
     pair.bronze("bad.sql");
+    // Expectations: a NULL name (failing both: counted for the first only, as it is left
+    // out), a toy, and a change of the same key that passes after one that fails.
+    pair.p.write(
+        "unexpected.sql",
+        "INSERT INTO medallion_demo.product2__bronze (Id, Name, Family) VALUES \
+         ('01t000000000003AAA', NULL, 'Toys'), ('01t000000000010AAA', 'toy', 'Toys'), \
+         ('01t000000000002AAA', NULL, 'Hardware'), ('01t000000000002AAA', 'fine', 'Hardware')",
+    );
+    pair.bronze("unexpected.sql");
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    assert_eq!(embedded[0]["quarantined"], 2, "{embedded:?}");
+    assert_eq!(embedded[0]["quarantined"], 5, "{embedded:?}");
+    assert_eq!(
+        embedded[0]["expectations"],
+        serde_json::json!({"named": 2, "no_toys": 1}),
+        "{embedded:?}"
+    );
     for point in ["before_spark_rejects", "before_spark_silver"] {
         let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
         assert!(
@@ -316,8 +424,95 @@ fn quarantine(url: &str) {
     let rejects = "SELECT * FROM medallion_demo.product2__silver__rejects \
                    ORDER BY source_version, column_name, raw_row";
     let (e, s) = pair.rows(rejects, &["run_id", "rejected_at"]);
-    assert_eq!(e.len(), 2, "{e:?}");
+    assert_eq!(e.len(), 5, "{e:?}");
     assert_eq!(e, s, "rejects differ (left embedded, right Spark)");
+
+    // `on_violation: fail`: both stop at the same change, naming the expectation and key.
+    let failing = format!("{PRODUCT2}{expect}      on_violation: fail\n");
+    let pair = Pair::new(pair.p, &failing, url);
+    pair.p.write(
+        "toy.sql",
+        "INSERT INTO medallion_demo.product2__bronze (Id, Name, Family) VALUES \
+         ('01t000000000011AAA', 'fine', 'Service'), ('01t000000000012AAA', 'toy', 'Toys')",
+    );
+    pair.bronze("toy.sql");
+    let (_, embedded) = pair.p.fails(&["-p", "embedded.yaml", "run"], 1);
+    let (_, spark) = pair.p.fails(&["-p", "spark.yaml", "run"], 1);
+    let part = "expectation `no_toys` (`coalesce(Family, '') <> 'Toys'`) failed for the change of key Id=01t000000000012AAA";
+    for (engine, stderr) in [("embedded", &embedded), ("Spark", &spark)] {
+        assert!(
+            stderr.contains(part),
+            "{engine}: `{part}` not in:\n{stderr}"
+        );
+        assert!(
+            stderr.contains("1 change(s) failed expectations in all"),
+            "{engine}: {stderr}"
+        );
+    }
+}
+
+/// `on_sequence_conflict: fail`: two changes of one key in one commit (equal
+/// `_commit_timestamp`) that differ stop both engines before anything is written, naming the
+/// key.
+fn conflicts_fail(url: &str) {
+    let flows = format!("{PRODUCT2}      on_sequence_conflict: fail\n");
+    let pair = Pair::new(Project::product2(), &flows, url);
+    pair.bronze("bronze.sql");
+    pair.p.write(
+        "tie.sql",
+        "INSERT INTO medallion_demo.product2__bronze (Id, Name) VALUES \
+         ('01t000000000001AAA', 'one'), ('01t000000000002AAA', 'a'), ('01t000000000002AAA', 'b')",
+    );
+    pair.bronze("tie.sql");
+    let part = "changes of key Id=01t000000000002AAA share the greatest sequence";
+    for file in ["embedded.yaml", "spark.yaml"] {
+        let (_, stderr) = pair.p.fails(&["-p", file, "run"], 1);
+        assert!(stderr.contains(part), "{file}: `{part}` not in:\n{stderr}");
+        assert!(
+            stderr.contains("1 key(s) conflict in all"),
+            "{file}: {stderr}"
+        );
+    }
+    assert!(
+        !pair
+            .p
+            .file("lake_s/medallion_demo/product2__silver")
+            .exists(),
+        "a failed Spark run wrote silver"
+    );
+}
+
+/// `source_deletes: apply`: bronze's own deletes delete the key — a `DELETE` (change data),
+/// then a `TRUNCATE` (files removed without change data, read as deletes) and rows sent
+/// again after it.
+fn source_deletes(url: &str) {
+    let flows = format!("{PRODUCT2}      source_deletes: apply\n");
+    let pair = Pair::new(Project::product2(), &flows, url);
+    pair.bronze("bronze.sql");
+    pair.bronze("insert_1.sql");
+    same_reports("source deletes step 1", &pair.run(&[]));
+    pair.p.write(
+        "delete.sql",
+        "DELETE FROM medallion_demo.product2__bronze WHERE Id = '01t000000000002AAA'",
+    );
+    pair.bronze("delete.sql");
+    let deleted = pair.run(&[]);
+    assert_eq!(deleted.0[0]["deleted"], 1, "{:?}", deleted.0);
+    same_reports("source deletes step 2", &deleted);
+    pair.same_tables("source deletes step 2", true);
+    pair.p.write(
+        "truncate.sql",
+        "TRUNCATE TABLE medallion_demo.product2__bronze",
+    );
+    pair.bronze("truncate.sql");
+    pair.p.write(
+        "again.sql",
+        "INSERT INTO medallion_demo.product2__bronze (Id, Name) VALUES ('01t000000000003AAA', 'back')",
+    );
+    pair.bronze("again.sql");
+    let truncated = pair.run(&[]);
+    same_reports("source deletes step 3", &truncated);
+    pair.same_tables("source deletes step 3", true);
 }
 
 /// What the Spark engine does not run yet is refused by name at `validate`, before anything
@@ -420,10 +615,16 @@ const RANDOM: &str = "  r:
       sequence_by: [seq]
       apply_as_deletes: IsDeleted = 'true'
       cast_dialect: spark
+      expect:
+        small: v < 25
+      on_violation: drop
+      where: v <> 20
 ";
 
 /// Random change streams — keys repeated inside a commit and across its two files, equal
-/// and NULL sequences, late changes, deletes, values that do not cast, NULL keys — applied
+/// and NULL sequences, late changes, deletes, values that do not cast, NULL keys, changes
+/// dropped by an expectation (`v < 25`: 30, "oops" and NULL fail it), keys filtered out by
+/// `where` (`v <> 20`: deleted from silver, with a tombstone) — applied
 /// commit by commit by both engines, then replayed from the snapshot (`--full-refresh`).
 fn random_streams(url: &str, writer: &Writer) {
     let sql = |statement: &str| writer.sql(statement);
@@ -478,6 +679,9 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     refusals(&cluster.url, &writer);
     product2(&cluster.url);
     product2_deletes(&cluster.url);
+    random_kills(&cluster.url);
     quarantine(&cluster.url);
+    conflicts_fail(&cluster.url);
+    source_deletes(&cluster.url);
     random_streams(&cluster.url, &writer);
 }

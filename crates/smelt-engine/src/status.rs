@@ -59,7 +59,31 @@ pub async fn status(
     };
     let mut rows = Vec::new();
     for flow in flows {
-        let mut row = FlowStatus {
+        let mut row = FlowStatus::of(flow);
+        // The table the flow reads (its version says how far behind the flow is).
+        let mut opened = None;
+        if let Some(source) = flow.reads() {
+            match lake.source(source, SourceOptions::default()).await {
+                Ok(source) => {
+                    row.bronze_version = Some(source.version());
+                    opened = Some(source);
+                }
+                Err(e) => row.problem = Some(e.to_string()),
+            }
+        }
+        build(flow).status(&cx, &mut row).await?;
+        if let (Some(source), Some(watermark)) = (&opened, row.watermark) {
+            row.watermark_snapshot_id = source.snapshot_id(watermark);
+        }
+        rows.push(row.with_lag());
+    }
+    Ok(rows)
+}
+
+impl FlowStatus {
+    /// `flow`'s row with nothing known yet but its tables and write mode.
+    pub fn of(flow: &Flow) -> Self {
+        FlowStatus {
             flow: flow.name.clone(),
             from: flow.source(),
             into: flow.target(),
@@ -83,25 +107,18 @@ pub async fn status(
             },
             deleted_fraction: None,
             problem: None,
-        };
-        // The table the flow reads (its version says how far behind the flow is).
-        let mut opened = None;
-        if let Some(source) = flow.reads() {
-            match lake.source(source, SourceOptions::default()).await {
-                Ok(source) => {
-                    row.bronze_version = Some(source.version());
-                    opened = Some(source);
-                }
-                Err(e) => row.problem = Some(e.to_string()),
-            }
         }
-        build(flow).status(&cx, &mut row).await?;
-        if let (Some(source), Some(watermark)) = (&opened, row.watermark) {
-            row.watermark_snapshot_id = source.snapshot_id(watermark);
-        }
-        rows.push(behind(row));
     }
-    Ok(rows)
+
+    /// The row with how many source versions it is behind.
+    pub fn with_lag(mut self) -> Self {
+        self.versions_behind = match (self.bronze_version, self.watermark) {
+            (Some(b), Some(w)) => Some(b - w),
+            (Some(b), None) => Some(b + 1),
+            _ => None,
+        };
+        self
+    }
 }
 
 /// The status of a flow that writes `table`, reading files from `landing` if any.
@@ -147,18 +164,8 @@ pub(crate) async fn of_written_table(
     Ok(())
 }
 
-/// `row` with how many source versions it is behind.
-fn behind(mut row: FlowStatus) -> FlowStatus {
-    row.versions_behind = match (row.bronze_version, row.watermark) {
-        (Some(b), Some(w)) => Some(b - w),
-        (Some(b), None) => Some(b + 1),
-        _ => None,
-    };
-    row
-}
-
 /// `ms` since the epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
-fn utc_text(ms: i64) -> Option<String> {
+pub fn utc_text(ms: i64) -> Option<String> {
     let secs = ms.div_euclid(1000);
     let nanos = (ms.rem_euclid(1000) * 1_000_000) as u32;
     chrono::DateTime::from_timestamp(secs, nanos).map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())

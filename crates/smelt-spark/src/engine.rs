@@ -7,13 +7,14 @@ use smelt_engine::context::RunContext;
 use smelt_engine::ports::{EventLog, Reporter};
 use smelt_engine::report::{FlowEvent, FlowReport};
 use smelt_engine::run::{Executor, RunSettings};
+use smelt_engine::status::{FlowStatus, utc_text};
 use smelt_engine::validate::Problem;
 use smelt_engine::{EngineError, Result};
-use smelt_spec::{ApplyFlow, Flow, FlowKind, Pipeline};
+use smelt_spec::{ApplyFlow, ColumnDef, Flow, FlowKind, Pipeline};
 
 use crate::client::Spark;
 use crate::places::Places;
-use crate::scd1::{Scd1, State, VIEWS, discover};
+use crate::scd1::{Scd1, State, VIEWS, discover, spark_type};
 use crate::session::{Mode, Session, Statement};
 use crate::support::refusals;
 use crate::{event_log, sql};
@@ -89,6 +90,7 @@ impl SparkEngine {
                 "add the columns to bronze, or remove them from the silver DDL",
             ));
         }
+        self.check_conditions(name, spec, silver).await?;
         if let Some(pred) = &spec.apply_as_deletes {
             let sql = format!(
                 "SELECT * FROM {} WHERE ({pred}) LIMIT 0",
@@ -103,6 +105,77 @@ impl SparkEngine {
                         "write it as a Spark SQL predicate over bronze's columns",
                     )
                 })?;
+        }
+        Ok(())
+    }
+
+    /// The expectations and `where`, run on the cluster over the columns they see in a run:
+    /// an expectation silver's cast (non-audit) columns and the change's `_commit_timestamp`
+    /// and `_commit_version`; `where` silver's columns but the update audit column.
+    async fn check_conditions(
+        &self,
+        name: &str,
+        spec: &ApplyFlow,
+        silver: &[ColumnDef],
+    ) -> Result<()> {
+        let audit = |c: &ColumnDef, a: &Option<String>| a.as_deref() == Some(c.name.as_str());
+        let typed = |c: &ColumnDef| {
+            format!(
+                "CAST(NULL AS {}) AS {}",
+                spark_type(c.ty),
+                sql::ident(&c.name)
+            )
+        };
+        let expectation_cols: Vec<String> = silver
+            .iter()
+            .filter(|c| {
+                !audit(c, &spec.audit.ingest_timestamp) && !audit(c, &spec.audit.update_timestamp)
+            })
+            .map(typed)
+            .chain([
+                "CAST(NULL AS TIMESTAMP) AS _commit_timestamp".to_string(),
+                "CAST(NULL AS BIGINT) AS _commit_version".to_string(),
+            ])
+            .collect();
+        let where_cols: Vec<String> = silver
+            .iter()
+            .filter(|c| !audit(c, &spec.audit.update_timestamp))
+            .map(typed)
+            .collect();
+        let conditions = spec
+            .expectations
+            .iter()
+            .map(|(e, pred)| (format!("expectation `{e}`"), pred, &expectation_cols))
+            .chain(
+                spec.filter
+                    .iter()
+                    .map(|pred| ("`where`".to_string(), pred, &where_cols)),
+            );
+        for (what, pred, cols) in conditions {
+            let sql = format!(
+                "SELECT ({pred}) AS x FROM (SELECT {}) LIMIT 0",
+                cols.join(", ")
+            );
+            let rows = self
+                .spark
+                .sql("check a condition", &sql)
+                .await
+                .map_err(|e| {
+                    EngineError::user(
+                        format!("flow `{name}`: {what} does not run on Spark: {e}"),
+                        "write it as a Spark SQL condition over silver's columns",
+                    )
+                })?;
+            let ty = rows
+                .schema
+                .as_ref()
+                .and_then(|s| s.fields().first().map(|f| f.data_type().clone()));
+            if ty.is_some_and(|t| t != arrow::datatypes::DataType::Boolean) {
+                return Err(EngineError::user(
+                    format!("flow `{name}`: {what} (`{pred}`) is not a condition"),
+                    "write a comparison such as `Name IS NOT NULL`",
+                ));
+            }
         }
         Ok(())
     }
@@ -185,6 +258,79 @@ impl SparkEngine {
                 error: None,
             });
         }
+    }
+
+    /// Where each of `flows` stands (`smelt status`), read through Spark: bronze's version,
+    /// silver's watermark and last commit. What cannot be read, and what this engine does
+    /// not run, is the row's problem.
+    pub async fn status(&self, flows: &[&Flow]) -> Vec<FlowStatus> {
+        let mut rows = Vec::new();
+        for flow in flows {
+            let mut row = FlowStatus::of(flow);
+            match self.runnable(flow) {
+                Ok(spec) => {
+                    if let Err(e) = self.status_of(flow, spec, &mut row).await {
+                        row.problem = Some(e.to_string());
+                    }
+                }
+                Err(e) => row.problem = Some(e.to_string()),
+            }
+            rows.push(row.with_lag());
+        }
+        rows
+    }
+
+    async fn status_of(&self, flow: &Flow, spec: &ApplyFlow, row: &mut FlowStatus) -> Result<()> {
+        let s = Session::new(
+            &self.spark,
+            &flow.name,
+            Mode::Plan,
+            &smelt_engine::ports::Silent,
+        );
+        let state = discover(&s, &self.places, &flow.name, spec).await?;
+        row.bronze_version = Some(state.bronze_version);
+        row.watermark = state.watermark;
+        match &state.silver {
+            Some(last) => {
+                row.silver_version = Some(last.version);
+                self.last_run(spec, row).await?;
+            }
+            None => row.problem = Some(format!("`{}` not created yet: run `smelt run`", spec.into)),
+        }
+        Ok(())
+    }
+
+    /// When silver last changed and by which run, as embedded: its latest commit passing
+    /// over maintenance (OPTIMIZE, VACUUM, smelt's own maintenance commits), within the last
+    /// 100; else the latest.
+    async fn last_run(&self, spec: &ApplyFlow, row: &mut FlowStatus) -> Result<()> {
+        let sql = format!("DESCRIBE HISTORY {} LIMIT 101", self.places.sql(&spec.into));
+        let rows = self.spark.sql("read silver's history", &sql).await?;
+        let (ops, meta, at) = (
+            rows.strings("operation"),
+            rows.strings("userMetadata"),
+            rows.micros("timestamp"),
+        );
+        let json = |i: usize| -> serde_json::Value {
+            meta[i]
+                .as_deref()
+                .and_then(|m| serde_json::from_str(m).ok())
+                .unwrap_or_default()
+        };
+        let maintenance = |i: usize| {
+            json(i).get("smelt.operation").is_some()
+                || matches!(
+                    ops[i].as_deref(),
+                    Some("OPTIMIZE" | "VACUUM START" | "VACUUM END")
+                )
+        };
+        let n = ops.len().min(meta.len()).min(at.len());
+        let Some(i) = (0..n).find(|&i| !maintenance(i)).or((n > 0).then_some(0)) else {
+            return Ok(());
+        };
+        row.last_run_at = at[i].and_then(|us| utc_text(us.div_euclid(1000)));
+        row.last_run_id = json(i)["smelt.run_id"].as_str().map(str::to_string);
+        Ok(())
     }
 
     /// Ends the session.

@@ -6,7 +6,7 @@ use smelt_engine::run::RunSettings;
 use smelt_spec::pipeline::COMMIT_TIMESTAMP;
 use smelt_spec::{
     ApplyFlow, CastDialect, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
-    SchemaEvolution, SourceDeletes, WriteMode,
+    SchemaEvolution, WriteMode,
 };
 
 /// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
@@ -85,14 +85,8 @@ fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
     let options = [
         (spec.apply_as_truncates.is_some(), "`apply_as_truncates`"),
         (
-            spec.source_deletes == SourceDeletes::Apply,
-            "`source_deletes: apply`",
-        ),
-        (spec.filter.is_some(), "`where`"),
-        (!spec.expectations.is_empty(), "`expect`"),
-        (
-            spec.on_sequence_conflict != OnSequenceConflict::Last,
-            "`on_sequence_conflict` other than `last`",
+            spec.on_sequence_conflict == OnSequenceConflict::Quarantine,
+            "`on_sequence_conflict: quarantine`",
         ),
         (
             spec.schema_evolution != SchemaEvolution::None,

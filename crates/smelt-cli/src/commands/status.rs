@@ -1,5 +1,7 @@
-//! `smelt status`: watermark, bronze version and lag per flow.
+//! `smelt status`: watermark, bronze version and lag per flow, read embedded or through the
+//! Spark engine's cluster.
 
+use smelt_engine::run::RunSettings;
 use smelt_ingest::Files;
 
 use super::{load_pipeline, open_lakes, select};
@@ -10,9 +12,19 @@ use crate::failure::Failure;
 pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failure> {
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
-    let lakes = open_lakes(&pipeline).await?;
-    let lake = lakes.ports();
-    let rows = smelt_engine::status::status(&pipeline, &flows, &lake, &Files).await?;
+    let rows = match super::spark::remote(global, &pipeline)? {
+        Some(url) => {
+            let engine = super::spark::connect(&url, &pipeline, &RunSettings::default()).await?;
+            let rows = engine.status(&flows).await;
+            engine.close().await;
+            rows
+        }
+        None => {
+            let lakes = open_lakes(&pipeline).await?;
+            let lake = lakes.ports();
+            smelt_engine::status::status(&pipeline, &flows, &lake, &Files).await?
+        }
+    };
     if global.json {
         println!(
             "{}",

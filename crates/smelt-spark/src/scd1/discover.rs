@@ -5,7 +5,7 @@
 use smelt_engine::apply::tombstone_table;
 use smelt_engine::context::app_id;
 use smelt_engine::{EngineError, Result};
-use smelt_spec::ApplyFlow;
+use smelt_spec::{ApplyFlow, SourceDeletes};
 
 use super::read::{REWRITES_QUERY, Span};
 use crate::places::Places;
@@ -317,7 +317,10 @@ pub(crate) async fn check_rewrites(
                 "turn the change feed on for bronze (`delta.enableChangeDataFeed = true`) before such writes, or rebuild with `--full-refresh`",
             ));
         }
-        ignored += r as usize;
+        // With `source_deletes: apply` the removed files are read, as deletes.
+        if spec.source_deletes != SourceDeletes::Apply {
+            ignored += r as usize;
+        }
     }
     Ok(ignored)
 }

@@ -22,12 +22,13 @@ use smelt_engine::context::{RunContext, app_id};
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::{EngineError, Result};
-use smelt_spec::{ApplyFlow, OnCastError};
+use smelt_spec::{ApplyFlow, OnCastError, OnSequenceConflict, OnViolation, SourceDeletes};
 
 pub(crate) use discover::{State, discover};
 use read::Span;
 pub(crate) use read::VIEWS;
 use shape::Shape;
+pub(crate) use shape::spark_type;
 use stage::Targets;
 
 use crate::places::Places;
@@ -48,6 +49,8 @@ struct Counts {
     changes_read: usize,
     ignored: usize,
     cast_failures: BTreeMap<String, usize>,
+    /// Changes failing each expectation (by name).
+    expectations: BTreeMap<String, usize>,
     winners: usize,
     inserted: usize,
     updated: usize,
@@ -57,6 +60,7 @@ struct Counts {
     tombstones: usize,
     rejected: usize,
     conflicts: usize,
+    filtered: usize,
     kept: usize,
 }
 
@@ -194,9 +198,10 @@ impl Scd1<'_> {
             read::commits_view(&commits),
         )
         .await?;
+        let removes = self.spec.source_deletes == SourceDeletes::Apply;
         s.view(
             "define the change files (smelt_files)",
-            read::files_view(span),
+            read::files_view(span, removes),
         )
         .await?;
         let files = s
@@ -219,32 +224,29 @@ impl Scd1<'_> {
                 .filter_map(|(_, p)| p.clone())
                 .collect()
         };
-        let (adds, cdc) = (of("add"), of("cdc"));
+        let (adds, cdc, removed) = (of("add"), of("cdc"), of("remove"));
         let columns = state.bronze_columns.clone();
         let add_glob = read::source_glob(&bronze, None, &adds);
         let cdc_glob = read::source_glob(&bronze, Some("_change_data"), &cdc);
-        let add_cols = match adds.is_empty() {
-            true => Vec::new(),
-            false => s
-                .read("read the bronze files' columns", read::probe(&add_glob))
-                .await?
-                .names(),
+        let removed_glob = read::source_glob(&bronze, None, &removed);
+        let add_cols = probe(s, "read the bronze files' columns", &add_glob, &adds).await?;
+        let cdc_cols = probe(s, "read the change files' columns", &cdc_glob, &cdc).await?;
+        let removed_cols = probe(
+            s,
+            "read the removed files' columns",
+            &removed_glob,
+            &removed,
+        )
+        .await?;
+        let sources = read::Sources {
+            adds: present(&adds, &add_glob, &add_cols),
+            cdc: present(&cdc, &cdc_glob, &cdc_cols),
+            removes: present(&removed, &removed_glob, &removed_cols),
         };
-        let cdc_cols = match cdc.is_empty() {
-            true => Vec::new(),
-            false => s
-                .read("read the change files' columns", read::probe(&cdc_glob))
-                .await?
-                .names(),
-        };
-        let view = read::raw_view(
-            &columns,
-            (!adds.is_empty()).then_some((add_glob.as_str(), add_cols.as_slice())),
-            (!cdc.is_empty()).then_some((cdc_glob.as_str(), cdc_cols.as_slice())),
-        );
+        let view = read::raw_view(&columns, sources);
         s.view("define the change rows (smelt_raw)", view).await?;
         let bytes = sizes.iter().flatten().map(|b| *b as u64).sum();
-        Ok((adds.len() + cdc.len(), bytes))
+        Ok((adds.len() + cdc.len() + removed.len(), bytes))
     }
 
     /// Step 3a: the typed changes, cached; their counts; `on_cast_error: fail`.
@@ -257,7 +259,7 @@ impl Scd1<'_> {
         )
         .await?;
         let rows = s
-            .read("count the changes", stage::changes_counts(shape))
+            .read("count the changes", stage::changes_counts(self.spec, shape))
             .await?;
         let one = |name: &str| rows.ints(name).first().copied().flatten().unwrap_or(0) as usize;
         let mut counts = Counts {
@@ -274,10 +276,63 @@ impl Scd1<'_> {
                     .insert(shape.silver.columns[i].name.clone(), failed);
             }
         }
+        for (j, (name, _)) in self.spec.expectations.iter().enumerate() {
+            let failed = one(&format!("x{j}"));
+            if failed > 0 {
+                counts.expectations.insert(name.clone(), failed);
+            }
+        }
         if self.spec.on_cast_error == OnCastError::Fail && !counts.cast_failures.is_empty() {
             return Err(self.cast_error(s, shape, &counts).await);
         }
+        if self.spec.on_violation == OnViolation::Fail && !counts.expectations.is_empty() {
+            return Err(self.violation_error(s, shape, &counts).await);
+        }
         Ok(counts)
+    }
+
+    /// The error of `on_violation: fail`: the first expectation (in the file's order) that
+    /// changes fail, the first change failing it, its version and key, and how many failed
+    /// in all.
+    async fn violation_error(
+        &self,
+        s: &Session<'_>,
+        shape: &Shape,
+        counts: &Counts,
+    ) -> EngineError {
+        let (j, (name, pred)) = self
+            .spec
+            .expectations
+            .iter()
+            .enumerate()
+            .find(|(_, (name, _))| counts.expectations.contains_key(name))
+            .unwrap_or((0, &self.spec.expectations[0]));
+        let first = match s
+            .read(
+                "find the first change failing the expectation",
+                stage::first_violation(shape, j),
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => return e,
+        };
+        let version = first
+            .ints("_commit_version")
+            .first()
+            .copied()
+            .flatten()
+            .unwrap_or(-1);
+        let total: usize = counts.expectations.values().sum();
+        EngineError::user(
+            format!(
+                "flow `{}`: expectation `{name}` (`{pred}`) failed for the change of key {} in bronze `{}` version {version}; {total} change(s) failed expectations in all",
+                self.name,
+                keys_of(shape, &first),
+                self.spec.from,
+            ),
+            "fix the change in bronze, or set `on_violation:` to `warn`, `drop` or `quarantine`",
+        )
     }
 
     /// The error of `on_cast_error: fail`: the first failing value, its version and key.
@@ -314,15 +369,6 @@ impl Scd1<'_> {
             .copied()
             .flatten()
             .unwrap_or(-1);
-        let keys: Vec<String> = shape
-            .keys
-            .iter()
-            .map(|&k| {
-                let name = &shape.silver.columns[k].name;
-                let value = first.strings(name).first().cloned().flatten();
-                format!("{name}={}", value.unwrap_or_else(|| "NULL".into()))
-            })
-            .collect();
         EngineError::user(
             format!(
                 "flow `{}`: cannot cast column `{}` to {}: value \"{raw}\" (bronze `{}` version {version}, key {}); {total} value(s) failed in all",
@@ -330,7 +376,7 @@ impl Scd1<'_> {
                 column.name,
                 column.ty,
                 self.spec.from,
-                keys.join(", ")
+                keys_of(shape, &first)
             ),
             "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure",
         )
@@ -364,6 +410,39 @@ impl Scd1<'_> {
         counts.tombstones = one("tombstones");
         counts.rejected = one("rejected");
         counts.conflicts = one("conflicts");
+        counts.filtered = one("filtered");
+        if counts.conflicts > 0 && self.spec.on_sequence_conflict == OnSequenceConflict::Fail {
+            let first = s
+                .read(
+                    "find the first key whose changes conflict",
+                    stage::first_conflict(shape),
+                )
+                .await?;
+            let sequence: Vec<String> = self
+                .spec
+                .sequence_by
+                .iter()
+                .enumerate()
+                .map(|(j, name)| {
+                    let value = first
+                        .strings(&format!("__tomb{j}"))
+                        .first()
+                        .cloned()
+                        .flatten();
+                    format!("{name}={}", value.unwrap_or_else(|| "NULL".into()))
+                })
+                .collect();
+            return Err(EngineError::user(
+                format!(
+                    "flow `{}`: changes of key {} share the greatest sequence ({}) but differ; {} key(s) conflict in all",
+                    self.name,
+                    keys_of(shape, &first),
+                    sequence.join(", "),
+                    counts.conflicts
+                ),
+                "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last` (bronze order wins) or `quarantine`",
+            ));
+        }
         Ok(())
     }
 
@@ -472,10 +551,10 @@ impl Scd1<'_> {
                 source: &self.spec.from.to_string(),
                 run_us: self.ctx.run_timestamp_us,
             };
-            let sql = write::insert_rejects(&rejects, shape, &state.bronze_columns, &of);
+            let sql = write::insert_rejects(&rejects, self.spec, shape, &state.bronze_columns, &of);
             s.write(
                 Some("before_spark_rejects"),
-                "quarantine the values that do not cast",
+                "quarantine the changes that do not cast or fail expectations",
                 sql,
             )
             .await?;
@@ -519,6 +598,37 @@ impl Scd1<'_> {
     }
 }
 
+/// The glob and columns of `files`, when there are any.
+fn present<'a>(
+    files: &[String],
+    glob: &'a str,
+    cols: &'a [String],
+) -> Option<(&'a str, &'a [String])> {
+    (!files.is_empty()).then_some((glob, cols))
+}
+
+/// The columns the Parquet files at `glob` have (none read when there are no `files`).
+async fn probe(s: &Session<'_>, what: &str, glob: &str, files: &[String]) -> Result<Vec<String>> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(s.read(what, read::probe(glob)).await?.names())
+}
+
+/// The keys of the first row of `rows` (named as silver's keys), as `Id=value, …`.
+fn keys_of(shape: &Shape, rows: &crate::client::Rows) -> String {
+    shape
+        .keys
+        .iter()
+        .map(|&k| {
+            let name = &shape.silver.columns[k].name;
+            let value = rows.strings(name).first().cloned().flatten();
+            format!("{name}={}", value.unwrap_or_else(|| "NULL".into()))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The counts into the report.
 fn fill(report: &mut FlowReport, c: &Counts, spec: &ApplyFlow) {
     report.changes_read = c.changes_read;
@@ -533,7 +643,15 @@ fn fill(report: &mut FlowReport, c: &Counts, spec: &ApplyFlow) {
     report.tombstones_written = c.tombstones;
     report.rejected = c.rejected;
     report.sequence_conflicts = c.conflicts;
+    report.filtered = c.filtered;
     if spec.on_cast_error == OnCastError::Quarantine {
         report.quarantined = c.cast_failures.values().sum();
+    }
+    report.expectations = c.expectations.clone();
+    let violations: usize = c.expectations.values().sum();
+    match spec.on_violation {
+        OnViolation::Drop => report.dropped = violations,
+        OnViolation::Quarantine => report.quarantined += violations,
+        OnViolation::Warn | OnViolation::Fail => {}
     }
 }

@@ -6,8 +6,9 @@
 //!
 //! As Delta's change feed defines it: a commit with change-data files (`cdc` actions) has its
 //! changes there, each row with its `_change_type`; any other commit's new files are inserts,
-//! and its removed files are deletes without change data (counted, not read). A first run reads
-//! the snapshot: the live files, each row stamped with the commit that added its file.
+//! and its removed files are deletes without change data (counted, not read; read as deletes
+//! before the commit's inserts under `source_deletes: apply`). A first run reads the snapshot:
+//! the live files, each row stamped with the commit that added its file.
 
 use crate::sql::ident;
 
@@ -76,21 +77,38 @@ pub(crate) fn commits_view(commits: &[(i64, i64)]) -> String {
 }
 
 /// `smelt_files`: the files whose rows are the changes read, with their version, position
-/// in the commit (`pos`), name and kind (`add`: inserts; `cdc`: change data).
-pub(crate) fn files_view(span: Span) -> String {
+/// in the commit (`pos`), name and kind (`add`: inserts; `cdc`: change data; with
+/// `removes`, `remove`: the rows of a file removed without change data, deletes — as
+/// embedded, before the commit's inserts).
+pub(crate) fn files_view(span: Span, removes: bool) -> String {
     let name = |col: &str| format!("regexp_extract({col}, '[^/]*$', 0)");
     let body = match span {
-        Span::Range(after, to) => format!(
-            "WITH l AS (SELECT * FROM smelt_log WHERE version > {after} AND version <= {to}),\n\
-             cdc_versions AS (SELECT DISTINCT version FROM l WHERE a.cdc IS NOT NULL)\n\
-             SELECT version, line AS pos, {cdc} AS name, a.cdc.path AS path, 'cdc' AS kind, a.cdc.size AS size\n\
-             FROM l WHERE a.cdc IS NOT NULL\n\
-             UNION ALL\n\
-             SELECT version, line, {add}, a.add.path, 'add', a.add.size\n\
-             FROM l WHERE a.add.dataChange AND version NOT IN (SELECT version FROM cdc_versions)",
-            cdc = name("a.cdc.path"),
-            add = name("a.add.path"),
-        ),
+        Span::Range(after, to) => {
+            let (add_pos, removed) = match removes {
+                // A commit's deletes come before its inserts whatever their lines.
+                true => (
+                    format!("line + {INSERTS_AFTER}L"),
+                    format!(
+                        "\nUNION ALL\n\
+                         SELECT version, line, {}, a.remove.path, 'remove', a.remove.size\n\
+                         FROM l WHERE a.remove.dataChange AND version NOT IN (SELECT version FROM cdc_versions)",
+                        name("a.remove.path")
+                    ),
+                ),
+                false => ("line".to_string(), String::new()),
+            };
+            format!(
+                "WITH l AS (SELECT * FROM smelt_log WHERE version > {after} AND version <= {to}),\n\
+                 cdc_versions AS (SELECT DISTINCT version FROM l WHERE a.cdc IS NOT NULL)\n\
+                 SELECT version, line AS pos, {cdc} AS name, a.cdc.path AS path, 'cdc' AS kind, a.cdc.size AS size\n\
+                 FROM l WHERE a.cdc IS NOT NULL\n\
+                 UNION ALL\n\
+                 SELECT version, {add_pos}, {add}, a.add.path, 'add', a.add.size\n\
+                 FROM l WHERE a.add.dataChange AND version NOT IN (SELECT version FROM cdc_versions){removed}",
+                cdc = name("a.cdc.path"),
+                add = name("a.add.path"),
+            )
+        }
         Span::Snapshot(at) => format!(
             "WITH l AS (SELECT * FROM smelt_log WHERE version <= {at}),\n\
              adds AS (SELECT a.add.path AS path, min(struct(version, line)) AS first, max(version) AS last, max(a.add.size) AS size\n\
@@ -104,6 +122,10 @@ pub(crate) fn files_view(span: Span) -> String {
     };
     format!("CREATE OR REPLACE TEMPORARY VIEW smelt_files AS\n{body}")
 }
+
+/// Added to an insert file's position when the read has deletes without change data (log
+/// lines are far below it: `monotonically_increasing_id` of a few log files).
+const INSERTS_AFTER: i64 = 1 << 62;
 
 /// The files of the read, collected by smelt: kind, name, path, version, size.
 pub(crate) const FILES_QUERY: &str =
@@ -153,29 +175,41 @@ fn parquet_rows(glob: &str, columns: &[String], present: &[String], extra: &str)
     )
 }
 
+/// The globs of a read's files and the columns their files have: new files, change-data
+/// files, removed files (each `None` when the read has none).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sources<'a> {
+    pub(crate) adds: Option<(&'a str, &'a [String])>,
+    pub(crate) cdc: Option<(&'a str, &'a [String])>,
+    pub(crate) removes: Option<(&'a str, &'a [String])>,
+}
+
 /// `smelt_raw`: the change rows, bronze columns as stored plus `_change_type`,
-/// `_commit_version`, `_commit_timestamp`, `_file_pos`, `_row_pos`. `adds` and `cdc` are the
-/// globs and the columns their files have, when the read has such files.
-pub(crate) fn raw_view(
-    columns: &[String],
-    adds: Option<(&str, &[String])>,
-    cdc: Option<(&str, &[String])>,
-) -> String {
+/// `_commit_version`, `_commit_timestamp`, `_file_pos`, `_row_pos`, from `sources`.
+pub(crate) fn raw_view(columns: &[String], sources: Sources<'_>) -> String {
     let cols: Vec<String> = columns.iter().map(|c| format!("d.{}", ident(c))).collect();
     let cols = cols.join(", ");
     let mut parts = Vec::new();
-    if let Some((glob, present)) = adds {
+    let whole_files = [
+        (sources.adds, "add", "insert"),
+        (sources.removes, "remove", "delete"),
+    ];
+    for (files, kind, change) in whole_files {
+        let Some((glob, present)) = files else {
+            continue;
+        };
         parts.push(format!(
-            "SELECT {cols}, 'insert' AS _change_type, f.version AS _commit_version, c.ts AS _commit_timestamp, f.pos AS _file_pos, d.__row AS _row_pos\n\
+            "SELECT {cols}, '{change}' AS _change_type, f.version AS _commit_version, c.ts AS _commit_timestamp, f.pos AS _file_pos, d.__row AS _row_pos\n\
              FROM ({}) d\n\
-             JOIN smelt_files f ON f.kind = 'add' AND f.name = d.__file\n\
+             JOIN smelt_files f ON f.kind = '{kind}' AND f.name = d.__file\n\
              JOIN smelt_commits c ON c.version = f.version",
             parquet_rows(glob, columns, present, "")
         ));
     }
+    let cdc = sources.cdc;
     if let Some((glob, present)) = cdc {
         parts.push(format!(
-            "SELECT {cols}, d._change_type, f.version, c.ts, f.pos, d.__row\n\
+            "SELECT {cols}, d._change_type, f.version AS _commit_version, c.ts AS _commit_timestamp, f.pos AS _file_pos, d.__row AS _row_pos\n\
              FROM ({}) d\n\
              JOIN smelt_files f ON f.kind = 'cdc' AND f.name = d.__file\n\
              JOIN smelt_commits c ON c.version = f.version",
@@ -220,6 +254,32 @@ mod tests {
             "{sql}"
         );
         assert!(log_view("/l/b", Span::Snapshot(4)).contains("_delta_log/*.json`"));
+    }
+
+    /// A read of change-data files only (a `DELETE` with the change feed on) names the
+    /// change columns itself: it is the first part of the union (a bug once).
+    #[test]
+    fn every_part_of_the_change_rows_names_its_columns() {
+        let columns = vec!["Id".to_string()];
+        let present = columns.clone();
+        let only_cdc = raw_view(
+            &columns,
+            Sources {
+                cdc: Some(("/b/_change_data", &present)),
+                ..Sources::default()
+            },
+        );
+        for name in [
+            "_commit_version",
+            "_commit_timestamp",
+            "_file_pos",
+            "_row_pos",
+        ] {
+            assert!(
+                only_cdc.contains(&format!("AS {name}")),
+                "{name}: {only_cdc}"
+            );
+        }
     }
 
     #[test]

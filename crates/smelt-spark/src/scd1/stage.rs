@@ -4,22 +4,31 @@
 //! key gets (`smelt_stage`). Both are cached on the cluster: every later statement of the run
 //! reads them, not bronze.
 
-use smelt_spec::{ApplyFlow, ColumnType, OnCastError, UpdateTimestampOn};
+use smelt_spec::{
+    ApplyFlow, ColumnType, OnCastError, OnViolation, SourceDeletes, UpdateTimestampOn,
+};
 
 use super::shape::{Shape, newer, spark_type};
 use crate::sql::{ident, string_literal};
 
 /// `smelt_changes`: every change row read, its kind (`upsert`, `delete`, `ignored`), its
-/// columns cast to silver's types (`__v<i>`) and, per cast column, whether the cast failed
-/// (`__f<i>`: a value that is neither NULL nor blank and does not cast).
+/// columns cast to silver's types (`__v<i>`), per cast column whether the cast failed
+/// (`__f<i>`: a value that is neither NULL nor blank and does not cast), per expectation
+/// whether the change fails it (`__x<j>`) and whether it is left out of the apply (`__bad`:
+/// quarantined, or dropped by `on_violation`).
 pub(crate) fn changes_cache(spec: &ApplyFlow, shape: &Shape) -> String {
     let delete = match &spec.apply_as_deletes {
         Some(pred) => format!("coalesce(({pred}), false)"),
         None => "false".to_string(),
     };
+    // `source_deletes: apply`: bronze's own deletes (change-data rows) delete the key.
+    let source_delete = match spec.source_deletes {
+        SourceDeletes::Apply => "WHEN r._change_type = 'delete' THEN 'delete' ",
+        SourceDeletes::Ignore => "",
+    };
     let mut cols = vec![format!(
         "CASE WHEN r._change_type IN ('insert', 'update_postimage') \
-         THEN CASE WHEN {delete} THEN 'delete' ELSE 'upsert' END ELSE 'ignored' END AS __kind"
+         THEN CASE WHEN {delete} THEN 'delete' ELSE 'upsert' END {source_delete}ELSE 'ignored' END AS __kind"
     )];
     for i in shape.cast_columns() {
         let c = &shape.silver.columns[i];
@@ -41,9 +50,69 @@ pub(crate) fn changes_cache(spec: &ApplyFlow, shape: &Shape) -> String {
         }
         _ => "false".to_string(),
     };
-    format!(
-        "CACHE TABLE smelt_changes AS\nSELECT *, {bad} AS __bad FROM (SELECT r.*,\n  {}\nFROM smelt_raw r) r",
+    // With expectations, `__bad` is widened after them: the casts' own is `__cbad`.
+    let flag = match spec.expectations.is_empty() {
+        true => "__bad",
+        false => "__cbad",
+    };
+    let cast = format!(
+        "SELECT *, {bad} AS {flag} FROM (SELECT r.*,\n  {}\nFROM smelt_raw r) r",
         cols.join(",\n  ")
+    );
+    format!(
+        "CACHE TABLE smelt_changes AS\n{}",
+        expectations(spec, shape, &cast)
+    )
+}
+
+/// The changes of `cast` with the expectations checked (`__x<j>`) and `__bad` widened to
+/// the changes `on_violation` leaves out, as the embedded engine does: on the upserts not
+/// quarantined already, a predicate that is false or NULL fails; under `drop` and
+/// `quarantine` a change counts for the first expectation it fails only.
+fn expectations(spec: &ApplyFlow, shape: &Shape, cast: &str) -> String {
+    if spec.expectations.is_empty() {
+        return cast.to_string();
+    }
+    let leaves = matches!(
+        spec.on_violation,
+        OnViolation::Drop | OnViolation::Quarantine
+    );
+    // The predicates see the typed values under silver's names (and the change's
+    // `_commit_timestamp` / `_commit_version`); the row itself rides along in `__row`.
+    let typed: Vec<String> = shape
+        .cast_columns()
+        .map(|i| format!("__v{i} AS {}", shape.name(i)))
+        .chain(["_commit_timestamp".into(), "_commit_version".into()])
+        .collect();
+    let mut checks = Vec::new();
+    for (j, (_, pred)) in spec.expectations.iter().enumerate() {
+        let earlier: Vec<String> = (0..j).map(|k| format!("NOT __x{k}")).collect();
+        let mut fails = vec![
+            "__row.__kind = 'upsert'".to_string(),
+            "NOT __row.__cbad".to_string(),
+            format!("NOT coalesce(({pred}), false)"),
+        ];
+        if leaves {
+            fails.extend(earlier);
+        }
+        checks.push(format!("({}) AS __x{j}", fails.join(" AND ")));
+    }
+    // Each check refers to the ones before it: one projection each.
+    let mut sql = format!(
+        "SELECT {}, struct(r.*) AS __row FROM ({cast}) r",
+        typed.join(", ")
+    );
+    for (j, check) in checks.iter().enumerate() {
+        sql = format!("SELECT *, {check} FROM ({sql}) e{j}");
+    }
+    let xs: Vec<String> = (0..checks.len()).map(|j| format!("__x{j}")).collect();
+    let bad = match leaves {
+        true => format!("(__row.__cbad OR {})", xs.join(" OR ")),
+        false => "__row.__cbad".to_string(),
+    };
+    format!(
+        "SELECT __row.*, {}, {bad} AS __bad FROM ({sql}) e",
+        xs.join(", ")
     )
 }
 
@@ -83,7 +152,14 @@ pub(crate) fn stage_cache(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>)
     let mut sql = latest_ctes(shape);
     sql.push_str(&stored_cte(shape, targets));
     sql.push_str(&guard_cte(spec, shape, targets));
-    sql.push_str(&action_cte(shape));
+    let from = match &spec.filter {
+        Some(pred) => {
+            sql.push_str(&filter_ctes(shape, pred));
+            "h"
+        }
+        None => "f",
+    };
+    sql.push_str(&action_cte(shape, from));
     sql.push_str(&output(spec, shape, targets.run_us));
     sql
 }
@@ -211,18 +287,19 @@ fn guard_cte(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>) -> String {
         "coalesce(__m, false) AS __m2".to_string(),
         format!("{} AS __n", newer(&seq_read, &stored_seq)),
         format!(
-            "(NOT coalesce(__t, false) OR {}{}) AS __pt",
+            "(NOT coalesce(__t, false) OR {}) AS __pt0",
             newer(&seq_read, &tomb_stored),
-            if targets.replayed {
-                format!(
-                    " OR (__kind = 'delete' AND {} <=> {})",
-                    named_struct(&seq_read),
-                    named_struct(&tomb_stored)
-                )
-            } else {
-                String::new()
-            }
         ),
+        // The tombstone equals the change: with `replayed`, the killed run's own, which does
+        // not guard against the delete that wrote it (see `action_cte`).
+        match targets.replayed {
+            true => format!(
+                "({} <=> {}) AS __rp",
+                named_struct(&seq_read),
+                named_struct(&tomb_stored)
+            ),
+            false => "false AS __rp".to_string(),
+        },
     ];
     for &i in &shape.data {
         let name = &shape.silver.columns[i].name;
@@ -248,8 +325,42 @@ fn guard_cte(spec: &ApplyFlow, shape: &Shape, targets: Targets<'_>) -> String {
     sql
 }
 
-/// `a`: what each key's winner does (`__action`).
-fn action_cte(shape: &Shape) -> String {
+/// `g`, `h`: `where` over each key's latest state — silver's columns as the winner would
+/// leave them (after partial updates; the ingest audit column is the change's commit time;
+/// not the update audit column) — and `__wf`: an upsert whose state fails it (false or NULL)
+/// and is applied as a delete, as embedded.
+fn filter_ctes(shape: &Shape, pred: &str) -> String {
+    let state: Vec<String> = shape
+        .silver
+        .columns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let value = if shape.keys.contains(&i) {
+                format!("__v{i}")
+            } else if shape.data.contains(&i) {
+                format!("__o{i}")
+            } else if shape.ingest.as_deref() == Some(c.name.as_str()) {
+                "_commit_timestamp".to_string()
+            } else {
+                return None;
+            };
+            Some(format!("{value} AS {}", shape.name(i)))
+        })
+        .collect();
+    format!(
+        "g AS (SELECT {}, struct(f.*) AS __row FROM f),
+         h AS (SELECT __row.*, (__row.__kind = 'upsert' AND NOT coalesce(({pred}), false)) AS __wf FROM g),
+",
+        state.join(", ")
+    )
+}
+
+/// `p`: whether the key's tombstone lets the winner pass (`__pt`: none, older, or the killed
+/// run's own for a delete — a winner failing `where` included, as embedded); `a`: what each
+/// key's winner does (`__action`), from `from` (`f`, or `h` with `where`: a winner failing
+/// it is a delete).
+fn action_cte(shape: &Shape, from: &str) -> String {
     let mut sql = String::new();
     let differs: Vec<String> = shape
         .data
@@ -264,16 +375,26 @@ fn action_cte(shape: &Shape) -> String {
         .map(|i| format!("__v{i} IS NULL"))
         .chain(["false".to_string()])
         .collect();
+    let (upsert, delete) = match from {
+        "h" => (
+            "__kind = 'upsert' AND NOT __wf",
+            "(__kind = 'delete' OR __wf)",
+        ),
+        _ => ("__kind = 'upsert'", "__kind = 'delete'"),
+    };
     let action = format!(
         "CASE WHEN {} THEN 'rejected'\n\
-         \x20 WHEN __kind = 'upsert' THEN CASE WHEN NOT __m2 AND __pt THEN 'insert'\n\
+         \x20 WHEN {upsert} THEN CASE WHEN NOT __m2 AND __pt THEN 'insert'\n\
          \x20   WHEN __m2 AND __n AND __pt THEN CASE WHEN {} THEN 'update' ELSE 'unchanged' END\n\
          \x20   ELSE 'stale' END\n\
          \x20 WHEN __m2 AND __n THEN 'delete' WHEN __pt AND NOT __m2 THEN 'tombstone' ELSE 'stale' END",
         null_key.join(" OR "),
         differs.join(" OR ")
     );
-    sql.push_str(&format!("a AS (SELECT f.*, {action} AS __action FROM f)\n"));
+    sql.push_str(&format!(
+        "p AS (SELECT {from}.*, (__pt0 OR ({delete} AND __rp)) AS __pt FROM {from}),\n\
+         a AS (SELECT p.*, {action} AS __action FROM p)\n"
+    ));
 
     sql
 }
@@ -307,6 +428,10 @@ fn output(spec: &ApplyFlow, shape: &Shape, run_us: i64) -> String {
         out.push(format!("{} AS __tomb{j}", s.read));
     }
     out.push("__conflict".into());
+    out.push(match spec.filter {
+        Some(_) => "__wf AS __filtered".into(),
+        None => "false AS __filtered".into(),
+    });
     sql.push_str(&format!("SELECT {} FROM a", out.join(", ")));
     sql
 }
@@ -320,9 +445,9 @@ fn named_struct(values: &[String]) -> String {
     format!("named_struct({})", fields.join(", "))
 }
 
-/// The counts of the changes read (collected): rows, ignored, kept, and the cast failures of
-/// each cast column (`f<i>`).
-pub(crate) fn changes_counts(shape: &Shape) -> String {
+/// The counts of the changes read (collected): rows, ignored, left out, the cast failures
+/// of each cast column (`f<i>`) and the changes failing each expectation (`x<j>`).
+pub(crate) fn changes_counts(spec: &ApplyFlow, shape: &Shape) -> String {
     let mut cols = vec![
         "count(*) AS changes_read".to_string(),
         "count_if(__kind = 'ignored') AS ignored".to_string(),
@@ -331,7 +456,44 @@ pub(crate) fn changes_counts(shape: &Shape) -> String {
     for i in shape.cast_columns() {
         cols.push(format!("count_if(__kind = 'upsert' AND __f{i}) AS f{i}"));
     }
+    for j in 0..spec.expectations.len() {
+        cols.push(format!("count_if(__x{j}) AS x{j}"));
+    }
     format!("SELECT {} FROM smelt_changes", cols.join(", "))
+}
+
+/// The first change (in read order) failing expectation `j`, for `on_violation: fail`
+/// (collected): its version and its keys as text.
+pub(crate) fn first_violation(shape: &Shape, j: usize) -> String {
+    format!(
+        "SELECT _commit_version, {} FROM smelt_changes WHERE __x{j} \
+         ORDER BY _commit_version, _file_pos, _row_pos LIMIT 1",
+        key_texts(shape).join(", "),
+    )
+}
+
+/// The first key (by key) whose latest changes conflict, for `on_sequence_conflict: fail`
+/// (collected): its keys and the winner's sequence (`__tomb<j>`) as text.
+pub(crate) fn first_conflict(shape: &Shape) -> String {
+    let seq: Vec<String> = (0..shape.seq.len())
+        .map(|j| format!("CAST(__tomb{j} AS STRING) AS __tomb{j}"))
+        .collect();
+    let order: Vec<String> = shape.keys.iter().map(|&k| shape.name(k)).collect();
+    format!(
+        "SELECT {}, {} FROM smelt_stage WHERE __conflict = 1 ORDER BY {} LIMIT 1",
+        key_texts(shape).join(", "),
+        seq.join(", "),
+        order.join(", ")
+    )
+}
+
+/// The key columns as text, named as the keys.
+fn key_texts(shape: &Shape) -> Vec<String> {
+    shape
+        .keys
+        .iter()
+        .map(|&k| format!("CAST({0} AS STRING) AS {0}", shape.name(k)))
+        .collect()
 }
 
 /// The counts of the stage (collected).
@@ -339,16 +501,13 @@ pub(crate) const STAGE_COUNTS: &str = "SELECT count(*) AS winners, \
      count_if(__action = 'insert') AS inserted, count_if(__action = 'update') AS updated, \
      count_if(__action = 'unchanged') AS unchanged, count_if(__action = 'delete') AS deleted, \
      count_if(__action = 'stale') AS stale, count_if(__tomb) AS tombstones, \
-     count_if(__action = 'rejected') AS rejected, count_if(__conflict = 1) AS conflicts \
+     count_if(__action = 'rejected') AS rejected, count_if(__conflict = 1) AS conflicts, \
+     count_if(__filtered AND (__action = 'delete' OR __tomb)) AS filtered \
      FROM smelt_stage";
 
 /// The first change whose column `i` fails to cast, for `on_cast_error: fail` (collected).
 pub(crate) fn first_failure(shape: &Shape, i: usize) -> String {
-    let keys: Vec<String> = shape
-        .keys
-        .iter()
-        .map(|&k| format!("CAST({0} AS STRING) AS {0}", shape.name(k)))
-        .collect();
+    let keys = key_texts(shape);
     format!(
         "SELECT CAST({} AS STRING) AS raw, _commit_version, {} FROM smelt_changes \
          WHERE __kind = 'upsert' AND __f{i} ORDER BY _commit_version, _file_pos, _row_pos LIMIT 1",

@@ -4,6 +4,8 @@
 //! carries the run's report in its `userMetadata`. Order: tombstones, then silver, as
 //! embedded; tombstone expiry after, in a commit of its own.
 
+use smelt_spec::{ApplyFlow, OnCastError, OnViolation};
+
 use super::shape::{DELETED_AT, Shape, create_table, spark_type};
 use crate::sql::{ident, string_literal};
 
@@ -146,10 +148,13 @@ pub(crate) struct RejectsOf<'a> {
     pub(crate) run_us: i64,
 }
 
-/// `on_cast_error: quarantine`: one rejects row per upsert and column that does not cast,
-/// with the raw value and the raw row as JSON (bronze's columns, NULLs written).
+/// The rejects rows, with the raw row as JSON (bronze's columns, NULLs written): under
+/// `on_cast_error: quarantine` one per upsert and column that does not cast, with the raw
+/// value; under `on_violation: quarantine` one per change and expectation it fails (the
+/// first only, as it is left out then).
 pub(crate) fn insert_rejects(
     table: &str,
+    spec: &ApplyFlow,
     shape: &Shape,
     bronze_columns: &[String],
     of: &RejectsOf<'_>,
@@ -162,26 +167,52 @@ pub(crate) fn insert_rejects(
         "to_json(named_struct({}), map('ignoreNullFields', 'false'))",
         fields.join(", ")
     );
-    let parts: Vec<String> = shape
+    let from = |rule: String,
+                column: String,
+                raw: String,
+                ty: String,
+                reason: String,
+                cond: String| {
+        format!(
+            "SELECT {}, {}, {}, _commit_version, _commit_timestamp, {rule}, {column}, {raw}, {ty}, {reason}, {raw_row}, timestamp_micros({}L) \
+             FROM smelt_changes WHERE {cond}",
+            string_literal(of.run_id),
+            string_literal(of.flow),
+            string_literal(of.source),
+            of.run_us,
+        )
+    };
+    let null = || "CAST(NULL AS STRING)".to_string();
+    let casts = spec.on_cast_error == OnCastError::Quarantine;
+    let mut parts: Vec<String> = shape
         .cast_columns()
+        .filter(|_| casts)
         .filter(|&i| shape.silver.columns[i].ty != smelt_spec::ColumnType::String)
         .map(|i| {
             let c = &shape.silver.columns[i];
             let ty = c.ty.to_string();
-            format!(
-                "SELECT {}, {}, {}, _commit_version, _commit_timestamp, 'cast', {}, CAST({} AS STRING), {}, {}, {raw_row}, timestamp_micros({}L) \
-                 FROM smelt_changes WHERE __kind = 'upsert' AND __f{i}",
-                string_literal(of.run_id),
-                string_literal(of.flow),
-                string_literal(of.source),
+            from(
+                "'cast'".into(),
                 string_literal(&c.name),
-                ident(&c.name),
+                format!("CAST({} AS STRING)", ident(&c.name)),
                 string_literal(&ty),
                 string_literal(&format!("the value cannot be cast to {ty}")),
-                of.run_us,
+                format!("__kind = 'upsert' AND __f{i}"),
             )
         })
         .collect();
+    if spec.on_violation == OnViolation::Quarantine {
+        for (j, (name, pred)) in spec.expectations.iter().enumerate() {
+            parts.push(from(
+                string_literal(name),
+                null(),
+                null(),
+                null(),
+                string_literal(&format!("expectation `{name}` failed: {pred}")),
+                format!("__x{j}"),
+            ));
+        }
+    }
     format!("INSERT INTO {table} {}", parts.join(" UNION ALL "))
 }
 
