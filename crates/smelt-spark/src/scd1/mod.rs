@@ -10,6 +10,7 @@
 //!    watermark; then tombstone expiry.
 
 mod discover;
+mod fail;
 mod read;
 mod shape;
 mod stage;
@@ -283,103 +284,14 @@ impl Scd1<'_> {
             }
         }
         if self.spec.on_cast_error == OnCastError::Fail && !counts.cast_failures.is_empty() {
-            return Err(self.cast_error(s, shape, &counts).await);
+            return Err(fail::cast(s, self.name, self.spec, shape, &counts.cast_failures).await);
         }
         if self.spec.on_violation == OnViolation::Fail && !counts.expectations.is_empty() {
-            return Err(self.violation_error(s, shape, &counts).await);
+            return Err(
+                fail::violation(s, self.name, self.spec, shape, &counts.expectations).await,
+            );
         }
         Ok(counts)
-    }
-
-    /// The error of `on_violation: fail`: the first expectation (in the file's order) that
-    /// changes fail, the first change failing it, its version and key, and how many failed
-    /// in all.
-    async fn violation_error(
-        &self,
-        s: &Session<'_>,
-        shape: &Shape,
-        counts: &Counts,
-    ) -> EngineError {
-        let (j, (name, pred)) = self
-            .spec
-            .expectations
-            .iter()
-            .enumerate()
-            .find(|(_, (name, _))| counts.expectations.contains_key(name))
-            .unwrap_or((0, &self.spec.expectations[0]));
-        let first = match s
-            .read(
-                "find the first change failing the expectation",
-                stage::first_violation(shape, j),
-            )
-            .await
-        {
-            Ok(rows) => rows,
-            Err(e) => return e,
-        };
-        let version = first
-            .ints("_commit_version")
-            .first()
-            .copied()
-            .flatten()
-            .unwrap_or(-1);
-        let total: usize = counts.expectations.values().sum();
-        EngineError::user(
-            format!(
-                "flow `{}`: expectation `{name}` (`{pred}`) failed for the change of key {} in bronze `{}` version {version}; {total} change(s) failed expectations in all",
-                self.name,
-                keys_of(shape, &first),
-                self.spec.from,
-            ),
-            "fix the change in bronze, or set `on_violation:` to `warn`, `drop` or `quarantine`",
-        )
-    }
-
-    /// The error of `on_cast_error: fail`: the first failing value, its version and key.
-    async fn cast_error(&self, s: &Session<'_>, shape: &Shape, counts: &Counts) -> EngineError {
-        let i = shape
-            .cast_columns()
-            .find(|&i| {
-                counts
-                    .cast_failures
-                    .contains_key(&shape.silver.columns[i].name)
-            })
-            .unwrap_or(0);
-        let column = &shape.silver.columns[i];
-        let total: usize = counts.cast_failures.values().sum();
-        let first = match s
-            .read(
-                "find the first value that does not cast",
-                stage::first_failure(shape, i),
-            )
-            .await
-        {
-            Ok(rows) => rows,
-            Err(e) => return e,
-        };
-        let raw = first
-            .strings("raw")
-            .first()
-            .cloned()
-            .flatten()
-            .unwrap_or_default();
-        let version = first
-            .ints("_commit_version")
-            .first()
-            .copied()
-            .flatten()
-            .unwrap_or(-1);
-        EngineError::user(
-            format!(
-                "flow `{}`: cannot cast column `{}` to {}: value \"{raw}\" (bronze `{}` version {version}, key {}); {total} value(s) failed in all",
-                self.name,
-                column.name,
-                column.ty,
-                self.spec.from,
-                keys_of(shape, &first)
-            ),
-            "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure",
-        )
     }
 
     /// Step 3b: the stage, cached; its counts.
@@ -412,36 +324,7 @@ impl Scd1<'_> {
         counts.conflicts = one("conflicts");
         counts.filtered = one("filtered");
         if counts.conflicts > 0 && self.spec.on_sequence_conflict == OnSequenceConflict::Fail {
-            let first = s
-                .read(
-                    "find the first key whose changes conflict",
-                    stage::first_conflict(shape),
-                )
-                .await?;
-            let sequence: Vec<String> = self
-                .spec
-                .sequence_by
-                .iter()
-                .enumerate()
-                .map(|(j, name)| {
-                    let value = first
-                        .strings(&format!("__tomb{j}"))
-                        .first()
-                        .cloned()
-                        .flatten();
-                    format!("{name}={}", value.unwrap_or_else(|| "NULL".into()))
-                })
-                .collect();
-            return Err(EngineError::user(
-                format!(
-                    "flow `{}`: changes of key {} share the greatest sequence ({}) but differ; {} key(s) conflict in all",
-                    self.name,
-                    keys_of(shape, &first),
-                    sequence.join(", "),
-                    counts.conflicts
-                ),
-                "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last` (bronze order wins) or `quarantine`",
-            ));
+            return Err(fail::conflict(s, self.name, self.spec, shape, counts.conflicts).await);
         }
         Ok(())
     }
@@ -613,20 +496,6 @@ async fn probe(s: &Session<'_>, what: &str, glob: &str, files: &[String]) -> Res
         return Ok(Vec::new());
     }
     Ok(s.read(what, read::probe(glob)).await?.names())
-}
-
-/// The keys of the first row of `rows` (named as silver's keys), as `Id=value, …`.
-fn keys_of(shape: &Shape, rows: &crate::client::Rows) -> String {
-    shape
-        .keys
-        .iter()
-        .map(|&k| {
-            let name = &shape.silver.columns[k].name;
-            let value = rows.strings(name).first().cloned().flatten();
-            format!("{name}={}", value.unwrap_or_else(|| "NULL".into()))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The counts into the report.

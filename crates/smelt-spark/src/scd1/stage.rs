@@ -335,18 +335,7 @@ fn filter_ctes(shape: &Shape, pred: &str) -> String {
         .columns
         .iter()
         .enumerate()
-        .filter_map(|(i, c)| {
-            let value = if shape.keys.contains(&i) {
-                format!("__v{i}")
-            } else if shape.data.contains(&i) {
-                format!("__o{i}")
-            } else if shape.ingest.as_deref() == Some(c.name.as_str()) {
-                "_commit_timestamp".to_string()
-            } else {
-                return None;
-            };
-            Some(format!("{value} AS {}", shape.name(i)))
-        })
+        .filter_map(|(i, _)| Some(format!("{} AS {}", state_value(shape, i)?, shape.name(i))))
         .collect();
     format!(
         "g AS (SELECT {}, struct(f.*) AS __row FROM f),
@@ -399,6 +388,20 @@ fn action_cte(shape: &Shape, from: &str) -> String {
     sql
 }
 
+/// Silver column `i` as the winner leaves it, but the update audit column (`None`): a key
+/// as read, a data column merged, the ingest audit column the change's commit time.
+fn state_value(shape: &Shape, i: usize) -> Option<String> {
+    if shape.keys.contains(&i) {
+        Some(format!("__v{i}"))
+    } else if shape.data.contains(&i) {
+        Some(format!("__o{i}"))
+    } else if shape.ingest.as_deref() == Some(shape.silver.columns[i].name.as_str()) {
+        Some("_commit_timestamp".to_string())
+    } else {
+        None
+    }
+}
+
 /// The row each key gets, its action, its tombstone and whether it conflicts.
 fn output(spec: &ApplyFlow, shape: &Shape, run_us: i64) -> String {
     let mut sql = String::new();
@@ -407,12 +410,8 @@ fn output(spec: &ApplyFlow, shape: &Shape, run_us: i64) -> String {
     let mut out = Vec::new();
     for (i, c) in shape.silver.columns.iter().enumerate() {
         let name = ident(&c.name);
-        let value = if shape.keys.contains(&i) {
-            format!("__v{i}")
-        } else if shape.data.contains(&i) {
-            format!("__o{i}")
-        } else if shape.ingest.as_deref() == Some(c.name.as_str()) {
-            "_commit_timestamp".to_string()
+        let value = if let Some(value) = state_value(shape, i) {
+            value
         } else if spec.audit.update_timestamp_on == UpdateTimestampOn::Apply {
             run.clone()
         } else {
