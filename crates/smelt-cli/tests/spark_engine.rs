@@ -43,6 +43,8 @@ const REPORT_FIELDS: &[&str] = &[
     "filtered",
     "files_read",
     "bytes_read",
+    "new_columns",
+    "columns_added",
 ];
 
 /// A project with two pipeline files over one bronze folder: `embedded.yaml` (lake
@@ -53,16 +55,28 @@ struct Pair {
 
 impl Pair {
     fn new(p: Project, flows: &str, url: &str) -> Self {
+        let pair = Self { p };
+        pair.flows(flows, url);
+        pair
+    }
+
+    /// Both pipeline files with `flows`.
+    fn flows(&self, flows: &str, url: &str) {
         let tables = "tables:\n  medallion_demo.product2__bronze: ./bronze\n";
-        p.write(
+        self.p.write(
             "embedded.yaml",
             &format!("lake: ./lake_e\n{tables}flows:\n{flows}"),
         );
-        p.write(
+        self.p.write(
             "spark.yaml",
             &format!("engine: spark\nconnect: {url}\nlake: ./lake_s\n{tables}flows:\n{flows}"),
         );
-        Self { p }
+    }
+
+    /// The error of `smelt validate` on each engine, `(embedded, spark)`.
+    fn validate_fails(&self) -> (String, String) {
+        let with = |file: &str| self.p.fails(&["-p", file, "validate"], 1).1;
+        (with("embedded.yaml"), with("spark.yaml"))
     }
 
     /// Bronze statements (through the embedded engine's SQL).
@@ -515,6 +529,68 @@ fn source_deletes(url: &str) {
     pair.same_tables("source deletes step 3", true);
 }
 
+/// Schema drift (DESIGN §4) as embedded: a bronze column silver's DDL lacks is reported,
+/// then added by `schema_evolution: add_new_columns` (a plan writes nothing); a DDL that
+/// disagrees with the table, or declares a column it lacks, fails `validate` with the
+/// embedded engine's message.
+fn schema_drift(url: &str) {
+    let p = Project::product2();
+    let ddl = std::fs::read_to_string(p.file("silver.sql")).unwrap();
+    p.write(
+        "silver.sql",
+        &ddl.replace("`StockKeepingUnit` STRING,\n", ""),
+    );
+    let pair = Pair::new(p, PRODUCT2, url);
+    pair.bronze("bronze.sql");
+    pair.bronze("insert_1.sql");
+    let first = pair.run(&[]);
+    assert_eq!(
+        first.1[0]["new_columns"],
+        serde_json::json!(["StockKeepingUnit"])
+    );
+    same_reports("drift step 1", &first);
+    pair.same_tables("drift step 1", false);
+
+    let evolving = format!("{PRODUCT2}      schema_evolution: add_new_columns\n");
+    pair.flows(&evolving, url);
+    pair.bronze("insert_2.sql");
+    let planned = (
+        pair.p.flows(&["-p", "embedded.yaml", "plan"]),
+        pair.p.flows(&["-p", "spark.yaml", "plan"]),
+    );
+    same_reports("drift plan of step 2", &planned);
+    pair.same_tables("drift plan of step 2", false);
+    let second = pair.run(&[]);
+    assert_eq!(
+        second.1[0]["columns_added"],
+        serde_json::json!(["StockKeepingUnit"])
+    );
+    same_reports("drift step 2", &second);
+    pair.same_tables("drift step 2", false);
+    let rebuilt = pair.run(&["--full-refresh"]);
+    same_reports("drift rebuild", &rebuilt);
+    pair.same_tables("drift rebuild", false);
+
+    // The DDL against the table: a type that differs, a column the table lacks.
+    pair.p
+        .write("silver.sql", &ddl.replace("`Name` STRING", "`Name` BIGINT"));
+    let (e, s) = pair.validate_fails();
+    let part =
+        "column `Name` of `medallion_demo.product2__silver` is STRING in the table but INT64";
+    assert!(e.contains(part) && s.contains(part), "{e}\n{s}");
+    pair.p.write(
+        "silver.sql",
+        &ddl.replace(
+            "`StockKeepingUnit` STRING,\n",
+            "`StockKeepingUnit` STRING,\n  `Extra` STRING,\n",
+        ),
+    );
+    pair.flows(PRODUCT2, url);
+    let (e, s) = pair.validate_fails();
+    let part = "column `Extra` is declared but missing from the existing table";
+    assert!(e.contains(part) && s.contains(part), "{e}\n{s}");
+}
+
 /// What the Spark engine does not run yet is refused by name at `validate`, before anything
 /// runs; `--engine embedded` runs the same file embedded.
 fn refusals(url: &str, writer: &Writer) {
@@ -683,5 +759,6 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     quarantine(&cluster.url);
     conflicts_fail(&cluster.url);
     source_deletes(&cluster.url);
+    schema_drift(&cluster.url);
     random_streams(&cluster.url, &writer);
 }

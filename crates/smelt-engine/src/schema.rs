@@ -25,6 +25,27 @@ pub fn arrow_type(ty: ColumnType) -> DataType {
     }
 }
 
+/// The silver column type a table's Arrow type stores, the inverse of [`arrow_type`] (any
+/// string, binary or zoned-timestamp kind); `None` for a type silver does not have.
+pub fn column_type(dt: &DataType) -> Option<ColumnType> {
+    Some(match dt {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::String,
+        DataType::Boolean => ColumnType::Bool,
+        DataType::Int64 => ColumnType::Int64,
+        DataType::Int32 => ColumnType::Int32,
+        DataType::Int16 => ColumnType::Int16,
+        DataType::Int8 => ColumnType::Int8,
+        DataType::Float64 => ColumnType::Float64,
+        DataType::Float32 => ColumnType::Float32,
+        DataType::Decimal128(p, s) => ColumnType::Decimal(*p, *s),
+        DataType::Date32 => ColumnType::Date,
+        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => ColumnType::Timestamp,
+        DataType::Timestamp(TimeUnit::Microsecond, None) => ColumnType::TimestampNtz,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => ColumnType::Binary,
+        _ => return None,
+    })
+}
+
 /// The Arrow schema of a table definition.
 pub fn arrow_schema(def: &TableDef) -> SchemaRef {
     Arc::new(Schema::new(
@@ -110,5 +131,32 @@ mod tests {
         ] {
             assert!(!is_widening(&a, &b), "{a} -> {b}");
         }
+    }
+
+    #[test]
+    fn column_types_round_trip_through_arrow() {
+        use ColumnType::*;
+        for ty in [
+            String,
+            Bool,
+            Int64,
+            Int32,
+            Int16,
+            Int8,
+            Float64,
+            Float32,
+            Decimal(38, 9),
+            Date,
+            Timestamp,
+            TimestampNtz,
+            Binary,
+        ] {
+            assert_eq!(column_type(&arrow_type(ty)), Some(ty), "{ty:?}");
+        }
+        // Spark's zone and string kinds are the same silver types; a struct is none.
+        let spark_ts = DataType::Timestamp(TimeUnit::Microsecond, Some("Etc/UTC".into()));
+        assert_eq!(column_type(&spark_ts), Some(Timestamp));
+        assert_eq!(column_type(&DataType::LargeUtf8), Some(String));
+        assert_eq!(column_type(&DataType::Struct(Default::default())), None);
     }
 }

@@ -14,7 +14,7 @@ use smelt_spec::{ApplyFlow, ColumnDef, Flow, FlowKind, Pipeline};
 
 use crate::client::Spark;
 use crate::places::Places;
-use crate::scd1::{Scd1, State, VIEWS, discover, spark_type};
+use crate::scd1::{Scd1, State, VIEWS, columns, discover, spark_type};
 use crate::session::{Mode, Session, Statement};
 use crate::support::refusals;
 use crate::{event_log, sql};
@@ -52,44 +52,43 @@ impl SparkEngine {
                 problems.extend(refused.into_iter().map(problem));
                 continue;
             }
-            if let FlowKind::Apply(spec) = &flow.kind
-                && let Err(e) = self.check_apply(&flow.name, spec).await
-            {
-                problems.push(problem(e));
+            if let FlowKind::Apply(spec) = &flow.kind {
+                let found = self.check_apply(&flow.name, spec).await;
+                problems.extend(found.into_iter().map(problem));
             }
         }
         problems
     }
 
-    async fn check_apply(&self, name: &str, spec: &ApplyFlow) -> Result<()> {
+    /// The problems of apply flow `name` on the cluster: its columns against silver and
+    /// bronze (as embedded finds them), then its conditions.
+    async fn check_apply(&self, name: &str, spec: &ApplyFlow) -> Vec<EngineError> {
         let s = Session::new(&self.spark, name, Mode::Plan, &smelt_engine::ports::Silent);
-        let state = discover(&s, &self.places, name, spec).await?;
-        let silver = spec
-            .silver
-            .as_ref()
-            .map(|d| d.columns.as_slice())
-            .unwrap_or(&[]);
-        let audit = [&spec.audit.ingest_timestamp, &spec.audit.update_timestamp];
-        let missing: Vec<&str> = silver
-            .iter()
-            .filter(|c| !audit.iter().any(|a| a.as_deref() == Some(c.name.as_str())))
-            .filter(|c| !state.bronze_columns.contains(&c.name))
-            .map(|c| c.name.as_str())
-            .collect();
-        if !missing.is_empty() {
-            return Err(EngineError::user(
-                format!(
-                    "flow `{name}`: bronze `{}` has no column {}",
-                    spec.from,
-                    missing
-                        .iter()
-                        .map(|m| format!("`{m}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                "add the columns to bronze, or remove them from the silver DDL",
-            ));
+        let state = match discover(&s, &self.places, name, spec).await {
+            Ok(state) => state,
+            Err(e) => return vec![e],
+        };
+        let columns = match columns::check(name, spec, &state) {
+            Ok(columns) => columns,
+            Err(problems) => return problems,
+        };
+        match self
+            .check_predicates(name, spec, &columns.silver.columns)
+            .await
+        {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![e],
         }
+    }
+
+    /// The expectations, `where` and `apply_as_deletes`, run on the cluster over the
+    /// columns of a run (`silver`).
+    async fn check_predicates(
+        &self,
+        name: &str,
+        spec: &ApplyFlow,
+        silver: &[ColumnDef],
+    ) -> Result<()> {
         self.check_conditions(name, spec, silver).await?;
         if let Some(pred) = &spec.apply_as_deletes {
             let sql = format!(
@@ -358,7 +357,11 @@ impl Executor for SparkEngine {
         let result = self.scd1(&flow.name, spec, ctx).run(&s, &state).await;
         self.drop_views(&s).await;
         reporter.done(&flow.name);
-        result
+        // The time of each kind of statement sent, discovery included: where a run's time goes.
+        result.map(|report| FlowReport {
+            phases_ms: s.phases(),
+            ..report
+        })
     }
 
     fn event_log(&self) -> &dyn EventLog {

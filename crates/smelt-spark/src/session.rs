@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use smelt_engine::ports::Reporter;
-use smelt_engine::{EngineError, Result, failpoint};
+use smelt_engine::{Result, failpoint};
 
 use crate::client::{Rows, Spark};
 
@@ -38,6 +38,8 @@ pub(crate) struct Session<'a> {
     pub(crate) mode: Mode,
     pub(crate) reporter: &'a dyn Reporter,
     pub(crate) log: Mutex<Vec<Statement>>,
+    /// Milliseconds per kind of statement sent (its `what`), in the order first sent.
+    timings: Mutex<Vec<(String, u64)>>,
 }
 
 impl<'a> Session<'a> {
@@ -53,14 +55,33 @@ impl<'a> Session<'a> {
             mode,
             reporter,
             log: Mutex::new(Vec::new()),
+            timings: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Sends `sql` and adds its time to `what`'s.
+    async fn send(&self, what: &str, sql: &str) -> Result<Rows> {
+        let started = std::time::Instant::now();
+        let rows = self.spark.sql(what, sql).await;
+        let ms = started.elapsed().as_millis() as u64;
+        let mut timings = self.timings.lock().expect("statement timings");
+        match timings.iter_mut().find(|(w, _)| w == what) {
+            Some((_, total)) => *total += ms,
+            None => timings.push((what.to_string(), ms)),
+        }
+        Ok(rows?)
+    }
+
+    /// Milliseconds per kind of statement sent so far (the report's `phases_ms`).
+    pub(crate) fn phases(&self) -> Vec<(String, u64)> {
+        self.timings.lock().expect("statement timings").clone()
     }
 
     /// Runs a statement that writes nothing.
     pub(crate) async fn read(&self, what: &str, sql: String) -> Result<Rows> {
         self.record(what, &sql, false);
         self.reporter.phase(self.flow, what);
-        Ok(self.spark.sql(what, &sql).await?)
+        self.send(what, &sql).await
     }
 
     /// Runs a statement that writes (not in a plan), after the failpoint `point` where it
@@ -79,23 +100,20 @@ impl<'a> Session<'a> {
             failpoint(point)?;
         }
         self.reporter.phase(self.flow, what);
-        match self.spark.sql(what, &sql).await {
-            Ok(rows) => Ok(Some(rows)),
-            Err(e) => Err(EngineError::from(e)),
-        }
+        self.send(what, &sql).await.map(Some)
     }
 
     /// Defines a temporary view (sent in a plan too: it changes no table).
     pub(crate) async fn view(&self, what: &str, sql: String) -> Result<()> {
         self.record(what, &sql, false);
-        self.spark.sql(what, &sql).await?;
+        self.send(what, &sql).await?;
         Ok(())
     }
 
     /// Runs a session setting (sent in a plan too: it changes no table).
     pub(crate) async fn setting(&self, sql: String) -> Result<()> {
         self.record("setting", &sql, false);
-        self.spark.sql("a session setting", &sql).await?;
+        self.send("a session setting", &sql).await?;
         Ok(())
     }
 
@@ -104,7 +122,7 @@ impl<'a> Session<'a> {
     pub(crate) async fn write_setting(&self, sql: String) -> Result<()> {
         self.record("setting", &sql, true);
         if self.mode == Mode::Run {
-            self.spark.sql("a session setting", &sql).await?;
+            self.send("a session setting", &sql).await?;
         }
         Ok(())
     }

@@ -5,8 +5,7 @@ use smelt_engine::EngineError;
 use smelt_engine::run::RunSettings;
 use smelt_spec::pipeline::COMMIT_TIMESTAMP;
 use smelt_spec::{
-    ApplyFlow, CastDialect, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
-    SchemaEvolution, WriteMode,
+    ApplyFlow, CastDialect, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline, WriteMode,
 };
 
 /// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
@@ -87,10 +86,6 @@ fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
         (
             spec.on_sequence_conflict == OnSequenceConflict::Quarantine,
             "`on_sequence_conflict: quarantine`",
-        ),
-        (
-            spec.schema_evolution != SchemaEvolution::None,
-            "`schema_evolution: add_new_columns`",
         ),
         (spec.widen_types, "`widen_types`"),
         (

@@ -33,7 +33,7 @@ mod spill;
 mod tombstones;
 mod truncate;
 
-pub use self::schema::{SilverSchema, silver_schema};
+pub use self::schema::{Drift, SilverSchema, drift, silver_schema};
 pub use self::spill::partitions_for;
 pub use self::tombstones::{DELETED_AT, tombstone_table};
 pub use self::truncate::TRUNCATED_THROUGH;

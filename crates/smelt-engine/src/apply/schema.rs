@@ -24,19 +24,19 @@ pub struct SilverSchema {
     pub widen: bool,
 }
 
-/// The silver schema the flow writes: the existing table's, checked against the DDL, or
-/// the DDL's when silver does not exist yet. With `schema_evolution: add_new_columns`,
-/// DDL columns the table lacks are to be added; with `widen_types`, DDL types wider than
-/// the table's replace them.
+/// The silver schema the flow writes: the existing table's (`existing`, `None` when silver
+/// does not exist yet), checked against the DDL, or the DDL's. With `schema_evolution:
+/// add_new_columns`, DDL columns the table lacks are to be added; with `widen_types`, DDL
+/// types wider than the table's replace them.
 pub fn silver_schema(
     flow_name: &str,
     flow: &ApplyFlow,
-    silver: &dyn SilverTable,
+    existing: Option<SchemaRef>,
 ) -> Result<SilverSchema> {
     let declared = flow.silver.as_ref().map(arrow_schema);
     let mut missing = Vec::new();
     let mut widened: Vec<Field> = Vec::new();
-    match (silver.schema(), declared) {
+    match (existing, declared) {
         (Some(existing), Some(declared)) => {
             for f in declared.fields() {
                 match existing.field_with_name(f.name()) {
@@ -185,24 +185,40 @@ pub(super) fn resolve_schema(
     }
 }
 
-/// [`resolve_schema`] with every problem found, in the order a run meets them; the schema
-/// when there are none.
-pub(super) fn resolve_schema_all(
+/// Silver's columns as one run writes them, checked against the flow and bronze: what
+/// either engine derives before it reads a change (DESIGN §4, schema drift).
+pub struct Drift {
+    /// The schema: wider types applied, columns to add appended.
+    pub schema: SchemaRef,
+    /// Columns to add to silver in this run: DDL columns the table lacks and, with
+    /// `schema_evolution: add_new_columns`, bronze columns it lacks.
+    pub to_add: Vec<Field>,
+    /// True when some column gets a wider type (`widen_types`).
+    pub widen: bool,
+    /// Bronze columns silver lacks (schema drift), reported.
+    pub new_columns: Vec<Field>,
+}
+
+/// The schema one run of `flow` writes, from silver's (`existing`, `None` before its first
+/// run) and bronze's, with every problem found in the order a run meets them: the DDL
+/// against the table, SCD2 columns, schema drift, every silver column from bronze, the keys,
+/// `column_list`. The schema is there unless the DDL and the table disagree (problems or
+/// not: the flow's predicates are still checked against it).
+pub fn drift(
     flow_name: &str,
     flow: &ApplyFlow,
-    silver: &dyn SilverTable,
+    existing: Option<SchemaRef>,
     bronze: &SchemaRef,
-) -> (Option<FlowSchema>, Vec<EngineError>) {
+) -> (Option<Drift>, Vec<EngineError>) {
     let mut problems = Vec::new();
     let SilverSchema {
         mut schema,
         missing: mut to_add,
         widen,
-    } = match silver_schema(flow_name, flow, silver) {
+    } = match silver_schema(flow_name, flow, existing) {
         Ok(s) => s,
         Err(e) => return (None, vec![e]),
     };
-    let audit_update = flow.audit.update_timestamp.as_deref();
     if flow.scd == 2 {
         for c in [START_AT, END_AT] {
             if schema.field_with_name(c).is_err() {
@@ -273,6 +289,48 @@ pub(super) fn resolve_schema_all(
         }
     }
 
+    for c in match &flow.update_columns {
+        smelt_spec::UpdateColumns::All => &[][..],
+        smelt_spec::UpdateColumns::Only(c) | smelt_spec::UpdateColumns::Except(c) => c,
+    } {
+        if schema.field_with_name(c).is_err() {
+            problems.push(EngineError::user(
+                format!(
+                    "flow `{flow_name}`: `column_list` names `{c}`, which is not a column of `{}`",
+                    flow.into
+                ),
+                "list columns of the silver table",
+            ));
+        }
+    }
+    let drift = Drift {
+        schema,
+        to_add,
+        widen,
+        new_columns,
+    };
+    (Some(drift), problems)
+}
+
+/// [`resolve_schema`] with every problem found, in the order a run meets them; the schema
+/// when there are none.
+pub(super) fn resolve_schema_all(
+    flow_name: &str,
+    flow: &ApplyFlow,
+    silver: &dyn SilverTable,
+    bronze: &SchemaRef,
+) -> (Option<FlowSchema>, Vec<EngineError>) {
+    let (drift, mut problems) = drift(flow_name, flow, silver.schema(), bronze);
+    let Some(Drift {
+        schema,
+        to_add,
+        widen,
+        new_columns,
+    }) = drift
+    else {
+        return (None, problems);
+    };
+    let audit_update = flow.audit.update_timestamp.as_deref();
     let as_deletes = flow.apply_as_deletes.as_deref().and_then(|sql| {
         Predicate::compile(
             sql,
@@ -298,20 +356,6 @@ pub(super) fn resolve_schema_all(
             .map_err(|e| problems.push(e))
             .ok()
     });
-    for c in match &flow.update_columns {
-        smelt_spec::UpdateColumns::All => &[][..],
-        smelt_spec::UpdateColumns::Only(c) | smelt_spec::UpdateColumns::Except(c) => c,
-    } {
-        if schema.field_with_name(c).is_err() {
-            problems.push(EngineError::user(
-                format!(
-                    "flow `{flow_name}`: `column_list` names `{c}`, which is not a column of `{}`",
-                    flow.into
-                ),
-                "list columns of the silver table",
-            ));
-        }
-    }
     let resolved = problems.is_empty().then_some(FlowSchema {
         schema,
         to_add,

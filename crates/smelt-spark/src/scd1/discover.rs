@@ -2,6 +2,7 @@
 //! watermark and last commit, whether the tombstones exist; bronze's history for the
 //! versions a run reads; the commits that rewrite rows without change data.
 
+use arrow::datatypes::SchemaRef;
 use smelt_engine::apply::tombstone_table;
 use smelt_engine::context::app_id;
 use smelt_engine::{EngineError, Result};
@@ -30,8 +31,12 @@ pub(crate) struct State {
     pub(crate) bronze_version: i64,
     /// Bronze's columns.
     pub(crate) bronze_columns: Vec<String>,
+    /// Bronze's schema, as Spark reads it.
+    pub(crate) bronze_schema: SchemaRef,
     /// Silver's last commit, when silver exists.
     pub(crate) silver: Option<Last>,
+    /// Silver's schema, as Spark reads it, when silver exists.
+    pub(crate) silver_schema: Option<SchemaRef>,
     /// The bronze version silver has applied through.
     pub(crate) watermark: Option<i64>,
     /// Whether the tombstone table exists.
@@ -88,15 +93,14 @@ pub(crate) async fn discover(
         });
     };
     check_bronze(s, spec, &bronze).await?;
-    let columns = s
-        .read(
-            "read bronze's columns",
-            format!("SELECT * FROM {bronze} LIMIT 0"),
-        )
-        .await?
-        .names();
+    let bronze_schema = schema_of(s, "read bronze's columns", &bronze).await?;
     let silver_dir = places.location(&spec.into);
-    let silver = last_commit(s, "read silver's last commit", &places.sql(&spec.into)).await?;
+    let silver_sql = places.sql(&spec.into);
+    let silver = last_commit(s, "read silver's last commit", &silver_sql).await?;
+    let silver_schema = match &silver {
+        Some(_) => Some(schema_of(s, "read silver's columns", &silver_sql).await?),
+        None => None,
+    };
     let watermark = match &silver {
         Some(_) => txn_of(s, &silver_dir, name, "read silver's watermark").await?,
         None => None,
@@ -114,11 +118,27 @@ pub(crate) async fn discover(
     };
     Ok(State {
         bronze_version: last.version,
-        bronze_columns: columns,
+        bronze_columns: bronze_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect(),
+        bronze_schema,
         silver,
+        silver_schema,
         watermark,
         tombstones,
         tombstones_txn,
+    })
+}
+
+/// The schema of `table` as Spark reads it.
+async fn schema_of(s: &Session<'_>, what: &str, table: &str) -> Result<SchemaRef> {
+    let rows = s
+        .read(what, format!("SELECT * FROM {table} LIMIT 0"))
+        .await?;
+    rows.schema.ok_or_else(|| {
+        EngineError::Internal(format!("Spark sent no schema for `SELECT * FROM {table}`"))
     })
 }
 

@@ -9,6 +9,7 @@
 //! 4. The writes ([`write`]): tombstones, then silver with the report, each carrying the
 //!    watermark; then tombstone expiry.
 
+pub(crate) mod columns;
 mod discover;
 mod fail;
 mod read;
@@ -69,12 +70,11 @@ impl Scd1<'_> {
     /// Runs (or plans) the flow on `session`; `state` is where things stood before.
     pub(crate) async fn run(&self, s: &Session<'_>, state: &State) -> Result<FlowReport> {
         let spec = self.spec;
-        let silver = spec
-            .silver
-            .as_ref()
-            .ok_or_else(|| EngineError::Internal("apply flow without a schema on Spark".into()))?;
-        let shape = Shape::new(spec, silver);
+        let columns = columns::resolve(self.name, spec, state)?;
+        let shape = Shape::new(spec, &columns.silver).adding(&columns.to_add);
         let mut report = self.report(state);
+        report.new_columns = columns.new_columns.clone();
+        report.columns_added = columns.to_add.iter().map(|c| c.name.clone()).collect();
         let (span, mode) = match (self.ctx.full_refresh, state.watermark) {
             // As embedded: a rebuild of a silver that does not exist yet is its first run.
             (true, _) if state.silver.is_none() => {
@@ -136,6 +136,16 @@ impl Scd1<'_> {
             return Ok(report);
         }
         report.status = ReportStatus::Applied;
+        if state.silver.is_some() && !columns.to_add.is_empty() {
+            // Before the watermark: a rerun after a kill here finds the columns there.
+            let sql = columns.add_columns(&silver_sql);
+            s.write(
+                Some("before_spark_add_columns"),
+                "add the new columns to silver",
+                sql,
+            )
+            .await?;
+        }
         self.write(s, &shape, state, rebuild, &mut report).await?;
         Ok(report)
     }

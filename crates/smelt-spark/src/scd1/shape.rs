@@ -3,7 +3,7 @@
 //! it is read (`__v<i>`, `_commit_timestamp`), stored in silver and kept in tombstones.
 
 use smelt_spec::pipeline::COMMIT_TIMESTAMP;
-use smelt_spec::{ApplyFlow, ColumnType, TableDef, UpdateColumns};
+use smelt_spec::{ApplyFlow, ColumnDef, ColumnType, TableDef, UpdateColumns};
 
 use crate::sql::ident;
 
@@ -54,6 +54,8 @@ pub(crate) struct Shape {
     pub(crate) seq: Vec<SeqCol>,
     /// Data columns an update sets.
     pub(crate) updates: UpdateColumns,
+    /// Indexes of the columns the stored silver lacks (this run adds them).
+    pub(crate) absent: Vec<usize>,
 }
 
 impl Shape {
@@ -98,7 +100,17 @@ impl Shape {
             ingest,
             seq,
             updates: spec.update_columns.clone(),
+            absent: Vec::new(),
         }
+    }
+
+    /// The shape with `added` columns the stored silver lacks (read as NULL).
+    pub(crate) fn adding(mut self, added: &[ColumnDef]) -> Self {
+        self.absent = added
+            .iter()
+            .filter_map(|a| self.silver.columns.iter().position(|c| c.name == a.name))
+            .collect();
+        self
     }
 
     /// The columns cast from bronze: every silver column but the audit columns.

@@ -222,7 +222,13 @@ fn stored_cte(shape: &Shape, targets: Targets<'_>) -> String {
     match targets.silver {
         Some(table) => {
             joined.push("s.__present AS __m".into());
-            joined.extend((0..n).map(|i| format!("s.{} AS __s{i}", shape.name(i))));
+            joined.extend((0..n).map(|i| match shape.absent.contains(&i) {
+                true => format!(
+                    "CAST(NULL AS {}) AS __s{i}",
+                    spark_type(shape.silver.columns[i].ty)
+                ),
+                false => format!("s.{} AS __s{i}", shape.name(i)),
+            }));
             from.push_str(&format!(
                 " LEFT JOIN (SELECT *, true AS __present FROM {table}) s ON {}",
                 on("s")
