@@ -307,8 +307,9 @@ def summarize(result):
 
 
 def reference(results):
-    """The result the others are compared with: smelt's (Delta silver), else smelt-iceberg's."""
-    return next(r for r in results if r["tool"] == "smelt" or r["tool"] == "smelt-iceberg")
+    """The result the others are compared with: smelt's (Delta silver), else smelt-iceberg's,
+    else the first tool's (a run of one tool, e.g. `--tools smelt-spark`)."""
+    return next((r for r in results if r["tool"] in ("smelt", "smelt-iceberg")), results[0])
 
 
 def markdown(meta, results):
