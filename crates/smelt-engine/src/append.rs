@@ -17,7 +17,7 @@ use crate::apply::{RunContext, app_id};
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark, WatermarkSource};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
-use crate::stage::{Buffered, CastMiss, cast_to, commit_report};
+use crate::stage::{Buffered, CastMiss, cast_to_in, commit_report};
 
 /// The error of `on_cast_error: fail`.
 pub(crate) fn cast_failed(
@@ -156,7 +156,8 @@ pub async fn run_append(
             continue;
         }
         let rows = filter_record_batch(&batch, &keep)?;
-        let cast = cast_to(&rows, &schema, flow.tz.as_deref(), &what)?;
+        let dialect = crate::apply::core_dialect(flow.cast_dialect);
+        let cast = cast_to_in(&rows, &schema, flow.tz.as_deref(), &what, dialect)?;
         for (c, n) in cast.failures {
             *failures.entry(c).or_default() += n;
         }

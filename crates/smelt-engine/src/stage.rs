@@ -7,7 +7,8 @@ use std::sync::Arc;
 use arrow::array::{BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
 use arrow::util::display::array_value_to_string;
-use smelt_core::cast::cast_columns;
+use smelt_core::cast::cast_columns_in;
+use smelt_core::dialect::CastDialect;
 
 use crate::ports::{SilverTable, Watermark, WriteStats};
 use crate::report::{FlowReport, ReportStatus};
@@ -93,6 +94,17 @@ pub fn cast_to(
     tz: Option<&str>,
     what: &str,
 ) -> Result<Cast> {
+    cast_to_in(batch, target, tz, what, CastDialect::Lenient)
+}
+
+/// [`cast_to`] by the rules of `dialect`.
+pub fn cast_to_in(
+    batch: &RecordBatch,
+    target: &SchemaRef,
+    tz: Option<&str>,
+    what: &str,
+    dialect: CastDialect,
+) -> Result<Cast> {
     let mut inputs = Vec::with_capacity(target.fields().len());
     for f in target.fields() {
         let c = batch.column_by_name(f.name()).ok_or_else(|| {
@@ -106,7 +118,7 @@ pub fn cast_to(
         })?;
         inputs.push((Arc::clone(c), f.data_type().clone()));
     }
-    let outputs = cast_columns(&inputs, tz)?;
+    let outputs = cast_columns_in(&inputs, tz, dialect)?;
     let mut failures = BTreeMap::new();
     let mut first: Option<CastMiss> = None;
     for (f, (out, (input, _))) in target.fields().iter().zip(outputs.iter().zip(&inputs)) {

@@ -10,14 +10,23 @@ use smelt_engine::run::{Executor, RunSettings};
 use smelt_engine::status::{FlowStatus, utc_text};
 use smelt_engine::validate::Problem;
 use smelt_engine::{EngineError, Result};
-use smelt_spec::{ApplyFlow, ColumnDef, Flow, FlowKind, Pipeline};
+use smelt_spec::{AppendFlow, ApplyFlow, ColumnDef, Flow, FlowKind, Pipeline, TableName};
 
+use crate::append::{self, Append};
 use crate::client::Spark;
 use crate::places::Places;
-use crate::scd1::{Scd1, State, VIEWS, columns, discover, spark_type};
+use crate::scd1::discover::Last;
+use crate::scd1::{Scd1, VIEWS, columns, discover, spark_type};
 use crate::session::{Mode, Session, Statement};
 use crate::support::refusals;
 use crate::{event_log, sql};
+
+/// A flow this engine runs.
+#[derive(Debug, Clone, Copy)]
+enum Runnable<'f> {
+    Apply(&'f ApplyFlow),
+    Append(&'f AppendFlow),
+}
 
 /// A pipeline on a Spark cluster.
 pub struct SparkEngine {
@@ -52,10 +61,12 @@ impl SparkEngine {
                 problems.extend(refused.into_iter().map(problem));
                 continue;
             }
-            if let FlowKind::Apply(spec) = &flow.kind {
-                let found = self.check_apply(&flow.name, spec).await;
-                problems.extend(found.into_iter().map(problem));
-            }
+            let found = match &flow.kind {
+                FlowKind::Apply(spec) => self.check_apply(&flow.name, spec).await,
+                FlowKind::Append(spec) => self.check_append(&flow.name, spec).await,
+                _ => Vec::new(),
+            };
+            problems.extend(found.into_iter().map(problem));
         }
         problems
     }
@@ -79,6 +90,32 @@ impl SparkEngine {
             Ok(()) => Vec::new(),
             Err(e) => vec![e],
         }
+    }
+
+    /// The problems of append flow `name` on the cluster: its columns against the source
+    /// and the target, and its `where` over the source's columns.
+    async fn check_append(&self, name: &str, spec: &AppendFlow) -> Vec<EngineError> {
+        let s = Session::new(&self.spark, name, Mode::Plan, &smelt_engine::ports::Silent);
+        let state = match append::discover(&s, &self.places, name, spec).await {
+            Ok(state) => state,
+            Err(e) => return vec![e],
+        };
+        if let Err(problems) = append::columns(name, spec, &state) {
+            return problems;
+        }
+        if let Some(pred) = &spec.filter {
+            let sql = format!(
+                "SELECT * FROM {} WHERE ({pred}) LIMIT 0",
+                self.places.sql(&spec.from)
+            );
+            if let Err(e) = self.spark.sql("check `where`", &sql).await {
+                return vec![EngineError::user(
+                    format!("flow `{name}`: `where` does not run on Spark: {e}"),
+                    "write it as a Spark SQL condition over the source's columns",
+                )];
+            }
+        }
+        Vec::new()
     }
 
     /// The expectations, `where` and `apply_as_deletes`, run on the cluster over the
@@ -182,45 +219,75 @@ impl SparkEngine {
     /// The statements of `flow`'s next run, in order (`smelt compile`): the reads are run
     /// (they decide what the run reads), the writes only shown.
     pub async fn compile(&self, flow: &Flow, ctx: &RunContext) -> Result<Vec<Statement>> {
-        let spec = self.runnable(flow)?;
         let s = Session::new(
             &self.spark,
             &flow.name,
             Mode::Compile,
             &smelt_engine::ports::Silent,
         );
-        let state = discover(&s, &self.places, &flow.name, spec).await?;
-        let result = self.scd1(&flow.name, spec, ctx).run(&s, &state).await;
+        let result = self.run_on(&s, flow, ctx, None).await;
         self.drop_views(&s).await;
         result?;
         Ok(s.statements())
     }
 
-    fn runnable<'f>(&self, flow: &'f Flow) -> Result<&'f ApplyFlow> {
+    /// Runs `flow` on `s` as its mode says; a run's `events` get the event-log row a crash
+    /// lost.
+    async fn run_on(
+        &self,
+        s: &Session<'_>,
+        flow: &Flow,
+        ctx: &RunContext,
+        events: Option<&mut Vec<FlowEvent>>,
+    ) -> Result<FlowReport> {
+        let name = &flow.name;
+        match self.runnable(flow)? {
+            Runnable::Apply(spec) => {
+                let state = discover(s, &self.places, name, spec).await?;
+                if let Some(events) = events {
+                    self.recover(name, state.silver.as_ref(), events).await;
+                }
+                let scd1 = Scd1 {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                scd1.run(s, &state).await
+            }
+            Runnable::Append(spec) => {
+                let state = append::discover(s, &self.places, name, spec).await?;
+                if let Some(events) = events {
+                    self.recover(name, state.target.as_ref(), events).await;
+                }
+                let append = Append {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                append.run(s, &state).await
+            }
+        }
+    }
+
+    fn runnable<'f>(&self, flow: &'f Flow) -> Result<Runnable<'f>> {
         let mut refused = refusals(&self.pipeline, flow, &self.settings);
         if !refused.is_empty() {
             return Err(refused.remove(0));
         }
         match &flow.kind {
-            FlowKind::Apply(spec) => Ok(spec),
+            FlowKind::Apply(spec) => Ok(Runnable::Apply(spec)),
+            FlowKind::Append(spec) => Ok(Runnable::Append(spec)),
             _ => Err(EngineError::Internal(
                 "a refused flow kind ran on Spark".into(),
             )),
         }
     }
 
-    fn scd1<'a>(&'a self, name: &'a str, spec: &'a ApplyFlow, ctx: &'a RunContext) -> Scd1<'a> {
-        Scd1 {
-            name,
-            spec,
-            places: &self.places,
-            ctx,
-        }
-    }
-
     /// The run's views and caches, dropped (the cluster's memory freed) whatever happened.
     async fn drop_views(&self, s: &Session<'_>) {
-        for view in VIEWS {
+        for view in VIEWS.iter().chain([&append::VIEW]) {
             let _ = s
                 .spark
                 .sql(
@@ -232,8 +299,8 @@ impl SparkEngine {
     }
 
     /// An event-log row lost to a crash after silver's last commit comes back from it.
-    async fn recover(&self, flow: &str, state: &State, events: &mut Vec<FlowEvent>) {
-        let Some(last) = &state.silver else { return };
+    async fn recover(&self, flow: &str, last: Option<&Last>, events: &mut Vec<FlowEvent>) {
+        let Some(last) = last else { return };
         let Some(text) = &last.metadata else { return };
         let Ok(meta) = serde_json::from_str::<serde_json::Value>(text) else {
             return;
@@ -267,8 +334,8 @@ impl SparkEngine {
         for flow in flows {
             let mut row = FlowStatus::of(flow);
             match self.runnable(flow) {
-                Ok(spec) => {
-                    if let Err(e) = self.status_of(flow, spec, &mut row).await {
+                Ok(r) => {
+                    if let Err(e) = self.status_of(flow, r, &mut row).await {
                         row.problem = Some(e.to_string());
                     }
                 }
@@ -279,22 +346,33 @@ impl SparkEngine {
         rows
     }
 
-    async fn status_of(&self, flow: &Flow, spec: &ApplyFlow, row: &mut FlowStatus) -> Result<()> {
+    async fn status_of(&self, flow: &Flow, r: Runnable<'_>, row: &mut FlowStatus) -> Result<()> {
         let s = Session::new(
             &self.spark,
             &flow.name,
             Mode::Plan,
             &smelt_engine::ports::Silent,
         );
-        let state = discover(&s, &self.places, &flow.name, spec).await?;
-        row.bronze_version = Some(state.bronze_version);
-        row.watermark = state.watermark;
-        match &state.silver {
+        let (source_version, watermark, last, into) = match r {
+            Runnable::Apply(spec) => {
+                let state = discover(&s, &self.places, &flow.name, spec).await?;
+                let (v, w) = (state.bronze_version, state.watermark);
+                (v, w, state.silver, &spec.into)
+            }
+            Runnable::Append(spec) => {
+                let state = append::discover(&s, &self.places, &flow.name, spec).await?;
+                let (v, w) = (state.source_version, state.watermark);
+                (v, w, state.target, &spec.into)
+            }
+        };
+        row.bronze_version = Some(source_version);
+        row.watermark = watermark;
+        match last {
             Some(last) => {
                 row.silver_version = Some(last.version);
-                self.last_run(spec, row).await?;
+                self.last_run(into, row).await?;
             }
-            None => row.problem = Some(format!("`{}` not created yet: run `smelt run`", spec.into)),
+            None => row.problem = Some(format!("`{into}` not created yet: run `smelt run`")),
         }
         Ok(())
     }
@@ -302,8 +380,8 @@ impl SparkEngine {
     /// When silver last changed and by which run, as embedded: its latest commit passing
     /// over maintenance (OPTIMIZE, VACUUM, smelt's own maintenance commits), within the last
     /// 100; else the latest.
-    async fn last_run(&self, spec: &ApplyFlow, row: &mut FlowStatus) -> Result<()> {
-        let sql = format!("DESCRIBE HISTORY {} LIMIT 101", self.places.sql(&spec.into));
+    async fn last_run(&self, into: &TableName, row: &mut FlowStatus) -> Result<()> {
+        let sql = format!("DESCRIBE HISTORY {} LIMIT 101", self.places.sql(into));
         let rows = self.spark.sql("read silver's history", &sql).await?;
         let (ops, meta, at) = (
             rows.strings("operation"),
@@ -347,14 +425,10 @@ impl Executor for SparkEngine {
         events: &mut Vec<FlowEvent>,
         reporter: &dyn Reporter,
     ) -> Result<FlowReport> {
-        let spec = self.runnable(flow)?;
         let mode = if ctx.dry_run { Mode::Plan } else { Mode::Run };
         let s = Session::new(&self.spark, &flow.name, mode, reporter);
-        let state = discover(&s, &self.places, &flow.name, spec).await?;
-        if !ctx.dry_run {
-            self.recover(&flow.name, &state, events).await;
-        }
-        let result = self.scd1(&flow.name, spec, ctx).run(&s, &state).await;
+        let events = (!ctx.dry_run).then_some(events);
+        let result = self.run_on(&s, flow, ctx, events).await;
         self.drop_views(&s).await;
         reporter.done(&flow.name);
         // The time of each kind of statement sent, discovery included: where a run's time goes.

@@ -8,16 +8,19 @@
 //!   runs, plans, checks and compiles flows; [`support`] says what it runs and refuses the
 //!   rest by name.
 //! * `scd1/`: an apply flow (SCD1) as statements: where it stands, what it reads
-//!   (`read`), what it does (`stage`), what it writes (`write`).
+//!   (`read`), what it does (`stage`), what it writes (`write`); `append`: an append flow;
+//!   `rows`: the rows a flow reads from a Delta table, for both.
 //! * [`places::Places`]: where the tables are, as the cluster sees them; [`sql`]: literals
 //!   and names inlined into Spark SQL.
 #![deny(missing_docs)]
 
+mod append;
 pub mod client;
 pub mod engine;
 mod error;
 mod event_log;
 pub mod places;
+mod rows;
 mod scd1;
 pub mod session;
 pub mod sql;

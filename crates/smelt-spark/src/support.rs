@@ -27,13 +27,20 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
     }
     match &flow.kind {
         FlowKind::Apply(spec) => apply(spec, &mut refuse),
+        FlowKind::Append(spec) => {
+            if let Some(t) = [&spec.from, &spec.into]
+                .iter()
+                .find(|t| t.catalog.is_some())
+            {
+                refuse(format!("the Iceberg table `{t}`"), embedded);
+            }
+        }
         other => {
             let kind = match other {
                 FlowKind::Ingest(_) => "an `ingest` flow",
-                FlowKind::Append(_) => "an `append` flow",
                 FlowKind::ReplaceWhere(_) => "a `replace_where` flow",
                 FlowKind::Export(_) => "an `export` flow",
-                FlowKind::Apply(_) => unreachable!("matched above"),
+                FlowKind::Apply(_) | FlowKind::Append(_) => unreachable!("matched above"),
             };
             refuse(kind.into(), embedded);
         }

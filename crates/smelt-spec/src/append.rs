@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::apply::CastDialect;
 use crate::check::Checks;
 use crate::ddl::{TableDef, TableName};
 use crate::error::SpecError;
@@ -35,6 +36,9 @@ pub struct AppendFlow {
     pub on_rewrite: OnRewrite,
     /// What a value that cannot be cast does (`null` or `fail`).
     pub on_cast_error: OnCastError,
+    /// Whose rules cast source strings to the target's types (`cast_dialect`): smelt's own
+    /// (`lenient`) unless set.
+    pub cast_dialect: CastDialect,
     /// Zone of timestamps without an offset.
     pub tz: Option<String>,
 }
@@ -49,6 +53,7 @@ pub(crate) struct RawAppend {
     schema: Option<PathBuf>,
     on_rewrite: Option<OnRewrite>,
     on_cast_error: Option<OnCastError>,
+    cast_dialect: Option<CastDialect>,
     tz: Option<String>,
 }
 
@@ -88,6 +93,7 @@ pub(crate) fn append_flow(
         target,
         on_rewrite: raw.on_rewrite.unwrap_or_default(),
         on_cast_error,
+        cast_dialect: raw.cast_dialect.unwrap_or(CastDialect::Lenient),
         tz: raw.tz,
     })
     .filter(|_| ok)

@@ -210,11 +210,7 @@ impl CastPlan {
             .iter()
             .map(|(n, t)| Ok((Arc::clone(raw(n)?), t.clone())))
             .collect::<Result<_>>()?;
-        let dialect = match flow.cast_dialect {
-            smelt_spec::CastDialect::BigQuery => CastDialect::BigQuery,
-            smelt_spec::CastDialect::Spark => CastDialect::Spark,
-            smelt_spec::CastDialect::Lenient => CastDialect::Lenient,
-        };
+        let dialect = core_dialect(flow.cast_dialect);
         let outputs = cast_columns_in(&inputs, flow.tz.as_deref(), dialect)?;
         let mut columns = Vec::with_capacity(self.targets.len() + 1);
         // Upserts left out of the apply: quarantined or dropped.
@@ -363,5 +359,14 @@ mod tests {
             smelt_spec::pipeline::COMMIT_TIMESTAMP,
             smelt_core::change::COMMIT_TIMESTAMP
         );
+    }
+}
+
+/// The cast rules of a flow's `cast_dialect`.
+pub(crate) fn core_dialect(dialect: smelt_spec::CastDialect) -> CastDialect {
+    match dialect {
+        smelt_spec::CastDialect::BigQuery => CastDialect::BigQuery,
+        smelt_spec::CastDialect::Spark => CastDialect::Spark,
+        smelt_spec::CastDialect::Lenient => CastDialect::Lenient,
     }
 }

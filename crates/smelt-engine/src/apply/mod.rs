@@ -21,6 +21,7 @@ use arrow::datatypes::{Field, Schema};
 use smelt_spec::{ApplyFlow, OnCastError};
 
 mod cast;
+pub(crate) use cast::core_dialect;
 mod commit;
 mod latest;
 mod lookup;

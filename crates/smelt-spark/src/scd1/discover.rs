@@ -6,6 +6,7 @@ use arrow::datatypes::SchemaRef;
 use smelt_engine::apply::tombstone_table;
 use smelt_engine::context::app_id;
 use smelt_engine::{EngineError, Result};
+use smelt_spec::ddl::TableName;
 use smelt_spec::{ApplyFlow, SourceDeletes};
 
 use super::read::{REWRITES_QUERY, Span};
@@ -92,7 +93,7 @@ pub(crate) async fn discover(
                 .into(),
         });
     };
-    check_bronze(s, spec, &bronze).await?;
+    check_bronze(s, &spec.from, &bronze).await?;
     let bronze_schema = schema_of(s, "read bronze's columns", &bronze).await?;
     let silver_dir = places.location(&spec.into);
     let silver_sql = places.sql(&spec.into);
@@ -133,7 +134,7 @@ pub(crate) async fn discover(
 }
 
 /// The schema of `table` as Spark reads it.
-async fn schema_of(s: &Session<'_>, what: &str, table: &str) -> Result<SchemaRef> {
+pub(crate) async fn schema_of(s: &Session<'_>, what: &str, table: &str) -> Result<SchemaRef> {
     let rows = s
         .read(what, format!("SELECT * FROM {table} LIMIT 0"))
         .await?;
@@ -144,7 +145,12 @@ async fn schema_of(s: &Session<'_>, what: &str, table: &str) -> Result<SchemaRef
 
 /// The version of flow `name`'s last Delta transaction in the table at `dir` (its latest,
 /// as Delta keeps it, not the greatest), read from the JSON log entries.
-async fn txn_of(s: &Session<'_>, dir: &str, name: &str, what: &str) -> Result<Option<i64>> {
+pub(crate) async fn txn_of(
+    s: &Session<'_>,
+    dir: &str,
+    name: &str,
+    what: &str,
+) -> Result<Option<i64>> {
     let sql = format!(
         "SELECT t.txn.version AS version FROM (SELECT from_json(value, 'txn STRUCT<appId: STRING, version: BIGINT>') AS t, \
          try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
@@ -163,13 +169,10 @@ async fn txn_of(s: &Session<'_>, dir: &str, name: &str, what: &str) -> Result<Op
 /// Bronze tables whose files the engine cannot read as Parquet rows are refused by name:
 /// partitioned (the values are in the paths), deletion vectors (rows marked deleted inside
 /// files), column mapping (physical names in the files).
-async fn check_bronze(s: &Session<'_>, spec: &ApplyFlow, bronze: &str) -> Result<()> {
+pub(crate) async fn check_bronze(s: &Session<'_>, from: &TableName, bronze: &str) -> Result<()> {
     let refuse = |what: String| {
         EngineError::user(
-            format!(
-                "bronze `{}` {what}: not supported on the Spark engine yet",
-                spec.from
-            ),
+            format!("`{from}` {what}: not supported on the Spark engine yet"),
             "run this flow with `--engine embedded`",
         )
     };
@@ -230,7 +233,7 @@ pub(crate) struct Commit {
 pub(crate) async fn history(
     s: &Session<'_>,
     bronze: &str,
-    state: &State,
+    bronze_version: i64,
     span: Span,
     from: &str,
 ) -> Result<Vec<Commit>> {
@@ -257,7 +260,7 @@ pub(crate) async fn history(
             .collect();
         commits.sort_by_key(|c| c.version);
         let Span::Range(after, to) = span else {
-            commits.retain(|c| c.version <= state.bronze_version);
+            commits.retain(|c| c.version <= bronze_version);
             return Ok(commits);
         };
         let oldest = commits.first().map_or(i64::MAX, |c| c.version);

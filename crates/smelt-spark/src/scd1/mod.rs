@@ -10,12 +10,12 @@
 //!    watermark; then tombstone expiry.
 
 pub(crate) mod columns;
-mod discover;
+pub(crate) mod discover;
 mod fail;
-mod read;
+pub(crate) mod read;
 mod shape;
-mod stage;
-mod write;
+pub(crate) mod stage;
+pub(crate) mod write;
 
 use std::collections::BTreeMap;
 
@@ -30,12 +30,12 @@ pub(crate) use discover::{State, discover};
 use read::Span;
 pub(crate) use read::VIEWS;
 use shape::Shape;
-pub(crate) use shape::spark_type;
+pub(crate) use shape::{create_table, spark_type};
 use stage::Targets;
 
 use crate::places::Places;
+use crate::rows;
 use crate::session::Session;
-use crate::sql::delta_path;
 
 /// One SCD1 flow run.
 pub(crate) struct Scd1<'a> {
@@ -99,10 +99,7 @@ impl Scd1<'_> {
             (false, Some(w)) => (Span::Range(w, state.bronze_version), ReadMode::Incremental),
         };
         report.mode = mode;
-        // No watermark left set by a flow before this one (or a failed statement).
-        s.setting(write::reset(write::TXN_APP_ID)).await?;
-        s.setting(write::reset(write::TXN_VERSION)).await?;
-        s.setting(write::reset(write::USER_METADATA)).await?;
+        write::reset_watermark(s).await?;
         let tz = spec.tz.clone().unwrap_or_else(|| "UTC".to_string());
         s.setting(format!("SET spark.sql.session.timeZone={tz}"))
             .await?;
@@ -184,80 +181,21 @@ impl Scd1<'_> {
         span: Span,
         report: &mut FlowReport,
     ) -> Result<(usize, u64)> {
-        let bronze = self.places.location(&self.spec.from);
+        let location = self.places.location(&self.spec.from);
         let from = self.spec.from.to_string();
-        let history = discover::history(s, &delta_path(&bronze), state, span, &from).await?;
-        if let Span::Snapshot(_) = span
-            && history.first().is_some_and(|c| c.version > 0)
-        {
-            return Err(EngineError::user(
-                format!(
-                    "`{}`'s log starts at version {}: the Spark engine reads a snapshot from the whole log",
-                    self.spec.from, history[0].version
-                ),
-                "run this flow's first run with `--engine embedded`; later runs read increments",
-            ));
-        }
-        s.view(
-            "define the log entries read (smelt_log)",
-            read::log_view(&bronze, span),
-        )
-        .await?;
-        let commits: Vec<(i64, i64)> = history.iter().map(|c| (c.version, c.at_us)).collect();
-        s.view(
-            "define the commit times (smelt_commits)",
-            read::commits_view(&commits),
-        )
-        .await?;
-        let removes = self.spec.source_deletes == SourceDeletes::Apply;
-        s.view(
-            "define the change files (smelt_files)",
-            read::files_view(span, removes),
-        )
-        .await?;
-        let files = s
-            .read("list the change files", read::FILES_QUERY.to_string())
-            .await?;
-        let (kinds, paths, sizes) = (
-            files.strings("kind"),
-            files.strings("path"),
-            files.ints("size"),
-        );
+        let src = rows::Source {
+            name: &from,
+            location: &location,
+            version: state.bronze_version,
+            columns: &state.bronze_columns,
+            removes: self.spec.source_deletes == SourceDeletes::Apply,
+        };
+        let history = rows::open(s, src, span).await?;
         if let Span::Range(after, to) = span {
             report.delete_files_ignored =
                 discover::check_rewrites(s, self.spec, (after, to)).await?;
         }
-        let of = |kind: &str| -> Vec<String> {
-            kinds
-                .iter()
-                .zip(&paths)
-                .filter(|(k, _)| k.as_deref() == Some(kind))
-                .filter_map(|(_, p)| p.clone())
-                .collect()
-        };
-        let (adds, cdc, removed) = (of("add"), of("cdc"), of("remove"));
-        let columns = state.bronze_columns.clone();
-        let add_glob = read::source_glob(&bronze, None, &adds);
-        let cdc_glob = read::source_glob(&bronze, Some("_change_data"), &cdc);
-        let removed_glob = read::source_glob(&bronze, None, &removed);
-        let add_cols = probe(s, "read the bronze files' columns", &add_glob, &adds).await?;
-        let cdc_cols = probe(s, "read the change files' columns", &cdc_glob, &cdc).await?;
-        let removed_cols = probe(
-            s,
-            "read the removed files' columns",
-            &removed_glob,
-            &removed,
-        )
-        .await?;
-        let sources = read::Sources {
-            adds: present(&adds, &add_glob, &add_cols),
-            cdc: present(&cdc, &cdc_glob, &cdc_cols),
-            removes: present(&removed, &removed_glob, &removed_cols),
-        };
-        let view = read::raw_view(&columns, sources);
-        s.view("define the change rows (smelt_raw)", view).await?;
-        let bytes = sizes.iter().flatten().map(|b| *b as u64).sum();
-        Ok((adds.len() + cdc.len() + removed.len(), bytes))
+        rows::rows(s, src, span, &history).await
     }
 
     /// Step 3a: the typed changes, cached; their counts; `on_cast_error: fail`.
@@ -469,16 +407,7 @@ impl Scd1<'_> {
             write::create_silver(&silver, shape),
         )
         .await?;
-        let metadata = serde_json::json!({
-            "smelt.run_id": self.ctx.run_id,
-            "smelt.flow": app_id(self.name),
-            "smelt.source_version": v,
-            "smelt.report": serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?,
-        })
-        .to_string()
-        // Spark would substitute `${…}` in the statement's text, and the value is backquoted.
-        .replace('$', "\\u0024")
-        .replace('`', "\\u0060");
+        let metadata = write::commit_metadata(&self.ctx.run_id, self.name, v, report)?;
         s.write_setting(write::set(write::USER_METADATA, &metadata))
             .await?;
         let sql = match rebuild {
@@ -489,23 +418,6 @@ impl Scd1<'_> {
             .await?;
         Ok(())
     }
-}
-
-/// The glob and columns of `files`, when there are any.
-fn present<'a>(
-    files: &[String],
-    glob: &'a str,
-    cols: &'a [String],
-) -> Option<(&'a str, &'a [String])> {
-    (!files.is_empty()).then_some((glob, cols))
-}
-
-/// The columns the Parquet files at `glob` have (none read when there are no `files`).
-async fn probe(s: &Session<'_>, what: &str, glob: &str, files: &[String]) -> Result<Vec<String>> {
-    if files.is_empty() {
-        return Ok(Vec::new());
-    }
-    Ok(s.read(what, read::probe(glob)).await?.names())
 }
 
 /// The counts into the report.

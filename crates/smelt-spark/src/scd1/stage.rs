@@ -117,7 +117,7 @@ fn expectations(spec: &ApplyFlow, shape: &Shape, cast: &str) -> String {
 }
 
 /// `raw` cast to `ty` as Spark's `try_cast` does, and whether that failed.
-fn cast(raw: &str, ty: ColumnType) -> (String, String) {
+pub(crate) fn cast(raw: &str, ty: ColumnType) -> (String, String) {
     if ty == ColumnType::String {
         return (format!("CAST({raw} AS STRING)"), "false".to_string());
     }

@@ -4,6 +4,9 @@
 //! carries the run's report in its `userMetadata`. Order: tombstones, then silver, as
 //! embedded; tombstone expiry after, in a commit of its own.
 
+use smelt_engine::context::app_id;
+use smelt_engine::report::FlowReport;
+use smelt_engine::{EngineError, Result};
 use smelt_spec::{ApplyFlow, OnCastError, OnViolation};
 
 use super::shape::{DELETED_AT, Shape, create_table, spark_type};
@@ -22,9 +25,39 @@ pub(crate) fn set(key: &str, value: &str) -> String {
     format!("SET {key}=`{}`", value.replace('`', "``"))
 }
 
+/// No watermark left set by a flow run before (or a failed statement): the session confs
+/// that carry one reset.
+pub(crate) async fn reset_watermark(s: &crate::session::Session<'_>) -> Result<()> {
+    for key in [TXN_APP_ID, TXN_VERSION, USER_METADATA] {
+        s.setting(reset(key)).await?;
+    }
+    Ok(())
+}
+
 /// `RESET key`.
 pub(crate) fn reset(key: &str) -> String {
     format!("RESET {key}")
+}
+
+/// The `userMetadata` of a commit that carries flow `flow`'s watermark: the run id, the flow,
+/// the source version read and the run's report (what `smelt status` and a rerun read back).
+pub(crate) fn commit_metadata(
+    run_id: &str,
+    flow: &str,
+    source_version: i64,
+    report: &FlowReport,
+) -> Result<String> {
+    let report = serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?;
+    Ok(serde_json::json!({
+        "smelt.run_id": run_id,
+        "smelt.flow": app_id(flow),
+        "smelt.source_version": source_version,
+        "smelt.report": report,
+    })
+    .to_string()
+    // Spark would substitute `${…}` in the statement's text, and the value is backquoted.
+    .replace('$', "\\u0024")
+    .replace('`', "\\u0060"))
 }
 
 /// Silver's `CREATE TABLE IF NOT EXISTS`.
