@@ -39,6 +39,35 @@ pub(crate) fn cast_failed(
 }
 use crate::{EngineError, Result};
 
+/// The error of `on_rewrite: fail`: the first of the source's `rewrites` (version,
+/// operation) after version `after`, and how many there are.
+pub fn rewrite_refused(
+    flow_name: &str,
+    source: &impl std::fmt::Display,
+    after: i64,
+    rewrites: &[(i64, String)],
+) -> EngineError {
+    let (version, operation) = rewrites
+        .first()
+        .map_or((after + 1, ""), |(v, op)| (*v, op.as_str()));
+    EngineError::user(
+        format!(
+            "flow `{flow_name}`: `{source}` version {version} rewrites rows ({}), and an append flow only appends{}",
+            if operation.is_empty() {
+                "unknown operation"
+            } else {
+                operation
+            },
+            if rewrites.len() > 1 {
+                format!(" ({} such versions after {after})", rewrites.len())
+            } else {
+                String::new()
+            }
+        ),
+        "set `on_rewrite: skip` to leave such commits out, or `on_rewrite: full_refresh` (or run `smelt run --full-refresh`) to rebuild the target from the source",
+    )
+}
+
 /// Appends the rows `source` gained since the watermark of `flow_name` in `target` (all
 /// rows of the source snapshot on the first run, or with `--full-refresh`, replacing the
 /// target's).
@@ -74,26 +103,10 @@ pub async fn run_append(
     if let (Some(after), false) = (stored, rebuild) {
         reporter.phase(flow_name, "check source commits");
         let rewrites = source.rewrites(after).await?;
-        if let Some((version, operation)) = rewrites.first() {
+        if !rewrites.is_empty() {
             match flow.on_rewrite {
                 OnRewrite::Fail => {
-                    return Err(EngineError::user(
-                        format!(
-                            "flow `{flow_name}`: `{}` version {version} rewrites rows ({}), and an append flow only appends{}",
-                            flow.from,
-                            if operation.is_empty() {
-                                "unknown operation"
-                            } else {
-                                operation
-                            },
-                            if rewrites.len() > 1 {
-                                format!(" ({} such versions after {after})", rewrites.len())
-                            } else {
-                                String::new()
-                            }
-                        ),
-                        "set `on_rewrite: skip` to leave such commits out, or `on_rewrite: full_refresh` (or run `smelt run --full-refresh`) to rebuild the target from the source",
-                    ));
+                    return Err(rewrite_refused(flow_name, &flow.from, after, &rewrites));
                 }
                 OnRewrite::Skip => {
                     let versions: Vec<i64> = rewrites.iter().map(|(v, _)| *v).collect();

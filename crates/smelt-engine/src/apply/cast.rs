@@ -350,6 +350,15 @@ impl CastPlan {
     }
 }
 
+/// The cast rules of a flow's `cast_dialect`.
+pub(crate) fn core_dialect(dialect: smelt_spec::CastDialect) -> CastDialect {
+    match dialect {
+        smelt_spec::CastDialect::BigQuery => CastDialect::BigQuery,
+        smelt_spec::CastDialect::Spark => CastDialect::Spark,
+        smelt_spec::CastDialect::Lenient => CastDialect::Lenient,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// `sequence_by: [_commit_timestamp]` names the change batch's column as is.
@@ -359,14 +368,5 @@ mod tests {
             smelt_spec::pipeline::COMMIT_TIMESTAMP,
             smelt_core::change::COMMIT_TIMESTAMP
         );
-    }
-}
-
-/// The cast rules of a flow's `cast_dialect`.
-pub(crate) fn core_dialect(dialect: smelt_spec::CastDialect) -> CastDialect {
-    match dialect {
-        smelt_spec::CastDialect::BigQuery => CastDialect::BigQuery,
-        smelt_spec::CastDialect::Spark => CastDialect::Spark,
-        smelt_spec::CastDialect::Lenient => CastDialect::Lenient,
     }
 }

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use arrow::datatypes::SchemaRef;
+use smelt_engine::append::rewrite_refused;
 use smelt_engine::context::{RunContext, app_id};
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::schema::column_type;
@@ -18,11 +19,12 @@ use crate::places::Places;
 use crate::rows::{self, Source};
 use crate::scd1::discover::{Last, check_bronze, last_commit, schema_of, txn_of};
 use crate::scd1::read::{REWRITES_QUERY, Span};
-use crate::scd1::stage::cast;
 use crate::scd1::write::{self, commit_metadata};
 use crate::scd1::{create_table, spark_type};
 use crate::session::{Mode, Session};
-use crate::sql::ident;
+
+mod sql;
+use sql::{cache, counts, first_failure, insert};
 
 /// The cache of an append run's rows.
 pub(crate) const VIEW: &str = "smelt_append";
@@ -229,10 +231,10 @@ impl Append<'_> {
             let span = Span::Range(after, v);
             let history = rows::open(s, src, span).await?;
             let rewrites = self.rewrites(s).await?;
-            if let Some((version, operation)) = rewrites.first() {
+            if !rewrites.is_empty() {
                 match spec.on_rewrite {
                     OnRewrite::Fail => {
-                        return Err(self.rewrite_error(after, *version, operation, &rewrites));
+                        return Err(rewrite_refused(self.name, &spec.from, after, &rewrites));
                     }
                     OnRewrite::Skip => {
                         report.skipped_versions = rewrites.iter().map(|(v, _)| *v).collect();
@@ -307,34 +309,6 @@ impl Append<'_> {
             .filter(|((_, r), _)| r.unwrap_or(0) > 0)
             .filter_map(|((v, _), op)| Some(((*v)?, op.clone().unwrap_or_default())))
             .collect())
-    }
-
-    /// `on_rewrite: fail`'s error, as embedded.
-    fn rewrite_error(
-        &self,
-        after: i64,
-        version: i64,
-        operation: &str,
-        rewrites: &[(i64, String)],
-    ) -> EngineError {
-        EngineError::user(
-            format!(
-                "flow `{}`: `{}` version {version} rewrites rows ({}), and an append flow only appends{}",
-                self.name,
-                self.spec.from,
-                if operation.is_empty() {
-                    "unknown operation"
-                } else {
-                    operation
-                },
-                if rewrites.len() > 1 {
-                    format!(" ({} such versions after {after})", rewrites.len())
-                } else {
-                    String::new()
-                }
-            ),
-            "set `on_rewrite: skip` to leave such commits out, or `on_rewrite: full_refresh` (or run `smelt run --full-refresh`) to rebuild the target from the source",
-        )
     }
 
     /// The rows read, filtered and cast, cached; their counts into `report`;
@@ -462,201 +436,5 @@ impl Append<'_> {
             report.silver_version = last.ints("version").first().copied().flatten();
         }
         Ok(())
-    }
-}
-
-/// `smelt_append`: each row read — inserted (`__insert`), kept by `where` (`__keep`), its
-/// values cast (`__v<i>`) and whether each failed (`__f<i>`) — but those of `skipped`
-/// versions.
-fn cache(spec: &AppendFlow, columns: &[Column], skipped: &[i64]) -> String {
-    let mut cols = vec![
-        "r._change_type = 'insert' AS __insert".to_string(),
-        format!("{} AS __keep", kept(spec)),
-    ];
-    for (i, c) in columns.iter().enumerate() {
-        let (typed, failed) = typed(c);
-        cols.push(format!("{typed} AS __v{i}"));
-        cols.push(format!("{failed} AS __f{i}"));
-    }
-    format!(
-        "CACHE TABLE {VIEW} AS\nSELECT {}\nFROM smelt_raw r WHERE {}",
-        cols.join(",\n  "),
-        unskipped(skipped)
-    )
-}
-
-/// Whether a source row `r` passes `where` (NULL does not).
-fn kept(spec: &AppendFlow) -> String {
-    match &spec.filter {
-        Some(pred) => format!("coalesce(({pred}), false)"),
-        None => "true".to_string(),
-    }
-}
-
-/// Whether a source row `r` is of a version read (not one of `skipped`).
-fn unskipped(skipped: &[i64]) -> String {
-    match skipped.is_empty() {
-        true => "true".to_string(),
-        false => {
-            let list: Vec<String> = skipped.iter().map(|v| format!("{v}L")).collect();
-            format!("r._commit_version NOT IN ({})", list.join(", "))
-        }
-    }
-}
-
-/// Column `c` of a source row `r` as the target stores it, and whether its cast failed.
-fn typed(c: &Column) -> (String, String) {
-    let raw = format!("r.{}", ident(&c.name));
-    if !c.cast {
-        return (raw, "false".to_string());
-    }
-    cast(&raw, c.ty)
-}
-
-/// The counts of `smelt_append`: rows read, not inserts, inserts left out by `where`, rows
-/// appended, and per cast column the appended values that do not cast (`f<i>`).
-fn counts(columns: &[Column]) -> String {
-    let mut cols = vec![
-        "count(*) AS changes_read".to_string(),
-        "count_if(NOT __insert) AS ignored".to_string(),
-        "count_if(__insert AND NOT __keep) AS filtered".to_string(),
-        "count_if(__insert AND __keep) AS appended".to_string(),
-    ];
-    for (i, _) in columns.iter().enumerate().filter(|(_, c)| c.cast) {
-        cols.push(format!("count_if(__insert AND __keep AND __f{i}) AS f{i}"));
-    }
-    format!("SELECT {} FROM {VIEW}", cols.join(", "))
-}
-
-/// The first appended row (by version, file, row) with a value that does not cast: the
-/// first such column (`i`), the raw value, the version and row position.
-fn first_failure(spec: &AppendFlow, columns: &[Column], skipped: &[i64]) -> String {
-    let casts: Vec<(usize, &Column)> = columns.iter().enumerate().filter(|(_, c)| c.cast).collect();
-    let failed: Vec<String> = casts.iter().map(|(_, c)| typed(c).1).collect();
-    let which: Vec<String> = casts
-        .iter()
-        .zip(&failed)
-        .map(|((i, c), f)| {
-            format!(
-                "WHEN {f} THEN named_struct('i', {i}, 'raw', CAST(r.{} AS STRING))",
-                ident(&c.name)
-            )
-        })
-        .collect();
-    let keep = format!(
-        "r._change_type = 'insert' AND {} AND {}",
-        kept(spec),
-        unskipped(skipped)
-    );
-    format!(
-        "SELECT w.i, w.raw, _commit_version, _row_pos FROM (\n\
-         SELECT CASE {} END AS w, _commit_version, _file_pos, _row_pos FROM smelt_raw r WHERE {keep} AND ({})\n\
-         ) ORDER BY _commit_version, _file_pos, _row_pos LIMIT 1",
-        which.join(" "),
-        if failed.is_empty() {
-            "false".to_string()
-        } else {
-            failed.join(" OR ")
-        }
-    )
-}
-
-/// The rows kept, as the target's columns: appended, or, in a rebuild, over the target's.
-fn insert(target: &str, columns: &[Column], rebuild: bool) -> String {
-    let cols: Vec<String> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("__v{i} AS {}", ident(&c.name)))
-        .collect();
-    let verb = match rebuild {
-        true => "INSERT OVERWRITE",
-        false => "INSERT INTO",
-    };
-    format!(
-        "{verb} {target} SELECT {} FROM {VIEW} WHERE __insert AND __keep",
-        cols.join(", ")
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use arrow::datatypes::{DataType, Field, Schema};
-    use smelt_spec::{FlowKind, Pipeline};
-
-    use super::*;
-
-    fn flow(extra: &str) -> AppendFlow {
-        let yaml = format!(
-            "lake: l\nflows:\n  a:\n    append:\n      from: b.t\n      into: s.t\n      where: status = 'active'\n{extra}"
-        );
-        let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
-        match &pipeline.flows[0].kind {
-            FlowKind::Append(spec) => spec.clone(),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn state(target: Option<Vec<(&str, DataType)>>) -> AppendState {
-        let schema = |cols: Vec<(&str, DataType)>| -> SchemaRef {
-            Arc::new(Schema::new(
-                cols.into_iter()
-                    .map(|(n, t)| Field::new(n, t, true))
-                    .collect::<Vec<_>>(),
-            ))
-        };
-        AppendState {
-            source_version: 3,
-            source_schema: schema(vec![("id", DataType::Utf8), ("status", DataType::Utf8)]),
-            target: None,
-            target_schema: target.map(schema),
-            watermark: None,
-        }
-    }
-
-    #[test]
-    fn a_first_run_without_a_ddl_takes_the_source_columns_uncast() {
-        let cols = columns("a", &flow(""), &state(None)).unwrap();
-        assert_eq!(cols.len(), 2);
-        assert!(cols.iter().all(|c| !c.cast && c.ty == ColumnType::String));
-        assert_eq!(typed(&cols[0]), ("r.`id`".to_string(), "false".to_string()));
-    }
-
-    #[test]
-    fn casts_need_the_spark_dialect_and_target_columns_the_source() {
-        let target = Some(vec![("id", DataType::Int64), ("extra", DataType::Utf8)]);
-        let problems = columns("a", &flow(""), &state(target.clone())).unwrap_err();
-        let text: Vec<String> = problems.iter().map(|e| e.to_string()).collect();
-        assert!(
-            text[0].contains("column `id` is cast to INT64 by `cast_dialect: lenient`"),
-            "{text:?}"
-        );
-        assert!(
-            text[1].contains("target column `extra` is not a column of `b.t`"),
-            "{text:?}"
-        );
-        let spark = flow("      cast_dialect: spark\n");
-        let target = Some(vec![("id", DataType::Int64)]);
-        let cols = columns("a", &spark, &state(target)).unwrap();
-        assert!(cols[0].cast);
-        assert!(typed(&cols[0]).0.starts_with("try_cast(r.`id` AS BIGINT)"));
-    }
-
-    #[test]
-    fn the_rows_kept_are_inserts_passing_where_outside_skipped_versions() {
-        let spec = flow("");
-        let cols = columns("a", &spec, &state(None)).unwrap();
-        let sql = cache(&spec, &cols, &[4, 6]);
-        assert!(
-            sql.contains("coalesce((status = 'active'), false) AS __keep"),
-            "{sql}"
-        );
-        assert!(sql.contains("r._commit_version NOT IN (4L, 6L)"), "{sql}");
-        assert_eq!(
-            insert("delta.`/s/t`", &cols, false),
-            "INSERT INTO delta.`/s/t` SELECT __v0 AS `id`, __v1 AS `status` FROM smelt_append WHERE __insert AND __keep"
-        );
-        assert!(insert("t", &cols, true).starts_with("INSERT OVERWRITE t "));
     }
 }
