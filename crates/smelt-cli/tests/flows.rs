@@ -450,6 +450,30 @@ fn replace_where_from_a_table_replaces_on_each_new_version() {
     assert_eq!(p.status()["versions_behind"], 0);
 }
 
+/// `on_cast_error: fail` names the batch row whose value does not cast (a bug: the message
+/// read "(``t` version 1` version 1)").
+#[test]
+fn replace_where_names_the_row_that_does_not_cast() {
+    let p = Project::example("export_replace");
+    p.ok(&["sql", "-f", "source.sql"]);
+    p.ok(&[
+        "sql",
+        "CREATE OR REPLACE TABLE demo.sales (sale_id BIGINT, product_name BIGINT, quantity BIGINT, unit_price DECIMAL(18, 2), sale_date DATE, updated_at TIMESTAMP_NTZ)",
+    ]);
+    p.write(
+        "smelt.yaml",
+        "lake: ./lake\nflows:\n  sales:\n    replace_where:\n      from: abc.export_demo_table\n      into: demo.sales\n      predicate: \"sale_date >= {min(sale_date)}\"\n      on_cast_error: fail\n",
+    );
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(
+        err.contains(
+            "cannot cast column `product_name` to INT64: value \"Notebook\" at input row 0 (row 1 of `abc.export_demo_table` version 1)"
+        ),
+        "{err}"
+    );
+    assert!(sales(&p).is_empty(), "nothing was written");
+}
+
 #[test]
 fn flow_spec_errors_name_the_option() {
     let p = Project::with_pipeline(

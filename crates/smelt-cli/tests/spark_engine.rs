@@ -51,18 +51,30 @@ const REPORT_FIELDS: &[&str] = &[
 /// `lake_e`) and `spark.yaml` (lake `lake_s`, `engine: spark`).
 struct Pair {
     p: Project,
+    /// The pipeline files' `tables:` (where the shared source tables are).
+    tables: &'static str,
 }
 
 impl Pair {
     fn new(p: Project, flows: &str, url: &str) -> Self {
-        let pair = Self { p };
+        Self::placing(
+            p,
+            "  medallion_demo.product2__bronze: ./bronze\n",
+            flows,
+            url,
+        )
+    }
+
+    /// A pair whose shared tables are `tables` (lines of a `tables:` map).
+    fn placing(p: Project, tables: &'static str, flows: &str, url: &str) -> Self {
+        let pair = Self { p, tables };
         pair.flows(flows, url);
         pair
     }
 
     /// Both pipeline files with `flows`.
     fn flows(&self, flows: &str, url: &str) {
-        let tables = "tables:\n  medallion_demo.product2__bronze: ./bronze\n";
+        let tables = format!("tables:\n{}", self.tables);
         self.p.write(
             "embedded.yaml",
             &format!("lake: ./lake_e\n{tables}flows:\n{flows}"),
@@ -616,12 +628,17 @@ const APPEND_FIELDS: &[&str] = &[
     "skipped_versions",
 ];
 
-fn same_append_reports(step: &str, (e, s): &(Vec<Value>, Vec<Value>)) {
+fn same_append_reports(step: &str, pair: &(Vec<Value>, Vec<Value>)) {
+    same_fields(step, APPEND_FIELDS, pair);
+}
+
+/// The reports' `fields` equal on both engines.
+fn same_fields(step: &str, names: &[&str], (e, s): &(Vec<Value>, Vec<Value>)) {
     let fields = |reports: &[Value]| -> Vec<Value> {
         reports
             .iter()
             .map(|r| {
-                APPEND_FIELDS
+                names
                     .iter()
                     .map(|f| ((*f).to_string(), r[*f].clone()))
                     .collect::<serde_json::Map<_, _>>()
@@ -766,6 +783,167 @@ fn append(url: &str) {
     let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
     for field in ["watermark", "bronze_version", "versions_behind", "problem"] {
         assert_eq!(e[field], s[field], "append status `{field}`: {e} vs {s}");
+    }
+}
+
+/// Seed 003's selective overwrite from a table: the source's snapshot replaces the target
+/// rows from its least `sale_date` on, cast (NUMERIC to DECIMAL(18,2), TIMESTAMP to
+/// TIMESTAMP_NTZ) by `try_cast`.
+const REPLACE: &str = "  sales:
+    replace_where:
+      from: abc.export_demo_table
+      into: demo.sales
+      predicate: \"sale_date >= {min(sale_date)}\"
+      cast_dialect: spark
+";
+
+/// The report fields of a replace_where flow both engines must agree on.
+const REPLACE_FIELDS: &[&str] = &[
+    "status",
+    "mode",
+    "from_version",
+    "to_version",
+    "changes_read",
+    "inserted",
+    "rows_written",
+    "rows_replaced",
+    "cast_failures",
+    "on_cast_error",
+];
+
+/// The target of seed 003 without the export's column, and its three rows.
+const SALES: &str = "CREATE OR REPLACE TABLE demo.sales (sale_id BIGINT, product_name STRING, \
+    quantity BIGINT, unit_price DECIMAL(18, 2), sale_date DATE, updated_at TIMESTAMP_NTZ);
+INSERT INTO demo.sales VALUES
+  (1, 'Notebook', 2, 500.00, '2026-07-20', '2026-07-20 01:00:00'),
+  (2, 'Pen', 10, 120.00, '2026-07-20', '2026-07-20 02:00:00'),
+  (3, 'File', 1, 300.00, '2026-07-21', '2026-07-21 01:00:00');
+";
+
+/// Seed 003's `replace_where` from a table (examples/export_replace's tables), as
+/// embedded: a target column the source lacks, the first replace (the predicate's bound
+/// from the batch), nothing new, a new source version whose run is killed before its write
+/// and run again, `compile` and `plan`, a value that overflows its decimal, a batch row
+/// outside a fixed predicate (nothing written), a rebuild, and `status`.
+fn replace_where(url: &str) {
+    let p = Project::example("export_replace");
+    let pair = Pair::placing(p, "  abc.export_demo_table: ./source\n", REPLACE, url);
+    let both = |args: &[&str]| {
+        for file in ["embedded.yaml", "spark.yaml"] {
+            let mut all = vec!["-p", file];
+            all.extend_from_slice(args);
+            pair.p.ok(&all);
+        }
+    };
+    pair.bronze("source.sql");
+    both(&["sql", "-f", "target.sql"]);
+    let (_, e) = pair.p.fails(&["-p", "embedded.yaml", "run"], 1);
+    let (_, s) = pair.p.fails(&["-p", "spark.yaml", "run"], 1);
+    let part = "column `export_timestamp` of the target is not in the input";
+    assert!(e.contains(part) && s.contains(part), "{e}\n{s}");
+
+    pair.p.write("sales.sql", SALES);
+    both(&["sql", "-f", "sales.sql"]);
+    let replaced = |step: &str| {
+        let sql = "SELECT * FROM demo.sales ORDER BY sale_id";
+        let (e, s) = pair.rows(sql, &[]);
+        assert!(!e.is_empty(), "{step}: the embedded target is empty");
+        assert_eq!(e, s, "{step}: targets differ (left embedded, right Spark)");
+    };
+    let first = pair.run(&[]);
+    assert_eq!(first.1[0]["rows_replaced"], 3, "{:?}", first.1);
+    let predicate = first.1[0]["predicate"].as_str().unwrap_or_default();
+    assert_eq!(predicate, "sale_date >= CAST('2026-07-20' AS DATE)");
+    same_fields("replace step 1", REPLACE_FIELDS, &first);
+    replaced("replace step 1");
+    let again = pair.run(&[]);
+    assert_eq!(again.1[0]["status"], "up_to_date", "{:?}", again.1);
+    same_fields("replace step 2", REPLACE_FIELDS, &again);
+
+    pair.p.write(
+        "more.sql",
+        "INSERT INTO abc.export_demo_table VALUES \
+         (5, 'Chair', 3, 4500.00, DATE '2026-07-22', TIMESTAMP '2026-07-22 03:00:00+00')",
+    );
+    pair.bronze("more.sql");
+    let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
+    let out = pair
+        .p
+        .abort_at("before_spark_replace", &["-p", "spark.yaml", "run"]);
+    assert!(
+        common::signal_of(&out.status).is_some(),
+        "the replace was not killed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
+    same_fields(
+        "replace step 3, killed and run again",
+        REPLACE_FIELDS,
+        &(embedded, rerun),
+    );
+    replaced("replace step 3");
+
+    pair.p.write(
+        "huge.sql",
+        "INSERT INTO abc.export_demo_table VALUES \
+         (6, 'Gold', 1, 100000000000000000000.00, DATE '2026-07-23', TIMESTAMP '2026-07-23 00:00:00+00')",
+    );
+    pair.bronze("huge.sql");
+    let compiled = pair.p.ok(&["-p", "spark.yaml", "compile"]);
+    for part in [
+        "INSERT INTO delta.`",
+        "REPLACE WHERE sale_date >= CAST('2026-07-20' AS DATE)",
+        "txnAppId=`smelt/sales`",
+        "try_cast(r.`unit_price` AS DECIMAL(18,2))",
+    ] {
+        assert!(compiled.contains(part), "`{part}` not in:\n{compiled}");
+    }
+    let planned = (
+        pair.p.flows(&["-p", "embedded.yaml", "plan"]),
+        pair.p.flows(&["-p", "spark.yaml", "plan"]),
+    );
+    assert_eq!(planned.1[0]["status"], "planned", "{:?}", planned.1);
+    same_fields("replace plan", REPLACE_FIELDS, &planned);
+    let overflow = pair.run(&[]);
+    assert_eq!(
+        overflow.1[0]["cast_failures"],
+        serde_json::json!({"unit_price": 1}),
+        "{:?}",
+        overflow.1
+    );
+    same_fields("replace step 4, an overflow", REPLACE_FIELDS, &overflow);
+    replaced("replace step 4");
+
+    // A fixed predicate the batch's older rows fall outside: nothing is written.
+    let fixed = REPLACE.replace("{min(sale_date)}", "'2026-07-21'");
+    pair.flows(&fixed, url);
+    pair.p.write(
+        "update.sql",
+        "UPDATE abc.export_demo_table SET quantity = 4 WHERE sale_id = 2",
+    );
+    pair.bronze("update.sql");
+    let (_, e) = pair.p.fails(&["-p", "embedded.yaml", "run"], 1);
+    let (_, s) = pair.p.fails(&["-p", "spark.yaml", "run"], 1);
+    let part = "is outside the predicate `sale_date >= '2026-07-21'`, so replacing the rows it matches would not replace this one";
+    assert!(
+        line_of(&e, part).contains("of `abc.export_demo_table` version 4 is outside"),
+        "{e}"
+    );
+    let spark = "a row of `abc.export_demo_table` version 4 (one of 2) is outside";
+    assert!(line_of(&s, part).contains(spark), "{s}");
+    replaced("replace step 5, refused");
+
+    pair.flows(REPLACE, url);
+    let rebuilt = pair.run(&["--full-refresh"]);
+    same_fields("replace rebuild", REPLACE_FIELDS, &rebuilt);
+    replaced("replace rebuild");
+    let status = |file: &str| -> Value {
+        let out = pair.p.ok(&["-p", file, "--json", "status"]);
+        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+    };
+    let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
+    for field in ["watermark", "bronze_version", "versions_behind", "problem"] {
+        assert_eq!(e[field], s[field], "replace status `{field}`: {e} vs {s}");
     }
 }
 
@@ -939,5 +1117,6 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     source_deletes(&cluster.url);
     schema_drift(&cluster.url);
     append(&cluster.url);
+    replace_where(&cluster.url);
     random_streams(&cluster.url, &writer);
 }

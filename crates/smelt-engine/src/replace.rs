@@ -15,12 +15,12 @@ use datafusion::scalar::ScalarValue;
 use futures::TryStreamExt;
 use smelt_spec::{OnCastError, ReplaceWhereFlow};
 
-use crate::append::cast_failed;
 use crate::apply::RunContext;
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
-use crate::stage::{Buffered, block_on, cast_to, commit_report};
+use crate::stage::CastMiss;
+use crate::stage::{Buffered, block_on, cast_to_in, commit_report};
 use crate::{EngineError, Result};
 
 /// Where rows of a batch come from, for error messages: a file or table, and each row's
@@ -68,13 +68,17 @@ impl BatchSource for TableBatch<'_> {
 
 /// A `{min(col)}` or `{max(col)}` placeholder of a predicate.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Placeholder {
-    text: String,
-    max: bool,
-    column: String,
+pub struct Placeholder {
+    /// As written, braces included.
+    pub text: String,
+    /// `max` (else `min`).
+    pub max: bool,
+    /// The target column bounded.
+    pub column: String,
 }
 
-fn placeholders(predicate: &str) -> Vec<Placeholder> {
+/// The `{min(col)}` / `{max(col)}` placeholders of `predicate`, in order.
+pub fn placeholders(predicate: &str) -> Vec<Placeholder> {
     let mut out = Vec::new();
     let mut rest = predicate;
     while let Some(start) = rest.find('{') {
@@ -121,6 +125,54 @@ pub fn literal(value: &ScalarValue) -> Result<String> {
     } else {
         format!("arrow_cast({quoted}, '{ty}')")
     })
+}
+
+/// A placeholder of a column the target lacks.
+pub fn unknown_bound(flow_name: &str, flow: &ReplaceWhereFlow, h: &Placeholder) -> EngineError {
+    EngineError::user(
+        format!(
+            "flow `{flow_name}`: `{}` names no column of `{}`",
+            h.text, flow.into
+        ),
+        "use a target column, e.g. `{min(updated_at)}`",
+    )
+}
+
+/// A placeholder the batch gives no value.
+pub fn empty_bound(flow_name: &str, h: &Placeholder) -> EngineError {
+    EngineError::user(
+        format!(
+            "flow `{flow_name}`: `{}` has no value: the batch has no non-NULL `{}`",
+            h.text, h.column
+        ),
+        "bound the predicate by a column the batch always fills, or write the bound out",
+    )
+}
+
+/// A batch row (`row`, e.g. "row 3 of `t` version 2", with its `values`) outside
+/// `predicate`: nothing is written.
+pub fn outside(flow_name: &str, row: &str, predicate: &str, values: &str) -> EngineError {
+    EngineError::user(
+        format!(
+            "flow `{flow_name}`: {row} is outside the predicate `{predicate}`, so replacing the rows it matches would not replace this one: {values}"
+        ),
+        "widen the predicate to cover the whole batch (e.g. with `{min(col)}`), or leave such rows out of the batch; nothing was written",
+    )
+}
+
+/// `on_cast_error: fail`: `miss`, a value of batch row `row` (e.g. "row 3 of `t` version
+/// 2") that does not cast.
+pub fn cast_failed(flow_name: &str, miss: CastMiss, row: &str) -> EngineError {
+    EngineError::Cast {
+        flow: flow_name.to_string(),
+        source: Box::new(smelt_core::CoreError::CastFailed {
+            column: miss.column,
+            target: miss.target,
+            value: miss.value,
+            row: miss.row,
+            context: format!(" ({row})"),
+        }),
+    }
 }
 
 /// The batch changed between its check and its write.
@@ -175,6 +227,7 @@ pub async fn run_replace_where(
     };
     let schema = target_schema(flow_name, flow, target.schema())?;
     let tz = flow.tz.as_deref();
+    let dialect = crate::apply::core_dialect(flow.cast_dialect);
 
     // Pass 1: the batch's bounds, for the placeholders.
     let started = Instant::now();
@@ -184,12 +237,9 @@ pub async fn run_replace_where(
         reporter.phase(flow_name, "batch bounds");
         let mut accumulators: Vec<Box<dyn Accumulator>> = Vec::new();
         for h in &holes {
-            let field = schema.field_with_name(&h.column).map_err(|_| {
-                EngineError::user(
-                    format!("{what}: `{}` names no column of `{}`", h.text, flow.into),
-                    "use a target column, e.g. `{min(updated_at)}`",
-                )
-            })?;
+            let field = schema
+                .field_with_name(&h.column)
+                .map_err(|_| unknown_bound(flow_name, flow, h))?;
             let ty = field.data_type();
             accumulators.push(if h.max {
                 Box::new(MaxAccumulator::try_new(ty)?)
@@ -198,7 +248,7 @@ pub async fn run_replace_where(
             });
         }
         let mut sink = |rows: RecordBatch, _: Origin<'_>| -> Result<()> {
-            let cast = cast_to(&rows, &schema, tz, &what)?;
+            let cast = cast_to_in(&rows, &schema, tz, &what, dialect)?;
             for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
                 let column = cast
                     .batch
@@ -212,13 +262,7 @@ pub async fn run_replace_where(
         for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
             let value = acc.evaluate()?;
             if value.is_null() {
-                return Err(EngineError::user(
-                    format!(
-                        "{what}: `{}` has no value: the batch has no non-NULL `{}`",
-                        h.text, h.column
-                    ),
-                    "bound the predicate by a column the batch always fills, or write the bound out",
-                ));
+                return Err(empty_bound(flow_name, h));
             }
             text = text.replace(&h.text, &literal(&value)?);
         }
@@ -237,22 +281,19 @@ pub async fn run_replace_where(
     let mut held = Some(Buffered::default());
     let mut read = 0;
     let mut check = |rows: RecordBatch, origin: Origin<'_>| -> Result<RecordBatch> {
-        let cast = cast_to(&rows, &schema, tz, &what)?;
+        let cast = cast_to_in(&rows, &schema, tz, &what, dialect)?;
         if let (OnCastError::Fail, Some(miss)) = (flow.on_cast_error, cast.first) {
             let row = origin.rows[miss.row];
-            return Err(cast_failed(flow_name, &origin.source, miss, row));
+            return Err(cast_failed(
+                flow_name,
+                miss,
+                &format!("row {row} of {}", origin.source),
+            ));
         }
         let pass = predicate.evaluate(&cast.batch)?;
         if let Some(i) = (0..pass.len()).find(|&i| !pass.value(i)) {
-            return Err(EngineError::user(
-                format!(
-                    "{what}: row {} of {} is outside the predicate `{text}`, so replacing the rows it matches would not replace this one: {}",
-                    origin.rows[i],
-                    origin.source,
-                    describe(&cast.batch, i)
-                ),
-                "widen the predicate to cover the whole batch (e.g. with `{min(col)}`), or leave such rows out of the batch; nothing was written",
-            ));
+            let row = format!("row {} of {}", origin.rows[i], origin.source);
+            return Err(outside(flow_name, &row, &text, &describe(&cast.batch, i)));
         }
         for (c, n) in &cast.failures {
             *report.cast_failures.entry(c.clone()).or_default() += n;
@@ -285,7 +326,7 @@ pub async fn run_replace_where(
             let mut again = 0;
             let mut sink = |rows: RecordBatch, origin: Origin<'_>| -> Result<()> {
                 again += rows.num_rows();
-                let cast = cast_to(&rows, &schema, tz, &what)?;
+                let cast = cast_to_in(&rows, &schema, tz, &what, dialect)?;
                 let pass = predicate.evaluate(&cast.batch)?;
                 if cast.first.is_some() && flow.on_cast_error == OnCastError::Fail
                     || pass.true_count() < pass.len()
@@ -358,7 +399,7 @@ pub fn watermark(
 }
 
 /// The columns a replace_where flow writes: the target's, else its DDL's.
-pub(crate) fn target_schema(
+pub fn target_schema(
     flow_name: &str,
     flow: &ReplaceWhereFlow,
     existing: Option<SchemaRef>,

@@ -10,11 +10,14 @@ use smelt_engine::run::{Executor, RunSettings};
 use smelt_engine::status::{FlowStatus, utc_text};
 use smelt_engine::validate::Problem;
 use smelt_engine::{EngineError, Result};
-use smelt_spec::{AppendFlow, ApplyFlow, ColumnDef, Flow, FlowKind, Pipeline, TableName};
+use smelt_spec::{
+    AppendFlow, ApplyFlow, ColumnDef, Flow, FlowKind, Pipeline, ReplaceWhereFlow, TableName,
+};
 
 use crate::append::{self, Append};
 use crate::client::Spark;
 use crate::places::Places;
+use crate::replace::{self, Replace};
 use crate::scd1::discover::Last;
 use crate::scd1::{Scd1, VIEWS, columns, discover, spark_type};
 use crate::session::{Mode, Session, Statement};
@@ -26,6 +29,7 @@ use crate::{event_log, sql};
 enum Runnable<'f> {
     Apply(&'f ApplyFlow),
     Append(&'f AppendFlow),
+    Replace(&'f ReplaceWhereFlow),
 }
 
 /// A pipeline on a Spark cluster.
@@ -64,6 +68,7 @@ impl SparkEngine {
             let found = match &flow.kind {
                 FlowKind::Apply(spec) => self.check_apply(&flow.name, spec).await,
                 FlowKind::Append(spec) => self.check_append(&flow.name, spec).await,
+                FlowKind::ReplaceWhere(spec) => self.check_replace(&flow.name, spec).await,
                 _ => Vec::new(),
             };
             problems.extend(found.into_iter().map(problem));
@@ -116,6 +121,45 @@ impl SparkEngine {
             }
         }
         Vec::new()
+    }
+
+    /// The problems of replace_where flow `name` on the cluster: its columns against the
+    /// source and the target, and its predicate over the target's columns.
+    async fn check_replace(&self, name: &str, spec: &ReplaceWhereFlow) -> Vec<EngineError> {
+        let s = Session::new(&self.spark, name, Mode::Plan, &smelt_engine::ports::Silent);
+        let state = match replace::discover(&s, &self.places, name, spec).await {
+            Ok(state) => state,
+            Err(e) => return vec![e],
+        };
+        let columns = match replace::columns(name, spec, &state) {
+            Ok(columns) => columns,
+            Err(problems) => return problems,
+        };
+        let predicate = match replace::unfilled(name, spec, &columns) {
+            Ok(p) => p,
+            Err(e) => return vec![e],
+        };
+        let nulls: Vec<String> = columns
+            .iter()
+            .map(|c| {
+                format!(
+                    "CAST(NULL AS {}) AS {}",
+                    spark_type(c.ty),
+                    sql::ident(&c.name)
+                )
+            })
+            .collect();
+        let sql = format!(
+            "SELECT ({predicate}) AS x FROM (SELECT {}) LIMIT 0",
+            nulls.join(", ")
+        );
+        match self.spark.sql("check `predicate`", &sql).await {
+            Ok(_) => Vec::new(),
+            Err(e) => vec![EngineError::user(
+                format!("flow `{name}`: `predicate` does not run on Spark: {e}"),
+                "write it as a Spark SQL condition over the target's columns",
+            )],
+        }
     }
 
     /// The expectations, `where` and `apply_as_deletes`, run on the cluster over the
@@ -268,6 +312,19 @@ impl SparkEngine {
                 };
                 append.run(s, &state).await
             }
+            Runnable::Replace(spec) => {
+                let state = replace::discover(s, &self.places, name, spec).await?;
+                if let Some(events) = events {
+                    self.recover(name, state.target.as_ref(), events).await;
+                }
+                let replace = Replace {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                replace.run(s, &state).await
+            }
         }
     }
 
@@ -279,6 +336,7 @@ impl SparkEngine {
         match &flow.kind {
             FlowKind::Apply(spec) => Ok(Runnable::Apply(spec)),
             FlowKind::Append(spec) => Ok(Runnable::Append(spec)),
+            FlowKind::ReplaceWhere(spec) => Ok(Runnable::Replace(spec)),
             _ => Err(EngineError::Internal(
                 "a refused flow kind ran on Spark".into(),
             )),
@@ -287,7 +345,7 @@ impl SparkEngine {
 
     /// The run's views and caches, dropped (the cluster's memory freed) whatever happened.
     async fn drop_views(&self, s: &Session<'_>) {
-        for view in VIEWS.iter().chain([&append::VIEW]) {
+        for view in VIEWS.iter().chain([&append::VIEW, &replace::VIEW]) {
             let _ = s
                 .spark
                 .sql(
@@ -361,6 +419,11 @@ impl SparkEngine {
             }
             Runnable::Append(spec) => {
                 let state = append::discover(&s, &self.places, &flow.name, spec).await?;
+                let (v, w) = (state.source_version, state.watermark);
+                (v, w, state.target, &spec.into)
+            }
+            Runnable::Replace(spec) => {
+                let state = replace::discover(&s, &self.places, &flow.name, spec).await?;
                 let (v, w) = (state.source_version, state.watermark);
                 (v, w, state.target, &spec.into)
             }

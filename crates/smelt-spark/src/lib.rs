@@ -20,11 +20,13 @@ pub mod engine;
 mod error;
 mod event_log;
 pub mod places;
+mod replace;
 mod rows;
 mod scd1;
 pub mod session;
 pub mod sql;
 pub mod support;
+mod tables;
 
 pub use engine::SparkEngine;
 pub use error::{Error, Result};

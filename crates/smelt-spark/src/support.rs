@@ -5,7 +5,8 @@ use smelt_engine::EngineError;
 use smelt_engine::run::RunSettings;
 use smelt_spec::pipeline::COMMIT_TIMESTAMP;
 use smelt_spec::{
-    ApplyFlow, CastDialect, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline, WriteMode,
+    ApplyFlow, CastDialect, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
+    ReplaceSource, WriteMode,
 };
 
 /// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
@@ -35,12 +36,21 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
                 refuse(format!("the Iceberg table `{t}`"), embedded);
             }
         }
+        FlowKind::ReplaceWhere(spec) => match &spec.from {
+            ReplaceSource::Table(from) => {
+                if let Some(t) = [from, &spec.into].iter().find(|t| t.catalog.is_some()) {
+                    refuse(format!("the Iceberg table `{t}`"), embedded);
+                }
+            }
+            ReplaceSource::Files(_) => {
+                refuse("a `replace_where` flow from files".into(), embedded);
+            }
+        },
         other => {
             let kind = match other {
                 FlowKind::Ingest(_) => "an `ingest` flow",
-                FlowKind::ReplaceWhere(_) => "a `replace_where` flow",
                 FlowKind::Export(_) => "an `export` flow",
-                FlowKind::Apply(_) | FlowKind::Append(_) => unreachable!("matched above"),
+                _ => unreachable!("matched above"),
             };
             refuse(kind.into(), embedded);
         }
@@ -121,6 +131,28 @@ mod tests {
             .iter()
             .map(|e| e.to_string())
             .collect()
+    }
+
+    #[test]
+    fn replace_where_runs_from_a_table_and_is_refused_from_files() {
+        let refused = |from: &str| -> Vec<String> {
+            let yaml = format!(
+                "lake: l\nflows:\n  r:\n    replace_where:\n      from: {from}\n      into: s.t\n      predicate: x > 1\n"
+            );
+            let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
+            refusals(&pipeline, &pipeline.flows[0], &RunSettings::default())
+                .iter()
+                .map(|e| e.to_string())
+                .collect()
+        };
+        assert_eq!(refused("b.t"), Vec::<String>::new());
+        let files = refused("./in/*.parquet\n      format: parquet");
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert!(
+            files[0]
+                .contains("a `replace_where` flow from files is not supported on the Spark engine"),
+            "{files:?}"
+        );
     }
 
     #[test]

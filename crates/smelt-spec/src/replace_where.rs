@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::apply::CastDialect;
 use crate::check::Checks;
 use crate::ddl::{TableDef, TableName};
 use crate::error::SpecError;
@@ -48,6 +49,9 @@ pub struct ReplaceWhereFlow {
     pub predicate: String,
     /// What a value that cannot be cast does (`null` or `fail`).
     pub on_cast_error: OnCastError,
+    /// Whose rules cast batch values to the target's types (`cast_dialect`): smelt's own
+    /// lenient rules by default; `spark` is Spark's `try_cast`, which the Spark engine runs.
+    pub cast_dialect: CastDialect,
     /// Zone of timestamps without an offset.
     pub tz: Option<String>,
 }
@@ -63,6 +67,7 @@ pub(crate) struct RawReplaceWhere {
     schema: Option<PathBuf>,
     predicate: String,
     on_cast_error: Option<OnCastError>,
+    cast_dialect: Option<CastDialect>,
     tz: Option<String>,
 }
 
@@ -124,6 +129,7 @@ pub(crate) fn replace_where_flow(
         target,
         predicate: raw.predicate,
         on_cast_error,
+        cast_dialect: raw.cast_dialect.unwrap_or(CastDialect::Lenient),
         tz: raw.tz,
     })
     .filter(|_| ok)

@@ -7,21 +7,19 @@
 
 use std::collections::BTreeMap;
 
-use arrow::datatypes::SchemaRef;
 use smelt_engine::append::rewrite_refused;
-use smelt_engine::context::{RunContext, app_id};
+use smelt_engine::context::RunContext;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
-use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};
-use smelt_spec::{AppendFlow, CastDialect, ColumnType, OnCastError, OnRewrite};
+use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
 use crate::places::Places;
 use crate::rows::{self, Source};
-use crate::scd1::discover::{Last, check_bronze, last_commit, schema_of, txn_of};
 use crate::scd1::read::{REWRITES_QUERY, Span};
 use crate::scd1::write::{self, commit_metadata};
 use crate::scd1::{create_table, spark_type};
 use crate::session::{Mode, Session};
+use crate::tables::{self, Column, Tables, Wanted};
 
 mod sql;
 use sql::{cache, counts, first_failure, insert};
@@ -29,151 +27,39 @@ use sql::{cache, counts, first_failure, insert};
 /// The cache of an append run's rows.
 pub(crate) const VIEW: &str = "smelt_append";
 
-/// Where an append flow stands before its run.
-#[derive(Debug, Clone)]
-pub(crate) struct AppendState {
-    /// The source's latest version: what the run reads up to.
-    pub(crate) source_version: i64,
-    /// The source's schema, as Spark reads it.
-    pub(crate) source_schema: SchemaRef,
-    /// The target's last commit, when it exists.
-    pub(crate) target: Option<Last>,
-    /// The target's schema, when it exists.
-    pub(crate) target_schema: Option<SchemaRef>,
-    /// The source version the target has appended through.
-    pub(crate) watermark: Option<i64>,
-}
-
 /// Where append flow `name` (`spec`) stands.
 pub(crate) async fn discover(
     s: &Session<'_>,
     places: &Places,
     name: &str,
     spec: &AppendFlow,
-) -> Result<AppendState> {
-    let source = places.sql(&spec.from);
-    let Some(last) = last_commit(s, "read the source's version", &source).await? else {
-        return Err(EngineError::TableNotFound {
-            table: spec.from.to_string(),
-            location: places.location(&spec.from),
-            hint: "create the source table first (as a Delta table), or fix `from:` / `lake:`"
-                .into(),
-        });
-    };
-    check_bronze(s, &spec.from, &source).await?;
-    let source_schema = schema_of(s, "read the source's columns", &source).await?;
-    let target_sql = places.sql(&spec.into);
-    let target = last_commit(s, "read the target's last commit", &target_sql).await?;
-    let (target_schema, watermark) = match &target {
-        Some(_) => (
-            Some(schema_of(s, "read the target's columns", &target_sql).await?),
-            txn_of(
-                s,
-                &places.location(&spec.into),
-                name,
-                "read the target's watermark",
-            )
-            .await?,
-        ),
-        None => (None, None),
-    };
-    Ok(AppendState {
-        source_version: last.version,
-        source_schema,
-        target,
-        target_schema,
-        watermark,
-    })
-}
-
-/// One column an append flow writes.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Column {
-    pub(crate) name: String,
-    /// Its type in the target.
-    pub(crate) ty: ColumnType,
-    pub(crate) nullable: bool,
-    /// Whether the source's type differs: the value is cast.
-    pub(crate) cast: bool,
+) -> Result<Tables> {
+    tables::discover(s, places, name, (&spec.from, &spec.into), true).await
 }
 
 /// The columns `spec` appends — the target's, else its DDL's, else the source's — each a
-/// source column: every problem, in the embedded engine's words where it has them.
+/// source column: every problem, in the embedded engine's words.
 pub(crate) fn columns(
     name: &str,
     spec: &AppendFlow,
-    state: &AppendState,
+    state: &Tables,
 ) -> std::result::Result<Vec<Column>, Vec<EngineError>> {
-    let what = format!("flow `{name}`");
-    let mut problems = Vec::new();
-    let of_schema = |schema: &SchemaRef| -> Vec<(String, Option<ColumnType>, bool)> {
-        schema
-            .fields()
-            .iter()
-            .map(|f| {
-                (
-                    f.name().clone(),
-                    column_type(f.data_type()),
-                    f.is_nullable(),
-                )
-            })
-            .collect()
+    let missing = |column: &str| {
+        EngineError::user(
+            format!(
+                "flow `{name}`: target column `{column}` is not a column of `{}`",
+                spec.from
+            ),
+            "add it to the source, or remove it from the target's CREATE TABLE",
+        )
     };
-    let declared = match (&state.target_schema, &spec.target) {
-        (Some(schema), _) => of_schema(schema),
-        (None, Some(def)) => def
-            .columns
-            .iter()
-            .map(|c| (c.name.clone(), Some(c.ty), c.nullable))
-            .collect(),
-        (None, None) => of_schema(&state.source_schema),
+    let wanted = Wanted {
+        name,
+        ddl: spec.target.as_ref(),
+        dialect: spec.cast_dialect,
+        missing: &missing,
     };
-    let mut out = Vec::new();
-    for (column, ty, nullable) in declared {
-        let Ok(source) = state.source_schema.field_with_name(&column) else {
-            problems.push(EngineError::user(
-                format!(
-                    "{what}: target column `{column}` is not a column of `{}`",
-                    spec.from
-                ),
-                "add it to the source, or remove it from the target's CREATE TABLE",
-            ));
-            continue;
-        };
-        let Some(ty) = ty else {
-            problems.push(EngineError::user(
-                format!(
-                    "{what}: column `{column}` is of a type the Spark engine does not append yet"
-                ),
-                "run this flow with `--engine embedded`",
-            ));
-            continue;
-        };
-        let from = column_type(source.data_type());
-        let casts = from != Some(ty);
-        if casts && spec.cast_dialect != CastDialect::Spark {
-            let dialect = match spec.cast_dialect {
-                CastDialect::BigQuery => "bigquery",
-                _ => "lenient",
-            };
-            problems.push(EngineError::user(
-                format!(
-                    "{what}: column `{column}` is cast to {ty} by `cast_dialect: {dialect}`, which is not supported on the Spark engine"
-                ),
-                "set `cast_dialect: spark` (Spark's own `try_cast`), or run this flow with `--engine embedded`",
-            ));
-        }
-        out.push(Column {
-            name: column,
-            ty,
-            nullable,
-            cast: casts,
-        });
-    }
-    match problems.is_empty() {
-        true => Ok(out),
-        false => Err(problems),
-    }
+    tables::columns(&wanted, state)
 }
 
 /// One append flow run.
@@ -186,7 +72,7 @@ pub(crate) struct Append<'a> {
 
 impl Append<'_> {
     /// Runs (or plans) the flow on `session`; `state` is where things stood before.
-    pub(crate) async fn run(&self, s: &Session<'_>, state: &AppendState) -> Result<FlowReport> {
+    pub(crate) async fn run(&self, s: &Session<'_>, state: &Tables) -> Result<FlowReport> {
         let (spec, v, stored) = (self.spec, state.source_version, state.watermark);
         let mut report = self.report(state);
         if stored == Some(v) && !self.ctx.full_refresh {
@@ -269,7 +155,7 @@ impl Append<'_> {
     }
 
     /// The report's fixed part.
-    fn report(&self, state: &AppendState) -> FlowReport {
+    fn report(&self, state: &Tables) -> FlowReport {
         FlowReport {
             flow: self.name.to_string(),
             kind: ReportKind::Append,
@@ -390,7 +276,7 @@ impl Append<'_> {
     async fn write(
         &self,
         s: &Session<'_>,
-        state: &AppendState,
+        state: &Tables,
         columns: &[Column],
         rebuild: bool,
         report: &mut FlowReport,
@@ -407,25 +293,18 @@ impl Append<'_> {
             create_table(&target, &defs),
         )
         .await?;
-        // A rebuild of the version already appended moves no watermark: Delta would skip a
-        // write whose txn version is not newer.
-        if !(rebuild && state.watermark.is_some_and(|w| w >= v)) {
-            s.write_setting(write::set(write::TXN_APP_ID, &app_id(self.name)))
-                .await?;
-            s.write_setting(write::set(write::TXN_VERSION, &v.to_string()))
-                .await?;
-        }
         let metadata = commit_metadata(&self.ctx.run_id, self.name, v, report)?;
-        s.write_setting(write::set(write::USER_METADATA, &metadata))
-            .await?;
-        let sql = insert(&target, columns, rebuild);
-        let written = s
-            .write(Some("before_spark_append"), "append the new rows", sql)
-            .await;
-        for key in [write::USER_METADATA, write::TXN_APP_ID, write::TXN_VERSION] {
-            s.write_setting(write::reset(key)).await?;
-        }
-        written?;
+        write::write_target(
+            s,
+            (
+                "before_spark_append",
+                "append the new rows",
+                insert(&target, columns, rebuild),
+            ),
+            (self.name, v, rebuild, state.watermark),
+            &metadata,
+        )
+        .await?;
         if s.mode == Mode::Run {
             let last = s
                 .read(

@@ -124,8 +124,8 @@ pub(super) fn insert(target: &str, columns: &[Column], rebuild: bool) -> String 
 mod tests {
     use std::sync::Arc;
 
-    use arrow::datatypes::{DataType, Field, Schema};
-    use smelt_spec::{FlowKind, Pipeline};
+    use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use smelt_spec::{ColumnType, FlowKind, Pipeline};
 
     use super::super::*;
     use super::*;
@@ -141,7 +141,7 @@ mod tests {
         }
     }
 
-    fn state(target: Option<Vec<(&str, DataType)>>) -> AppendState {
+    fn state(target: Option<Vec<(&str, DataType)>>) -> Tables {
         let schema = |cols: Vec<(&str, DataType)>| -> SchemaRef {
             Arc::new(Schema::new(
                 cols.into_iter()
@@ -149,7 +149,7 @@ mod tests {
                     .collect::<Vec<_>>(),
             ))
         };
-        AppendState {
+        Tables {
             source_version: 3,
             source_schema: schema(vec![("id", DataType::Utf8), ("status", DataType::Utf8)]),
             target: None,

@@ -20,7 +20,7 @@ pub(crate) mod write;
 use std::collections::BTreeMap;
 
 use smelt_engine::apply::tombstone_table;
-use smelt_engine::context::{RunContext, app_id};
+use smelt_engine::context::RunContext;
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::{EngineError, Result};
@@ -310,9 +310,7 @@ impl Scd1<'_> {
         let written = self
             .write_with_watermark(s, shape, state, rebuild, report)
             .await;
-        for key in [write::USER_METADATA, write::TXN_APP_ID, write::TXN_VERSION] {
-            s.write_setting(write::reset(key)).await?;
-        }
+        write::clear_watermark(s).await?;
         written?;
         if let Some(keep) = self.spec.tombstone_retention
             && (state.tombstones || report.tombstones_written > 0)
@@ -360,14 +358,7 @@ impl Scd1<'_> {
         let silver = self.places.sql(&self.spec.into);
         let tombs = self.places.sql(&tombstone_table(&self.spec.into));
         let v = state.bronze_version;
-        // A rebuild of the version already applied moves no watermark: Delta would skip a
-        // write whose txn version is not newer.
-        if !(rebuild && state.watermark.is_some_and(|w| w >= v)) {
-            s.write_setting(write::set(write::TXN_APP_ID, &app_id(self.name)))
-                .await?;
-            s.write_setting(write::set(write::TXN_VERSION, &v.to_string()))
-                .await?;
-        }
+        write::set_watermark(s, self.name, v, rebuild, state.watermark).await?;
         if report.quarantined > 0 {
             let rejects = self.places.sql(&rejects_table(&self.spec.into));
             s.write(

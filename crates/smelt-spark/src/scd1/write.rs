@@ -39,6 +39,47 @@ pub(crate) fn reset(key: &str) -> String {
     format!("RESET {key}")
 }
 
+/// The watermark of flow `name` — source version `v` — set for the writes that follow,
+/// unless `rebuild` of a version the target already has (`stored`): Delta would skip a
+/// write whose txn version is not newer, and such a rebuild moves no watermark.
+pub(crate) async fn set_watermark(
+    s: &crate::session::Session<'_>,
+    name: &str,
+    v: i64,
+    rebuild: bool,
+    stored: Option<i64>,
+) -> Result<()> {
+    if !(rebuild && stored.is_some_and(|w| w >= v)) {
+        s.write_setting(set(TXN_APP_ID, &app_id(name))).await?;
+        s.write_setting(set(TXN_VERSION, &v.to_string())).await?;
+    }
+    Ok(())
+}
+
+/// The watermark and commit metadata of the writes done, reset.
+pub(crate) async fn clear_watermark(s: &crate::session::Session<'_>) -> Result<()> {
+    for key in [USER_METADATA, TXN_APP_ID, TXN_VERSION] {
+        s.write_setting(reset(key)).await?;
+    }
+    Ok(())
+}
+
+/// The one statement of a flow run that writes its target (`sql`, after failpoint
+/// `point`), carrying flow `name`'s watermark (source version `v`, see [`set_watermark`])
+/// and `metadata` in its commit; the confs reset after, whatever happened.
+pub(crate) async fn write_target(
+    s: &crate::session::Session<'_>,
+    (point, what, sql): (&str, &str, String),
+    (name, v, rebuild, stored): (&str, i64, bool, Option<i64>),
+    metadata: &str,
+) -> Result<()> {
+    set_watermark(s, name, v, rebuild, stored).await?;
+    s.write_setting(set(USER_METADATA, metadata)).await?;
+    let written = s.write(Some(point), what, sql).await;
+    clear_watermark(s).await?;
+    written.map(|_| ())
+}
+
 /// The `userMetadata` of a commit that carries flow `flow`'s watermark: the run id, the flow,
 /// the source version read and the run's report (what `smelt status` and a rerun read back).
 pub(crate) fn commit_metadata(

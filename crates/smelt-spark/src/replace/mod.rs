@@ -1,0 +1,335 @@
+//! A `replace_where` flow on Spark (seed 003's selective overwrite), from a table, as
+//! embedded: whenever the source's version moves, its snapshot at that version is the batch —
+//! cast to the target's types by Spark's `try_cast` and cached; the predicate's `{min(col)}` /
+//! `{max(col)}` filled from the batch as literals of the column's exact type; every batch row
+//! checked against the predicate (one outside it stops the run, nothing written); then one
+//! `INSERT INTO … REPLACE WHERE` that carries the watermark (Delta's `txnAppId` /
+//! `txnVersion`, the source version) and the report.
+
+use std::collections::BTreeMap;
+
+use smelt_engine::context::RunContext;
+use smelt_engine::replace::{
+    Placeholder, cast_failed, empty_bound, outside, placeholders, target_schema, unknown_bound,
+    up_to_date,
+};
+use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::stage::CastMiss;
+use smelt_engine::{EngineError, Result};
+use smelt_spec::{OnCastError, ReplaceSource, ReplaceWhereFlow, TableName};
+
+use crate::client::Rows;
+use crate::places::Places;
+use crate::scd1::create_table;
+use crate::scd1::spark_type;
+use crate::scd1::write::{self, commit_metadata};
+use crate::session::{Mode, Session};
+use crate::tables::{self, Column, Tables, Wanted};
+
+mod sql;
+
+/// The cache of a replace_where run's batch.
+pub(crate) const VIEW: &str = "smelt_replace";
+
+/// The source table of `spec` (the Spark engine refuses file sources before this).
+pub(crate) fn source(spec: &ReplaceWhereFlow) -> Result<&TableName> {
+    match &spec.from {
+        ReplaceSource::Table(t) => Ok(t),
+        ReplaceSource::Files(_) => Err(EngineError::Internal(
+            "a replace_where flow from files ran on Spark".into(),
+        )),
+    }
+}
+
+/// Where replace_where flow `name` (`spec`) stands.
+pub(crate) async fn discover(
+    s: &Session<'_>,
+    places: &Places,
+    name: &str,
+    spec: &ReplaceWhereFlow,
+) -> Result<Tables> {
+    tables::discover(s, places, name, (source(spec)?, &spec.into), false).await
+}
+
+/// The columns `spec` writes — the target's, else its DDL's — each a column of the
+/// source: every problem, in the embedded engine's words.
+pub(crate) fn columns(
+    name: &str,
+    spec: &ReplaceWhereFlow,
+    state: &Tables,
+) -> std::result::Result<Vec<Column>, Vec<EngineError>> {
+    if state.target_schema.is_none() {
+        target_schema(name, spec, None).map_err(|e| vec![e])?;
+    }
+    let missing = |column: &str| {
+        EngineError::user(
+            format!("flow `{name}`: column `{column}` of the target is not in the input"),
+            "add the column to the input, or remove it from the target's CREATE TABLE",
+        )
+    };
+    let wanted = Wanted {
+        name,
+        ddl: spec.target.as_ref(),
+        dialect: spec.cast_dialect,
+        missing: &missing,
+    };
+    tables::columns(&wanted, state)
+}
+
+/// The predicate's placeholders, each with the column it bounds: an unknown column is a
+/// problem.
+fn holes<'c>(
+    name: &str,
+    spec: &ReplaceWhereFlow,
+    columns: &'c [Column],
+) -> Result<Vec<(Placeholder, &'c Column)>> {
+    placeholders(&spec.predicate)
+        .into_iter()
+        .map(|h| match columns.iter().find(|c| c.name == h.column) {
+            Some(c) => Ok((h, c)),
+            None => Err(unknown_bound(name, spec, &h)),
+        })
+        .collect()
+}
+
+/// The predicate with each placeholder a NULL of its column's type: what `validate`
+/// checks on the cluster.
+pub(crate) fn unfilled(name: &str, spec: &ReplaceWhereFlow, columns: &[Column]) -> Result<String> {
+    let mut text = spec.predicate.clone();
+    for (h, c) in holes(name, spec, columns)? {
+        text = text.replace(&h.text, &format!("CAST(NULL AS {})", spark_type(c.ty)));
+    }
+    Ok(text)
+}
+
+/// One replace_where flow run.
+pub(crate) struct Replace<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) spec: &'a ReplaceWhereFlow,
+    pub(crate) places: &'a Places,
+    pub(crate) ctx: &'a RunContext,
+}
+
+impl Replace<'_> {
+    /// Runs (or plans) the flow on `session`; `state` is where things stood before.
+    pub(crate) async fn run(&self, s: &Session<'_>, state: &Tables) -> Result<FlowReport> {
+        let (spec, v, stored) = (self.spec, state.source_version, state.watermark);
+        if stored == Some(v) && !self.ctx.full_refresh {
+            let target = state.target.as_ref().map(|l| l.version);
+            return Ok(up_to_date(self.name, spec, self.ctx, stored, v, target));
+        }
+        let mut report = self.report(state);
+        if let Some(w) = stored.filter(|w| *w > v && !self.ctx.full_refresh) {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{}`: the target's watermark is source version {w}, but `{}` is at version {v}: was the source recreated?",
+                    self.name, spec.into
+                ),
+                "drop the target and run again: Delta's idempotent writes cannot lower a watermark",
+            ));
+        }
+        let columns = columns(self.name, spec, state).map_err(|mut e| e.remove(0))?;
+        write::reset_watermark(s).await?;
+        let tz = spec.tz.clone().unwrap_or_else(|| "UTC".to_string());
+        s.setting(format!("SET spark.sql.session.timeZone={tz}"))
+            .await?;
+        s.setting(format!("DROP VIEW IF EXISTS {VIEW}")).await?;
+        let source = format!("{} VERSION AS OF {v}", self.places.sql(source(spec)?));
+        s.read("read and cast the batch", sql::cache(&source, &columns))
+            .await?;
+        let predicate = self.predicate(s, &columns).await?;
+        report.predicate = Some(predicate.clone());
+        if s.mode == Mode::Plan {
+            report.status = ReportStatus::Planned;
+            return Ok(report);
+        }
+        self.check(s, &source, &columns, &predicate, &mut report)
+            .await?;
+        report.status = ReportStatus::Applied;
+        self.write(s, state, &columns, &predicate, &mut report)
+            .await?;
+        Ok(report)
+    }
+
+    /// The report's fixed part.
+    fn report(&self, state: &Tables) -> FlowReport {
+        FlowReport {
+            flow: self.name.to_string(),
+            kind: ReportKind::ReplaceWhere,
+            from: self.spec.from_text.clone(),
+            into: self.spec.into.to_string(),
+            run_id: self.ctx.run_id.clone(),
+            mode: ReadMode::Batch,
+            to_version: state.source_version,
+            silver_version: state.target.as_ref().map(|l| l.version),
+            ..FlowReport::default()
+        }
+    }
+
+    /// The predicate as run: its placeholders filled from the batch.
+    async fn predicate(&self, s: &Session<'_>, columns: &[Column]) -> Result<String> {
+        let holes = holes(self.name, self.spec, columns)?;
+        let mut text = self.spec.predicate.clone();
+        if holes.is_empty() {
+            return Ok(text);
+        }
+        let wanted: Vec<(&Column, bool)> = holes.iter().map(|(h, c)| (*c, h.max)).collect();
+        let rows = s.read("the batch's bounds", sql::bounds(&wanted)).await?;
+        for (i, (h, c)) in holes.iter().enumerate() {
+            let Some(value) = rows.strings(&format!("b{i}")).first().cloned().flatten() else {
+                return Err(empty_bound(self.name, h));
+            };
+            text = text.replace(&h.text, &sql::literal(&value, c.ty));
+        }
+        Ok(text)
+    }
+
+    /// Every batch row inside the predicate and, with `on_cast_error: fail`, every value
+    /// cast, before anything is written; the counts into `report`.
+    async fn check(
+        &self,
+        s: &Session<'_>,
+        source: &str,
+        columns: &[Column],
+        predicate: &str,
+        report: &mut FlowReport,
+    ) -> Result<()> {
+        let rows = s
+            .read("check the batch", sql::counts(columns, predicate))
+            .await?;
+        let one = |name: &str| rows.ints(name).first().copied().flatten().unwrap_or(0) as usize;
+        report.changes_read = one("batch");
+        report.rows_written = report.changes_read;
+        report.inserted = report.changes_read;
+        report.cast_failures = columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.cast)
+            .map(|(i, c)| (c.name.clone(), one(&format!("f{i}"))))
+            .filter(|(_, n)| *n > 0)
+            .collect::<BTreeMap<_, _>>();
+        report.on_cast_error = match self.spec.on_cast_error {
+            OnCastError::Null => "null",
+            OnCastError::Fail => "fail",
+            OnCastError::Quarantine => "quarantine",
+        }
+        .to_string();
+        if self.spec.on_cast_error == OnCastError::Fail && !report.cast_failures.is_empty() {
+            let rows = s
+                .read(
+                    "find a value that does not cast",
+                    sql::first_failure(source, columns),
+                )
+                .await?;
+            return Err(self.cast_error(&rows, columns, report.to_version));
+        }
+        if one("outside") > 0 {
+            let rows = s
+                .read(
+                    "find a row outside the predicate",
+                    sql::outside(columns, predicate),
+                )
+                .await?;
+            let values: Vec<String> = columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let v = rows.strings(&format!("v{i}")).first().cloned().flatten();
+                    format!("{} = {}", c.name, v.as_deref().unwrap_or("NULL"))
+                })
+                .collect();
+            let row = format!(
+                "a row of `{}` version {} (one of {})",
+                source_name(self.spec),
+                report.to_version,
+                one("outside")
+            );
+            return Err(outside(self.name, &row, predicate, &values.join(", ")));
+        }
+        Ok(())
+    }
+
+    /// `on_cast_error: fail`: the value found that does not cast (in a row of version `v`).
+    fn cast_error(&self, rows: &Rows, columns: &[Column], v: i64) -> EngineError {
+        let i = rows.ints("i").first().copied().flatten().unwrap_or(0) as usize;
+        let column = columns.get(i).or(columns.iter().find(|c| c.cast));
+        let miss = CastMiss {
+            column: column.map(|c| c.name.clone()).unwrap_or_default(),
+            target: column.map(|c| c.ty.to_string()).unwrap_or_default(),
+            value: rows
+                .strings("raw")
+                .first()
+                .cloned()
+                .flatten()
+                .unwrap_or_default(),
+            row: 0,
+        };
+        let row = format!("a row of `{}` version {v}", source_name(self.spec));
+        cast_failed(self.name, miss, &row)
+    }
+
+    /// The target created when it does not exist, then the batch written over the rows the
+    /// predicate matches, with the watermark and the report.
+    async fn write(
+        &self,
+        s: &Session<'_>,
+        state: &Tables,
+        columns: &[Column],
+        predicate: &str,
+        report: &mut FlowReport,
+    ) -> Result<()> {
+        let target = self.places.sql(&self.spec.into);
+        let v = state.source_version;
+        if state.target.is_some() {
+            let rows = s
+                .read(
+                    "count the target rows replaced",
+                    sql::matched(&target, predicate),
+                )
+                .await?;
+            report.rows_replaced =
+                rows.ints("matched").first().copied().flatten().unwrap_or(0) as usize;
+        }
+        let defs: Vec<(String, String, bool)> = columns
+            .iter()
+            .map(|c| (c.name.clone(), spark_type(c.ty), c.nullable))
+            .collect();
+        s.write(
+            None,
+            "create the target table",
+            create_table(&target, &defs),
+        )
+        .await?;
+        let metadata = commit_metadata(&self.ctx.run_id, self.name, v, report)?;
+        let rebuild = self.ctx.full_refresh;
+        write::write_target(
+            s,
+            (
+                "before_spark_replace",
+                "replace the rows the predicate matches",
+                sql::replace(&target, columns, predicate),
+            ),
+            (self.name, v, rebuild, state.watermark),
+            &metadata,
+        )
+        .await?;
+        if s.mode == Mode::Run {
+            let last = s
+                .read(
+                    "read the target's version",
+                    format!("DESCRIBE HISTORY {target} LIMIT 1"),
+                )
+                .await?;
+            report.silver_version = last.ints("version").first().copied().flatten();
+        }
+        Ok(())
+    }
+}
+
+/// The source's name, for messages.
+fn source_name(spec: &ReplaceWhereFlow) -> String {
+    match &spec.from {
+        ReplaceSource::Table(t) => t.to_string(),
+        ReplaceSource::Files(_) => spec.from_text.clone(),
+    }
+}

@@ -1,0 +1,170 @@
+//! A flow from one source table into one target table (append, replace_where): where it
+//! stands before its run — the source's version and columns, the target's last commit,
+//! columns and watermark — and the columns it writes, each cast from a source column.
+
+use arrow::datatypes::SchemaRef;
+use smelt_engine::schema::column_type;
+use smelt_engine::{EngineError, Result};
+use smelt_spec::{CastDialect, ColumnType, TableDef, TableName};
+
+use crate::places::Places;
+use crate::scd1::discover::{Last, check_bronze, last_commit, schema_of, txn_of};
+use crate::session::Session;
+
+/// Where a table-to-table flow stands before its run.
+#[derive(Debug, Clone)]
+pub(crate) struct Tables {
+    /// The source's latest version: what the run reads up to.
+    pub(crate) source_version: i64,
+    /// The source's schema, as Spark reads it.
+    pub(crate) source_schema: SchemaRef,
+    /// The target's last commit, when it exists.
+    pub(crate) target: Option<Last>,
+    /// The target's schema, when it exists.
+    pub(crate) target_schema: Option<SchemaRef>,
+    /// The source version the target has taken in (its watermark for the flow).
+    pub(crate) watermark: Option<i64>,
+}
+
+/// Where flow `name`, from `from` into `into`, stands. A flow that reads the source's
+/// files itself (`files`, as append flows do) needs a layout it can read them in; one that
+/// reads the source through Spark's Delta reader does not.
+pub(crate) async fn discover(
+    s: &Session<'_>,
+    places: &Places,
+    name: &str,
+    (from, into): (&TableName, &TableName),
+    files: bool,
+) -> Result<Tables> {
+    let source = places.sql(from);
+    let Some(last) = last_commit(s, "read the source's version", &source).await? else {
+        return Err(EngineError::TableNotFound {
+            table: from.to_string(),
+            location: places.location(from),
+            hint: "create the source table first (as a Delta table), or fix `from:` / `lake:`"
+                .into(),
+        });
+    };
+    if files {
+        check_bronze(s, from, &source).await?;
+    }
+    let source_schema = schema_of(s, "read the source's columns", &source).await?;
+    let target_sql = places.sql(into);
+    let target = last_commit(s, "read the target's last commit", &target_sql).await?;
+    let (target_schema, watermark) = match &target {
+        Some(_) => (
+            Some(schema_of(s, "read the target's columns", &target_sql).await?),
+            txn_of(
+                s,
+                &places.location(into),
+                name,
+                "read the target's watermark",
+            )
+            .await?,
+        ),
+        None => (None, None),
+    };
+    Ok(Tables {
+        source_version: last.version,
+        source_schema,
+        target,
+        target_schema,
+        watermark,
+    })
+}
+
+/// One column a table-to-table flow writes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Column {
+    pub(crate) name: String,
+    /// Its type in the target.
+    pub(crate) ty: ColumnType,
+    pub(crate) nullable: bool,
+    /// Whether the source's type differs: the value is cast.
+    pub(crate) cast: bool,
+}
+
+/// What a flow asks of its columns.
+pub(crate) struct Wanted<'a> {
+    /// The flow's name.
+    pub(crate) name: &'a str,
+    /// The target's DDL (`schema:`), for a target not created yet.
+    pub(crate) ddl: Option<&'a TableDef>,
+    /// Whose rules cast.
+    pub(crate) dialect: CastDialect,
+    /// The problem of target column `.0` missing from the source, in the embedded engine's
+    /// words for the flow kind.
+    pub(crate) missing: &'a dyn Fn(&str) -> EngineError,
+}
+
+/// The columns `wanted` writes — the target's, else its DDL's, else the source's — each a
+/// source column: every problem, in the embedded engine's words where it has them.
+pub(crate) fn columns(
+    wanted: &Wanted<'_>,
+    state: &Tables,
+) -> std::result::Result<Vec<Column>, Vec<EngineError>> {
+    let what = format!("flow `{}`", wanted.name);
+    let mut problems = Vec::new();
+    let of_schema = |schema: &SchemaRef| -> Vec<(String, Option<ColumnType>, bool)> {
+        schema
+            .fields()
+            .iter()
+            .map(|f| {
+                (
+                    f.name().clone(),
+                    column_type(f.data_type()),
+                    f.is_nullable(),
+                )
+            })
+            .collect()
+    };
+    let declared = match (&state.target_schema, wanted.ddl) {
+        (Some(schema), _) => of_schema(schema),
+        (None, Some(def)) => def
+            .columns
+            .iter()
+            .map(|c| (c.name.clone(), Some(c.ty), c.nullable))
+            .collect(),
+        (None, None) => of_schema(&state.source_schema),
+    };
+    let mut out = Vec::new();
+    for (column, ty, nullable) in declared {
+        let Ok(source) = state.source_schema.field_with_name(&column) else {
+            problems.push((wanted.missing)(&column));
+            continue;
+        };
+        let Some(ty) = ty else {
+            problems.push(EngineError::user(
+                format!(
+                    "{what}: column `{column}` is of a type the Spark engine does not write yet"
+                ),
+                "run this flow with `--engine embedded`",
+            ));
+            continue;
+        };
+        let from = column_type(source.data_type());
+        let casts = from != Some(ty);
+        if casts && wanted.dialect != CastDialect::Spark {
+            let dialect = match wanted.dialect {
+                CastDialect::BigQuery => "bigquery",
+                _ => "lenient",
+            };
+            problems.push(EngineError::user(
+                format!(
+                    "{what}: column `{column}` is cast to {ty} by `cast_dialect: {dialect}`, which is not supported on the Spark engine"
+                ),
+                "set `cast_dialect: spark` (Spark's own `try_cast`), or run this flow with `--engine embedded`",
+            ));
+        }
+        out.push(Column {
+            name: column,
+            ty,
+            nullable,
+            cast: casts,
+        });
+    }
+    match problems.is_empty() {
+        true => Ok(out),
+        false => Err(problems),
+    }
+}
