@@ -613,6 +613,62 @@ fn schema_drift(url: &str) {
     assert!(e.contains(part) && s.contains(part), "{e}\n{s}");
 }
 
+/// `write_mode: merge_on_read` as embedded: product2_deletes' steps (a delete, late changes,
+/// a restore) with silver's replaced and deleted rows marked in deletion vectors: the tables
+/// (Spark's read by the embedded engine, deletion vectors applied) and reports equal, and
+/// no MERGE of Spark's silver copied a row into a new file (Delta's `numTargetRowsCopied`):
+/// the rows left in a file it touched stay there, under a deletion vector.
+fn merge_on_read(url: &str, writer: &Writer) {
+    let flows = format!("{DELETES}      write_mode: merge_on_read\n");
+    let pair = Pair::new(Project::product2_deletes(), &flows, url);
+    pair.bronze("../product2/bronze.sql");
+    pair.bronze("../product2/insert_1.sql");
+    same_reports("merge-on-read step 1", &pair.run(&[]));
+    pair.same_tables("merge-on-read step 1", false);
+    // Spark's first MERGE leaves a file per key (its shuffle's partitions): compacted to one,
+    // as a real silver's files hold many keys, a later MERGE has rows to keep in it.
+    let silver = pair.p.file("lake_s/medallion_demo/product2__silver");
+    writer.sql(&format!("OPTIMIZE delta.`{}`", silver.display()));
+    for (step, file) in [
+        ("merge-on-read step 2", "soft_delete.sql"),
+        ("merge-on-read step 3", "late.sql"),
+        ("merge-on-read step 4", "restore.sql"),
+    ] {
+        pair.bronze(file);
+        same_reports(step, &pair.run(&[]));
+        pair.same_tables(step, true);
+    }
+    let log = silver.join("_delta_log");
+    let mut marked = 0;
+    for entry in std::fs::read_dir(&log).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let actions: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        for info in actions.iter().map(|a| &a["commitInfo"]) {
+            if info["operation"] == "MERGE" {
+                let copied = &info["operationMetrics"]["numTargetRowsCopied"];
+                assert_eq!(
+                    copied,
+                    "0",
+                    "{}: rows rewritten, not marked",
+                    path.display()
+                );
+            }
+        }
+        marked += actions
+            .iter()
+            .filter(|a| a["add"]["deletionVector"].is_object())
+            .count();
+    }
+    assert!(marked > 0, "no deletion vector in Spark's silver log");
+}
+
 /// The report fields of an append flow both engines must agree on.
 const APPEND_FIELDS: &[&str] = &[
     "status",
@@ -950,13 +1006,13 @@ fn replace_where(url: &str) {
 /// What the Spark engine does not run yet is refused by name at `validate`, before anything
 /// runs; `--engine embedded` runs the same file embedded.
 fn refusals(url: &str, writer: &Writer) {
-    let flows = format!("{DELETES}      scd: 2\n      write_mode: merge_on_read\n");
+    let flows = format!("{DELETES}      scd: 2\n      widen_types: true\n");
     let pair = Pair::new(Project::product2_deletes(), &flows, url);
     pair.bronze("../product2/bronze.sql");
     let (_, stderr) = pair.p.fails(&["-p", "spark.yaml", "validate"], 1);
     for refused in [
         "`scd: 2` is not supported on the Spark engine",
-        "`write_mode: merge_on_read`",
+        "`widen_types`",
     ] {
         assert!(stderr.contains(refused), "`{refused}` not in:\n{stderr}");
     }
@@ -1116,6 +1172,7 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     conflicts_fail(&cluster.url);
     source_deletes(&cluster.url);
     schema_drift(&cluster.url);
+    merge_on_read(&cluster.url, &writer);
     append(&cluster.url);
     replace_where(&cluster.url);
     random_streams(&cluster.url, &writer);

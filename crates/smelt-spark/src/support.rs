@@ -6,7 +6,7 @@ use smelt_engine::run::RunSettings;
 use smelt_spec::pipeline::COMMIT_TIMESTAMP;
 use smelt_spec::{
     ApplyFlow, CastDialect, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
-    ReplaceSource, WriteMode,
+    ReplaceSource,
 };
 
 /// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
@@ -105,10 +105,6 @@ fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
             "`on_sequence_conflict: quarantine`",
         ),
         (spec.widen_types, "`widen_types`"),
-        (
-            spec.write_mode == WriteMode::MergeOnRead,
-            "`write_mode: merge_on_read`",
-        ),
         (spec.optimize == OptimizeMode::Auto, "`optimize: auto`"),
     ];
     for (set, what) in options {
@@ -157,13 +153,12 @@ mod tests {
 
     #[test]
     fn options_the_spark_engine_lacks_are_refused_by_name() {
-        let all =
-            refused("      scd: 2\n      cast_dialect: lenient\n      write_mode: merge_on_read\n");
+        let all = refused("      scd: 2\n      cast_dialect: lenient\n      widen_types: true\n");
         let text = all.join("\n");
         for name in [
             "`scd: 2`",
             "`cast_dialect: lenient`",
-            "`write_mode: merge_on_read`",
+            "`widen_types`",
             "without `schema:`",
         ] {
             assert!(text.contains(name), "{name} not refused in:\n{text}");

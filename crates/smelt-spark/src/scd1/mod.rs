@@ -24,12 +24,14 @@ use smelt_engine::context::RunContext;
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::{EngineError, Result};
-use smelt_spec::{ApplyFlow, OnCastError, OnSequenceConflict, OnViolation, SourceDeletes};
+use smelt_spec::{
+    ApplyFlow, OnCastError, OnSequenceConflict, OnViolation, SourceDeletes, WriteMode,
+};
 
 pub(crate) use discover::{State, discover};
 use read::Span;
 pub(crate) use read::VIEWS;
-use shape::Shape;
+use shape::{DELETION_VECTORS, Shape};
 pub(crate) use shape::{create_table, spark_type};
 use stage::Targets;
 
@@ -290,13 +292,22 @@ impl Scd1<'_> {
         let silver = self.places.sql(&self.spec.into);
         let tombs = self.places.sql(&tombstone_table(&self.spec.into));
         let run_us = self.ctx.run_timestamp_us;
+        if self.merge_on_read() {
+            let existing = [
+                (state.silver.is_some(), &silver),
+                (state.tombstones, &tombs),
+            ];
+            for (_, table) in existing.iter().filter(|(exists, _)| *exists) {
+                self.enable_deletion_vectors(s, table).await?;
+            }
+        }
         if rebuild && (report.tombstones_written > 0 || state.tombstones) {
             // A rebuild replaces the tombstones whatever watermark they carry (a killed
             // run may have left them ahead of silver's): without the txn confs.
             s.write(
                 None,
                 "create the tombstone table",
-                write::create_tombstones(&tombs, shape),
+                write::create_tombstones(&tombs, shape, self.merge_on_read()),
             )
             .await?;
             let sql = write::overwrite_tombstones(&tombs, shape, run_us);
@@ -346,6 +357,40 @@ impl Scd1<'_> {
         Ok(())
     }
 
+    /// Whether silver and the tombstones are written merge-on-read.
+    fn merge_on_read(&self) -> bool {
+        self.spec.write_mode == WriteMode::MergeOnRead
+    }
+
+    /// `write_mode: merge_on_read`: deletion vectors turned on for existing `table` before
+    /// its writes (a commit of its own, once: a rerun finds them on), so that Delta marks the
+    /// rows a `MERGE` replaces or deletes instead of rewriting their files.
+    async fn enable_deletion_vectors(&self, s: &Session<'_>, table: &str) -> Result<()> {
+        let props = s
+            .read(
+                "read the table's properties",
+                format!("SHOW TBLPROPERTIES {table}"),
+            )
+            .await?;
+        let on = props
+            .strings("key")
+            .iter()
+            .zip(props.strings("value"))
+            .any(|(k, v)| {
+                k.as_deref() == Some(DELETION_VECTORS)
+                    && v.is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            });
+        if !on {
+            s.write(
+                None,
+                "turn deletion vectors on",
+                write::enable_deletion_vectors(table),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// The statements that carry the watermark: tombstones (not in a rebuild), silver.
     async fn write_with_watermark(
         &self,
@@ -385,7 +430,7 @@ impl Scd1<'_> {
             s.write(
                 None,
                 "create the tombstone table",
-                write::create_tombstones(&tombs, shape),
+                write::create_tombstones(&tombs, shape, self.merge_on_read()),
             )
             .await?;
             let sql = write::merge_tombstones(&tombs, shape, self.ctx.run_timestamp_us);
@@ -395,7 +440,7 @@ impl Scd1<'_> {
         s.write(
             None,
             "create the silver table",
-            write::create_silver(&silver, shape),
+            write::create_silver(&silver, shape, self.merge_on_read()),
         )
         .await?;
         let metadata = write::commit_metadata(&self.ctx.run_id, self.name, v, report)?;

@@ -158,6 +158,19 @@ pub(crate) fn newer(a: &[String], b: &[String]) -> String {
 /// `CREATE TABLE IF NOT EXISTS` of a Delta table with the change feed on, as embedded creates
 /// silver, tombstone and rejects tables.
 pub(crate) fn create_table(table: &str, columns: &[(String, String, bool)]) -> String {
+    create_table_with(table, columns, false)
+}
+
+/// The table property that makes Delta mark replaced and deleted rows in deletion vectors
+/// instead of rewriting their files (`write_mode: merge_on_read`).
+pub(crate) const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
+
+/// [`create_table`], with deletion vectors on where `merge_on_read`.
+pub(crate) fn create_table_with(
+    table: &str,
+    columns: &[(String, String, bool)],
+    merge_on_read: bool,
+) -> String {
     let cols: Vec<String> = columns
         .iter()
         .map(|(n, t, nullable)| {
@@ -168,8 +181,12 @@ pub(crate) fn create_table(table: &str, columns: &[(String, String, bool)]) -> S
             )
         })
         .collect();
+    let dv = match merge_on_read {
+        true => format!(", '{DELETION_VECTORS}' = 'true'"),
+        false => String::new(),
+    };
     format!(
-        "CREATE TABLE IF NOT EXISTS {table} ({}) USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')",
+        "CREATE TABLE IF NOT EXISTS {table} ({}) USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true'{dv})",
         cols.join(", ")
     )
 }

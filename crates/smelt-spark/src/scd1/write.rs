@@ -9,7 +9,9 @@ use smelt_engine::report::FlowReport;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{ApplyFlow, OnCastError, OnViolation};
 
-use super::shape::{DELETED_AT, Shape, create_table, spark_type};
+use super::shape::{
+    DELETED_AT, DELETION_VECTORS, Shape, create_table, create_table_with, spark_type,
+};
 use crate::sql::{ident, string_literal};
 
 /// The session conf naming the idempotent writer.
@@ -101,20 +103,25 @@ pub(crate) fn commit_metadata(
     .replace('`', "\\u0060"))
 }
 
-/// Silver's `CREATE TABLE IF NOT EXISTS`.
-pub(crate) fn create_silver(table: &str, shape: &Shape) -> String {
+/// Silver's `CREATE TABLE IF NOT EXISTS` (with deletion vectors on where `mor`).
+pub(crate) fn create_silver(table: &str, shape: &Shape, mor: bool) -> String {
     let cols: Vec<(String, String, bool)> = shape
         .silver
         .columns
         .iter()
         .map(|c| (c.name.clone(), spark_type(c.ty), c.nullable))
         .collect();
-    create_table(table, &cols)
+    create_table_with(table, &cols, mor)
 }
 
-/// The tombstones' `CREATE TABLE IF NOT EXISTS`.
-pub(crate) fn create_tombstones(table: &str, shape: &Shape) -> String {
-    create_table(table, &shape.tombstone_columns())
+/// The tombstones' `CREATE TABLE IF NOT EXISTS` (with deletion vectors on where `mor`).
+pub(crate) fn create_tombstones(table: &str, shape: &Shape, mor: bool) -> String {
+    create_table_with(table, &shape.tombstone_columns(), mor)
+}
+
+/// `write_mode: merge_on_read` on an existing table: deletion vectors turned on.
+pub(crate) fn enable_deletion_vectors(table: &str) -> String {
+    format!("ALTER TABLE {table} SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')")
 }
 
 /// The tombstone rows of the stage, as the tombstone table's columns.
