@@ -123,7 +123,8 @@ impl Replace<'_> {
             return Err(EngineError::user(
                 format!(
                     "flow `{}`: the target's watermark is source version {w}, but `{}` is at version {v}: was the source recreated?",
-                    self.name, spec.into
+                    self.name,
+                    source_name(spec)
                 ),
                 "drop the target and run again: Delta's idempotent writes cannot lower a watermark",
             ));
