@@ -26,16 +26,7 @@ pub(crate) fn cast_failed(
     miss: CastMiss,
     version: i64,
 ) -> EngineError {
-    EngineError::Cast {
-        flow: flow_name.to_string(),
-        source: Box::new(smelt_core::CoreError::CastFailed {
-            column: miss.column,
-            target: miss.target,
-            value: miss.value,
-            row: miss.row,
-            context: format!(" (`{source}` version {version})"),
-        }),
-    }
+    crate::replace::cast_failed(flow_name, miss, &format!("`{source}` version {version}"))
 }
 use crate::{EngineError, Result};
 

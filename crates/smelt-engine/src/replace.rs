@@ -202,6 +202,59 @@ fn describe(batch: &RecordBatch, row: usize) -> String {
         .join(", ")
 }
 
+/// `flow.predicate` with its `{min(col)}` / `{max(col)}` placeholders filled from `batch`
+/// (cast to `schema`) as literals of the column's exact type.
+async fn fill_bounds(
+    flow_name: &str,
+    flow: &ReplaceWhereFlow,
+    batch: &dyn BatchSource,
+    schema: &SchemaRef,
+    reporter: &dyn Reporter,
+) -> Result<String> {
+    let what = format!("flow `{flow_name}`");
+    let (tz, dialect) = (
+        flow.tz.as_deref(),
+        crate::apply::core_dialect(flow.cast_dialect),
+    );
+    let holes = placeholders(&flow.predicate);
+    let mut text = flow.predicate.clone();
+    if !holes.is_empty() {
+        reporter.phase(flow_name, "batch bounds");
+        let mut accumulators: Vec<Box<dyn Accumulator>> = Vec::new();
+        for h in &holes {
+            let field = schema
+                .field_with_name(&h.column)
+                .map_err(|_| unknown_bound(flow_name, flow, h))?;
+            let ty = field.data_type();
+            accumulators.push(if h.max {
+                Box::new(MaxAccumulator::try_new(ty)?)
+            } else {
+                Box::new(MinAccumulator::try_new(ty)?)
+            });
+        }
+        let mut sink = |rows: RecordBatch, _: Origin<'_>| -> Result<()> {
+            let cast = cast_to_in(&rows, schema, tz, &what, dialect)?;
+            for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
+                let column = cast
+                    .batch
+                    .column_by_name(&h.column)
+                    .expect("a target column");
+                acc.update_batch(&[Arc::clone(column)])?;
+            }
+            Ok(())
+        };
+        batch.read(&mut sink).await?;
+        for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
+            let value = acc.evaluate()?;
+            if value.is_null() {
+                return Err(empty_bound(flow_name, h));
+            }
+            text = text.replace(&h.text, &literal(&value)?);
+        }
+    }
+    Ok(text)
+}
+
 /// Replaces the rows of `target` matching `flow.predicate` with the rows of `batch`, in one
 /// commit carrying `watermark`. Needs a multi-threaded runtime.
 pub async fn run_replace_where(
@@ -231,42 +284,7 @@ pub async fn run_replace_where(
 
     // Pass 1: the batch's bounds, for the placeholders.
     let started = Instant::now();
-    let holes = placeholders(&flow.predicate);
-    let mut text = flow.predicate.clone();
-    if !holes.is_empty() {
-        reporter.phase(flow_name, "batch bounds");
-        let mut accumulators: Vec<Box<dyn Accumulator>> = Vec::new();
-        for h in &holes {
-            let field = schema
-                .field_with_name(&h.column)
-                .map_err(|_| unknown_bound(flow_name, flow, h))?;
-            let ty = field.data_type();
-            accumulators.push(if h.max {
-                Box::new(MaxAccumulator::try_new(ty)?)
-            } else {
-                Box::new(MinAccumulator::try_new(ty)?)
-            });
-        }
-        let mut sink = |rows: RecordBatch, _: Origin<'_>| -> Result<()> {
-            let cast = cast_to_in(&rows, &schema, tz, &what, dialect)?;
-            for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
-                let column = cast
-                    .batch
-                    .column_by_name(&h.column)
-                    .expect("a target column");
-                acc.update_batch(&[Arc::clone(column)])?;
-            }
-            Ok(())
-        };
-        batch.read(&mut sink).await?;
-        for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
-            let value = acc.evaluate()?;
-            if value.is_null() {
-                return Err(empty_bound(flow_name, h));
-            }
-            text = text.replace(&h.text, &literal(&value)?);
-        }
-    }
+    let text = fill_bounds(flow_name, flow, batch, &schema, reporter).await?;
     let predicate = Predicate::compile(&text, &schema, &format!("{what}: `predicate`"))?;
     report.predicate = Some(text.clone());
     if ctx.dry_run {

@@ -9,7 +9,9 @@ use smelt_spec::{CastDialect, ColumnType, TableDef, TableName};
 
 use crate::places::Places;
 use crate::scd1::discover::{Last, check_bronze, last_commit, schema_of, txn_of};
+use crate::scd1::stage::cast;
 use crate::session::Session;
+use crate::sql::ident;
 
 /// Where a table-to-table flow stands before its run.
 #[derive(Debug, Clone)]
@@ -167,4 +169,35 @@ pub(crate) fn columns(
         true => Ok(out),
         false => Err(problems),
     }
+}
+
+/// Column `c` of a source row `r` as the target stores it, and whether its cast failed.
+pub(crate) fn typed(c: &Column) -> (String, String) {
+    let raw = format!("r.{}", ident(&c.name));
+    match c.cast {
+        true => cast(&raw, c.ty),
+        false => (raw, "false".to_string()),
+    }
+}
+
+/// Over a source row `r`: which of `columns` is the first whose value does not cast, with
+/// that raw value (`CASE … END`: a struct `i`, `raw`), and whether any does not.
+pub(crate) fn first_failed(columns: &[Column]) -> (String, String) {
+    let casts: Vec<(usize, &Column)> = columns.iter().enumerate().filter(|(_, c)| c.cast).collect();
+    let failed: Vec<String> = casts.iter().map(|(_, c)| typed(c).1).collect();
+    let which: Vec<String> = casts
+        .iter()
+        .zip(&failed)
+        .map(|((i, c), f)| {
+            format!(
+                "WHEN {f} THEN named_struct('i', {i}, 'raw', CAST(r.{} AS STRING))",
+                ident(&c.name)
+            )
+        })
+        .collect();
+    let any = match failed.is_empty() {
+        true => "false".to_string(),
+        false => failed.join(" OR "),
+    };
+    (format!("CASE {} END", which.join(" ")), any)
 }

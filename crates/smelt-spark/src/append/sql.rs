@@ -4,8 +4,8 @@
 use smelt_spec::AppendFlow;
 
 use super::{Column, VIEW};
-use crate::scd1::stage::cast;
 use crate::sql::ident;
+use crate::tables::{first_failed, typed};
 
 /// `smelt_append`: each row read — inserted (`__insert`), kept by `where` (`__keep`), its
 /// values cast (`__v<i>`) and whether each failed (`__f<i>`) — but those of `skipped`
@@ -46,15 +46,6 @@ fn unskipped(skipped: &[i64]) -> String {
     }
 }
 
-/// Column `c` of a source row `r` as the target stores it, and whether its cast failed.
-fn typed(c: &Column) -> (String, String) {
-    let raw = format!("r.{}", ident(&c.name));
-    if !c.cast {
-        return (raw, "false".to_string());
-    }
-    cast(&raw, c.ty)
-}
-
 /// The counts of `smelt_append`: rows read, not inserts, inserts left out by `where`, rows
 /// appended, and per cast column the appended values that do not cast (`f<i>`).
 pub(super) fn counts(columns: &[Column]) -> String {
@@ -73,18 +64,7 @@ pub(super) fn counts(columns: &[Column]) -> String {
 /// The first appended row (by version, file, row) with a value that does not cast: the
 /// first such column (`i`), the raw value, the version and row position.
 pub(super) fn first_failure(spec: &AppendFlow, columns: &[Column], skipped: &[i64]) -> String {
-    let casts: Vec<(usize, &Column)> = columns.iter().enumerate().filter(|(_, c)| c.cast).collect();
-    let failed: Vec<String> = casts.iter().map(|(_, c)| typed(c).1).collect();
-    let which: Vec<String> = casts
-        .iter()
-        .zip(&failed)
-        .map(|((i, c), f)| {
-            format!(
-                "WHEN {f} THEN named_struct('i', {i}, 'raw', CAST(r.{} AS STRING))",
-                ident(&c.name)
-            )
-        })
-        .collect();
+    let (which, any) = first_failed(columns);
     let keep = format!(
         "r._change_type = 'insert' AND {} AND {}",
         kept(spec),
@@ -92,14 +72,8 @@ pub(super) fn first_failure(spec: &AppendFlow, columns: &[Column], skipped: &[i6
     );
     format!(
         "SELECT w.i, w.raw, _commit_version, _row_pos FROM (\n\
-         SELECT CASE {} END AS w, _commit_version, _file_pos, _row_pos FROM smelt_raw r WHERE {keep} AND ({})\n\
-         ) ORDER BY _commit_version, _file_pos, _row_pos LIMIT 1",
-        which.join(" "),
-        if failed.is_empty() {
-            "false".to_string()
-        } else {
-            failed.join(" OR ")
-        }
+         SELECT {which} AS w, _commit_version, _file_pos, _row_pos FROM smelt_raw r WHERE {keep} AND ({any})\n\
+         ) ORDER BY _commit_version, _file_pos, _row_pos LIMIT 1"
     )
 }
 

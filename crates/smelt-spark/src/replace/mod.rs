@@ -314,14 +314,8 @@ impl Replace<'_> {
             &metadata,
         )
         .await?;
-        if s.mode == Mode::Run {
-            let last = s
-                .read(
-                    "read the target's version",
-                    format!("DESCRIBE HISTORY {target} LIMIT 1"),
-                )
-                .await?;
-            report.silver_version = last.ints("version").first().copied().flatten();
+        if let Some(version) = write::version_after(s, &target).await? {
+            report.silver_version = Some(version);
         }
         Ok(())
     }

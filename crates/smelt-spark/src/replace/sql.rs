@@ -6,18 +6,8 @@ use smelt_spec::ColumnType;
 
 use super::VIEW;
 use crate::scd1::spark_type;
-use crate::scd1::stage::cast;
 use crate::sql::{ident, string_literal};
-use crate::tables::Column;
-
-/// Column `c` of a source row `r` as the target stores it, and whether its cast failed.
-fn typed(c: &Column) -> (String, String) {
-    let raw = format!("r.{}", ident(&c.name));
-    match c.cast {
-        true => cast(&raw, c.ty),
-        false => (raw, "false".to_string()),
-    }
-}
+use crate::tables::{Column, first_failed, typed};
 
 /// `smelt_replace`: each row of `source` (a table at a version) as the target's columns
 /// (named as in the target), and whether each cast failed (`__f<i>`).
@@ -102,26 +92,8 @@ pub(super) fn outside(columns: &[Column], predicate: &str) -> String {
 /// A source row with a value that does not cast: the first such column (`i`) and its raw
 /// value.
 pub(super) fn first_failure(source: &str, columns: &[Column]) -> String {
-    let casts: Vec<(usize, &Column)> = columns.iter().enumerate().filter(|(_, c)| c.cast).collect();
-    let failed: Vec<String> = casts.iter().map(|(_, c)| typed(c).1).collect();
-    let which: Vec<String> = casts
-        .iter()
-        .zip(&failed)
-        .map(|((i, c), f)| {
-            format!(
-                "WHEN {f} THEN named_struct('i', {i}, 'raw', CAST(r.{} AS STRING))",
-                ident(&c.name)
-            )
-        })
-        .collect();
-    let any = match failed.is_empty() {
-        true => "false".to_string(),
-        false => failed.join(" OR "),
-    };
-    format!(
-        "SELECT w.i, w.raw FROM (SELECT CASE {} END AS w FROM {source} r WHERE {any}) LIMIT 1",
-        which.join(" ")
-    )
+    let (which, any) = first_failed(columns);
+    format!("SELECT w.i, w.raw FROM (SELECT {which} AS w FROM {source} r WHERE {any}) LIMIT 1")
 }
 
 /// The batch written over the target rows `predicate` matches, in one commit.
@@ -189,7 +161,7 @@ mod tests {
             replace("delta.`/t`", &cols, "id > 1"),
             "INSERT INTO delta.`/t` REPLACE WHERE id > 1\nSELECT `id`, `amt` FROM smelt_replace"
         );
-        let sql = first_failure("src r0", &cols);
+        let sql = first_failure("delta.`/s` VERSION AS OF 3", &cols);
         assert!(sql.contains("WHEN (r.`amt` IS NOT NULL"), "{sql}");
         assert!(sql.contains("'i', 1,"), "{sql}");
     }

@@ -345,14 +345,8 @@ impl Scd1<'_> {
                 })
                 .unwrap_or(0);
         }
-        if s.mode == crate::session::Mode::Run {
-            let last = s
-                .read(
-                    "read silver's version",
-                    format!("DESCRIBE HISTORY {silver} LIMIT 1"),
-                )
-                .await?;
-            report.silver_version = last.ints("version").first().copied().flatten();
+        if let Some(version) = write::version_after(s, &silver).await? {
+            report.silver_version = Some(version);
         }
         Ok(())
     }

@@ -58,6 +58,24 @@ pub(crate) async fn set_watermark(
     Ok(())
 }
 
+/// The version of `table` after a run's writes (`None` in a plan or compile, which write
+/// nothing).
+pub(crate) async fn version_after(
+    s: &crate::session::Session<'_>,
+    table: &str,
+) -> Result<Option<i64>> {
+    if s.mode != crate::session::Mode::Run {
+        return Ok(None);
+    }
+    let last = s
+        .read(
+            "read the written table's version",
+            format!("DESCRIBE HISTORY {table} LIMIT 1"),
+        )
+        .await?;
+    Ok(last.ints("version").first().copied().flatten())
+}
+
 /// The watermark and commit metadata of the writes done, reset.
 pub(crate) async fn clear_watermark(s: &crate::session::Session<'_>) -> Result<()> {
     for key in [USER_METADATA, TXN_APP_ID, TXN_VERSION] {
