@@ -330,6 +330,88 @@ fn product2_deletes(url: &str) {
     assert_eq!(again.1[0]["status"], "up_to_date");
 }
 
+const HISTORY: &str = "  product2_history:
+    apply:
+      from: medallion_demo.product2__bronze
+      into: medallion_demo.product2__history
+      schema: ../product2/silver.sql
+      scd: 2
+      sequence_by: [SystemModstamp]
+      apply_as_deletes: IsDeleted = 'true'
+      track_history_except: [LastViewedDate, LastReferencedDate]
+      cast_dialect: spark
+";
+
+/// The SCD2 history and its tombstones equal in both lakes (where the embedded run made
+/// them).
+fn same_history(pair: &Pair, step: &str) {
+    let history = "SELECT * FROM medallion_demo.product2__history ORDER BY Id, __START_AT";
+    let (e, s) = pair.rows(history, &["_update_timestamp"]);
+    assert!(!e.is_empty(), "{step}: embedded history is empty");
+    assert_eq!(e, s, "{step}: history differs (left embedded, right Spark)");
+    if pair
+        .p
+        .file("lake_e/medallion_demo/product2__history__tombstones")
+        .exists()
+    {
+        let t = "SELECT * FROM medallion_demo.product2__history__tombstones ORDER BY Id, SystemModstamp";
+        let (e, s) = pair.rows(t, &["_deleted_at"]);
+        assert_eq!(
+            e, s,
+            "{step}: history tombstones differ (left embedded, right Spark)"
+        );
+    }
+}
+
+/// Seed 000's example as SCD type 2 (`examples/product2_deletes`' `product2_history`): a
+/// delete closing a version, late older changes rebuilding the history (and a late change
+/// before the delete), a restore opening a new version, archived products filtered out by
+/// `where`; the Spark runs of the delete and of the late changes killed before the
+/// tombstones' and silver's statements and run again; a plan; a rebuild.
+fn history(url: &str) {
+    let flows = format!("{HISTORY}{NOT_ARCHIVED}");
+    let pair = Pair::new(Project::product2_deletes(), &flows, url);
+    pair.bronze("../product2/bronze.sql");
+    pair.bronze("../product2/insert_1.sql");
+    same_reports("history step 1", &pair.run(&[]));
+    same_history(&pair, "history step 1");
+    let kills: [(&str, &str, &[&str]); 2] = [
+        (
+            "history step 2",
+            "soft_delete.sql",
+            &["before_spark_tombstones", "before_spark_silver"],
+        ),
+        ("history step 3", "late.sql", &["before_spark_silver"]),
+    ];
+    for (step, file, points) in kills {
+        pair.bronze(file);
+        let planned = (
+            pair.p.flows(&["-p", "embedded.yaml", "plan"]),
+            pair.p.flows(&["-p", "spark.yaml", "plan"]),
+        );
+        same_reports(&format!("{step}, plan"), &planned);
+        let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
+        for point in points {
+            let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
+            assert!(
+                common::signal_of(&out.status).is_some(),
+                "{step}: the run was not killed at {point}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
+        assert_eq!(rerun[0]["status"], "applied", "{rerun:?}");
+        same_reports(&format!("{step}, run again"), &(embedded, rerun));
+        same_history(&pair, &format!("{step}, killed and run again"));
+    }
+    pair.bronze("restore.sql");
+    same_reports("history step 4", &pair.run(&[]));
+    same_history(&pair, "history step 4");
+    let rebuilt = pair.run(&["--full-refresh"]);
+    same_reports("history rebuild", &rebuilt);
+    same_history(&pair, "history rebuild");
+}
+
 /// Seed 000 with soft deletes, the Spark runs SIGKILLed at pseudo-random moments (up to 1.1
 /// times the last uninterrupted Spark run): whatever statement was under way — the reads, a
 /// MERGE the cluster goes on with after its client died — the rerun must end in the embedded
@@ -1006,18 +1088,19 @@ fn replace_where(url: &str) {
 /// What the Spark engine does not run yet is refused by name at `validate`, before anything
 /// runs; `--engine embedded` runs the same file embedded.
 fn refusals(url: &str, writer: &Writer) {
-    let flows = format!("{DELETES}      scd: 2\n      widen_types: true\n");
+    let flows =
+        format!("{DELETES}      on_sequence_conflict: quarantine\n      widen_types: true\n");
     let pair = Pair::new(Project::product2_deletes(), &flows, url);
     pair.bronze("../product2/bronze.sql");
     let (_, stderr) = pair.p.fails(&["-p", "spark.yaml", "validate"], 1);
     for refused in [
-        "`scd: 2` is not supported on the Spark engine",
+        "`on_sequence_conflict: quarantine` is not supported on the Spark engine",
         "`widen_types`",
     ] {
         assert!(stderr.contains(refused), "`{refused}` not in:\n{stderr}");
     }
     let (_, stderr) = pair.p.fails(&["-p", "spark.yaml", "run"], 1);
-    assert!(stderr.contains("`scd: 2`"), "{stderr}");
+    assert!(stderr.contains("`widen_types`"), "{stderr}");
     assert!(
         !pair.p.file("lake_s").exists(),
         "a refused run wrote something"
@@ -1115,7 +1198,6 @@ const RANDOM: &str = "  r:
 /// `where` (`v <> 20`: deleted from silver, with a tombstone) — applied
 /// commit by commit by both engines, then replayed from the snapshot (`--full-refresh`).
 fn random_streams(url: &str, writer: &Writer) {
-    let sql = |statement: &str| writer.sql(statement);
     let config = Config {
         cases: 3,
         failure_persistence: None,
@@ -1132,22 +1214,9 @@ fn random_streams(url: &str, writer: &Writer) {
                  IsDeleted BOOLEAN, PRIMARY KEY (Id))",
             );
             let pair = Pair::new(p, RANDOM, url);
-            let bronze = pair.p.file("bronze");
-            let table = format!("delta.`{}`", bronze.display());
-            sql(&format!(
-                "CREATE TABLE {table} (Id STRING, seq STRING, v STRING, IsDeleted STRING) USING DELTA \
-                 TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
-            ));
+            let table = random_bronze(&pair, writer);
             for (i, rows) in commits.iter().enumerate() {
-                let lit = |v: &Option<String>| v.as_deref().map_or("NULL".into(), string_literal);
-                let values: Vec<String> = rows
-                    .iter()
-                    .map(|(k, s, v, d)| format!("({}, {}, {}, '{d}')", lit(k), lit(s), lit(v)))
-                    .collect();
-                sql(&format!(
-                    "INSERT INTO {table} SELECT /*+ REPARTITION(2) */ * FROM VALUES {} AS t(Id, seq, v, IsDeleted)",
-                    values.join(", ")
-                ));
+                insert_rows(writer, &table, rows);
                 let step = format!("commit {i} of {commits:?}");
                 same_reports(&step, &pair.run(&[]));
                 pair.same_tables_if_any(&step);
@@ -1158,6 +1227,117 @@ fn random_streams(url: &str, writer: &Writer) {
             Ok(())
         })
         .unwrap();
+}
+
+const RANDOM_HISTORY: &str = "  r:
+    apply:
+      from: medallion_demo.product2__bronze
+      into: medallion_demo.product2__silver
+      schema: silver.sql
+      scd: 2
+      sequence_by: [seq]
+      apply_as_deletes: IsDeleted = 'true'
+      track_history: [v]
+      cast_dialect: spark
+      where: v <> 20
+";
+
+/// Random change streams as in [`random_streams`], into SCD type 2 history: late changes
+/// splitting versions, in-place updates (only `v` is tracked: a change of `seq` alone
+/// updates the version), deletes before the versions they close (tombstones), replays of
+/// one sequence — applied commit by commit by both engines, then rebuilt. First the streams
+/// that found a bug.
+fn random_histories(url: &str, writer: &Writer) {
+    let some = |s: &str| Some(s.to_string());
+    // An upsert and a delete of one key and sequence in one commit: the delete, read last,
+    // wins (Spark kept the upsert).
+    let found: Vec<Vec<Row>> = vec![
+        vec![
+            (some("c"), some("x"), some(""), "false"),
+            (some("a"), some("2"), some("10"), "false"),
+            (some("c"), some("4"), some("30"), "false"),
+        ],
+        vec![
+            (some("c"), some("4"), some(""), "false"),
+            (some("b"), some("x"), None, "false"),
+        ],
+    ];
+    history_stream(url, writer, &found);
+    let config = Config {
+        cases: 3,
+        failure_persistence: None,
+        max_shrink_iters: 8,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    runner
+        .run(&stream(), |commits| {
+            history_stream(url, writer, &commits);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// `commits` applied commit by commit into SCD2 history by both engines, then rebuilt: the
+/// history, the tombstones and the reports equal at every step.
+fn history_stream(url: &str, writer: &Writer, commits: &[Vec<Row>]) {
+    let p = Project::with_pipeline("flows: {}\n");
+    p.write(
+        "silver.sql",
+        "CREATE TABLE medallion_demo.product2__silver (Id STRING NOT NULL, seq INT, v INT, \
+         IsDeleted BOOLEAN, PRIMARY KEY (Id))",
+    );
+    let pair = Pair::new(p, RANDOM_HISTORY, url);
+    let table = random_bronze(&pair, writer);
+    let silver = "SELECT * FROM medallion_demo.product2__silver ORDER BY Id, __START_AT";
+    let tombstones = "SELECT * FROM medallion_demo.product2__silver__tombstones ORDER BY Id, seq";
+    let same = |step: &str| {
+        let (e, s) = pair.rows(silver, &["_update_timestamp"]);
+        assert_eq!(e, s, "{step}: history differs (left embedded, right Spark)");
+        if pair
+            .p
+            .file("lake_e/medallion_demo/product2__silver__tombstones")
+            .exists()
+        {
+            let (e, s) = pair.rows(tombstones, &["_deleted_at"]);
+            assert_eq!(
+                e, s,
+                "{step}: tombstones differ (left embedded, right Spark)"
+            );
+        }
+    };
+    for (i, rows) in commits.iter().enumerate() {
+        insert_rows(writer, &table, rows);
+        let step = format!("commit {i} of {commits:?}");
+        same_reports(&step, &pair.run(&[]));
+        same(&step);
+    }
+    let step = format!("rebuild of {commits:?}");
+    same_reports(&step, &pair.run(&["--full-refresh"]));
+    same(&step);
+}
+
+/// The random streams' bronze table, created by Spark; its SQL name.
+fn random_bronze(pair: &Pair, writer: &Writer) -> String {
+    let table = format!("delta.`{}`", pair.p.file("bronze").display());
+    writer.sql(&format!(
+        "CREATE TABLE {table} (Id STRING, seq STRING, v STRING, IsDeleted STRING) USING DELTA \
+         TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    ));
+    table
+}
+
+/// One commit of `rows` into `table`, written by Spark in two files.
+fn insert_rows(writer: &Writer, table: &str, rows: &[Row]) {
+    let lit = |v: &Option<String>| v.as_deref().map_or("NULL".into(), string_literal);
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(k, s, v, d)| format!("({}, {}, {}, '{d}')", lit(k), lit(s), lit(v)))
+        .collect();
+    writer.sql(&format!(
+        "INSERT INTO {table} SELECT /*+ REPARTITION(2) */ * FROM VALUES {} AS t(Id, seq, v, IsDeleted)",
+        values.join(", ")
+    ));
 }
 
 #[test]
@@ -1175,5 +1355,7 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     merge_on_read(&cluster.url, &writer);
     append(&cluster.url);
     replace_where(&cluster.url);
+    history(&cluster.url);
     random_streams(&cluster.url, &writer);
+    random_histories(&cluster.url, &writer);
 }

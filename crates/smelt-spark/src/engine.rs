@@ -343,9 +343,15 @@ impl SparkEngine {
         }
     }
 
-    /// The run's views and caches, dropped (the cluster's memory freed) whatever happened.
+    /// The run's views and caches, dropped (the cluster's memory freed) whatever happened;
+    /// a view before those it reads (Spark would otherwise cache again every cache over a
+    /// view dropped, reading the tables again).
     async fn drop_views(&self, s: &Session<'_>) {
-        for view in VIEWS.iter().chain([&append::VIEW, &replace::VIEW]) {
+        let views = crate::scd2::VIEWS
+            .iter()
+            .chain([&append::VIEW, &replace::VIEW])
+            .chain(VIEWS.iter().rev());
+        for view in views {
             let _ = s
                 .spark
                 .sql(

@@ -8,7 +8,8 @@
 //!   runs, plans, checks and compiles flows; [`support`] says what it runs and refuses the
 //!   rest by name.
 //! * `scd1/`: an apply flow (SCD1) as statements: where it stands, what it reads
-//!   (`read`), what it does (`stage`), what it writes (`write`); `append`: an append flow;
+//!   (`read`), what it does (`stage`), what it writes (`write`); `scd2/`: the history of an
+//!   `scd: 2` apply flow rebuilt over the keys a run changes; `append`: an append flow;
 //!   `rows`: the rows a flow reads from a Delta table, for both.
 //! * [`places::Places`]: where the tables are, as the cluster sees them; [`sql`]: literals
 //!   and names inlined into Spark SQL.
@@ -23,6 +24,7 @@ pub mod places;
 mod replace;
 mod rows;
 mod scd1;
+mod scd2;
 pub mod session;
 pub mod sql;
 pub mod support;

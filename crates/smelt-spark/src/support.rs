@@ -64,9 +64,6 @@ fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
     if let Some(t) = tables.iter().find(|t| t.catalog.is_some()) {
         refuse(format!("the Iceberg table `{t}`"), embedded);
     }
-    if spec.scd != 1 {
-        refuse("`scd: 2`".into(), embedded);
-    }
     if spec.silver.is_none() {
         refuse(
             "an apply flow without `schema:`".into(),
@@ -153,10 +150,9 @@ mod tests {
 
     #[test]
     fn options_the_spark_engine_lacks_are_refused_by_name() {
-        let all = refused("      scd: 2\n      cast_dialect: lenient\n      widen_types: true\n");
+        let all = refused("      cast_dialect: lenient\n      widen_types: true\n");
         let text = all.join("\n");
         for name in [
-            "`scd: 2`",
             "`cast_dialect: lenient`",
             "`widen_types`",
             "without `schema:`",

@@ -13,7 +13,7 @@ pub(crate) mod columns;
 pub(crate) mod discover;
 mod fail;
 pub(crate) mod read;
-mod shape;
+pub(crate) mod shape;
 pub(crate) mod stage;
 pub(crate) mod write;
 
@@ -31,7 +31,8 @@ use smelt_spec::{
 pub(crate) use discover::{State, discover};
 use read::Span;
 pub(crate) use read::VIEWS;
-use shape::{DELETION_VECTORS, Shape};
+use shape::DELETION_VECTORS;
+pub(crate) use shape::Shape;
 pub(crate) use shape::{create_table, spark_type};
 use stage::Targets;
 
@@ -49,23 +50,23 @@ pub(crate) struct Scd1<'a> {
 
 /// The counts a run collects.
 #[derive(Debug, Default)]
-struct Counts {
-    changes_read: usize,
-    ignored: usize,
-    cast_failures: BTreeMap<String, usize>,
+pub(crate) struct Counts {
+    pub(crate) changes_read: usize,
+    pub(crate) ignored: usize,
+    pub(crate) cast_failures: BTreeMap<String, usize>,
     /// Changes failing each expectation (by name).
-    expectations: BTreeMap<String, usize>,
-    winners: usize,
-    inserted: usize,
-    updated: usize,
-    unchanged: usize,
-    deleted: usize,
-    stale: usize,
-    tombstones: usize,
-    rejected: usize,
-    conflicts: usize,
-    filtered: usize,
-    kept: usize,
+    pub(crate) expectations: BTreeMap<String, usize>,
+    pub(crate) winners: usize,
+    pub(crate) inserted: usize,
+    pub(crate) updated: usize,
+    pub(crate) unchanged: usize,
+    pub(crate) deleted: usize,
+    pub(crate) stale: usize,
+    pub(crate) tombstones: usize,
+    pub(crate) rejected: usize,
+    pub(crate) conflicts: usize,
+    pub(crate) filtered: usize,
+    pub(crate) kept: usize,
 }
 
 impl Scd1<'_> {
@@ -111,6 +112,7 @@ impl Scd1<'_> {
         // optimizer ran minutes and out of memory on a 20-column silver).
         s.setting("SET spark.sql.constraintPropagation.enabled=false".to_string())
             .await?;
+        crate::scd2::keep_analyzed_views(s, shape.history.is_some()).await?;
         let files = self.read_changes(s, state, span, &mut report).await?;
         report.files_read = files.0;
         report.bytes_read = files.1;
@@ -128,7 +130,17 @@ impl Scd1<'_> {
                 .tombstones_txn
                 .is_some_and(|t| state.watermark.is_none_or(|w| t > w)),
         };
-        self.stage(s, &shape, targets, &mut counts).await?;
+        match shape.history.is_some() {
+            true => {
+                let stored = crate::scd2::Stored {
+                    silver: targets.silver,
+                    tombstones: targets.tombstones,
+                    replayed_through: state.tombstones_txn.filter(|_| targets.replayed),
+                };
+                self.history(s, &shape, stored, &mut counts).await?;
+            }
+            false => self.stage(s, &shape, targets, &mut counts).await?,
+        }
         fill(&mut report, &counts, spec);
         if s.mode == crate::session::Mode::Plan {
             report.status = ReportStatus::Planned;
@@ -310,7 +322,10 @@ impl Scd1<'_> {
                 write::create_tombstones(&tombs, shape, self.merge_on_read()),
             )
             .await?;
-            let sql = write::overwrite_tombstones(&tombs, shape, run_us);
+            let sql = match shape.history {
+                Some(_) => crate::scd2::write::overwrite_tombstones(&tombs, shape, run_us),
+                None => write::overwrite_tombstones(&tombs, shape, run_us),
+            };
             s.write(
                 Some("before_spark_tombstones"),
                 "replace the tombstones",
@@ -427,7 +442,11 @@ impl Scd1<'_> {
                 write::create_tombstones(&tombs, shape, self.merge_on_read()),
             )
             .await?;
-            let sql = write::merge_tombstones(&tombs, shape, self.ctx.run_timestamp_us);
+            let run_us = self.ctx.run_timestamp_us;
+            let sql = match shape.history {
+                Some(_) => crate::scd2::write::merge_tombstones(&tombs, shape, run_us),
+                None => write::merge_tombstones(&tombs, shape, run_us),
+            };
             s.write(Some("before_spark_tombstones"), "write the tombstones", sql)
                 .await?;
         }
@@ -440,9 +459,12 @@ impl Scd1<'_> {
         let metadata = write::commit_metadata(&self.ctx.run_id, self.name, v, report)?;
         s.write_setting(write::set(write::USER_METADATA, &metadata))
             .await?;
-        let sql = match rebuild {
-            true => write::overwrite_silver(&silver, shape),
-            false => write::merge_silver(&silver, shape),
+        let run_us = self.ctx.run_timestamp_us;
+        let sql = match (rebuild, &shape.history) {
+            (true, None) => write::overwrite_silver(&silver, shape),
+            (false, None) => write::merge_silver(&silver, shape),
+            (true, Some(_)) => crate::scd2::write::overwrite_silver(&silver, shape, run_us),
+            (false, Some(_)) => crate::scd2::write::merge_silver(&silver, shape, run_us),
         };
         s.write(Some("before_spark_silver"), "merge into silver", sql)
             .await?;

@@ -2,7 +2,7 @@
 //! which are keys, data and audit columns, how each is cast from bronze, and the sequence as
 //! it is read (`__v<i>`, `_commit_timestamp`), stored in silver and kept in tombstones.
 
-use smelt_spec::pipeline::COMMIT_TIMESTAMP;
+use smelt_spec::pipeline::{COMMIT_TIMESTAMP, END_AT, START_AT};
 use smelt_spec::{ApplyFlow, ColumnDef, ColumnType, TableDef, UpdateColumns};
 
 use crate::sql::ident;
@@ -56,6 +56,19 @@ pub(crate) struct Shape {
     pub(crate) updates: UpdateColumns,
     /// Indexes of the columns the stored silver lacks (this run adds them).
     pub(crate) absent: Vec<usize>,
+    /// `scd: 2`: the history columns and the data columns whose change starts a version.
+    pub(crate) history: Option<History>,
+}
+
+/// The history columns of an SCD2 silver.
+#[derive(Debug, Clone)]
+pub(crate) struct History {
+    /// Index of `__START_AT`.
+    pub(crate) start: usize,
+    /// Index of `__END_AT`.
+    pub(crate) end: usize,
+    /// Indexes of the data columns a change of which starts a new version (`track_history`).
+    pub(crate) tracked: Vec<usize>,
 }
 
 impl Shape {
@@ -67,9 +80,25 @@ impl Shape {
         };
         let index = |name: &str| silver.columns.iter().position(|c| c.name == name);
         let keys: Vec<usize> = spec.keys.iter().filter_map(|k| index(k)).collect();
-        let data = (0..silver.columns.len())
-            .filter(|i| !keys.contains(i) && !audit(&silver.columns[*i].name))
+        let bound = |name: &str| spec.scd == 2 && (name == START_AT || name == END_AT);
+        let data: Vec<usize> = (0..silver.columns.len())
+            .filter(|i| {
+                let name = &silver.columns[*i].name;
+                !keys.contains(i) && !audit(name) && !bound(name)
+            })
             .collect();
+        let history = match (spec.scd, index(START_AT), index(END_AT)) {
+            (2, Some(start), Some(end)) => Some(History {
+                start,
+                end,
+                tracked: data
+                    .iter()
+                    .copied()
+                    .filter(|&i| spec.history.updates(&silver.columns[i].name))
+                    .collect(),
+            }),
+            _ => None,
+        };
         let ingest = spec.audit.ingest_timestamp.clone();
         let seq = spec
             .sequence_by
@@ -101,6 +130,7 @@ impl Shape {
             seq,
             updates: spec.update_columns.clone(),
             absent: Vec::new(),
+            history,
         }
     }
 
