@@ -1246,11 +1246,11 @@ const RANDOM_HISTORY: &str = "  r:
 /// splitting versions, in-place updates (only `v` is tracked: a change of `seq` alone
 /// updates the version), deletes before the versions they close (tombstones), replays of
 /// one sequence — applied commit by commit by both engines, then rebuilt. First the streams
-/// that found a bug.
+/// that found bugs.
 fn random_histories(url: &str, writer: &Writer) {
     let some = |s: &str| Some(s.to_string());
-    // An upsert and a delete of one key and sequence in one commit: the delete, read last,
-    // wins (Spark kept the upsert).
+    // Streams that found bugs first. An upsert and a delete of one key and sequence in one
+    // commit: the delete, read last, wins (Spark kept the upsert).
     let found: Vec<Vec<Row>> = vec![
         vec![
             (some("c"), some("x"), some(""), "false"),
@@ -1263,6 +1263,13 @@ fn random_histories(url: &str, writer: &Writer) {
         ],
     ];
     history_stream(url, writer, &found);
+    // A late change with the stored version's tracked values: the stored version merges
+    // into the version the change opens, and is deleted at its own start (Spark kept it).
+    let merged: Vec<Vec<Row>> = vec![
+        vec![(some("a"), some("5"), some("10"), "false")],
+        vec![(some("a"), some("3"), some("10"), "false")],
+    ];
+    history_stream(url, writer, &merged);
     let config = Config {
         cases: 3,
         failure_persistence: None,

@@ -390,33 +390,43 @@ fn events(n: &Names<'_>, stored: Stored<'_>) -> String {
 /// the keys whose history changed (`upsert`: one per run of upserts, its start the first
 /// one's, its data the last one's, its end the event after it; the update audit column the
 /// run's time) and their stored versions that no rebuilt one starts at (`delete`: keys and
-/// `__START_AT`).
+/// `__START_AT`). One event can be both: a stored version merged into the version before it
+/// is deleted at its own start, and that version, ending with its data, is written.
 pub(super) fn rows_written(shape: &Shape, run_us: i64) -> Option<String> {
     let n = Names::new(shape)?;
     let h = n.history;
     let update = update_column(shape);
-    let cols: Vec<String> = (0..shape.silver.columns.len())
-        .map(|i| {
-            let value = if let Some(j) = shape.keys.iter().position(|&k| k == i) {
-                format!("__k{j}")
-            } else if i == h.start {
-                "IF(__vlast, __vstart, __seq)".to_string()
-            } else if i == h.end {
-                "IF(__vlast, __next, NULL)".to_string()
-            } else if n.carried.contains(&i) {
-                format!("IF(__vlast, __c{i}, NULL)")
-            } else if Some(i) == update {
-                format!("timestamp_micros({run_us}L)")
-            } else {
-                format!("CAST(NULL AS {})", n.ty(i))
-            };
-            format!("{value} AS {}", shape.name(i))
-        })
-        .collect();
+    let columns = |version: bool| -> String {
+        (0..shape.silver.columns.len())
+            .map(|i| {
+                let value = if let Some(j) = shape.keys.iter().position(|&k| k == i) {
+                    format!("__k{j}")
+                } else if i == h.start {
+                    match version {
+                        true => "__vstart".to_string(),
+                        false => "__seq".to_string(),
+                    }
+                } else if !version {
+                    format!("CAST(NULL AS {})", n.ty(i))
+                } else if i == h.end {
+                    "__next".to_string()
+                } else if n.carried.contains(&i) {
+                    format!("__c{i}")
+                } else if Some(i) == update {
+                    format!("timestamp_micros({run_us}L)")
+                } else {
+                    format!("CAST(NULL AS {})", n.ty(i))
+                };
+                format!("{value} AS {}", shape.name(i))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     Some(format!(
-        "SELECT {}, IF(__vlast, 'upsert', 'delete') AS __op FROM smelt_events \
-         WHERE __changed AND (__vlast OR (__vs AND NOT __opens))",
-        cols.join(", ")
+        "SELECT {}, 'upsert' AS __op FROM smelt_events WHERE __changed AND __vlast \
+         UNION ALL SELECT {}, 'delete' AS __op FROM smelt_events WHERE __changed AND __vs AND NOT __opens",
+        columns(true),
+        columns(false)
     ))
 }
 
@@ -509,11 +519,13 @@ mod tests {
     fn a_rebuilt_version_is_written_with_its_bounds_and_the_run_time() {
         let rows = rows_written(&shape(), 42).unwrap();
         for part in [
-            "IF(__vlast, __vstart, __seq) AS `__START_AT`",
-            "IF(__vlast, __next, NULL) AS `__END_AT`",
+            "__vstart AS `__START_AT`",
+            "__next AS `__END_AT`",
             "timestamp_micros(42L) AS `_update_timestamp`",
             "__k0 AS `id`",
-            "WHERE __changed AND (__vlast OR (__vs AND NOT __opens))",
+            "'upsert' AS __op FROM smelt_events WHERE __changed AND __vlast",
+            "__seq AS `__START_AT`",
+            "'delete' AS __op FROM smelt_events WHERE __changed AND __vs AND NOT __opens",
         ] {
             assert!(rows.contains(part), "`{part}` not in {rows}");
         }
