@@ -148,6 +148,19 @@ impl Shape {
         self.keys.iter().chain(self.data.iter()).copied()
     }
 
+    /// Whether a change's NOT NULL key column is NULL (it is rejected), over the typed
+    /// values `__v<i>`.
+    pub(crate) fn null_key(&self) -> String {
+        let null: Vec<String> = self
+            .keys
+            .iter()
+            .filter(|&&i| !self.silver.columns[i].nullable)
+            .map(|i| format!("__v{i} IS NULL"))
+            .chain(["false".to_string()])
+            .collect();
+        format!("({})", null.join(" OR "))
+    }
+
     /// The name of column `i`, quoted.
     pub(crate) fn name(&self, i: usize) -> String {
         ident(&self.silver.columns[i].name)

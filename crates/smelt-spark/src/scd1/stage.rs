@@ -363,13 +363,6 @@ fn action_cte(shape: &Shape, from: &str) -> String {
         .map(|i| format!("NOT (__o{i} <=> __s{i})"))
         .chain(["false".to_string()])
         .collect();
-    let null_key: Vec<String> = shape
-        .keys
-        .iter()
-        .filter(|&&i| !shape.silver.columns[i].nullable)
-        .map(|i| format!("__v{i} IS NULL"))
-        .chain(["false".to_string()])
-        .collect();
     let (upsert, delete) = match from {
         "h" => (
             "__kind = 'upsert' AND NOT __wf",
@@ -383,7 +376,7 @@ fn action_cte(shape: &Shape, from: &str) -> String {
          \x20   WHEN __m2 AND __n AND __pt THEN CASE WHEN {} THEN 'update' ELSE 'unchanged' END\n\
          \x20   ELSE 'stale' END\n\
          \x20 WHEN __m2 AND __n THEN 'delete' WHEN __pt AND NOT __m2 THEN 'tombstone' ELSE 'stale' END",
-        null_key.join(" OR "),
+        shape.null_key(),
         differs.join(" OR ")
     );
     sql.push_str(&format!(

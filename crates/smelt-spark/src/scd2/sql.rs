@@ -118,6 +118,16 @@ impl<'a> Names<'a> {
         )
     }
 
+    /// Silver's key columns of `t`, as `__k<j>`.
+    fn keys_of(&self, t: &str) -> Vec<String> {
+        self.shape
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| format!("{t}.{} AS __k{j}", self.shape.name(i)))
+            .collect()
+    }
+
     /// Null-safe equality of silver's key columns of `t` and the keys of `k`.
     fn key_on(&self, t: &str, k: &str) -> String {
         self.shape
@@ -191,14 +201,7 @@ fn changes(spec: &ApplyFlow, n: &Names<'_>) -> String {
     cols.push(format!("CAST({seq} AS {}) AS __seq", n.seq_type()));
     cols.push("CASE WHEN __kind = 'delete' OR __wf THEN 'delete' ELSE 'upsert' END AS __op".into());
     cols.push("__wf".into());
-    let null_key: Vec<String> = shape
-        .keys
-        .iter()
-        .filter(|&&i| !shape.silver.columns[i].nullable)
-        .map(|i| format!("__v{i} IS NULL"))
-        .chain(["false".to_string()])
-        .collect();
-    cols.push(format!("({}) AS __rej", null_key.join(" OR ")));
+    cols.push(format!("{} AS __rej", shape.null_key()));
     cols.extend(n.carried(|i| match shape.data.contains(&i) {
         true => format!("__v{i}"),
         false => "_commit_timestamp".to_string(),
@@ -227,12 +230,7 @@ fn stored_versions(n: &Names<'_>, silver: &str) -> String {
         .iter()
         .position(|c| &c.name == stored_seq)
         .map_or("NULL".to_string(), value);
-    let mut cols: Vec<String> = shape
-        .keys
-        .iter()
-        .enumerate()
-        .map(|(j, &i)| format!("t.{} AS __k{j}", shape.name(i)))
-        .collect();
+    let mut cols = n.keys_of("t");
     cols.push(format!("t.{} AS __start", shape.name(h.start)));
     cols.push(format!("t.{} AS __end", shape.name(h.end)));
     cols.push(format!("CAST({last} AS {}) AS __last", n.seq_type()));
@@ -308,12 +306,7 @@ fn events(n: &Names<'_>, stored: Stored<'_>) -> String {
         ));
     }
     if let Some(tombs) = stored.tombstones {
-        let t_keys: Vec<String> = shape
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(j, &i)| format!("t.{} AS __k{j}", shape.name(i)))
-            .collect();
+        let t_keys = n.keys_of("t");
         let mut tomb = format!(
             "SELECT {}, CAST(t.{} AS {seq_type}) AS __seq FROM {tombs} t LEFT SEMI JOIN hk k ON {}",
             t_keys.join(", "),
