@@ -281,15 +281,22 @@ async fn logged(table: &DeltaTable, name: &TableName, key: &str) -> Result<Vec<E
             let deltalake::kernel::Action::CommitInfo(i) = action else {
                 continue;
             };
-            let entry = (|| {
+            // smelt's own commits carry the entry in the commit info; the Spark engine's,
+            // in the commit's `userMetadata` (a JSON object with the same keys).
+            let spark: Option<serde_json::Map<String, serde_json::Value>> = i
+                .user_metadata
+                .as_deref()
+                .and_then(|m| serde_json::from_str(m).ok());
+            let entry = |info: &serde_json::Map<String, serde_json::Value>| {
                 Some(Entry {
-                    app: i.info.get("smelt.flow")?.as_str()?.to_string(),
-                    number: i.info.get("smelt.source_version")?.as_i64()?,
+                    app: info.get("smelt.flow")?.as_str()?.to_string(),
+                    number: info.get("smelt.source_version")?.as_i64()?,
                     version,
-                    value: i.info.get(key)?.as_str()?.to_string(),
+                    value: info.get(key)?.as_str()?.to_string(),
                 })
-            })();
-            entries.extend(entry);
+            };
+            let own: serde_json::Map<String, serde_json::Value> = i.info.into_iter().collect();
+            entries.extend(entry(&own).or_else(|| spark.as_ref().and_then(entry)));
         }
     }
     Ok(entries)

@@ -305,6 +305,54 @@ impl Read for RangeRead {
     }
 }
 
+/// A file found at `relative` below a landing folder by a listing made elsewhere (the
+/// Spark engine's), when a listing here would have taken it: not hidden, and matching
+/// `pattern`. Its URL is the folder's `base` URL and the relative path (a local folder's
+/// made from its path, as here).
+pub fn listed(
+    pattern: Option<&str>,
+    base: &Base<'_>,
+    relative: &str,
+    size: u64,
+    modified_us: i64,
+) -> Result<Option<LandingFile>> {
+    if relative.split('/').any(hidden)
+        || compile(pattern)?.is_some_and(|p| !p.matches_with(relative, MATCH))
+    {
+        return Ok(None);
+    }
+    let (location, url) = match base {
+        Base::Local(folder) => {
+            let path = folder.join(relative);
+            let url = url::Url::from_file_path(&path)
+                .map(|u| u.to_string())
+                .unwrap_or_else(|_| path.display().to_string());
+            (path.to_string_lossy().into_owned(), url)
+        }
+        Base::Url(text) => (
+            relative.to_string(),
+            format!("{}/{relative}", text.trim_end_matches('/')),
+        ),
+    };
+    Ok(Some(LandingFile {
+        location,
+        partitions: partitions(relative),
+        relative: relative.to_string(),
+        url,
+        size,
+        modified_us,
+    }))
+}
+
+/// Where a listing made elsewhere was made: an absolute local folder, or a folder URL.
+#[derive(Debug, Clone, Copy)]
+pub enum Base<'a> {
+    /// A local folder (absolute).
+    Local(&'a Path),
+    /// A folder URL, as the flow writes it.
+    Url(&'a str),
+}
+
 fn compile(pattern: Option<&str>) -> Result<Option<Pattern>> {
     pattern
         .map(|p| Pattern::new(p).map_err(|e| IngestError::Options(format!("`{p}`: {e}"))))

@@ -11,11 +11,13 @@ use smelt_engine::status::{FlowStatus, utc_text};
 use smelt_engine::validate::Problem;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{
-    AppendFlow, ApplyFlow, ColumnDef, Flow, FlowKind, Pipeline, ReplaceWhereFlow, TableName,
+    AppendFlow, ApplyFlow, ColumnDef, Flow, FlowKind, IngestFlow, Pipeline, ReplaceWhereFlow,
+    TableName,
 };
 
 use crate::append::{self, Append};
 use crate::client::Spark;
+use crate::ingest::{self, Ingest};
 use crate::places::Places;
 use crate::replace::{self, Replace};
 use crate::scd1::discover::Last;
@@ -30,6 +32,7 @@ enum Runnable<'f> {
     Apply(&'f ApplyFlow),
     Append(&'f AppendFlow),
     Replace(&'f ReplaceWhereFlow),
+    Ingest(&'f IngestFlow),
 }
 
 /// A pipeline on a Spark cluster.
@@ -69,9 +72,19 @@ impl SparkEngine {
                 FlowKind::Apply(spec) => self.check_apply(&flow.name, spec).await,
                 FlowKind::Append(spec) => self.check_append(&flow.name, spec).await,
                 FlowKind::ReplaceWhere(spec) => self.check_replace(&flow.name, spec).await,
+                FlowKind::Ingest(spec) => self.check_ingest(&flow.name, spec).await,
                 _ => Vec::new(),
             };
-            problems.extend(found.into_iter().map(problem));
+            // A source a flow of the pipeline writes is made before this flow runs.
+            let upstream = |e: &EngineError| match e {
+                EngineError::TableNotFound { table, .. } => self
+                    .pipeline
+                    .flows
+                    .iter()
+                    .any(|f| f.writes().is_some_and(|t| &t.to_string() == table)),
+                _ => false,
+            };
+            problems.extend(found.into_iter().filter(|e| !upstream(e)).map(problem));
         }
         problems
     }
@@ -160,6 +173,24 @@ impl SparkEngine {
                 "write it as a Spark SQL condition over the target's columns",
             )],
         }
+    }
+
+    /// The problems of ingest flow `name` on the cluster: bronze unreadable, or its landing
+    /// folder.
+    async fn check_ingest(&self, name: &str, spec: &IngestFlow) -> Vec<EngineError> {
+        let s = Session::new(&self.spark, name, Mode::Plan, &smelt_engine::ports::Silent);
+        if let Err(e) = ingest::discover(&s, &self.places, name, spec).await {
+            return vec![e];
+        }
+        let ingest = Ingest {
+            name,
+            spec,
+            places: &self.places,
+            ctx: &RunContext::new(false, false),
+        };
+        let listed = ingest.list(&s).await.err().into_iter().collect();
+        self.drop_views(&s).await;
+        listed
     }
 
     /// The expectations, `where` and `apply_as_deletes`, run on the cluster over the
@@ -325,6 +356,19 @@ impl SparkEngine {
                 };
                 replace.run(s, &state).await
             }
+            Runnable::Ingest(spec) => {
+                let state = ingest::discover(s, &self.places, name, spec).await?;
+                if let Some(events) = events {
+                    self.recover(name, state.bronze.as_ref(), events).await;
+                }
+                let ingest = Ingest {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                ingest.run(s, &state).await
+            }
         }
     }
 
@@ -337,6 +381,7 @@ impl SparkEngine {
             FlowKind::Apply(spec) => Ok(Runnable::Apply(spec)),
             FlowKind::Append(spec) => Ok(Runnable::Append(spec)),
             FlowKind::ReplaceWhere(spec) => Ok(Runnable::Replace(spec)),
+            FlowKind::Ingest(spec) => Ok(Runnable::Ingest(spec)),
             _ => Err(EngineError::Internal(
                 "a refused flow kind ran on Spark".into(),
             )),
@@ -350,7 +395,8 @@ impl SparkEngine {
         let views = crate::scd2::VIEWS
             .iter()
             .chain([&append::VIEW, &replace::VIEW])
-            .chain(VIEWS.iter().rev());
+            .chain(VIEWS.iter().rev())
+            .chain(ingest::sql::VIEWS.iter());
         for view in views {
             let _ = s
                 .spark
@@ -432,6 +478,30 @@ impl SparkEngine {
                 let state = replace::discover(&s, &self.places, &flow.name, spec).await?;
                 let (v, w) = (state.source_version, state.watermark);
                 (v, w, state.target, &spec.into)
+            }
+            Runnable::Ingest(spec) => {
+                let state = ingest::discover(&s, &self.places, &flow.name, spec).await?;
+                let ingest = Ingest {
+                    name: &flow.name,
+                    spec,
+                    places: &self.places,
+                    ctx: &RunContext::new(false, false),
+                };
+                let found = ingest
+                    .list(&s)
+                    .await
+                    .map(|l| l.into_iter().map(|(f, _)| f).collect());
+                self.drop_views(&s).await;
+                let waiting = smelt_engine::ingest::ledger::plan_found(
+                    &flow.name,
+                    spec,
+                    found?,
+                    &state.loaded,
+                    false,
+                )?;
+                row.files_waiting = Some(waiting.to_load.len() + waiting.pending);
+                let w = state.watermark;
+                (w.unwrap_or(0), w, state.bronze, &spec.into)
             }
         };
         row.bronze_version = Some(source_version);

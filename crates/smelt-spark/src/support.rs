@@ -5,7 +5,7 @@ use smelt_engine::EngineError;
 use smelt_engine::run::RunSettings;
 use smelt_spec::pipeline::COMMIT_TIMESTAMP;
 use smelt_spec::{
-    ApplyFlow, CastDialect, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
+    ApplyFlow, CastDialect, FileFormat, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
     ReplaceSource,
 };
 
@@ -46,14 +46,23 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
                 refuse("a `replace_where` flow from files".into(), embedded);
             }
         },
-        other => {
-            let kind = match other {
-                FlowKind::Ingest(_) => "an `ingest` flow",
-                FlowKind::Export(_) => "an `export` flow",
-                _ => unreachable!("matched above"),
-            };
-            refuse(kind.into(), embedded);
+        FlowKind::Ingest(spec) => {
+            if spec.format != FileFormat::Csv {
+                let format = match spec.format {
+                    FileFormat::Json => "json",
+                    FileFormat::Parquet => "parquet",
+                    FileFormat::Csv => "csv",
+                };
+                refuse(format!("an `ingest` flow of `format: {format}`"), embedded);
+            }
+            if spec.infer_types {
+                refuse(
+                    "`infer_types`".into(),
+                    "leave bronze's columns STRING (the default), or run it with `--engine embedded`",
+                );
+            }
         }
+        FlowKind::Export(_) => refuse("an `export` flow".into(), embedded),
     }
     out
 }
@@ -160,5 +169,29 @@ mod tests {
             assert!(text.contains(name), "{name} not refused in:\n{text}");
         }
         assert!(all.iter().all(|e| e.starts_with("flow `f`: ")), "{text}");
+    }
+
+    #[test]
+    fn csv_ingest_runs_and_other_formats_are_refused() {
+        let refused = |rest: &str| -> Vec<String> {
+            let yaml = format!("lake: l\nflows:\n  i:\n    ingest:\n      into: b.t\n{rest}");
+            let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
+            refusals(&pipeline, &pipeline.flows[0], &RunSettings::default())
+                .iter()
+                .map(|e| e.to_string())
+                .collect()
+        };
+        assert_eq!(
+            refused("      from: ./in/*.tbl\n      format: csv\n      sep: \"|\"\n"),
+            Vec::<String>::new()
+        );
+        let json =
+            refused("      from: ./in/*.json\n      format: json\n      infer_types: true\n");
+        assert_eq!(json.len(), 2, "{json:?}");
+        assert!(
+            json[0].contains("an `ingest` flow of `format: json`"),
+            "{json:?}"
+        );
+        assert!(json[1].contains("`infer_types`"), "{json:?}");
     }
 }

@@ -58,8 +58,14 @@ pub fn files_entry(flow_name: &str, refresh: bool, files: &[LandingFile]) -> (St
 /// The files recorded as loaded in `bronze`'s log (by whichever flow: one flow writes a
 /// table, and a renamed flow must not load its files again).
 pub async fn loaded_files(bronze: &dyn SilverTable) -> Result<HashMap<String, FileStamp>> {
+    Ok(loaded_from(bronze.commit_values(FILES_KEY).await?))
+}
+
+/// The files recorded as loaded by `values`, the table's [`FILES_KEY`] entries oldest first
+/// (a refresh forgets what came before it).
+pub fn loaded_from(values: impl IntoIterator<Item = String>) -> HashMap<String, FileStamp> {
     let mut loaded = HashMap::new();
-    for value in bronze.commit_values(FILES_KEY).await? {
+    for value in values {
         let Ok(l) = serde_json::from_str::<Loaded>(&value) else {
             continue;
         };
@@ -68,7 +74,7 @@ pub async fn loaded_files(bronze: &dyn SilverTable) -> Result<HashMap<String, Fi
         }
         loaded.extend(l.files.into_iter().map(|f| (f.url.clone(), f)));
     }
-    Ok(loaded)
+    loaded
 }
 
 /// The files of the folder and which of them a run loads.
@@ -93,12 +99,23 @@ pub async fn plan_files(
     all: bool,
 ) -> Result<Listing> {
     let found = landing.list().await?;
+    plan_found(flow_name, flow, found, loaded, all)
+}
+
+/// Which of the files `found` in the landing of `flow` a run loads, given those `loaded`.
+pub fn plan_found(
+    flow_name: &str,
+    flow: &IngestFlow,
+    found: Vec<LandingFile>,
+    loaded: &HashMap<String, FileStamp>,
+    all: bool,
+) -> Result<Listing> {
     let mut to_load = Vec::new();
     let mut changed = Vec::new();
     for f in &found {
         match loaded.get(&f.url) {
             None => to_load.push(f.clone()),
-            Some(l) if l.size != f.size || l.modified_us != f.modified_us => {
+            Some(l) if l.size != f.size || !same_time(l.modified_us, f.modified_us) => {
                 changed.push(f.clone())
             }
             Some(_) => {}
@@ -136,6 +153,13 @@ pub async fn plan_files(
     })
 }
 
+/// Whether two modification times (µs) of a file are the same, one of them perhaps known
+/// to the millisecond only (a Spark listing's).
+fn same_time(a: i64, b: i64) -> bool {
+    let ms = |t: i64| t.div_euclid(1000);
+    a == b || ((a % 1000 == 0 || b % 1000 == 0) && ms(a) == ms(b))
+}
+
 /// The first few URLs of `files`, for messages.
 fn names(files: &[LandingFile]) -> String {
     let mut out: Vec<String> = files.iter().take(3).map(|f| f.url.clone()).collect();
@@ -156,4 +180,44 @@ pub async fn files_waiting(
     let loaded = loaded_files(table).await?;
     let listing = plan_files(flow_name, flow, landing, &loaded, false).await?;
     Ok(listing.to_load.len() + listing.pending)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_known_to_the_millisecond_matches_the_same_time_in_microseconds() {
+        assert!(same_time(1_500_123_456, 1_500_123_456));
+        assert!(same_time(1_500_123_000, 1_500_123_456));
+        assert!(same_time(1_500_123_456, 1_500_123_000));
+        assert!(!same_time(1_500_124_000, 1_500_123_456));
+        assert!(!same_time(1_500_123_455, 1_500_123_456));
+    }
+
+    #[test]
+    fn a_refresh_forgets_what_was_loaded_before_it() {
+        let entry = |refresh: bool, urls: &[&str]| {
+            let files: Vec<LandingFile> = urls
+                .iter()
+                .map(|u| LandingFile {
+                    location: u.to_string(),
+                    relative: u.to_string(),
+                    url: u.to_string(),
+                    size: 1,
+                    modified_us: 0,
+                    partitions: Vec::new(),
+                })
+                .collect();
+            files_entry("f", refresh, &files).1
+        };
+        let loaded = loaded_from([
+            entry(false, &["a", "b"]),
+            entry(true, &["c"]),
+            entry(false, &["d"]),
+        ]);
+        let mut urls: Vec<&String> = loaded.keys().collect();
+        urls.sort();
+        assert_eq!(urls, ["c", "d"]);
+    }
 }

@@ -29,7 +29,7 @@ pub const LOG_CLEANUP: &str = "delta.enableExpiredLogCleanup";
 
 /// Malformed rows a run keeps for the rejects table at most; more fails the run (a wrong
 /// `sep`, `columns` or `format` makes every line malformed).
-const MAX_MALFORMED: usize = 100_000;
+pub const MAX_MALFORMED: usize = 100_000;
 
 /// The tables an ingest flow writes.
 pub struct IngestTables<'a> {
@@ -257,4 +257,4 @@ impl Loader<'_> {
 }
 
 /// The fix for a file that does not fit its flow.
-pub(crate) const FIX_FILE: &str = "fix or replace the file (a new name loads as a new file), or move it out of the landing folder";
+pub const FIX_FILE: &str = "fix or replace the file (a new name loads as a new file), or move it out of the landing folder";

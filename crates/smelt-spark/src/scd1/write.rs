@@ -108,17 +108,33 @@ pub(crate) fn commit_metadata(
     source_version: i64,
     report: &FlowReport,
 ) -> Result<String> {
+    commit_metadata_with(run_id, flow, source_version, report, &[])
+}
+
+/// [`commit_metadata`] with `extra` entries (an ingest's loaded files, under the key the
+/// embedded engine also reads from a commit).
+pub(crate) fn commit_metadata_with(
+    run_id: &str,
+    flow: &str,
+    source_version: i64,
+    report: &FlowReport,
+    extra: &[(&str, &str)],
+) -> Result<String> {
     let report = serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?;
-    Ok(serde_json::json!({
+    let mut meta = serde_json::json!({
         "smelt.run_id": run_id,
         "smelt.flow": app_id(flow),
         "smelt.source_version": source_version,
         "smelt.report": report,
-    })
-    .to_string()
-    // Spark would substitute `${…}` in the statement's text, and the value is backquoted.
-    .replace('$', "\\u0024")
-    .replace('`', "\\u0060"))
+    });
+    for (key, value) in extra {
+        meta[*key] = serde_json::Value::from(*value);
+    }
+    Ok(meta
+        .to_string()
+        // Spark would substitute `${…}` in the statement's text, and the value is backquoted.
+        .replace('$', "\\u0024")
+        .replace('`', "\\u0060"))
 }
 
 /// Silver's `CREATE TABLE IF NOT EXISTS` (with deletion vectors on where `mor`).

@@ -1,0 +1,608 @@
+//! An `ingest` flow on Spark (seed 002's Auto Loader), as embedded: the landing's files
+//! listed through the cluster, those bronze's ledger does not record loaded ([`plan_found`],
+//! the embedded engine's rule) read in the cluster ([`sql`]) and appended to bronze by one
+//! `INSERT` that carries the flow's watermark (the load's number, Delta's `txnAppId` /
+//! `txnVersion`) and the files it loads (the commit's `userMetadata`, where the embedded
+//! engine also reads them): a crash before it loads the files again, one after it loads
+//! nothing twice. Malformed lines go to `<bronze>__rejects` first, tagged with the load.
+//!
+//! CSV only for now: JSON lines and Parquet are refused by name (`support.rs`).
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use arrow::datatypes::{DataType, SchemaRef};
+use smelt_engine::ingest::LOG_CLEANUP;
+use smelt_engine::ingest::ledger::{FILES_KEY, FileStamp, files_entry, loaded_from, plan_found};
+use smelt_engine::ingest::load::{FIX_FILE, MAX_MALFORMED};
+use smelt_engine::ingest::rejects::INGEST_BATCH;
+use smelt_engine::ports::LandingFile;
+use smelt_engine::rejects::rejects_table;
+use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::{EngineError, Result};
+use smelt_ingest::files::{Base, listed};
+use smelt_spec::{IngestEvolution, IngestFlow};
+
+use crate::places::Places;
+use crate::scd1::create_table;
+use crate::scd1::discover::{Last, last_commit, schema_of, txn_of};
+use crate::scd1::write::{self, commit_metadata_with};
+use crate::session::{Mode, Session};
+use crate::sql::{ident, string_literal};
+
+mod columns;
+pub(crate) mod sql;
+use columns::{Heads, plan_columns};
+use sql::{LoadFile, Own, RejectsOf};
+
+/// Where an ingest flow stands before its run.
+#[derive(Debug, Clone)]
+pub(crate) struct IngestState {
+    /// Bronze's last commit, when it exists.
+    pub(crate) bronze: Option<Last>,
+    /// Bronze's schema, when it exists.
+    pub(crate) schema: Option<SchemaRef>,
+    /// The loads bronze has taken in (the flow's watermark).
+    pub(crate) watermark: Option<i64>,
+    /// The files bronze's log records loaded.
+    pub(crate) loaded: HashMap<String, FileStamp>,
+    /// Whether bronze keeps its whole log (the ledger).
+    pub(crate) log_kept: bool,
+    /// The rejects table's columns, when it exists.
+    pub(crate) rejects: Option<Vec<String>>,
+    /// The load the rejects table was last written for.
+    pub(crate) rejects_watermark: Option<i64>,
+}
+
+/// Where ingest flow `name` (`spec`) stands.
+pub(crate) async fn discover(
+    s: &Session<'_>,
+    places: &Places,
+    name: &str,
+    spec: &IngestFlow,
+) -> Result<IngestState> {
+    let bronze = places.sql(&spec.into);
+    let last = last_commit(s, "read bronze's last commit", &bronze).await?;
+    let mut state = IngestState {
+        bronze: last.clone(),
+        schema: None,
+        watermark: None,
+        loaded: HashMap::new(),
+        log_kept: false,
+        rejects: None,
+        rejects_watermark: None,
+    };
+    let Some(last) = last else {
+        return Ok(state);
+    };
+    let location = places.location(&spec.into);
+    state.schema = Some(schema_of(s, "read bronze's columns", &bronze).await?);
+    state.watermark = txn_of(s, &location, name, "read bronze's watermark").await?;
+    state.loaded = loaded_from(ledger(s, &location, last.version).await?);
+    let props = s
+        .read(
+            "read bronze's properties",
+            format!("SHOW TBLPROPERTIES {bronze}"),
+        )
+        .await?;
+    state.log_kept = props
+        .strings("key")
+        .into_iter()
+        .zip(props.strings("value"))
+        .any(|(k, v)| k.as_deref() == Some(LOG_CLEANUP) && v.as_deref() == Some("false"));
+    let rejects = places.sql(&rejects_table(&spec.into));
+    if last_commit(s, "read the rejects table's last commit", &rejects)
+        .await?
+        .is_some()
+    {
+        let schema = schema_of(s, "read the rejects table's columns", &rejects).await?;
+        state.rejects = Some(schema.fields().iter().map(|f| f.name().clone()).collect());
+        state.rejects_watermark = txn_of(
+            s,
+            &places.location(&rejects_table(&spec.into)),
+            name,
+            "read the rejects table's watermark",
+        )
+        .await?;
+    }
+    Ok(state)
+}
+
+/// The ledger entries of bronze's commits up to `version`, oldest first: in the commit
+/// info (the embedded engine's commits) or in its `userMetadata` (this engine's).
+async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Result<Vec<String>> {
+    let sql = format!(
+        "SELECT c.userMetadata AS meta, c.`{FILES_KEY}` AS files FROM (\
+         SELECT from_json(value, 'commitInfo STRUCT<userMetadata: STRING, `{FILES_KEY}`: STRING>').commitInfo AS c, \
+         try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
+         WHERE v IS NOT NULL AND v <= {version} AND (c.`{FILES_KEY}` IS NOT NULL OR c.userMetadata LIKE {}) ORDER BY v",
+        ident(&format!("{location}/_delta_log/*.json")),
+        string_literal(&format!("%{FILES_KEY}%")),
+    );
+    let rows = s.read("read bronze's loaded files", sql).await?;
+    let spark = rows.strings("meta").into_iter().map(|m| {
+        m.and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
+            .and_then(|v| v.get(FILES_KEY)?.as_str().map(str::to_string))
+    });
+    Ok(rows
+        .strings("files")
+        .into_iter()
+        .zip(spark)
+        .filter_map(|(own, spark)| own.or(spark))
+        .collect())
+}
+
+/// `path` absolute, `.` and `..` resolved by their names (as Spark's paths come back).
+fn absolute(path: &Path) -> Result<PathBuf> {
+    let path = std::path::absolute(path).map_err(|e| {
+        EngineError::storage(
+            format!("cannot resolve the landing folder `{}`", path.display()),
+            e,
+        )
+    })?;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+/// The session conf letting a write add the columns its rows have and the table lacks.
+const AUTO_MERGE: &str = "spark.databricks.delta.schema.autoMerge.enabled";
+
+/// One ingest flow run.
+pub(crate) struct Ingest<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) spec: &'a IngestFlow,
+    pub(crate) places: &'a Places,
+    pub(crate) ctx: &'a smelt_engine::context::RunContext,
+}
+
+impl Ingest<'_> {
+    fn own(&self) -> Own<'_> {
+        let a = &self.spec.audit;
+        Own {
+            datasource: a.datasource.as_deref(),
+            ingest_timestamp: a.ingest_timestamp.as_deref(),
+            file_row: a.file_row.as_deref(),
+            rescued_data: self.spec.rescued_data.as_deref(),
+        }
+    }
+
+    /// The landing's files as Spark lists them, each with its path there, those a listing
+    /// here would take.
+    pub(crate) async fn list(&self, s: &Session<'_>) -> Result<Vec<(LandingFile, String)>> {
+        let spec = self.spec;
+        let local;
+        let (spark_base, base) = match &spec.url {
+            Some(url) => (url.trim_end_matches('/').to_string(), Base::Url(url)),
+            None => {
+                local = absolute(&spec.folder)?;
+                (local.to_string_lossy().into_owned(), Base::Local(&local))
+            }
+        };
+        let cannot = |e: EngineError| {
+            EngineError::user(
+                format!(
+                    "flow `{}`: the landing folder `{spark_base}` cannot be read: {e}",
+                    self.name
+                ),
+                "create it, or fix `from:`",
+            )
+        };
+        s.view("list the landing", sql::listing_view(&spark_base))
+            .await
+            .map_err(cannot)?;
+        let rows = s
+            .read("list the landing", sql::listing_query())
+            .await
+            .map_err(cannot)?;
+        let prefix = match &spec.url {
+            Some(_) => format!("{spark_base}/"),
+            None => format!("file:{spark_base}/"),
+        };
+        let mut files = Vec::new();
+        let (paths, sizes, times) = (
+            rows.strings("path"),
+            rows.ints("length"),
+            rows.micros("modificationTime"),
+        );
+        for ((path, size), at) in paths.into_iter().zip(sizes).zip(times) {
+            let (Some(path), Some(size), Some(at)) = (path, size, at) else {
+                continue;
+            };
+            let Some(relative) = path.strip_prefix(&prefix) else {
+                return Err(EngineError::Internal(format!(
+                    "Spark listed `{path}` outside the landing folder `{prefix}`"
+                )));
+            };
+            let file =
+                listed(spec.pattern.as_deref(), &base, relative, size as u64, at).map_err(|e| {
+                    EngineError::user(format!("flow `{}`: {e}", self.name), "fix `from:`")
+                })?;
+            files.extend(file.map(|f| (f, path.clone())));
+        }
+        files.sort_by(|a, b| a.0.relative.cmp(&b.0.relative));
+        Ok(files)
+    }
+
+    /// The report's fixed part.
+    fn report(&self, state: &IngestState, done: i64) -> FlowReport {
+        FlowReport {
+            flow: self.name.to_string(),
+            kind: ReportKind::Ingest,
+            from: self.spec.from.clone(),
+            into: self.spec.into.to_string(),
+            run_id: self.ctx.run_id.clone(),
+            mode: if self.ctx.full_refresh && state.schema.is_some() {
+                ReadMode::Rebuild
+            } else {
+                ReadMode::Incremental
+            },
+            from_version: state.schema.is_some().then_some(done),
+            to_version: done,
+            silver_version: state.bronze.as_ref().map(|l| l.version),
+            ..FlowReport::default()
+        }
+    }
+
+    /// Runs (or plans) the flow on `s`; `state` is where things stood before.
+    pub(crate) async fn run(&self, s: &Session<'_>, state: &IngestState) -> Result<FlowReport> {
+        let (name, spec, ctx) = (self.name, self.spec, self.ctx);
+        let listed = self.list(s).await?;
+        let paths: HashMap<String, String> = listed
+            .iter()
+            .map(|(f, p)| (f.url.clone(), p.clone()))
+            .collect();
+        let found: Vec<LandingFile> = listed.into_iter().map(|(f, _)| f).collect();
+        let loaded = if ctx.full_refresh {
+            HashMap::new()
+        } else {
+            state.loaded.clone()
+        };
+        let listing = plan_found(name, spec, found, &loaded, ctx.full_refresh)?;
+        let done = state.watermark.unwrap_or(0);
+        let mut report = self.report(state, done);
+        report.files_found = listing.found.len();
+        report.files_new = listing.to_load.len();
+        report.files_changed = listing.changed.iter().map(|f| f.url.clone()).collect();
+        report.files_pending = listing.pending;
+        report.bytes_read = listing.to_load.iter().map(|f| f.size).sum();
+        if s.mode == Mode::Plan {
+            report.status = ReportStatus::Planned;
+            return Ok(report);
+        }
+        let batch = done + 1;
+        let rejects = self.places.sql(&rejects_table(&spec.into));
+        let stale = state.rejects_watermark.is_some_and(|w| w >= batch);
+        if listing.to_load.is_empty() {
+            if stale {
+                s.write(
+                    None,
+                    "clear an unfinished load's rejects",
+                    format!("DELETE FROM {rejects} WHERE {INGEST_BATCH} = {batch}"),
+                )
+                .await?;
+            }
+            report.status = ReportStatus::UpToDate;
+            return Ok(report);
+        }
+        report.to_version = batch;
+        write::reset_watermark(s).await?;
+        let (heads, mut load) = self.read(s, &listing.to_load, &paths).await?;
+        let planned = plan_columns(name, spec, state.schema.as_ref(), &listing.to_load, &heads)?;
+        for (i, f) in load.iter_mut().enumerate() {
+            f.group = planned.groups[i];
+            f.partitions = planned
+                .plan
+                .partition_keys
+                .iter()
+                .map(|k| {
+                    listing.to_load[i]
+                        .partitions
+                        .iter()
+                        .find(|(n, _)| n == k)
+                        .map(|(_, v)| v.clone())
+                })
+                .collect();
+        }
+        s.view(
+            "name the files' columns",
+            sql::meta_view(&load, planned.plan.partition_keys.len()),
+        )
+        .await?;
+        let layout = &spec.csv;
+        s.view(
+            "line the rows up with bronze",
+            sql::rows_view(&planned.plan, layout, self.own()),
+        )
+        .await?;
+        let counts = s.read("count the rows", sql::counts_query()).await?;
+        let one = |c: &str| counts.ints(c).first().copied().flatten().unwrap_or(0);
+        let text = |c: &str| counts.strings(c).first().cloned().flatten();
+        let (malformed, rescued) = (one("malformed") as usize, one("rescued") as usize);
+        if let Some(url) = text("open_url") {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{name}`: {url}: line {}: a quoted field is not closed on its line; the Spark engine reads a file line by line, and a field that spans lines is not supported there",
+                    one("open_line")
+                ),
+                "run this flow with `--engine embedded`, or write line breaks inside fields escaped; nothing was committed",
+            ));
+        }
+        if malformed > MAX_MALFORMED {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{name}`: {}: more than {MAX_MALFORMED} malformed rows in this run (the first: line {}, {}); the files do not look like the flow says",
+                    text("bad_url").unwrap_or_default(),
+                    one("bad_line"),
+                    text("bad_reason").unwrap_or_default()
+                ),
+                FIX_FILE,
+            ));
+        }
+        if rescued > 0 && spec.rescued_data.is_none() {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{name}`: {}: row at line {}: a value has no place in bronze (a column bronze does not have, or a field beyond the file's columns), and `rescued_data` is off; turn it on to keep such values",
+                    text("rescued_url").unwrap_or_default(),
+                    one("rescued_line"),
+                ),
+                FIX_FILE,
+            ));
+        }
+        report.rows_written = one("loaded") as usize;
+        report.rescued = rescued;
+        report.malformed = malformed;
+        report.files_read = listing.to_load.len();
+        report.columns_added = planned.added.clone();
+
+        if malformed > 0 || stale || (ctx.full_refresh && state.rejects.is_some()) {
+            self.write_rejects(s, state, &rejects, batch).await?;
+            report.quarantined = malformed;
+        }
+        if planned.plan.columns.is_empty() {
+            // No file named a column: nothing to create bronze from, nothing recorded.
+            report.status = ReportStatus::NoColumns;
+            return Ok(report);
+        }
+        report.status = ReportStatus::Applied;
+        self.write_bronze(s, state, &planned, &listing.to_load, batch, &mut report)
+            .await?;
+        Ok(report)
+    }
+
+    /// The files read and cut into lines in the cluster (cached); each file's first line.
+    async fn read(
+        &self,
+        s: &Session<'_>,
+        files: &[LandingFile],
+        paths: &HashMap<String, String>,
+    ) -> Result<(Heads, Vec<LoadFile>)> {
+        let spec = self.spec;
+        let base = match &spec.url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => absolute(&spec.folder)?.to_string_lossy().into_owned(),
+        };
+        let relatives: Vec<&str> = files.iter().map(|f| f.relative.as_str()).collect();
+        let glob = sql::files_glob(&base, &relatives);
+        let load: Vec<LoadFile> = files
+            .iter()
+            .map(|f| LoadFile {
+                path: paths.get(&f.url).cloned().unwrap_or_default(),
+                url: f.url.clone(),
+                size: f.size,
+                modified_us: f.modified_us,
+                group: 0,
+                partitions: Vec::new(),
+            })
+            .collect();
+        s.view("name the files to load", sql::files_view(&load))
+            .await?;
+        // Text not in the file's encoding reads as U+FFFD (the line is then malformed);
+        // encodings beyond Spark's six by their Java names.
+        s.setting("SET spark.sql.legacy.codingErrorAction=true".into())
+            .await?;
+        s.setting("SET spark.sql.legacy.javaCharsets=true".into())
+            .await?;
+        s.setting(format!("UNCACHE TABLE IF EXISTS {}", sql::LINES))
+            .await?;
+        s.read("read the new files", sql::lines_cache(&glob, &spec.csv))
+            .await?;
+        let rows = s
+            .read("read the files' first lines", sql::heads_query())
+            .await?;
+        let mut heads = Heads::default();
+        let (index, fields, lines, changed) = (
+            rows.ints("__i"),
+            rows.strings("f"),
+            rows.ints("__line"),
+            rows.ints("__changed"),
+        );
+        for (((i, f), line), changed) in index.into_iter().zip(fields).zip(lines).zip(changed) {
+            let (Some(i), Some(f)) = (i, f) else { continue };
+            let file = &files[i as usize];
+            if changed == Some(1) {
+                return Err(EngineError::user(
+                    format!(
+                        "flow `{}`: `{}` changed while it was read (it was {} bytes when listed): it is being written",
+                        self.name, file.url, file.size
+                    ),
+                    "nothing was committed; run again once the file is complete. Writers should write under a hidden name (`.name` or `_name`) and rename the file when done",
+                ));
+            }
+            let fields: Vec<String> = serde_json::from_str(&f)
+                .map_err(|e| EngineError::Internal(format!("a file's first line: {e}")))?;
+            heads.insert(i as usize, (line.unwrap_or(0), fields));
+        }
+        Ok((heads, load))
+    }
+
+    /// The rejects of load `batch` written (before bronze), replacing those an unfinished
+    /// attempt at the same load left; with `--full-refresh`, replacing the table's.
+    async fn write_rejects(
+        &self,
+        s: &Session<'_>,
+        state: &IngestState,
+        rejects: &str,
+        batch: i64,
+    ) -> Result<()> {
+        let columns: Vec<(String, String, bool)> = smelt_engine::ingest::rejects::rejects_schema()
+            .fields()
+            .iter()
+            .map(|f| {
+                let ty = match f.data_type() {
+                    DataType::Int64 => "BIGINT",
+                    DataType::Utf8 => "STRING",
+                    _ => "TIMESTAMP",
+                };
+                (f.name().clone(), ty.to_string(), f.is_nullable())
+            })
+            .collect();
+        if let Some(found) = &state.rejects
+            && found != &columns.iter().map(|c| c.0.clone()).collect::<Vec<_>>()
+        {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{}`: `{}` exists but is not an ingest rejects table",
+                    self.name,
+                    rejects_table(&self.spec.into)
+                ),
+                "rename or drop that table; smelt keeps the rows of files that do not parse there",
+            ));
+        }
+        s.write(
+            None,
+            "create the rejects table",
+            create_table(rejects, &columns),
+        )
+        .await?;
+        let select = sql::rejects_select(
+            &self.spec.csv,
+            &RejectsOf {
+                run_id: &self.ctx.run_id,
+                flow: self.name,
+                batch,
+                run_us: self.ctx.run_timestamp_us,
+            },
+        );
+        let stored = state.rejects_watermark;
+        if stored.is_some_and(|w| w >= batch) && !self.ctx.full_refresh {
+            // A killed run wrote this load's rejects (and its watermark): they go first.
+            s.write(
+                Some("before_spark_ingest_rejects"),
+                "clear an unfinished load's rejects",
+                format!("DELETE FROM {rejects} WHERE {INGEST_BATCH} = {batch}"),
+            )
+            .await?;
+        }
+        let statement = match self.ctx.full_refresh {
+            true => format!("INSERT OVERWRITE {rejects} {select}"),
+            false => format!("INSERT INTO {rejects} {select}"),
+        };
+        // The load's watermark, unless it is there already.
+        write::set_watermark(s, self.name, batch, true, stored).await?;
+        let written = s
+            .write(
+                Some("before_spark_ingest_rejects"),
+                "write the malformed lines",
+                statement,
+            )
+            .await;
+        write::clear_watermark(s).await?;
+        written.map(|_| ())
+    }
+
+    /// The rows appended to bronze (a rebuild: written over bronze's; the first load:
+    /// creating it), its new columns added, in one commit with the watermark and the files
+    /// loaded.
+    async fn write_bronze(
+        &self,
+        s: &Session<'_>,
+        state: &IngestState,
+        planned: &columns::Planned,
+        files: &[LandingFile],
+        batch: i64,
+        report: &mut FlowReport,
+    ) -> Result<()> {
+        let bronze = self.places.sql(&self.spec.into);
+        let own = self.own();
+        let select = sql::bronze_select(&planned.plan, &self.spec.csv, own);
+        // One commit as embedded: bronze created by the load (`CREATE TABLE … AS`), or
+        // given its new columns by it (Delta's schema merge, on for this statement only).
+        let statement = match (state.schema.is_some(), self.ctx.full_refresh) {
+            (false, _) => format!(
+                "CREATE TABLE {bronze} USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true', '{LOG_CLEANUP}' = 'false') AS {select}"
+            ),
+            (true, true) => format!("INSERT OVERWRITE {bronze} {select}"),
+            (true, false) => format!("INSERT INTO {bronze} {select}"),
+        };
+        if state.schema.is_some() && !state.log_kept {
+            s.write(
+                None,
+                "keep bronze's log (the loaded files' ledger)",
+                format!("ALTER TABLE {bronze} SET TBLPROPERTIES ('{LOG_CLEANUP}' = 'false')"),
+            )
+            .await?;
+        }
+        let merge = state.schema.is_some() && !planned.added.is_empty();
+        if merge {
+            s.write_setting(format!("SET {AUTO_MERGE}=true")).await?;
+        }
+        let (key, files) = files_entry(self.name, self.ctx.full_refresh, files);
+        let metadata = commit_metadata_with(
+            &self.ctx.run_id,
+            self.name,
+            batch,
+            report,
+            &[(key.as_str(), files.as_str())],
+        )?;
+        let written = write::write_target(
+            s,
+            (
+                "before_spark_bronze",
+                "load the rows into bronze",
+                statement,
+            ),
+            (self.name, batch, false, state.watermark),
+            &metadata,
+        )
+        .await;
+        if merge {
+            s.write_setting(write::reset(AUTO_MERGE)).await?;
+        }
+        written?;
+        if let Some(version) = write::version_after(s, &bronze).await? {
+            report.silver_version = Some(version);
+        }
+        Ok(())
+    }
+}
+
+/// Whether bronze's column `name` of `schema` holds text (the files' columns do).
+pub(crate) fn is_text(schema: &SchemaRef, name: &str) -> bool {
+    schema
+        .field_with_name(name)
+        .map(|f| {
+            matches!(
+                f.data_type(),
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            )
+        })
+        .unwrap_or(true)
+}
+
+/// What `evolution` is called in the pipeline file.
+pub(crate) fn evolution_name(evolution: IngestEvolution) -> &'static str {
+    match evolution {
+        IngestEvolution::AddNewColumns => "add_new_columns",
+        IngestEvolution::Rescue => "rescue",
+        IngestEvolution::Fail => "fail",
+    }
+}
