@@ -1539,6 +1539,60 @@ fn ingest(url: &str) {
     same_ingest(&pair, "ingest rebuild", &rebuilt);
 }
 
+/// JSON lines as Auto Loader lands them, with the file row audit on.
+const INGEST_JSON: &str = "  events:
+    ingest:
+      from: ./landing/**/*.json
+      into: raw.events
+      format: json
+      audit:
+        file_row: _file_row
+";
+
+/// Lines of JSON: nested values (keys out of order), NULL, numbers as JSON writes them, a
+/// key written twice, blank and padded lines, two lines that are not objects, a CRLF end.
+const EVENTS: &str = "{\"id\": 1, \"name\": \"a\", \"n\": {\"z\": 1, \"y\": [1, 2.50]}, \"f\": 1.0}\n\n  {\"id\": 2, \"name\": null, \"t\": true, \"id\": 3}  \nnot json\n[1,2]\n{\"id\": 4, \"e\": 1e3, \"s\": \"{x\"}\r\n";
+
+/// JSON lines ingested on both engines from one landing folder: equal bronze and rejects
+/// (but the reason's parser message); a file in a `day=` folder with a new key and one of
+/// the flow's own names, the Spark run killed before its bronze commit and run again.
+fn ingest_json(url: &str) {
+    let p = Project::with_pipeline("lake: ./lake\nflows: {}\n");
+    land(&p, "landing/a.json", EVENTS, 0);
+    let pair = Pair::placing(p, "", INGEST_JSON, url);
+    let same = |step: &str, reports: &(Vec<Value>, Vec<Value>)| {
+        same_fields(step, INGEST_FIELDS, reports);
+        let bronze = "SELECT * FROM raw.events ORDER BY _datasource, _file_row";
+        let (e, s) = pair.rows(bronze, &[]);
+        assert!(!e.is_empty(), "{step}: bronze is empty");
+        assert_eq!(e, s, "{step}: bronze differs (left embedded, right Spark)");
+        let rejects = "SELECT * FROM raw.events__rejects ORDER BY file, line";
+        let (e, s) = pair.rows(rejects, &["run_id", "rejected_at", "reason"]);
+        assert_eq!(e, s, "{step}: rejects differ (left embedded, right Spark)");
+    };
+    let first = pair.run(&[]);
+    assert_eq!(first.1[0]["malformed"], 2, "{:?}", first.1);
+    same("json step 1", &first);
+    land(
+        &pair.p,
+        "landing/day=2/b.json",
+        "{\"id\": 5, \"extra\": \"x\", \"_datasource\": \"mine\"}\n",
+        10,
+    );
+    let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
+    let out = pair
+        .p
+        .abort_at("before_spark_bronze", &["-p", "spark.yaml", "run"]);
+    assert!(
+        common::signal_of(&out.status).is_some(),
+        "the load was not killed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
+    assert_eq!(rerun[0]["rescued"], 1, "{rerun:?}");
+    same("json step 2, killed and run again", &(embedded, rerun));
+}
+
 #[test]
 fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     let cluster = SparkCluster::start();
@@ -1558,4 +1612,5 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     random_streams(&cluster.url, &writer);
     random_histories(&cluster.url, &writer);
     ingest(&cluster.url);
+    ingest_json(&cluster.url);
 }

@@ -75,14 +75,28 @@ fn names_of(
     }
 }
 
-/// Bronze's columns after a run of `spec` loading `files` (first lines `heads`) into
-/// bronze of `schema` (`None`: not created yet).
+/// The columns of each of `files`, CSV files whose first lines are `heads`.
+pub(crate) fn csv_names(
+    name: &str,
+    spec: &IngestFlow,
+    files: &[LandingFile],
+    heads: &Heads,
+) -> Result<Vec<Option<Vec<String>>>> {
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, file)| names_of(name, spec, file, heads.get(&i)))
+        .collect()
+}
+
+/// Bronze's columns after a run of `spec` loading `files` (their columns `names`, `None`
+/// for a file that names none) into bronze of `schema` (`None`: not created yet).
 pub(crate) fn plan_columns(
     name: &str,
     spec: &IngestFlow,
     schema: Option<&SchemaRef>,
     files: &[LandingFile],
-    heads: &Heads,
+    names: &[Option<Vec<String>>],
 ) -> Result<Planned> {
     let own = spec.own_columns();
     let is_own = |n: &str| own.contains(&n);
@@ -106,8 +120,8 @@ pub(crate) fn plan_columns(
     let mut groups: Vec<Group> = Vec::new();
     let mut of_file = Vec::with_capacity(files.len());
     let mut keys: Vec<String> = Vec::new();
-    for (i, file) in files.iter().enumerate() {
-        let Some(names) = names_of(name, spec, file, heads.get(&i))? else {
+    for (file, names) in files.iter().zip(names) {
+        let Some(names) = names.clone() else {
             of_file.push(0);
             continue;
         };
@@ -245,7 +259,14 @@ mod tests {
         let spec = flow("");
         let files = [file("a.csv"), file("d=1/b.csv"), file("empty.csv")];
         let heads = Heads::from([(0, head(&["k", "v", ""])), (1, head(&["k", "w"]))]);
-        let planned = plan_columns("f", &spec, None, &files, &heads).unwrap();
+        let planned = plan_columns(
+            "f",
+            &spec,
+            None,
+            &files,
+            &csv_names("f", &spec, &files, &heads).unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             planned.plan.columns,
             [
@@ -272,8 +293,8 @@ mod tests {
                 .to_vec(),
         ));
         let files = [file("a.csv")];
-        let heads = Heads::from([(0, head(&["k", "x", "_datasource"]))]);
-        let added = plan_columns("f", &flow(""), Some(&schema), &files, &heads).unwrap();
+        let names = [Some(vec!["k".into(), "x".into(), "_datasource".into()])];
+        let added = plan_columns("f", &flow(""), Some(&schema), &files, &names).unwrap();
         assert_eq!(added.added, ["x"]);
         assert_eq!(added.plan.rescued, ["_datasource"]);
         let rescued = plan_columns(
@@ -281,7 +302,7 @@ mod tests {
             &flow("      schema_evolution: rescue\n"),
             Some(&schema),
             &files,
-            &heads,
+            &names,
         )
         .unwrap();
         assert_eq!(rescued.plan.rescued, ["x", "_datasource"]);
@@ -290,7 +311,7 @@ mod tests {
             &flow("      schema_evolution: fail\n"),
             Some(&schema),
             &files,
-            &heads,
+            &names,
         )
         .unwrap_err()
         .to_string();
@@ -304,10 +325,12 @@ mod tests {
     fn without_a_header_columns_are_given_or_numbered_and_a_header_must_match_them() {
         let files = [file("a.csv")];
         let heads = Heads::from([(0, head(&["1", "2", ""]))]);
-        let numbered =
-            plan_columns("f", &flow("      header: false\n"), None, &files, &heads).unwrap();
-        assert_eq!(numbered.plan.groups[0].names, ["_c0", "_c1", "_c2"]);
-        let wrong = plan_columns("f", &flow("      columns: [a]\n"), None, &files, &heads)
+        let numbered = csv_names("f", &flow("      header: false\n"), &files, &heads).unwrap();
+        assert_eq!(
+            numbered,
+            [Some(vec!["_c0".into(), "_c1".into(), "_c2".into()])]
+        );
+        let wrong = csv_names("f", &flow("      columns: [a]\n"), &files, &heads)
             .unwrap_err()
             .to_string();
         assert!(

@@ -6,7 +6,7 @@
 //! engine also reads them): a crash before it loads the files again, one after it loads
 //! nothing twice. Malformed lines go to `<bronze>__rejects` first, tagged with the load.
 //!
-//! CSV only for now: JSON lines and Parquet are refused by name (`support.rs`).
+//! CSV ([`sql`]) and JSON lines ([`json`]); Parquet is refused by name (`support.rs`).
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -21,7 +21,7 @@ use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::{EngineError, Result};
 use smelt_ingest::files::{Base, listed};
-use smelt_spec::{IngestEvolution, IngestFlow};
+use smelt_spec::{FileFormat, IngestEvolution, IngestFlow};
 
 use crate::places::Places;
 use crate::scd1::create_table;
@@ -31,9 +31,10 @@ use crate::session::{Mode, Session};
 use crate::sql::{ident, string_literal};
 
 mod columns;
+mod json;
 pub(crate) mod sql;
-use columns::{Heads, plan_columns};
-use sql::{LoadFile, Own, RejectsOf};
+use columns::{Heads, csv_names, plan_columns};
+use sql::{Input, LoadFile, Own, RejectsOf};
 
 /// Where an ingest flow stands before its run.
 #[derive(Debug, Clone)]
@@ -295,8 +296,8 @@ impl Ingest<'_> {
         }
         report.to_version = batch;
         write::reset_watermark(s).await?;
-        let (heads, mut load) = self.read(s, &listing.to_load, &paths).await?;
-        let planned = plan_columns(name, spec, state.schema.as_ref(), &listing.to_load, &heads)?;
+        let (names, mut load) = self.read(s, &listing.to_load, &paths).await?;
+        let planned = plan_columns(name, spec, state.schema.as_ref(), &listing.to_load, &names)?;
         for (i, f) in load.iter_mut().enumerate() {
             f.group = planned.groups[i];
             f.partitions = planned
@@ -317,12 +318,11 @@ impl Ingest<'_> {
             sql::meta_view(&load, planned.plan.partition_keys.len()),
         )
         .await?;
-        let layout = &spec.csv;
-        s.view(
-            "line the rows up with bronze",
-            sql::rows_view(&planned.plan, layout, self.own()),
-        )
-        .await?;
+        let rows = match spec.format {
+            FileFormat::Json => json::rows_view(&planned.plan, self.own()),
+            _ => sql::rows_view(&planned.plan, &spec.csv, self.own()),
+        };
+        s.view("line the rows up with bronze", rows).await?;
         let counts = s.read("count the rows", sql::counts_query()).await?;
         let one = |c: &str| counts.ints(c).first().copied().flatten().unwrap_or(0);
         let text = |c: &str| counts.strings(c).first().cloned().flatten();
@@ -378,13 +378,14 @@ impl Ingest<'_> {
         Ok(report)
     }
 
-    /// The files read and cut into lines in the cluster (cached); each file's first line.
+    /// The files read and cut into lines in the cluster (cached); each file's columns
+    /// (`None`: it names none).
     async fn read(
         &self,
         s: &Session<'_>,
         files: &[LandingFile],
         paths: &HashMap<String, String>,
-    ) -> Result<(Heads, Vec<LoadFile>)> {
+    ) -> Result<(Vec<Option<Vec<String>>>, Vec<LoadFile>)> {
         let spec = self.spec;
         let base = match &spec.url {
             Some(url) => url.trim_end_matches('/').to_string(),
@@ -406,42 +407,66 @@ impl Ingest<'_> {
         s.view("name the files to load", sql::files_view(&load))
             .await?;
         // Text not in the file's encoding reads as U+FFFD (the line is then malformed);
-        // encodings beyond Spark's six by their Java names.
-        s.setting("SET spark.sql.legacy.codingErrorAction=true".into())
-            .await?;
-        s.setting("SET spark.sql.legacy.javaCharsets=true".into())
-            .await?;
+        // encodings beyond Spark's six by their Java names; a key written twice on a JSON
+        // line: the last value, as embedded.
+        for setting in [
+            "spark.sql.legacy.codingErrorAction=true",
+            "spark.sql.legacy.javaCharsets=true",
+            "spark.sql.mapKeyDedupPolicy=LAST_WIN",
+        ] {
+            s.setting(format!("SET {setting}")).await?;
+        }
         s.setting(format!("UNCACHE TABLE IF EXISTS {}", sql::LINES))
             .await?;
-        s.read("read the new files", sql::lines_cache(&glob, &spec.csv))
+        let cache = match spec.format {
+            FileFormat::Json => json::lines_cache(&glob),
+            _ => sql::lines_cache(&glob, &spec.csv),
+        };
+        s.read("read the new files", cache).await?;
+        let changed = s
+            .read(
+                "check the files did not change",
+                format!("SELECT min(__i) AS i FROM {} WHERE __changed", sql::LINES),
+            )
             .await?;
-        let rows = s
-            .read("read the files' first lines", sql::heads_query())
-            .await?;
-        let mut heads = Heads::default();
-        let (index, fields, lines, changed) = (
-            rows.ints("__i"),
-            rows.strings("f"),
-            rows.ints("__line"),
-            rows.ints("__changed"),
-        );
-        for (((i, f), line), changed) in index.into_iter().zip(fields).zip(lines).zip(changed) {
-            let (Some(i), Some(f)) = (i, f) else { continue };
+        if let Some(i) = changed.ints("i").first().copied().flatten() {
             let file = &files[i as usize];
-            if changed == Some(1) {
-                return Err(EngineError::user(
-                    format!(
-                        "flow `{}`: `{}` changed while it was read (it was {} bytes when listed): it is being written",
-                        self.name, file.url, file.size
-                    ),
-                    "nothing was committed; run again once the file is complete. Writers should write under a hidden name (`.name` or `_name`) and rename the file when done",
-                ));
-            }
-            let fields: Vec<String> = serde_json::from_str(&f)
-                .map_err(|e| EngineError::Internal(format!("a file's first line: {e}")))?;
-            heads.insert(i as usize, (line.unwrap_or(0), fields));
+            return Err(EngineError::user(
+                format!(
+                    "flow `{}`: `{}` changed while it was read (it was {} bytes when listed): it is being written",
+                    self.name, file.url, file.size
+                ),
+                "nothing was committed; run again once the file is complete. Writers should write under a hidden name (`.name` or `_name`) and rename the file when done",
+            ));
         }
-        Ok((heads, load))
+        let names = match spec.format {
+            FileFormat::Json => {
+                let rows = s.read("read the files' keys", json::keys_query()).await?;
+                let mut names: Vec<Option<Vec<String>>> = vec![None; files.len()];
+                for (i, k) in rows.ints("__i").into_iter().zip(rows.strings("k")) {
+                    if let (Some(i), Some(k)) = (i, k) {
+                        names[i as usize].get_or_insert_with(Vec::new).push(k);
+                    }
+                }
+                names
+            }
+            _ => {
+                let rows = s
+                    .read("read the files' first lines", sql::heads_query())
+                    .await?;
+                let mut heads = Heads::default();
+                let (index, fields, lines) =
+                    (rows.ints("__i"), rows.strings("f"), rows.ints("__line"));
+                for ((i, f), line) in index.into_iter().zip(fields).zip(lines) {
+                    let (Some(i), Some(f)) = (i, f) else { continue };
+                    let fields: Vec<String> = serde_json::from_str(&f)
+                        .map_err(|e| EngineError::Internal(format!("a file's first line: {e}")))?;
+                    heads.insert(i as usize, (line.unwrap_or(0), fields));
+                }
+                csv_names(self.name, spec, files, &heads)?
+            }
+        };
+        Ok((names, load))
     }
 
     /// The rejects of load `batch` written (before bronze), replacing those an unfinished
@@ -483,15 +508,12 @@ impl Ingest<'_> {
             create_table(rejects, &columns),
         )
         .await?;
-        let select = sql::rejects_select(
-            &self.spec.csv,
-            &RejectsOf {
-                run_id: &self.ctx.run_id,
-                flow: self.name,
-                batch,
-                run_us: self.ctx.run_timestamp_us,
-            },
-        );
+        let select = sql::rejects_select(&RejectsOf {
+            run_id: &self.ctx.run_id,
+            flow: self.name,
+            batch,
+            run_us: self.ctx.run_timestamp_us,
+        });
         let stored = state.rejects_watermark;
         if stored.is_some_and(|w| w >= batch) && !self.ctx.full_refresh {
             // A killed run wrote this load's rejects (and its watermark): they go first.
@@ -533,7 +555,11 @@ impl Ingest<'_> {
     ) -> Result<()> {
         let bronze = self.places.sql(&self.spec.into);
         let own = self.own();
-        let select = sql::bronze_select(&planned.plan, &self.spec.csv, own);
+        let input = match self.spec.format {
+            FileFormat::Json => Input::Json,
+            _ => Input::Csv(&self.spec.csv),
+        };
+        let select = sql::bronze_select(&planned.plan, input, own);
         // One commit as embedded: bronze created by the load (`CREATE TABLE … AS`), or
         // given its new columns by it (Delta's schema merge, on for this statement only).
         let statement = match (state.schema.is_some(), self.ctx.full_refresh) {

@@ -62,6 +62,15 @@ pub(crate) struct Plan {
     pub(crate) rescued: Vec<String>,
 }
 
+/// How the lines of a run's files become fields.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Input<'a> {
+    /// Delimited text: fields by position (`__f`).
+    Csv(&'a CsvLayout),
+    /// JSON lines: fields by key (`__sm`: the values as text, `__vm`: as variants).
+    Json,
+}
+
 /// The audit and rescue columns of a flow.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Own<'a> {
@@ -264,7 +273,7 @@ pub(crate) fn heads_query() -> String {
 }
 
 /// `CASE __g WHEN 0 THEN … END` over the groups (the expression alone for one group).
-fn per_group(groups: &[Group], expr: impl Fn(&Group) -> String) -> String {
+pub(crate) fn per_group(groups: &[Group], expr: impl Fn(&Group) -> String) -> String {
     match groups {
         [one] => expr(one),
         _ => {
@@ -293,15 +302,64 @@ fn nulled(value: String, layout: &CsvLayout) -> String {
 
 /// The value of input column `name` (a file column or a partition key) in `group`, if the
 /// group has it.
-fn input_value(plan: &Plan, group: &Group, name: &str, layout: &CsvLayout) -> Option<String> {
+fn input_value(plan: &Plan, group: &Group, name: &str, input: Input<'_>) -> Option<String> {
     if let Some(p) = group.names.iter().position(|n| n == name) {
-        return Some(nulled(format!("try_element_at(__f, {})", p + 1), layout));
+        return Some(match input {
+            Input::Csv(layout) => nulled(format!("try_element_at(__f, {})", p + 1), layout),
+            Input::Json => super::json::value(name),
+        });
     }
     if group.partitions.iter().any(|k| k == name) {
         let k = plan.partition_keys.iter().position(|k| k == name)?;
         return Some(format!("__p{k}"));
     }
     None
+}
+
+/// The rescued entries of a row (`array<struct<key, value>>`): the input columns bronze
+/// keeps there, those with a value.
+pub(crate) fn rescued_entries(plan: &Plan, input: Input<'_>) -> String {
+    per_group(&plan.groups, |g| {
+        let entries: Vec<String> = plan
+            .rescued
+            .iter()
+            .filter_map(|name| {
+                input_value(plan, g, name, input).map(|v| {
+                    format!(
+                        "named_struct('key', {}, 'value', {v})",
+                        string_literal(name)
+                    )
+                })
+            })
+            .collect();
+        if entries.is_empty() {
+            format!("filter(array({NO_ENTRY}), e -> false)")
+        } else {
+            format!(
+                "filter(array({}), e -> e.value IS NOT NULL)",
+                entries.join(", ")
+            )
+        }
+    })
+}
+
+/// An entry's type, for an empty list of entries.
+pub(crate) const NO_ENTRY: &str =
+    "named_struct('key', CAST(NULL AS STRING), 'value', CAST(NULL AS STRING))";
+
+/// The row number column of the rows view (`file_row`), as `row` gives it.
+pub(crate) fn row_number(own: Own<'_>, row: &str) -> String {
+    match own.file_row {
+        Some(_) => format!(", {row} AS __row"),
+        None => String::new(),
+    }
+}
+
+/// The partition columns of the meta view, for the rows view.
+pub(crate) fn partition_columns(plan: &Plan) -> String {
+    (0..plan.partition_keys.len())
+        .map(|k| format!(", v.__p{k}"))
+        .collect()
 }
 
 /// The rows view: every line that is not a header, with its file's URL and time, its
@@ -311,58 +369,34 @@ fn input_value(plan: &Plan, group: &Group, name: &str, layout: &CsvLayout) -> Op
 pub(crate) fn rows_view(plan: &Plan, layout: &CsvLayout, own: Own<'_>) -> String {
     let m = per_group(&plan.groups, |g| g.names.len().to_string());
     let names = per_group(&plan.groups, |g| string_array(&g.names));
-    let keys: Vec<String> = (0..plan.partition_keys.len())
-        .map(|k| format!(", v.__p{k}"))
-        .collect();
     let header = if layout.header {
         "NOT l.__first"
     } else {
         "true"
     };
-    let entry = "named_struct('key', CAST(NULL AS STRING), 'value', CAST(NULL AS STRING))";
-    let rescued = per_group(&plan.groups, |g| {
-        let entries: Vec<String> = plan
-            .rescued
-            .iter()
-            .filter_map(|name| {
-                input_value(plan, g, name, layout).map(|v| {
-                    format!(
-                        "named_struct('key', {}, 'value', {v})",
-                        string_literal(name)
-                    )
-                })
-            })
-            .collect();
-        if entries.is_empty() {
-            format!("filter(array({entry}), e -> false)")
-        } else {
-            format!(
-                "filter(array({}), e -> e.value IS NOT NULL)",
-                entries.join(", ")
-            )
-        }
-    });
+    let rescued = rescued_entries(plan, Input::Csv(layout));
     let encoding = string_literal(&format!(
         "` is not valid {}; set `encoding:` to the file's encoding",
         layout.encoding
     ));
+    let sep = string_literal(&(layout.sep as char).to_string());
     format!(
         "CREATE OR REPLACE TEMPORARY VIEW {ROWS} AS\n\
          SELECT *, CASE WHEN size(__e) > 0 THEN to_json(map_from_entries(array_sort(__e))) END AS __rescued,\n\
            CASE WHEN __n < __m THEN concat(__n, ' fields, but the file has ', __m, ' columns')\n\
                 WHEN __bad > 0 THEN concat('column `', coalesce(element_at(__names, CAST(__bad AS INT)), concat('_c', __bad - 1)), {encoding})\n\
-           END AS __reason\n\
+           END AS __reason, array_join(__f, {sep}) AS __raw\n\
          FROM (SELECT *, array_position(transform(slice(__f, 1, __n), x -> instr(x, '\u{FFFD}') > 0), true) AS __bad,\n\
-           concat({rescued}, CASE WHEN __n > __m THEN transform(sequence(__m + 1, __n), k -> named_struct('key', concat('_c', k - 1), 'value', __f[k - 1])) ELSE filter(array({entry}), e -> false) END) AS __e\n\
+           concat({rescued}, CASE WHEN __n > __m THEN transform(sequence(__m + 1, __n), k -> named_struct('key', concat('_c', k - 1), 'value', __f[k - 1])) ELSE filter(array({NO_ENTRY}), e -> false) END) AS __e\n\
          FROM (SELECT *, CASE WHEN size(__f) = __m + 1 AND try_element_at(__f, __m + 1) = '' THEN __m ELSE size(__f) END AS __n\n\
          FROM (SELECT l.__i, l.__line, l.__f, l.__open, v.__url, v.__mtime, v.__g{},\n\
            {m} AS __m, {names} AS __names{}\n\
          FROM {LINES} l JOIN {META} v ON l.__i = v.__i WHERE {header})))",
-        keys.concat(),
-        match own.file_row {
-            Some(_) => ", row_number() OVER (PARTITION BY l.__i ORDER BY l.__line) AS __row",
-            None => "",
-        },
+        partition_columns(plan),
+        row_number(
+            own,
+            "row_number() OVER (PARTITION BY l.__i ORDER BY l.__line)"
+        ),
     )
 }
 
@@ -384,7 +418,7 @@ pub(crate) fn counts_query() -> String {
 }
 
 /// The select of bronze's rows, its columns in order.
-pub(crate) fn bronze_select(plan: &Plan, layout: &CsvLayout, own: Own<'_>) -> String {
+pub(crate) fn bronze_select(plan: &Plan, input: Input<'_>, own: Own<'_>) -> String {
     let columns: Vec<String> = plan
         .columns
         .iter()
@@ -400,7 +434,7 @@ pub(crate) fn bronze_select(plan: &Plan, layout: &CsvLayout, own: Own<'_>) -> St
                 "__rescued".into()
             } else {
                 let value = per_group(&plan.groups, |g| {
-                    input_value(plan, g, c, layout).unwrap_or_else(|| "CAST(NULL AS STRING)".into())
+                    input_value(plan, g, c, input).unwrap_or_else(|| "CAST(NULL AS STRING)".into())
                 });
                 format!("CAST({value} AS STRING)")
             };
@@ -422,14 +456,13 @@ pub(crate) struct RejectsOf<'a> {
 }
 
 /// The select of a run's rejects rows (the ingest rejects table's columns).
-pub(crate) fn rejects_select(layout: &CsvLayout, of: &RejectsOf<'_>) -> String {
+pub(crate) fn rejects_select(of: &RejectsOf<'_>) -> String {
     format!(
-        "SELECT {}, {}, {}L, __url, CAST(__line AS BIGINT), __reason, array_join(__f, {}), timestamp_micros({}L) \
+        "SELECT {}, {}, {}L, __url, CAST(__line AS BIGINT), __reason, __raw, timestamp_micros({}L) \
          FROM {ROWS} WHERE __reason IS NOT NULL",
         string_literal(of.run_id),
         string_literal(of.flow),
         of.batch,
-        string_literal(&(layout.sep as char).to_string()),
         of.run_us,
     )
 }
