@@ -1593,6 +1593,88 @@ fn ingest_json(url: &str) {
     same("json step 2, killed and run again", &(embedded, rerun));
 }
 
+/// Seed 003's selective overwrite from the export's Parquet files.
+const REPLACE_FILES: &str = "  sales:
+    replace_where:
+      from: ./exports/export_demo_table/**/*.parquet
+      format: parquet
+      into: demo.sales
+      cast_dialect: spark
+      predicate: \"updated_at >= '2026-07-21 00:00:00'\"
+";
+
+/// Seed 003 end to end (`examples/export_replace`): the export written embedded (its own
+/// pipeline file), its Parquet files under `export_timestamp=<Tokyo time>/` replacing the
+/// period in the target on both engines — the first batch, nothing new, a second export with
+/// the Spark run killed before its write, `smelt status`.
+fn replace_files(url: &str) {
+    let p = Project::example("export_replace");
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    let export = &yaml[..yaml.find("  sales:").unwrap()];
+    p.write(
+        "export.yaml",
+        &export.replace(
+            "lake: ./lake",
+            "lake: ./lake_x\ntables:\n  abc.export_demo_table: ./source",
+        ),
+    );
+    p.ok(&["-p", "export.yaml", "sql", "-f", "source.sql"]);
+    p.ok(&["-p", "export.yaml", "run"]);
+    let pair = Pair::placing(p, "", REPLACE_FILES, url);
+    for file in ["embedded.yaml", "spark.yaml"] {
+        pair.p.ok(&["-p", file, "sql", "-f", "target.sql"]);
+    }
+    let fields: Vec<&str> = REPLACE_FIELDS
+        .iter()
+        .copied()
+        .chain(["files_found", "files_new", "files_read"])
+        .collect();
+    let replaced = |step: &str, reports: &(Vec<Value>, Vec<Value>)| {
+        same_fields(step, &fields, reports);
+        let (e, s) = pair.rows("SELECT * FROM demo.sales ORDER BY sale_id", &[]);
+        assert!(!e.is_empty(), "{step}: the embedded target is empty");
+        assert_eq!(e, s, "{step}: targets differ (left embedded, right Spark)");
+    };
+    let first = pair.run(&[]);
+    assert_eq!(first.1[0]["files_new"], 1, "{:?}", first.1);
+    replaced("replace from files step 1", &first);
+    let again = pair.run(&[]);
+    assert_eq!(again.1[0]["status"], "up_to_date", "{:?}", again.1);
+    replaced("replace from files step 2", &again);
+
+    pair.p.write(
+        "more.sql",
+        "INSERT INTO abc.export_demo_table VALUES \
+         (5, 'Chair', 3, 4500.00, DATE '2026-07-22', TIMESTAMP '2099-07-22 03:00:00+00')",
+    );
+    pair.p.ok(&["-p", "export.yaml", "sql", "-f", "more.sql"]);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    pair.p.ok(&["-p", "export.yaml", "run"]);
+    let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
+    let out = pair
+        .p
+        .abort_at("before_spark_replace", &["-p", "spark.yaml", "run"]);
+    assert!(
+        common::signal_of(&out.status).is_some(),
+        "the replace was not killed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
+    assert_eq!(rerun[0]["files_new"], 1, "{rerun:?}");
+    replaced(
+        "replace from files step 3, killed and run again",
+        &(embedded, rerun),
+    );
+    let status = |file: &str| -> Value {
+        let out = pair.p.ok(&["-p", file, "--json", "status"]);
+        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+    };
+    let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
+    for field in ["watermark", "bronze_version", "files_waiting", "problem"] {
+        assert_eq!(e[field], s[field], "replace status `{field}`: {e} vs {s}");
+    }
+}
+
 #[test]
 fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     let cluster = SparkCluster::start();
@@ -1613,4 +1695,5 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     random_histories(&cluster.url, &writer);
     ingest(&cluster.url);
     ingest_json(&cluster.url);
+    replace_files(&cluster.url);
 }

@@ -140,8 +140,16 @@ impl SparkEngine {
     /// source and the target, and its predicate over the target's columns.
     async fn check_replace(&self, name: &str, spec: &ReplaceWhereFlow) -> Vec<EngineError> {
         let s = Session::new(&self.spark, name, Mode::Plan, &smelt_engine::ports::Silent);
-        let state = match replace::discover(&s, &self.places, name, spec).await {
-            Ok(state) => state,
+        let exported = self.exported(name);
+        let state = match replace::discover(&s, &self.places, (name, spec), exported, false).await {
+            Ok((state, batch)) if batch.as_ref().is_some_and(|b| b.to_load.is_empty()) => {
+                // No files to read yet: the target alone, as embedded.
+                return smelt_engine::replace::target_schema(name, spec, state.target_schema)
+                    .err()
+                    .into_iter()
+                    .collect();
+            }
+            Ok((state, _)) => state,
             Err(e) => return vec![e],
         };
         let columns = match replace::columns(name, spec, &state) {
@@ -173,6 +181,15 @@ impl SparkEngine {
                 "write it as a Spark SQL condition over the target's columns",
             )],
         }
+    }
+
+    /// Whether an export of the pipeline writes the files flow `name` reads.
+    fn exported(&self, name: &str) -> bool {
+        let flows = &self.pipeline.flows;
+        flows
+            .iter()
+            .find(|f| f.name == name)
+            .is_some_and(|flow| flows.iter().any(|g| flow.reads_files_of(g)))
     }
 
     /// The problems of ingest flow `name` on the cluster: bronze unreadable, or its landing
@@ -344,7 +361,14 @@ impl SparkEngine {
                 append.run(s, &state).await
             }
             Runnable::Replace(spec) => {
-                let state = replace::discover(s, &self.places, name, spec).await?;
+                let (state, batch) = replace::discover(
+                    s,
+                    &self.places,
+                    (name, spec),
+                    self.exported(name),
+                    ctx.full_refresh,
+                )
+                .await?;
                 if let Some(events) = events {
                     self.recover(name, state.target.as_ref(), events).await;
                 }
@@ -354,7 +378,7 @@ impl SparkEngine {
                     places: &self.places,
                     ctx,
                 };
-                replace.run(s, &state).await
+                replace.run(s, &state, batch.as_ref()).await
             }
             Runnable::Ingest(spec) => {
                 let state = ingest::discover(s, &self.places, name, spec).await?;
@@ -394,7 +418,7 @@ impl SparkEngine {
     async fn drop_views(&self, s: &Session<'_>) {
         let views = crate::scd2::VIEWS
             .iter()
-            .chain([&append::VIEW, &replace::VIEW])
+            .chain([&append::VIEW, &replace::VIEW, &replace::files::VIEW])
             .chain(VIEWS.iter().rev())
             .chain(ingest::sql::VIEWS.iter());
         for view in views {
@@ -463,6 +487,7 @@ impl SparkEngine {
             Mode::Plan,
             &smelt_engine::ports::Silent,
         );
+        let mut files = None;
         let (source_version, watermark, last, into) = match r {
             Runnable::Apply(spec) => {
                 let state = discover(&s, &self.places, &flow.name, spec).await?;
@@ -475,7 +500,12 @@ impl SparkEngine {
                 (v, w, state.target, &spec.into)
             }
             Runnable::Replace(spec) => {
-                let state = replace::discover(&s, &self.places, &flow.name, spec).await?;
+                let exported = self.exported(&flow.name);
+                let (state, batch) =
+                    replace::discover(&s, &self.places, (&flow.name, spec), exported, false)
+                        .await?;
+                self.drop_views(&s).await;
+                files = batch.map(|b| b.to_load.len());
                 let (v, w) = (state.source_version, state.watermark);
                 (v, w, state.target, &spec.into)
             }
@@ -505,6 +535,11 @@ impl SparkEngine {
             }
         };
         row.bronze_version = Some(source_version);
+        if files.is_some() {
+            // A batch of files has no source version, as embedded.
+            row.bronze_version = None;
+            row.files_waiting = files;
+        }
         row.watermark = watermark;
         match last {
             Some(last) => {

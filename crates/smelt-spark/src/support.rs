@@ -42,9 +42,13 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
                     refuse(format!("the Iceberg table `{t}`"), embedded);
                 }
             }
-            ReplaceSource::Files(_) => {
-                refuse("a `replace_where` flow from files".into(), embedded);
+            ReplaceSource::Files(files) if files.format != FileFormat::Parquet => {
+                refuse(
+                    "a `replace_where` flow from CSV or JSON files".into(),
+                    embedded,
+                );
             }
+            ReplaceSource::Files(_) => {}
         },
         FlowKind::Ingest(spec) => {
             if spec.format == FileFormat::Parquet {
@@ -131,7 +135,7 @@ mod tests {
     }
 
     #[test]
-    fn replace_where_runs_from_a_table_and_is_refused_from_files() {
+    fn replace_where_runs_from_a_table_and_parquet_files() {
         let refused = |from: &str| -> Vec<String> {
             let yaml = format!(
                 "lake: l\nflows:\n  r:\n    replace_where:\n      from: {from}\n      into: s.t\n      predicate: x > 1\n"
@@ -143,11 +147,16 @@ mod tests {
                 .collect()
         };
         assert_eq!(refused("b.t"), Vec::<String>::new());
-        let files = refused("./in/*.parquet\n      format: parquet");
+        assert_eq!(
+            refused("./in/*.parquet\n      format: parquet"),
+            Vec::<String>::new()
+        );
+        let files = refused("./in/*.csv\n      format: csv");
         assert_eq!(files.len(), 1, "{files:?}");
         assert!(
-            files[0]
-                .contains("a `replace_where` flow from files is not supported on the Spark engine"),
+            files[0].contains(
+                "a `replace_where` flow from CSV or JSON files is not supported on the Spark engine"
+            ),
             "{files:?}"
         );
     }

@@ -51,27 +51,39 @@ pub(crate) async fn discover(
         check_bronze(s, from, &source).await?;
     }
     let source_schema = schema_of(s, "read the source's columns", &source).await?;
-    let target_sql = places.sql(into);
-    let target = last_commit(s, "read the target's last commit", &target_sql).await?;
-    let (target_schema, watermark) = match &target {
-        Some(_) => (
-            Some(schema_of(s, "read the target's columns", &target_sql).await?),
-            txn_of(
-                s,
-                &places.location(into),
-                name,
-                "read the target's watermark",
-            )
-            .await?,
-        ),
-        None => (None, None),
-    };
+    let (target, target_schema, watermark) = self::target(s, places, name, into).await?;
     Ok(Tables {
         source_version: last.version,
         source_schema,
         target,
         target_schema,
         watermark,
+    })
+}
+
+/// The target `into` of flow `name`: its last commit, schema and the flow's watermark, when
+/// it exists.
+pub(crate) async fn target(
+    s: &Session<'_>,
+    places: &Places,
+    name: &str,
+    into: &TableName,
+) -> Result<(Option<Last>, Option<SchemaRef>, Option<i64>)> {
+    let target_sql = places.sql(into);
+    let target = last_commit(s, "read the target's last commit", &target_sql).await?;
+    Ok(match &target {
+        Some(_) => {
+            let schema = schema_of(s, "read the target's columns", &target_sql).await?;
+            let watermark = txn_of(
+                s,
+                &places.location(into),
+                name,
+                "read the target's watermark",
+            )
+            .await?;
+            (target, Some(schema), watermark)
+        }
+        None => (None, None, None),
     })
 }
 

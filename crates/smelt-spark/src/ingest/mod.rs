@@ -109,9 +109,10 @@ pub(crate) async fn discover(
     Ok(state)
 }
 
-/// The ledger entries of bronze's commits up to `version`, oldest first: in the commit
-/// info (the embedded engine's commits) or in its `userMetadata` (this engine's).
-async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Result<Vec<String>> {
+/// The ledger entries (loaded files) of the commits of the table at `location` up to
+/// `version`, oldest first: in the commit info (the embedded engine's commits) or in its
+/// `userMetadata` (this engine's).
+pub(crate) async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Result<Vec<String>> {
     let sql = format!(
         "SELECT c.userMetadata AS meta, c.`{FILES_KEY}` AS files FROM (\
          SELECT from_json(value, 'commitInfo STRUCT<userMetadata: STRING, `{FILES_KEY}`: STRING>').commitInfo AS c, \
@@ -120,7 +121,7 @@ async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Result<Vec<Str
         ident(&format!("{location}/_delta_log/*.json")),
         string_literal(&format!("%{FILES_KEY}%")),
     );
-    let rows = s.read("read bronze's loaded files", sql).await?;
+    let rows = s.read("read the loaded files", sql).await?;
     let spark = rows.strings("meta").into_iter().map(|m| {
         m.and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
             .and_then(|v| v.get(FILES_KEY)?.as_str().map(str::to_string))
@@ -134,7 +135,7 @@ async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Result<Vec<Str
 }
 
 /// `path` absolute, `.` and `..` resolved by their names (as Spark's paths come back).
-fn absolute(path: &Path) -> Result<PathBuf> {
+pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
     let path = std::path::absolute(path).map_err(|e| {
         EngineError::storage(
             format!("cannot resolve the landing folder `{}`", path.display()),
@@ -152,6 +153,64 @@ fn absolute(path: &Path) -> Result<PathBuf> {
         }
     }
     Ok(out)
+}
+
+/// The files of the landing of flow `name` (`spec`) as Spark lists them, each with its
+/// path there: those a listing here would take (not hidden, matching the pattern).
+pub(crate) async fn list(
+    s: &Session<'_>,
+    name: &str,
+    spec: &IngestFlow,
+) -> Result<Vec<(LandingFile, String)>> {
+    let local;
+    let (spark_base, base) = match &spec.url {
+        Some(url) => (url.trim_end_matches('/').to_string(), Base::Url(url)),
+        None => {
+            local = absolute(&spec.folder)?;
+            (local.to_string_lossy().into_owned(), Base::Local(&local))
+        }
+    };
+    let cannot = |e: EngineError| {
+        EngineError::user(
+            format!(
+                "flow `{}`: the landing folder `{spark_base}` cannot be read: {e}",
+                name
+            ),
+            "create it, or fix `from:`",
+        )
+    };
+    s.view("list the landing", sql::listing_view(&spark_base))
+        .await
+        .map_err(cannot)?;
+    let rows = s
+        .read("list the landing", sql::listing_query())
+        .await
+        .map_err(cannot)?;
+    let prefix = match &spec.url {
+        Some(_) => format!("{spark_base}/"),
+        None => format!("file:{spark_base}/"),
+    };
+    let mut files = Vec::new();
+    let (paths, sizes, times) = (
+        rows.strings("path"),
+        rows.ints("length"),
+        rows.micros("modificationTime"),
+    );
+    for ((path, size), at) in paths.into_iter().zip(sizes).zip(times) {
+        let (Some(path), Some(size), Some(at)) = (path, size, at) else {
+            continue;
+        };
+        let Some(relative) = path.strip_prefix(&prefix) else {
+            return Err(EngineError::Internal(format!(
+                "Spark listed `{path}` outside the landing folder `{prefix}`"
+            )));
+        };
+        let file = listed(spec.pattern.as_deref(), &base, relative, size as u64, at)
+            .map_err(|e| EngineError::user(format!("flow `{}`: {e}", name), "fix `from:`"))?;
+        files.extend(file.map(|f| (f, path.clone())));
+    }
+    files.sort_by(|a, b| a.0.relative.cmp(&b.0.relative));
+    Ok(files)
 }
 
 /// The session conf letting a write add the columns its rows have and the table lacks.
@@ -176,61 +235,9 @@ impl Ingest<'_> {
         }
     }
 
-    /// The landing's files as Spark lists them, each with its path there, those a listing
-    /// here would take.
+    /// The landing's files as Spark lists them (see [`list`]).
     pub(crate) async fn list(&self, s: &Session<'_>) -> Result<Vec<(LandingFile, String)>> {
-        let spec = self.spec;
-        let local;
-        let (spark_base, base) = match &spec.url {
-            Some(url) => (url.trim_end_matches('/').to_string(), Base::Url(url)),
-            None => {
-                local = absolute(&spec.folder)?;
-                (local.to_string_lossy().into_owned(), Base::Local(&local))
-            }
-        };
-        let cannot = |e: EngineError| {
-            EngineError::user(
-                format!(
-                    "flow `{}`: the landing folder `{spark_base}` cannot be read: {e}",
-                    self.name
-                ),
-                "create it, or fix `from:`",
-            )
-        };
-        s.view("list the landing", sql::listing_view(&spark_base))
-            .await
-            .map_err(cannot)?;
-        let rows = s
-            .read("list the landing", sql::listing_query())
-            .await
-            .map_err(cannot)?;
-        let prefix = match &spec.url {
-            Some(_) => format!("{spark_base}/"),
-            None => format!("file:{spark_base}/"),
-        };
-        let mut files = Vec::new();
-        let (paths, sizes, times) = (
-            rows.strings("path"),
-            rows.ints("length"),
-            rows.micros("modificationTime"),
-        );
-        for ((path, size), at) in paths.into_iter().zip(sizes).zip(times) {
-            let (Some(path), Some(size), Some(at)) = (path, size, at) else {
-                continue;
-            };
-            let Some(relative) = path.strip_prefix(&prefix) else {
-                return Err(EngineError::Internal(format!(
-                    "Spark listed `{path}` outside the landing folder `{prefix}`"
-                )));
-            };
-            let file =
-                listed(spec.pattern.as_deref(), &base, relative, size as u64, at).map_err(|e| {
-                    EngineError::user(format!("flow `{}`: {e}", self.name), "fix `from:`")
-                })?;
-            files.extend(file.map(|f| (f, path.clone())));
-        }
-        files.sort_by(|a, b| a.0.relative.cmp(&b.0.relative));
-        Ok(files)
+        list(s, self.name, self.spec).await
     }
 
     /// The report's fixed part.

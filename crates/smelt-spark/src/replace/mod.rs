@@ -1,5 +1,6 @@
-//! A `replace_where` flow on Spark (seed 003's selective overwrite), from a table, as
-//! embedded: whenever the source's version moves, its snapshot at that version is the batch —
+//! A `replace_where` flow on Spark (seed 003's selective overwrite), as embedded: from a
+//! table, whenever the source's version moves, its snapshot at that version is the batch;
+//! from Parquet files, the files not applied yet ([`files`]) —
 //! cast to the target's types by Spark's `try_cast` and cached; the predicate's `{min(col)}` /
 //! `{max(col)}` filled from the batch as literals of the column's exact type; every batch row
 //! checked against the predicate (one outside it stops the run, nothing written); then one
@@ -16,39 +17,43 @@ use smelt_engine::replace::{
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::stage::CastMiss;
 use smelt_engine::{EngineError, Result};
-use smelt_spec::{OnCastError, ReplaceSource, ReplaceWhereFlow, TableName};
+use smelt_spec::{OnCastError, ReplaceSource, ReplaceWhereFlow};
 
 use crate::client::Rows;
 use crate::places::Places;
 use crate::scd1::create_table;
 use crate::scd1::spark_type;
-use crate::scd1::write::{self, commit_metadata};
+use crate::scd1::write::{self, commit_metadata_with};
 use crate::session::{Mode, Session};
 use crate::tables::{self, Column, Tables, Wanted};
 
+pub(crate) mod files;
 mod sql;
 
 /// The cache of a replace_where run's batch.
 pub(crate) const VIEW: &str = "smelt_replace";
 
-/// The source table of `spec` (the Spark engine refuses file sources before this).
-pub(crate) fn source(spec: &ReplaceWhereFlow) -> Result<&TableName> {
-    match &spec.from {
-        ReplaceSource::Table(t) => Ok(t),
-        ReplaceSource::Files(_) => Err(EngineError::Internal(
-            "a replace_where flow from files ran on Spark".into(),
-        )),
-    }
-}
-
-/// Where replace_where flow `name` (`spec`) stands.
+/// Where replace_where flow `name` (`spec`) stands: the source and the target; a batch of
+/// files, for a flow from files (see [`files::discover`]; `exported`: an export of the
+/// pipeline writes them).
 pub(crate) async fn discover(
     s: &Session<'_>,
     places: &Places,
-    name: &str,
-    spec: &ReplaceWhereFlow,
-) -> Result<Tables> {
-    tables::discover(s, places, name, (source(spec)?, &spec.into), false).await
+    (name, spec): (&str, &ReplaceWhereFlow),
+    exported: bool,
+    full_refresh: bool,
+) -> Result<(Tables, Option<files::Batch>)> {
+    match &spec.from {
+        ReplaceSource::Table(from) => {
+            let state = tables::discover(s, places, name, (from, &spec.into), false).await?;
+            Ok((state, None))
+        }
+        ReplaceSource::Files(flow) => {
+            let (state, batch) =
+                files::discover(s, places, (name, spec, flow), exported, full_refresh).await?;
+            Ok((state, Some(batch)))
+        }
+    }
 }
 
 /// The columns `spec` writes — the target's, else its DDL's — each a column of the
@@ -111,14 +116,26 @@ pub(crate) struct Replace<'a> {
 }
 
 impl Replace<'_> {
-    /// Runs (or plans) the flow on `session`; `state` is where things stood before.
-    pub(crate) async fn run(&self, s: &Session<'_>, state: &Tables) -> Result<FlowReport> {
+    /// Runs (or plans) the flow on `session`; `state` is where things stood before, `batch`
+    /// the files of a flow from files.
+    pub(crate) async fn run(
+        &self,
+        s: &Session<'_>,
+        state: &Tables,
+        batch: Option<&files::Batch>,
+    ) -> Result<FlowReport> {
         let (spec, v, stored) = (self.spec, state.source_version, state.watermark);
-        if stored == Some(v) && !self.ctx.full_refresh {
+        let nothing = batch.is_some_and(|b| b.to_load.is_empty());
+        if nothing || (stored == Some(v) && !self.ctx.full_refresh) {
             let target = state.target.as_ref().map(|l| l.version);
             return Ok(up_to_date(self.name, spec, self.ctx, stored, v, target));
         }
         let mut report = self.report(state);
+        if let Some(batch) = batch {
+            report.files_found = batch.found;
+            report.files_new = batch.to_load.len();
+            report.files_read = batch.to_load.len();
+        }
         if let Some(w) = stored.filter(|w| *w > v && !self.ctx.full_refresh) {
             return Err(EngineError::user(
                 format!(
@@ -135,7 +152,10 @@ impl Replace<'_> {
         s.setting(format!("SET spark.sql.session.timeZone={tz}"))
             .await?;
         s.setting(format!("DROP VIEW IF EXISTS {VIEW}")).await?;
-        let source = format!("{} VERSION AS OF {v}", self.places.sql(source(spec)?));
+        let source = match &spec.from {
+            ReplaceSource::Table(from) => format!("{} VERSION AS OF {v}", self.places.sql(from)),
+            ReplaceSource::Files(_) => files::VIEW.to_string(),
+        };
         s.read("read and cast the batch", sql::cache(&source, &columns))
             .await?;
         let predicate = self.predicate(s, &columns).await?;
@@ -147,7 +167,8 @@ impl Replace<'_> {
         self.check(s, &source, &columns, &predicate, &mut report)
             .await?;
         report.status = ReportStatus::Applied;
-        self.write(s, state, &columns, &predicate, &mut report)
+        let entry = batch.map(|b| b.entry(self.name));
+        self.write(s, state, (&columns, &predicate), entry, &mut report)
             .await?;
         Ok(report)
     }
@@ -275,8 +296,8 @@ impl Replace<'_> {
         &self,
         s: &Session<'_>,
         state: &Tables,
-        columns: &[Column],
-        predicate: &str,
+        (columns, predicate): (&[Column], &str),
+        entry: Option<(String, String)>,
         report: &mut FlowReport,
     ) -> Result<()> {
         let target = self.places.sql(&self.spec.into);
@@ -301,7 +322,12 @@ impl Replace<'_> {
             create_table(&target, &defs),
         )
         .await?;
-        let metadata = commit_metadata(&self.ctx.run_id, self.name, v, report)?;
+        // A batch of files records them as applied, as embedded.
+        let extra: Vec<(&str, &str)> = entry
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let metadata = commit_metadata_with(&self.ctx.run_id, self.name, v, report, &extra)?;
         let rebuild = self.ctx.full_refresh;
         write::write_target(
             s,
