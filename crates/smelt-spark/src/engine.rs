@@ -11,12 +11,13 @@ use smelt_engine::status::{FlowStatus, utc_text};
 use smelt_engine::validate::Problem;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{
-    AppendFlow, ApplyFlow, ColumnDef, Flow, FlowKind, IngestFlow, Pipeline, ReplaceWhereFlow,
-    TableName,
+    AppendFlow, ApplyFlow, ColumnDef, ExportFlow, Flow, FlowKind, IngestFlow, Pipeline,
+    ReplaceWhereFlow, TableName,
 };
 
 use crate::append::{self, Append};
 use crate::client::Spark;
+use crate::export::{self, Export};
 use crate::ingest::{self, Ingest};
 use crate::places::Places;
 use crate::replace::{self, Replace};
@@ -33,6 +34,7 @@ enum Runnable<'f> {
     Append(&'f AppendFlow),
     Replace(&'f ReplaceWhereFlow),
     Ingest(&'f IngestFlow),
+    Export(&'f ExportFlow),
 }
 
 /// A pipeline on a Spark cluster.
@@ -73,7 +75,19 @@ impl SparkEngine {
                 FlowKind::Append(spec) => self.check_append(&flow.name, spec).await,
                 FlowKind::ReplaceWhere(spec) => self.check_replace(&flow.name, spec).await,
                 FlowKind::Ingest(spec) => self.check_ingest(&flow.name, spec).await,
-                _ => Vec::new(),
+                FlowKind::Export(spec) => {
+                    let s = Session::new(
+                        &self.spark,
+                        &flow.name,
+                        Mode::Plan,
+                        &smelt_engine::ports::Silent,
+                    );
+                    export::discover(&s, &self.places, &flow.name, spec)
+                        .await
+                        .err()
+                        .into_iter()
+                        .collect()
+                }
             };
             // A source a flow of the pipeline writes is made before this flow runs.
             let upstream = |e: &EngineError| match e {
@@ -380,6 +394,16 @@ impl SparkEngine {
                 };
                 replace.run(s, &state, batch.as_ref()).await
             }
+            Runnable::Export(spec) => {
+                let state = export::discover(s, &self.places, name, spec).await?;
+                let export = Export {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                export.run(s, &state).await
+            }
             Runnable::Ingest(spec) => {
                 let state = ingest::discover(s, &self.places, name, spec).await?;
                 if let Some(events) = events {
@@ -406,9 +430,7 @@ impl SparkEngine {
             FlowKind::Append(spec) => Ok(Runnable::Append(spec)),
             FlowKind::ReplaceWhere(spec) => Ok(Runnable::Replace(spec)),
             FlowKind::Ingest(spec) => Ok(Runnable::Ingest(spec)),
-            _ => Err(EngineError::Internal(
-                "a refused flow kind ran on Spark".into(),
-            )),
+            FlowKind::Export(spec) => Ok(Runnable::Export(spec)),
         }
     }
 
@@ -418,7 +440,12 @@ impl SparkEngine {
     async fn drop_views(&self, s: &Session<'_>) {
         let views = crate::scd2::VIEWS
             .iter()
-            .chain([&append::VIEW, &replace::VIEW, &replace::files::VIEW])
+            .chain([
+                &append::VIEW,
+                &replace::VIEW,
+                &replace::files::VIEW,
+                &export::VIEW,
+            ])
             .chain(VIEWS.iter().rev())
             .chain(ingest::sql::VIEWS.iter());
         for view in views {
@@ -487,6 +514,15 @@ impl SparkEngine {
             Mode::Plan,
             &smelt_engine::ports::Silent,
         );
+        if let Runnable::Export(spec) = r {
+            let state = export::discover(&s, &self.places, &flow.name, spec).await?;
+            row.bronze_version = Some(state.source_version);
+            row.watermark = state.saved.version;
+            if state.saved.number == 0 {
+                row.problem = Some("not exported yet: run `smelt run`".into());
+            }
+            return Ok(());
+        }
         let mut files = None;
         let (source_version, watermark, last, into) = match r {
             Runnable::Apply(spec) => {
@@ -509,6 +545,7 @@ impl SparkEngine {
                 let (v, w) = (state.source_version, state.watermark);
                 (v, w, state.target, &spec.into)
             }
+            Runnable::Export(_) => unreachable!("returned above"),
             Runnable::Ingest(spec) => {
                 let state = ingest::discover(&s, &self.places, &flow.name, spec).await?;
                 let ingest = Ingest {

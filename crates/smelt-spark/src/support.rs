@@ -61,7 +61,11 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
                 );
             }
         }
-        FlowKind::Export(_) => refuse("an `export` flow".into(), embedded),
+        FlowKind::Export(spec) => {
+            if spec.from.catalog.is_some() {
+                refuse(format!("the Iceberg table `{}`", spec.from), embedded);
+            }
+        }
     }
     out
 }

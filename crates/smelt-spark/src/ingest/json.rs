@@ -4,7 +4,7 @@
 //! (Spark's JSON parser and serde's agree: `2.50` is `2.5`, `1e3` is `1000.0`), objects and
 //! arrays as compact JSON with their keys sorted (a variant's JSON, as serde's maps sort).
 
-use crate::sql::{ident, string_literal};
+use crate::sql::string_literal;
 
 use super::sql::{
     FILES, Input, LINES, META, NO_ENTRY, Own, Plan, ROWS, partition_columns, rescued_entries,
@@ -14,17 +14,16 @@ use super::sql::{
 /// The cache of the non-empty lines of the files at `glob` (the files view's), trimmed, each
 /// with its file, line number (lines end at `\n`), its keys (NULL for a line that is not an
 /// object), and whether the file changed since it was listed.
-pub(crate) fn lines_cache(glob: &str) -> String {
+pub(crate) fn lines_cache(files: &str) -> String {
     format!(
         "CACHE TABLE {LINES} AS\n\
          SELECT __i, __line, false AS __first, __changed, false AS __open, __text, json_object_keys(__text) AS __keys FROM (\n\
          SELECT f.__i, l.pos + 1 AS __line, f.__changed, regexp_replace(l.text, '^\\\\s+|\\\\s+$', '') AS __text\n\
          FROM (SELECT v.__i, v.__size <> octet_length(b.content) OR v.__mtime <> unix_micros(b.modificationTime) AS __changed,\n\
                   split(decode(b.content, 'UTF-8'), '\\n', -1) AS __lines\n\
-           FROM binaryFile.{} b JOIN {FILES} v ON b.path = v.__path) f\n\
+           FROM {files} b JOIN {FILES} v ON b.path = v.__path) f\n\
          LATERAL VIEW posexplode(f.__lines) l AS pos, text)\n\
-         WHERE __text <> ''",
-        ident(glob),
+         WHERE __text <> ''"
     )
 }
 

@@ -399,7 +399,7 @@ impl Ingest<'_> {
             None => absolute(&spec.folder)?.to_string_lossy().into_owned(),
         };
         let relatives: Vec<&str> = files.iter().map(|f| f.relative.as_str()).collect();
-        let glob = sql::files_glob(&base, &relatives);
+        let glob = sql::files_relation("binaryFile", &base, &relatives);
         let load: Vec<LoadFile> = files
             .iter()
             .map(|f| LoadFile {

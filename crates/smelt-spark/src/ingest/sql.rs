@@ -106,15 +106,26 @@ fn glob_escape(text: &str) -> String {
     out
 }
 
-/// One glob naming exactly `files` below the folder Spark lists at `base` (Hadoop globs
-/// expand `{a,b/c}` into paths).
-pub(crate) fn files_glob(base: &str, relatives: &[&str]) -> String {
+/// The relation of `format` (`binaryFile`, `parquet`) reading exactly the files
+/// `relatives` below the folder Spark lists at `base`: one glob naming them (Hadoop globs
+/// expand `{a,b/c}` into paths), or, where a path has a `:` (which Hadoop's glob takes for
+/// a URI scheme once it splits the path), a `UNION ALL` of one read per file.
+pub(crate) fn files_relation(format: &str, base: &str, relatives: &[&str]) -> String {
     let base = base.trim_end_matches('/');
+    let path = base.split_once("://").map_or(base, |(_, rest)| rest);
+    if path.contains(':') || relatives.iter().any(|r| r.contains(':')) {
+        let reads: Vec<String> = relatives
+            .iter()
+            .map(|r| format!("SELECT * FROM {format}.{}", ident(&format!("{base}/{r}"))))
+            .collect();
+        return format!("({})", reads.join(" UNION ALL "));
+    }
     let names: Vec<String> = relatives.iter().map(|r| glob_escape(r)).collect();
-    match names.as_slice() {
+    let glob = match names.as_slice() {
         [one] => format!("{}/{one}", glob_escape(base)),
         _ => format!("{}/{{{}}}", glob_escape(base), names.join(",")),
-    }
+    };
+    format!("{format}.{}", ident(&glob))
 }
 
 /// The files view: the files a run reads, by their paths as Spark lists them.
@@ -247,7 +258,7 @@ pub(crate) fn charset(label: &str) -> String {
 /// The cache of the non-empty lines of the files at `glob` (the files view's), each with its
 /// file, line number, whether it is the file's first, whether the file changed since it was
 /// listed, and its fields.
-pub(crate) fn lines_cache(glob: &str, layout: &CsvLayout) -> String {
+pub(crate) fn lines_cache(files: &str, layout: &CsvLayout) -> String {
     let (unquoted, open) = fields(layout, "__raw");
     format!(
         "CACHE TABLE {LINES} AS\n\
@@ -256,12 +267,11 @@ pub(crate) fn lines_cache(glob: &str, layout: &CsvLayout) -> String {
          FROM (SELECT *, array_position(transform(__lines, x -> x <> ''), true) AS __head FROM (\n\
            SELECT v.__i, v.__size <> octet_length(b.content) OR v.__mtime <> unix_micros(b.modificationTime) AS __changed,\n\
                   split(decode(b.content, {}), '\\r\\n|\\r|\\n', -1) AS __lines\n\
-           FROM binaryFile.{} b JOIN {FILES} v ON b.path = v.__path)) f\n\
+           FROM {files} b JOIN {FILES} v ON b.path = v.__path)) f\n\
          LATERAL VIEW posexplode(f.__lines) l AS pos, text\n\
          WHERE l.text <> '')",
         raw_fields(layout, "l.text"),
         string_literal(&charset(&layout.encoding)),
-        ident(glob),
     )
 }
 
@@ -473,10 +483,17 @@ mod tests {
 
     #[test]
     fn globs_name_exactly_the_files() {
-        assert_eq!(files_glob("/l", &["a.tbl"]), "/l/a.tbl");
         assert_eq!(
-            files_glob("/l/", &["a,b.csv", "d/x{1}.csv"]),
-            "/l/{a\\,b.csv,d/x\\{1\\}.csv}"
+            files_relation("parquet", "/l", &["a.tbl"]),
+            "parquet.`/l/a.tbl`"
+        );
+        assert_eq!(
+            files_relation("binaryFile", "/l/", &["a,b.csv", "d/x{1}.csv"]),
+            "binaryFile.`/l/{a\\,b.csv,d/x\\{1\\}.csv}`"
+        );
+        assert_eq!(
+            files_relation("parquet", "s3://b/l", &["t=10:00/a", "t=10:00/b"]),
+            "(SELECT * FROM parquet.`s3://b/l/t=10:00/a` UNION ALL SELECT * FROM parquet.`s3://b/l/t=10:00/b`)"
         );
     }
 

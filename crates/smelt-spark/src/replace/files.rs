@@ -112,10 +112,7 @@ async fn view(s: &Session<'_>, flow: &IngestFlow, files: &[LandingFile]) -> Resu
     let mut scans = Vec::new();
     let mut all: Vec<Field> = Vec::new();
     for (partitions, relatives) in &groups {
-        let scan = format!(
-            "parquet.{}",
-            ident(&ingest::sql::files_glob(&base, relatives))
-        );
+        let scan = ingest::sql::files_relation("parquet", &base, relatives);
         let schema = schema_of(s, "read the files' columns", &scan).await?;
         let mut columns: Vec<String> = Vec::new();
         for f in schema.fields() {

@@ -28,7 +28,7 @@ use crate::session::{Mode, Session};
 use crate::tables::{self, Column, Tables, Wanted};
 
 pub(crate) mod files;
-mod sql;
+pub(crate) mod sql;
 
 /// The cache of a replace_where run's batch.
 pub(crate) const VIEW: &str = "smelt_replace";

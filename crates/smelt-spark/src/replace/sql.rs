@@ -39,7 +39,7 @@ pub(super) fn bounds(bounds: &[(&Column, bool)]) -> String {
 }
 
 /// `text`, a value of type `ty` as Spark renders it, as a literal of that exact type.
-pub(super) fn literal(text: &str, ty: ColumnType) -> String {
+pub(crate) fn literal(text: &str, ty: ColumnType) -> String {
     match ty {
         ColumnType::Int64 | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Int8 => {
             format!("CAST({text} AS {})", spark_type(ty))

@@ -1,0 +1,525 @@
+//! An `export` flow on Spark (seed 003's `EXPORT DATA`), as embedded: the source's rows
+//! changed since the last export — new rows and the new image of rewritten ones of the
+//! commits after the exported version (the snapshot the first time), or with
+//! `changed_by: <column>` the snapshot's rows past the greatest value exported (`since` the
+//! first time) — written as Parquet under `<column>=<run time in the flow's zone>/`, each
+//! change once.
+//!
+//! The export's state is a Delta table beside the files (`<to>/_smelt/<flow>.spark`, hidden
+//! from readers): a run saves what it is about to write (source version, bounds, folder,
+//! run time) as `pending`, then writes the folder (`INSERT OVERWRITE DIRECTORY`: Spark's
+//! commit protocol makes the files visible at the end), then marks the state `published`.
+//! A crash before the save exports the same rows next run; after it, the next run writes the
+//! same rows to the same folder again (the bounds are fixed) before anything new.
+
+use smelt_engine::context::RunContext;
+use smelt_engine::export::partition_value;
+use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::schema::column_type;
+use smelt_engine::{EngineError, Result};
+use smelt_spec::{ChangedBy, Compression, ExportFlow};
+
+use crate::ingest::absolute;
+use crate::places::Places;
+use crate::replace::sql::literal;
+use crate::rows::{self, Source};
+use crate::scd1::discover::{last_commit, schema_of};
+use crate::scd1::read::Span;
+use crate::session::{Mode, Session};
+use crate::sql::{delta_path, ident, string_literal};
+
+/// The rows of an export run, cached.
+pub(crate) const VIEW: &str = "smelt_export";
+
+/// What an export saved last.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    /// Which save this is (0: none yet).
+    pub(crate) number: i64,
+    /// The source version exported through.
+    pub(crate) version: Option<i64>,
+    /// With `changed_by: <column>`: the greatest value exported, as a Spark SQL literal.
+    pub(crate) column_max: Option<String>,
+    /// The run's bounds were saved, its files not published yet.
+    pub(crate) pending: bool,
+    /// The partition folder of the last export.
+    pub(crate) folder: Option<String>,
+    /// Its run time (µs): the partition column's value.
+    pub(crate) stamp_us: Option<i64>,
+    /// The version exported through before it.
+    pub(crate) after_version: Option<i64>,
+    /// The column's bound before it.
+    pub(crate) after_max: Option<String>,
+}
+
+/// Where an export flow stands.
+#[derive(Debug, Clone)]
+pub(crate) struct ExportState {
+    /// The source's version.
+    pub(crate) source_version: i64,
+    /// The source's columns.
+    pub(crate) columns: Vec<(String, arrow::datatypes::DataType)>,
+    /// What the export saved last.
+    pub(crate) saved: State,
+}
+
+/// The folder or URL exports of `spec` go to, as the cluster sees it.
+pub(crate) fn to(spec: &ExportFlow) -> Result<String> {
+    Ok(match &spec.url {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None => absolute(&spec.folder)?.to_string_lossy().into_owned(),
+    })
+}
+
+/// The export state table of flow `name`.
+fn state_table(spec: &ExportFlow, name: &str) -> Result<String> {
+    Ok(delta_path(&format!("{}/_smelt/{name}.spark", to(spec)?)))
+}
+
+/// Where export flow `name` (`spec`) stands. An export the embedded engine started (its
+/// state files beside the exports) is refused: each engine keeps its own state.
+pub(crate) async fn discover(
+    s: &Session<'_>,
+    places: &Places,
+    name: &str,
+    spec: &ExportFlow,
+) -> Result<ExportState> {
+    let source = places.sql(&spec.from);
+    let Some(last) = last_commit(s, "read the source's version", &source).await? else {
+        return Err(EngineError::TableNotFound {
+            table: spec.from.to_string(),
+            location: places.location(&spec.from),
+            hint: "create the source table first (as a Delta table), or fix `from:` / `lake:`"
+                .into(),
+        });
+    };
+    let schema = schema_of(s, "read the source's columns", &source).await?;
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect();
+    let table = state_table(spec, name)?;
+    let saved = match last_commit(s, "read the export's state", &table).await? {
+        Some(_) => {
+            let rows = s
+                .read(
+                    "read the export's state",
+                    format!("SELECT * FROM {table} ORDER BY number DESC, status = 'published' DESC LIMIT 1"),
+                )
+                .await?;
+            let int = |c: &str| rows.ints(c).first().copied().flatten();
+            let text = |c: &str| rows.strings(c).first().cloned().flatten();
+            State {
+                number: int("number").unwrap_or(0),
+                version: int("version"),
+                column_max: text("column_max"),
+                pending: text("status").as_deref() == Some("pending"),
+                folder: text("folder"),
+                stamp_us: int("stamp_us"),
+                after_version: int("after_version"),
+                after_max: text("after_max"),
+            }
+        }
+        None => {
+            embedded_state(s, spec, name).await?;
+            State::default()
+        }
+    };
+    Ok(ExportState {
+        source_version: last.version,
+        columns,
+        saved,
+    })
+}
+
+/// An error when the embedded engine keeps a state for this export.
+async fn embedded_state(s: &Session<'_>, spec: &ExportFlow, name: &str) -> Result<()> {
+    let folder = format!("{}/_smelt/{name}", to(spec)?);
+    let sql = format!("SELECT count(*) AS n FROM binaryFile.{}", ident(&folder));
+    s.record_read("look for the embedded engine's export state", &sql);
+    let found = match s
+        .spark
+        .sql("look for the embedded engine's export state", &sql)
+        .await
+    {
+        Ok(rows) => rows.ints("n").first().copied().flatten().unwrap_or(0),
+        Err(_) => 0, // no such folder
+    };
+    if found > 0 {
+        return Err(EngineError::user(
+            format!(
+                "flow `{name}`: the export to `{}` was started by the embedded engine (its state is in `{folder}`); the Spark engine keeps its own state",
+                spec.to
+            ),
+            "run this flow with `--engine embedded`, or export to a new folder",
+        ));
+    }
+    Ok(())
+}
+
+/// One export flow run.
+pub(crate) struct Export<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) spec: &'a ExportFlow,
+    pub(crate) places: &'a Places,
+    pub(crate) ctx: &'a RunContext,
+}
+
+/// What one export writes: the source's rows between two bounds, into one folder.
+struct Bounds {
+    after_version: Option<i64>,
+    after_max: Option<String>,
+    version: i64,
+    folder: String,
+    stamp_us: i64,
+}
+
+impl Export<'_> {
+    /// Runs (or plans) the flow on `s`; `state` is where things stood before.
+    pub(crate) async fn run(&self, s: &Session<'_>, state: &ExportState) -> Result<FlowReport> {
+        let (spec, v) = (self.spec, state.source_version);
+        let mut saved = state.saved.clone();
+        let mut report = FlowReport {
+            flow: self.name.to_string(),
+            kind: ReportKind::Export,
+            from: spec.from.to_string(),
+            into: spec.to.clone(),
+            run_id: self.ctx.run_id.clone(),
+            to_version: v,
+            ..FlowReport::default()
+        };
+        s.setting("SET spark.sql.session.timeZone=UTC".into())
+            .await?;
+        if saved.pending && s.mode != Mode::Plan {
+            // An export a crash interrupted: its rows again, into its folder.
+            let bounds = Bounds {
+                after_version: saved.after_version,
+                after_max: saved.after_max.clone(),
+                version: saved.version.unwrap_or(v),
+                folder: saved.folder.clone().unwrap_or_default(),
+                stamp_us: saved.stamp_us.unwrap_or(self.ctx.run_timestamp_us),
+            };
+            let (_, kept, _) = self.rows(s, state, &bounds).await?;
+            self.write(s, state, &bounds, kept).await?;
+            self.publish(s, saved.number).await?;
+            saved.pending = false;
+        }
+        if self.ctx.full_refresh {
+            (saved.version, saved.column_max) = (None, None);
+        }
+        report.from_version = saved.version;
+        report.mode = match saved.version {
+            None => ReadMode::Snapshot,
+            Some(_) => ReadMode::Incremental,
+        };
+        if saved.version == Some(v) {
+            report.status = ReportStatus::UpToDate;
+            return Ok(report);
+        }
+        let stamp_us = self.ctx.run_timestamp_us;
+        let folder = format!(
+            "{}={}",
+            escape_path_name(&spec.partition_column),
+            escape_path_name(&partition_value(spec, stamp_us)?)
+        );
+        report.partition = Some(folder.clone());
+        if s.mode == Mode::Plan {
+            report.status = ReportStatus::Planned;
+            return Ok(report);
+        }
+        let bounds = Bounds {
+            after_version: saved.version,
+            after_max: saved.column_max.clone(),
+            version: v,
+            folder,
+            stamp_us,
+        };
+        let (read, written, max) = self.rows(s, state, &bounds).await?;
+        report.changes_read = read;
+        report.rows_written = written;
+        report.status = ReportStatus::Applied;
+        let column_max = max.or(bounds.after_max.clone());
+        let number = saved.number + 1;
+        let status = if written > 0 { "pending" } else { "published" };
+        self.save(s, number, &bounds, column_max.as_deref(), status, &report)
+            .await?;
+        if written > 0 {
+            self.write(s, state, &bounds, written).await?;
+            self.publish(s, number).await?;
+            let files = s
+                .read(
+                    "count the files written",
+                    format!(
+                        "SELECT count(*) AS n, sum(length) AS bytes FROM binaryFile.{}",
+                        ident(&format!("{}/{}", to(spec)?, bounds.folder))
+                    ),
+                )
+                .await?;
+            let one = |c: &str| files.ints(c).first().copied().flatten().unwrap_or(0);
+            report.files_written = one("n") as usize;
+            report.bytes_written = one("bytes") as u64;
+        }
+        Ok(report)
+    }
+
+    /// The rows between `bounds` cached as [`VIEW`] (the partition column added): the rows
+    /// read, those kept, and the greatest value of `changed_by`'s column among them (a Spark
+    /// SQL literal).
+    async fn rows(
+        &self,
+        s: &Session<'_>,
+        state: &ExportState,
+        b: &Bounds,
+    ) -> Result<(usize, usize, Option<String>)> {
+        let spec = self.spec;
+        let source = self.places.sql(&spec.from);
+        let columns: Vec<String> = state
+            .columns
+            .iter()
+            .map(|(c, _)| c.clone())
+            .filter(|c| c != &spec.partition_column)
+            .collect();
+        let (relation, keep) = match (&spec.changed_by, b.after_version) {
+            (ChangedBy::Version, Some(after)) => {
+                let location = self.places.location(&spec.from);
+                let src = Source {
+                    name: &spec.from.to_string(),
+                    location: &location,
+                    version: b.version,
+                    columns: &columns,
+                    removes: false,
+                };
+                let span = Span::Range(after, b.version);
+                let history = rows::open(s, src, span).await?;
+                rows::rows(s, src, span, &history).await?;
+                (
+                    "smelt_raw".to_string(),
+                    "_change_type IN ('insert', 'update_postimage')".to_string(),
+                )
+            }
+            (ChangedBy::Version, None) => (
+                format!("{source} VERSION AS OF {}", b.version),
+                "true".into(),
+            ),
+            (ChangedBy::Column(c), _) => {
+                let ty = state
+                    .columns
+                    .iter()
+                    .find(|(n, _)| n == c)
+                    .and_then(|(_, t)| column_type(t))
+                    .ok_or_else(|| {
+                        EngineError::user(
+                            format!(
+                                "flow `{}`: `changed_by: {c}` names no column of `{}`",
+                                self.name, spec.from
+                            ),
+                            "use a column of the table, such as `updated_at`, or `version`",
+                        )
+                    })?;
+                let keep = match (&b.after_max, &spec.since) {
+                    (Some(max), _) => format!("{} > {max}", ident(c)),
+                    (None, Some(since)) => format!("{} >= {}", ident(c), literal(since, ty)),
+                    (None, None) => "true".into(),
+                };
+                (format!("{source} VERSION AS OF {}", b.version), keep)
+            }
+        };
+        let list: Vec<String> = columns.iter().map(|c| ident(c)).collect();
+        s.setting(format!("UNCACHE TABLE IF EXISTS {VIEW}")).await?;
+        s.read(
+            "read the changed rows",
+            format!(
+                "CACHE TABLE {VIEW} AS SELECT {}, timestamp_micros({}L) AS {}, coalesce(({keep}), false) AS __keep FROM {relation}",
+                list.join(", "),
+                b.stamp_us,
+                ident(&spec.partition_column)
+            ),
+        )
+        .await?;
+        let max = match &spec.changed_by {
+            ChangedBy::Column(c) => {
+                format!(", CAST(max(IF(__keep, {}, NULL)) AS STRING) AS m", ident(c))
+            }
+            ChangedBy::Version => String::new(),
+        };
+        let counts = s
+            .read(
+                "count the changed rows",
+                format!("SELECT count(*) AS n, count_if(__keep) AS kept{max} FROM {VIEW}"),
+            )
+            .await?;
+        let one = |c: &str| counts.ints(c).first().copied().flatten().unwrap_or(0) as usize;
+        let max = match &spec.changed_by {
+            ChangedBy::Column(c) => {
+                let ty = state
+                    .columns
+                    .iter()
+                    .find(|(n, _)| n == c)
+                    .and_then(|(_, t)| column_type(t));
+                counts
+                    .strings("m")
+                    .first()
+                    .cloned()
+                    .flatten()
+                    .zip(ty)
+                    .map(|(m, ty)| literal(&m, ty))
+            }
+            ChangedBy::Version => None,
+        };
+        Ok((one("n"), one("kept"), max))
+    }
+
+    /// The state of save `number`: `bounds`, the bound after them, `status`.
+    async fn save(
+        &self,
+        s: &Session<'_>,
+        number: i64,
+        b: &Bounds,
+        column_max: Option<&str>,
+        status: &str,
+        report: &FlowReport,
+    ) -> Result<()> {
+        let table = state_table(self.spec, self.name)?;
+        s.write(
+            None,
+            "create the export's state",
+            format!(
+                "CREATE TABLE IF NOT EXISTS {table} (number BIGINT, version BIGINT, column_max STRING, \
+                 status STRING, folder STRING, stamp_us BIGINT, after_version BIGINT, after_max STRING, \
+                 run_id STRING, at_ms BIGINT, report STRING) USING DELTA"
+            ),
+        )
+        .await?;
+        let text = |v: Option<&str>| v.map_or("CAST(NULL AS STRING)".into(), string_literal);
+        let int = |v: Option<i64>| v.map_or("CAST(NULL AS BIGINT)".into(), |v| format!("{v}L"));
+        let report =
+            serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?;
+        s.write(
+            Some("before_spark_export_state"),
+            "save the export's state",
+            format!(
+                "INSERT INTO {table} VALUES ({number}L, {}L, {}, {}, {}, {}L, {}, {}, {}, {}L, {})",
+                b.version,
+                text(column_max),
+                string_literal(status),
+                string_literal(&b.folder),
+                b.stamp_us,
+                int(b.after_version),
+                text(b.after_max.as_deref()),
+                string_literal(&self.ctx.run_id),
+                chrono_ms(),
+                string_literal(&report),
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The columns exported: the source's (but one named as the partition column), then
+    /// the partition column.
+    fn output(&self, state: &ExportState) -> Vec<String> {
+        let part = &self.spec.partition_column;
+        state
+            .columns
+            .iter()
+            .map(|(c, _)| c)
+            .filter(|c| *c != part)
+            .chain(std::iter::once(part))
+            .map(|c| ident(c))
+            .collect()
+    }
+
+    /// The cached rows (`rows` of them) written into `bounds`' folder, as Parquet: as
+    /// many files as embedded, `rows_per_file` rows each at most (one task each).
+    async fn write(
+        &self,
+        s: &Session<'_>,
+        state: &ExportState,
+        b: &Bounds,
+        rows: usize,
+    ) -> Result<()> {
+        let spec = self.spec;
+        let compression = match spec.compression {
+            Compression::Snappy => "snappy",
+            Compression::Zstd => "zstd",
+            Compression::None => "none",
+        };
+        s.write_setting(format!(
+            "SET spark.sql.files.maxRecordsPerFile={}",
+            spec.rows_per_file
+        ))
+        .await?;
+        s.write_setting("SET spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS".into())
+            .await?;
+        let path = format!("{}/{}", to(spec)?, b.folder);
+        s.write(
+            Some("before_spark_export"),
+            "write the files",
+            format!(
+                "INSERT OVERWRITE DIRECTORY {} USING parquet OPTIONS (compression '{compression}') \
+                 SELECT /*+ REPARTITION({}) */ {} FROM {VIEW} WHERE __keep",
+                string_literal(&path),
+                rows.div_ceil(spec.rows_per_file).max(1),
+                self.output(state).join(", ")
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Save `number` marked published.
+    async fn publish(&self, s: &Session<'_>, number: i64) -> Result<()> {
+        let table = state_table(self.spec, self.name)?;
+        s.write(
+            Some("before_spark_export_publish"),
+            "mark the export published",
+            // A row of its own (an append; an `UPDATE` rewrites the table's file).
+            format!(
+                "INSERT INTO {table} SELECT number, version, column_max, 'published', folder, stamp_us, \
+                 after_version, after_max, run_id, at_ms, report FROM {table} WHERE number = {number} AND status = 'pending'"
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// `text` as a folder name the way Spark (and BigQuery) write partition folders: `:`, `%`,
+/// `=`, `/`, quotes and the other characters paths cannot hold as `%XX` (readers decode
+/// them; Hadoop cannot overwrite a folder whose name has a `:`).
+fn escape_path_name(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() || "\"#%'*/:=?\\{[]^\u{7f}".contains(c) {
+            for b in c.to_string().bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Now, ms since the epoch.
+fn chrono_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folder_names_are_escaped_as_spark_escapes_them() {
+        assert_eq!(
+            escape_path_name("2026-07-21 10:00:00+09:00"),
+            "2026-07-21 10%3A00%3A00+09%3A00"
+        );
+        assert_eq!(escape_path_name("a=b/c%"), "a%3Db%2Fc%25");
+    }
+}
