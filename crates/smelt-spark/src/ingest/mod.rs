@@ -1,7 +1,8 @@
 //! An `ingest` flow on Spark (seed 002's Auto Loader), as embedded: the landing's files
 //! listed through the cluster, those bronze's ledger does not record loaded ([`plan_found`],
 //! the embedded engine's rule) read in the cluster ([`sql`]) and appended to bronze by one
-//! `INSERT` that carries the flow's watermark (the load's number, Delta's `txnAppId` /
+//! statement (`CREATE TABLE … AS` the first time, `INSERT` after) that carries the flow's
+//! watermark (the load's number, Delta's `txnAppId` /
 //! `txnVersion`) and the files it loads (the commit's `userMetadata`, where the embedded
 //! engine also reads them): a crash before it loads the files again, one after it loads
 //! nothing twice. Malformed lines go to `<bronze>__rejects` first, tagged with the load.
@@ -9,209 +10,32 @@
 //! CSV ([`sql`]) and JSON lines ([`json`]); Parquet is refused by name (`support.rs`).
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
 
 use arrow::datatypes::{DataType, SchemaRef};
 use smelt_engine::ingest::LOG_CLEANUP;
-use smelt_engine::ingest::ledger::{FILES_KEY, FileStamp, files_entry, loaded_from, plan_found};
+use smelt_engine::ingest::ledger::{files_entry, plan_found};
 use smelt_engine::ingest::load::{FIX_FILE, MAX_MALFORMED};
 use smelt_engine::ingest::rejects::INGEST_BATCH;
 use smelt_engine::ports::LandingFile;
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::{EngineError, Result};
-use smelt_ingest::files::{Base, listed};
 use smelt_spec::{FileFormat, IngestEvolution, IngestFlow};
 
 use crate::places::Places;
 use crate::scd1::create_table;
-use crate::scd1::discover::{Last, last_commit, schema_of, txn_of};
 use crate::scd1::write::{self, commit_metadata_with};
 use crate::session::{Mode, Session};
-use crate::sql::{ident, string_literal};
 
 mod columns;
 mod json;
+mod listing;
 pub(crate) mod sql;
+mod state;
 use columns::{Heads, csv_names, plan_columns};
+pub(crate) use listing::{absolute, list};
 use sql::{Input, LoadFile, Own, RejectsOf};
-
-/// Where an ingest flow stands before its run.
-#[derive(Debug, Clone)]
-pub(crate) struct IngestState {
-    /// Bronze's last commit, when it exists.
-    pub(crate) bronze: Option<Last>,
-    /// Bronze's schema, when it exists.
-    pub(crate) schema: Option<SchemaRef>,
-    /// The loads bronze has taken in (the flow's watermark).
-    pub(crate) watermark: Option<i64>,
-    /// The files bronze's log records loaded.
-    pub(crate) loaded: HashMap<String, FileStamp>,
-    /// Whether bronze keeps its whole log (the ledger).
-    pub(crate) log_kept: bool,
-    /// The rejects table's columns, when it exists.
-    pub(crate) rejects: Option<Vec<String>>,
-    /// The load the rejects table was last written for.
-    pub(crate) rejects_watermark: Option<i64>,
-}
-
-/// Where ingest flow `name` (`spec`) stands.
-pub(crate) async fn discover(
-    s: &Session<'_>,
-    places: &Places,
-    name: &str,
-    spec: &IngestFlow,
-) -> Result<IngestState> {
-    let bronze = places.sql(&spec.into);
-    let last = last_commit(s, "read bronze's last commit", &bronze).await?;
-    let mut state = IngestState {
-        bronze: last.clone(),
-        schema: None,
-        watermark: None,
-        loaded: HashMap::new(),
-        log_kept: false,
-        rejects: None,
-        rejects_watermark: None,
-    };
-    let Some(last) = last else {
-        return Ok(state);
-    };
-    let location = places.location(&spec.into);
-    state.schema = Some(schema_of(s, "read bronze's columns", &bronze).await?);
-    state.watermark = txn_of(s, &location, name, "read bronze's watermark").await?;
-    state.loaded = loaded_from(ledger(s, &location, last.version).await?);
-    let props = s
-        .read(
-            "read bronze's properties",
-            format!("SHOW TBLPROPERTIES {bronze}"),
-        )
-        .await?;
-    state.log_kept = props
-        .strings("key")
-        .into_iter()
-        .zip(props.strings("value"))
-        .any(|(k, v)| k.as_deref() == Some(LOG_CLEANUP) && v.as_deref() == Some("false"));
-    let rejects = places.sql(&rejects_table(&spec.into));
-    if last_commit(s, "read the rejects table's last commit", &rejects)
-        .await?
-        .is_some()
-    {
-        let schema = schema_of(s, "read the rejects table's columns", &rejects).await?;
-        state.rejects = Some(schema.fields().iter().map(|f| f.name().clone()).collect());
-        state.rejects_watermark = txn_of(
-            s,
-            &places.location(&rejects_table(&spec.into)),
-            name,
-            "read the rejects table's watermark",
-        )
-        .await?;
-    }
-    Ok(state)
-}
-
-/// The ledger entries (loaded files) of the commits of the table at `location` up to
-/// `version`, oldest first: in the commit info (the embedded engine's commits) or in its
-/// `userMetadata` (this engine's).
-pub(crate) async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Result<Vec<String>> {
-    let sql = format!(
-        "SELECT c.userMetadata AS meta, c.`{FILES_KEY}` AS files FROM (\
-         SELECT from_json(value, 'commitInfo STRUCT<userMetadata: STRING, `{FILES_KEY}`: STRING>').commitInfo AS c, \
-         try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
-         WHERE v IS NOT NULL AND v <= {version} AND (c.`{FILES_KEY}` IS NOT NULL OR c.userMetadata LIKE {}) ORDER BY v",
-        ident(&format!("{location}/_delta_log/*.json")),
-        string_literal(&format!("%{FILES_KEY}%")),
-    );
-    let rows = s.read("read the loaded files", sql).await?;
-    let spark = rows.strings("meta").into_iter().map(|m| {
-        m.and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
-            .and_then(|v| v.get(FILES_KEY)?.as_str().map(str::to_string))
-    });
-    Ok(rows
-        .strings("files")
-        .into_iter()
-        .zip(spark)
-        .filter_map(|(own, spark)| own.or(spark))
-        .collect())
-}
-
-/// `path` absolute, `.` and `..` resolved by their names (as Spark's paths come back).
-pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
-    let path = std::path::absolute(path).map_err(|e| {
-        EngineError::storage(
-            format!("cannot resolve the landing folder `{}`", path.display()),
-            e,
-        )
-    })?;
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    Ok(out)
-}
-
-/// The files of the landing of flow `name` (`spec`) as Spark lists them, each with its
-/// path there: those a listing here would take (not hidden, matching the pattern).
-pub(crate) async fn list(
-    s: &Session<'_>,
-    name: &str,
-    spec: &IngestFlow,
-) -> Result<Vec<(LandingFile, String)>> {
-    let local;
-    let (spark_base, base) = match &spec.url {
-        Some(url) => (url.trim_end_matches('/').to_string(), Base::Url(url)),
-        None => {
-            local = absolute(&spec.folder)?;
-            (local.to_string_lossy().into_owned(), Base::Local(&local))
-        }
-    };
-    let cannot = |e: EngineError| {
-        EngineError::user(
-            format!(
-                "flow `{}`: the landing folder `{spark_base}` cannot be read: {e}",
-                name
-            ),
-            "create it, or fix `from:`",
-        )
-    };
-    s.view("list the landing", sql::listing_view(&spark_base))
-        .await
-        .map_err(cannot)?;
-    let rows = s
-        .read("list the landing", sql::listing_query())
-        .await
-        .map_err(cannot)?;
-    let prefix = match &spec.url {
-        Some(_) => format!("{spark_base}/"),
-        None => format!("file:{spark_base}/"),
-    };
-    let mut files = Vec::new();
-    let (paths, sizes, times) = (
-        rows.strings("path"),
-        rows.ints("length"),
-        rows.micros("modificationTime"),
-    );
-    for ((path, size), at) in paths.into_iter().zip(sizes).zip(times) {
-        let (Some(path), Some(size), Some(at)) = (path, size, at) else {
-            continue;
-        };
-        let Some(relative) = path.strip_prefix(&prefix) else {
-            return Err(EngineError::Internal(format!(
-                "Spark listed `{path}` outside the landing folder `{prefix}`"
-            )));
-        };
-        let file = listed(spec.pattern.as_deref(), &base, relative, size as u64, at)
-            .map_err(|e| EngineError::user(format!("flow `{}`: {e}", name), "fix `from:`"))?;
-        files.extend(file.map(|f| (f, path.clone())));
-    }
-    files.sort_by(|a, b| a.0.relative.cmp(&b.0.relative));
-    Ok(files)
-}
+pub(crate) use state::{IngestState, discover, ledger};
 
 /// The session conf letting a write add the columns its rows have and the table lacks.
 const AUTO_MERGE: &str = "spark.databricks.delta.schema.autoMerge.enabled";

@@ -1,0 +1,314 @@
+//! The Spark engine behind the engine's run loop ([`smelt_engine::run::Executor`]): each
+//! flow run compiled into statements and sent over one Spark Connect session; `validate`,
+//! `plan` and `compile` from the same code.
+
+use async_trait::async_trait;
+use smelt_engine::context::RunContext;
+use smelt_engine::ports::{EventLog, Reporter};
+use smelt_engine::report::{FlowEvent, FlowReport};
+use smelt_engine::run::{Executor, RunSettings};
+use smelt_engine::validate::Problem;
+use smelt_engine::{EngineError, Result};
+use smelt_spec::{
+    AppendFlow, ApplyFlow, ExportFlow, Flow, FlowKind, IngestFlow, Pipeline, ReplaceWhereFlow,
+};
+
+use crate::append::{self, Append};
+use crate::client::Spark;
+use crate::export::{self, Export};
+use crate::ingest::{self, Ingest};
+use crate::places::Places;
+use crate::replace::{self, Replace};
+use crate::scd1::discover::Last;
+use crate::scd1::{Scd1, VIEWS, discover};
+use crate::session::{Mode, Session, Statement};
+use crate::support::refusals;
+use crate::{event_log, sql};
+
+mod check;
+mod status;
+
+/// A flow this engine runs.
+#[derive(Debug, Clone, Copy)]
+enum Runnable<'f> {
+    Apply(&'f ApplyFlow),
+    Append(&'f AppendFlow),
+    Replace(&'f ReplaceWhereFlow),
+    Ingest(&'f IngestFlow),
+    Export(&'f ExportFlow),
+}
+
+/// A pipeline on a Spark cluster.
+pub struct SparkEngine {
+    spark: Spark,
+    pipeline: Pipeline,
+    places: Places,
+    settings: RunSettings,
+}
+
+impl SparkEngine {
+    /// Connects to the cluster at `url` for `pipeline`'s flows, run with `settings`.
+    pub async fn connect(url: &str, pipeline: &Pipeline, settings: &RunSettings) -> Result<Self> {
+        Ok(Self {
+            spark: Spark::connect(url).await?,
+            places: Places::new(pipeline)?,
+            pipeline: pipeline.clone(),
+            settings: settings.clone(),
+        })
+    }
+
+    /// Every problem of `flows` on this engine: what it does not run, and, for what it
+    /// runs, bronze missing or lacking a column silver needs.
+    pub async fn check(&self, flows: &[&Flow]) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        for flow in flows {
+            let problem = |error| Problem {
+                flow: flow.name.clone(),
+                error,
+            };
+            let refused = refusals(&self.pipeline, flow, &self.settings);
+            if !refused.is_empty() {
+                problems.extend(refused.into_iter().map(problem));
+                continue;
+            }
+            let found = match &flow.kind {
+                FlowKind::Apply(spec) => self.check_apply(&flow.name, spec).await,
+                FlowKind::Append(spec) => self.check_append(&flow.name, spec).await,
+                FlowKind::ReplaceWhere(spec) => self.check_replace(&flow.name, spec).await,
+                FlowKind::Ingest(spec) => self.check_ingest(&flow.name, spec).await,
+                FlowKind::Export(spec) => {
+                    let s = Session::new(
+                        &self.spark,
+                        &flow.name,
+                        Mode::Plan,
+                        &smelt_engine::ports::Silent,
+                    );
+                    export::discover(&s, &self.places, &flow.name, spec)
+                        .await
+                        .err()
+                        .into_iter()
+                        .collect()
+                }
+            };
+            // A source a flow of the pipeline writes is made before this flow runs.
+            let upstream = |e: &EngineError| match e {
+                EngineError::TableNotFound { table, .. } => self
+                    .pipeline
+                    .flows
+                    .iter()
+                    .any(|f| f.writes().is_some_and(|t| &t.to_string() == table)),
+                _ => false,
+            };
+            problems.extend(found.into_iter().filter(|e| !upstream(e)).map(problem));
+        }
+        problems
+    }
+
+    /// The statements of `flow`'s next run, in order (`smelt compile`): the reads are run
+    /// (they decide what the run reads), the writes only shown.
+    pub async fn compile(&self, flow: &Flow, ctx: &RunContext) -> Result<Vec<Statement>> {
+        let s = Session::new(
+            &self.spark,
+            &flow.name,
+            Mode::Compile,
+            &smelt_engine::ports::Silent,
+        );
+        let result = self.run_on(&s, flow, ctx, None).await;
+        self.drop_views(&s).await;
+        result?;
+        Ok(s.statements())
+    }
+
+    /// Runs `flow` on `s` as its mode says; a run's `events` get the event-log row a crash
+    /// lost.
+    async fn run_on(
+        &self,
+        s: &Session<'_>,
+        flow: &Flow,
+        ctx: &RunContext,
+        events: Option<&mut Vec<FlowEvent>>,
+    ) -> Result<FlowReport> {
+        let name = &flow.name;
+        match self.runnable(flow)? {
+            Runnable::Apply(spec) => {
+                let state = discover(s, &self.places, name, spec).await?;
+                if let Some(events) = events {
+                    self.recover(name, state.silver.as_ref(), events).await;
+                }
+                let scd1 = Scd1 {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                scd1.run(s, &state).await
+            }
+            Runnable::Append(spec) => {
+                let state = append::discover(s, &self.places, name, spec).await?;
+                if let Some(events) = events {
+                    self.recover(name, state.target.as_ref(), events).await;
+                }
+                let append = Append {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                append.run(s, &state).await
+            }
+            Runnable::Replace(spec) => {
+                let (state, batch) = replace::discover(
+                    s,
+                    &self.places,
+                    (name, spec),
+                    self.exported(name),
+                    ctx.full_refresh,
+                )
+                .await?;
+                if let Some(events) = events {
+                    self.recover(name, state.target.as_ref(), events).await;
+                }
+                let replace = Replace {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                replace.run(s, &state, batch.as_ref()).await
+            }
+            Runnable::Export(spec) => {
+                let state = export::discover(s, &self.places, name, spec).await?;
+                let export = Export {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                export.run(s, &state).await
+            }
+            Runnable::Ingest(spec) => {
+                let state = ingest::discover(s, &self.places, name, spec).await?;
+                if let Some(events) = events {
+                    self.recover(name, state.bronze.as_ref(), events).await;
+                }
+                let ingest = Ingest {
+                    name,
+                    spec,
+                    places: &self.places,
+                    ctx,
+                };
+                ingest.run(s, &state).await
+            }
+        }
+    }
+
+    fn runnable<'f>(&self, flow: &'f Flow) -> Result<Runnable<'f>> {
+        let mut refused = refusals(&self.pipeline, flow, &self.settings);
+        if !refused.is_empty() {
+            return Err(refused.remove(0));
+        }
+        match &flow.kind {
+            FlowKind::Apply(spec) => Ok(Runnable::Apply(spec)),
+            FlowKind::Append(spec) => Ok(Runnable::Append(spec)),
+            FlowKind::ReplaceWhere(spec) => Ok(Runnable::Replace(spec)),
+            FlowKind::Ingest(spec) => Ok(Runnable::Ingest(spec)),
+            FlowKind::Export(spec) => Ok(Runnable::Export(spec)),
+        }
+    }
+
+    /// The run's views and caches, dropped (the cluster's memory freed) whatever happened;
+    /// a view before those it reads (Spark would otherwise cache again every cache over a
+    /// view dropped, reading the tables again).
+    async fn drop_views(&self, s: &Session<'_>) {
+        let views = crate::scd2::VIEWS
+            .iter()
+            .chain([
+                &append::VIEW,
+                &replace::VIEW,
+                &replace::files::VIEW,
+                &export::VIEW,
+            ])
+            .chain(VIEWS.iter().rev())
+            .chain(ingest::sql::VIEWS.iter());
+        for view in views {
+            let _ = s
+                .spark
+                .sql(
+                    "drop a view",
+                    &format!("DROP VIEW IF EXISTS {}", sql::ident(view)),
+                )
+                .await;
+        }
+    }
+
+    /// An event-log row lost to a crash after silver's last commit comes back from it.
+    async fn recover(&self, flow: &str, last: Option<&Last>, events: &mut Vec<FlowEvent>) {
+        let Some(last) = last else { return };
+        let Some(text) = &last.metadata else { return };
+        let Ok(meta) = serde_json::from_str::<serde_json::Value>(text) else {
+            return;
+        };
+        let (Some(run_id), Some(report)) =
+            (meta["smelt.run_id"].as_str(), meta["smelt.report"].as_str())
+        else {
+            return;
+        };
+        let Ok(report) = serde_json::from_str::<FlowReport>(report) else {
+            return;
+        };
+        if report.flow != flow {
+            return;
+        }
+        if let Ok(false) = event_log::has_run(&self.spark, &self.places, run_id, flow).await {
+            events.push(FlowEvent {
+                report,
+                started_at_us: last.at_us,
+                finished_at_us: last.at_us,
+                error: None,
+            });
+        }
+    }
+
+    /// Ends the session.
+    pub async fn close(self) {
+        self.spark.close().await;
+    }
+}
+
+#[async_trait]
+impl Executor for SparkEngine {
+    async fn run_flow(
+        &self,
+        flow: &Flow,
+        ctx: &RunContext,
+        events: &mut Vec<FlowEvent>,
+        reporter: &dyn Reporter,
+    ) -> Result<FlowReport> {
+        let mode = if ctx.dry_run { Mode::Plan } else { Mode::Run };
+        let s = Session::new(&self.spark, &flow.name, mode, reporter);
+        let events = (!ctx.dry_run).then_some(events);
+        let result = self.run_on(&s, flow, ctx, events).await;
+        self.drop_views(&s).await;
+        reporter.done(&flow.name);
+        // The time of each kind of statement sent, discovery included: where a run's time goes.
+        result.map(|report| FlowReport {
+            phases_ms: s.phases(),
+            ..report
+        })
+    }
+
+    fn event_log(&self) -> &dyn EventLog {
+        self
+    }
+}
+
+#[async_trait]
+impl EventLog for SparkEngine {
+    async fn append(&self, events: &[FlowEvent]) -> Result<()> {
+        event_log::append(&self.spark, &self.places, events).await
+    }
+
+    async fn has_run(&self, run_id: &str, flow: &str) -> Result<bool> {
+        event_log::has_run(&self.spark, &self.places, run_id, flow).await
+    }
+}

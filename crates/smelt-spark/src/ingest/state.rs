@@ -1,0 +1,114 @@
+//! Where an ingest flow stands, read through Spark: bronze, its watermark and properties,
+//! the files its log records loaded (the ledger), the rejects table.
+
+use std::collections::HashMap;
+
+use arrow::datatypes::SchemaRef;
+use smelt_engine::Result;
+use smelt_engine::ingest::LOG_CLEANUP;
+use smelt_engine::ingest::ledger::{FILES_KEY, FileStamp, loaded_from};
+use smelt_engine::rejects::rejects_table;
+use smelt_spec::IngestFlow;
+
+use crate::places::Places;
+use crate::scd1::discover::{Last, last_commit, schema_of, txn_of};
+use crate::session::Session;
+use crate::sql::{ident, string_literal};
+
+/// Where an ingest flow stands before its run.
+#[derive(Debug, Clone)]
+pub(crate) struct IngestState {
+    /// Bronze's last commit, when it exists.
+    pub(crate) bronze: Option<Last>,
+    /// Bronze's schema, when it exists.
+    pub(crate) schema: Option<SchemaRef>,
+    /// The loads bronze has taken in (the flow's watermark).
+    pub(crate) watermark: Option<i64>,
+    /// The files bronze's log records loaded.
+    pub(crate) loaded: HashMap<String, FileStamp>,
+    /// Whether bronze keeps its whole log (the ledger).
+    pub(crate) log_kept: bool,
+    /// The rejects table's columns, when it exists.
+    pub(crate) rejects: Option<Vec<String>>,
+    /// The load the rejects table was last written for.
+    pub(crate) rejects_watermark: Option<i64>,
+}
+
+/// Where ingest flow `name` (`spec`) stands.
+pub(crate) async fn discover(
+    s: &Session<'_>,
+    places: &Places,
+    name: &str,
+    spec: &IngestFlow,
+) -> Result<IngestState> {
+    let bronze = places.sql(&spec.into);
+    let last = last_commit(s, "read bronze's last commit", &bronze).await?;
+    let mut state = IngestState {
+        bronze: last.clone(),
+        schema: None,
+        watermark: None,
+        loaded: HashMap::new(),
+        log_kept: false,
+        rejects: None,
+        rejects_watermark: None,
+    };
+    let Some(last) = last else {
+        return Ok(state);
+    };
+    let location = places.location(&spec.into);
+    state.schema = Some(schema_of(s, "read bronze's columns", &bronze).await?);
+    state.watermark = txn_of(s, &location, name, "read bronze's watermark").await?;
+    state.loaded = loaded_from(ledger(s, &location, last.version).await?);
+    let props = s
+        .read(
+            "read bronze's properties",
+            format!("SHOW TBLPROPERTIES {bronze}"),
+        )
+        .await?;
+    state.log_kept = props
+        .strings("key")
+        .into_iter()
+        .zip(props.strings("value"))
+        .any(|(k, v)| k.as_deref() == Some(LOG_CLEANUP) && v.as_deref() == Some("false"));
+    let rejects = places.sql(&rejects_table(&spec.into));
+    if last_commit(s, "read the rejects table's last commit", &rejects)
+        .await?
+        .is_some()
+    {
+        let schema = schema_of(s, "read the rejects table's columns", &rejects).await?;
+        state.rejects = Some(schema.fields().iter().map(|f| f.name().clone()).collect());
+        state.rejects_watermark = txn_of(
+            s,
+            &places.location(&rejects_table(&spec.into)),
+            name,
+            "read the rejects table's watermark",
+        )
+        .await?;
+    }
+    Ok(state)
+}
+
+/// The ledger entries (loaded files) of the commits of the table at `location` up to
+/// `version`, oldest first: in the commit info (the embedded engine's commits) or in its
+/// `userMetadata` (this engine's).
+pub(crate) async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Result<Vec<String>> {
+    let sql = format!(
+        "SELECT c.userMetadata AS meta, c.`{FILES_KEY}` AS files FROM (\
+         SELECT from_json(value, 'commitInfo STRUCT<userMetadata: STRING, `{FILES_KEY}`: STRING>').commitInfo AS c, \
+         try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
+         WHERE v IS NOT NULL AND v <= {version} AND (c.`{FILES_KEY}` IS NOT NULL OR c.userMetadata LIKE {}) ORDER BY v",
+        ident(&format!("{location}/_delta_log/*.json")),
+        string_literal(&format!("%{FILES_KEY}%")),
+    );
+    let rows = s.read("read the loaded files", sql).await?;
+    let spark = rows.strings("meta").into_iter().map(|m| {
+        m.and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
+            .and_then(|v| v.get(FILES_KEY)?.as_str().map(str::to_string))
+    });
+    Ok(rows
+        .strings("files")
+        .into_iter()
+        .zip(spark)
+        .filter_map(|(own, spark)| own.or(spark))
+        .collect())
+}
