@@ -90,6 +90,9 @@ pub(crate) async fn discover(
     Ok((state, batch))
 }
 
+/// A file's `key=value` folders.
+type Partitions = Vec<(String, String)>;
+
 /// The view of `files` (Parquet, below the landing of `flow`), its schema.
 async fn view(s: &Session<'_>, flow: &IngestFlow, files: &[LandingFile]) -> Result<SchemaRef> {
     let base = match &flow.url {
@@ -97,7 +100,7 @@ async fn view(s: &Session<'_>, flow: &IngestFlow, files: &[LandingFile]) -> Resu
         None => absolute(&flow.folder)?.to_string_lossy().into_owned(),
     };
     // Files by their partition folders, in order.
-    let mut groups: Vec<(&[(String, String)], Vec<&str>)> = Vec::new();
+    let mut groups: Vec<(&Partitions, Vec<&str>)> = Vec::new();
     for f in files {
         match groups
             .iter_mut()
