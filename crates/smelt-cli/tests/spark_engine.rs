@@ -1442,8 +1442,17 @@ fn same_ingest(pair: &Pair, step: &str, reports: &(Vec<Value>, Vec<Value>)) {
 }
 
 /// Lines an ingest must quarantine, rescue or unquote: a short line, a quoted separator,
-/// doubled quotes, two fields more than the columns, a blank line, a CRLF line end.
-const ODD_LINES: &str = "900001|short|x|\n900002|\"quoted|name\"|Manufacturer#1|Brand#11|PROMO TIN|7|JUMBO BOX|901.00|say \"\"hi\"\"|\n\n900003|extra|Manufacturer#2|Brand#22|STANDARD|9|SM CASE|903.00|two more|x|\r\n";
+/// doubled quotes, a quoted field of 20,000 characters (a regular expression that recursed
+/// per character would overflow Java's stack), two fields more than the columns, a blank
+/// line, a CRLF line end.
+fn odd_lines() -> String {
+    let long = format!("\"{}\"\"{}\"", "x|".repeat(5_000), "y".repeat(10_000));
+    format!(
+        "900001|short|x|\n900002|\"quoted|name\"|Manufacturer#1|Brand#11|PROMO TIN|7|JUMBO BOX|901.00|say \"\"hi\"\"|\n\n\
+         900005|long|Manufacturer#3|Brand#33|LARGE|1|BOX|905.00|{long}|\n\
+         900003|extra|Manufacturer#2|Brand#22|STANDARD|9|SM CASE|903.00|two more|x|\r\n"
+    )
+}
 
 /// Seed 002 (`examples/tpch_part`): TPC-H `part.tbl` files land, are loaded once each into
 /// bronze and applied to typed silver, on both engines from one landing folder; odd lines
@@ -1456,7 +1465,7 @@ fn ingest(url: &str) {
     std::fs::create_dir_all(p.file("landing")).unwrap();
     tpch::write_tbl(&tpch::day1(0.01), &p.file("landing/part-day1.tbl")).unwrap();
     stamp(&p.file("landing/part-day1.tbl"), 0);
-    land(&p, "landing/day=2/odd.tbl", ODD_LINES, 10);
+    land(&p, "landing/day=2/odd.tbl", &odd_lines(), 10);
     let pair = Pair::placing(p, "", INGEST, url);
     let first = pair.run(&[]);
     assert_eq!(first.1[0]["malformed"], 1, "{:?}", first.1);
@@ -1483,7 +1492,7 @@ fn ingest(url: &str) {
     );
 
     // A file with malformed lines: killed after its rejects, then before them.
-    land(&pair.p, "landing/day=3/odd.tbl", ODD_LINES, 30);
+    land(&pair.p, "landing/day=3/odd.tbl", &odd_lines(), 30);
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
     for point in ["before_spark_bronze", "before_spark_ingest_rejects"] {
         let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);

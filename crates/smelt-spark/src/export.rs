@@ -17,7 +17,7 @@ use smelt_engine::export::partition_value;
 use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};
-use smelt_spec::{ChangedBy, Compression, ExportFlow};
+use smelt_spec::{ChangedBy, ColumnType, Compression, ExportFlow};
 
 use crate::ingest::absolute;
 use crate::places::Places;
@@ -133,29 +133,36 @@ pub(crate) async fn discover(
     })
 }
 
-/// An error when the embedded engine keeps a state for this export.
+/// An error when the embedded engine keeps a state for this export (its save files, or
+/// the single state file of earlier versions).
 async fn embedded_state(s: &Session<'_>, spec: &ExportFlow, name: &str) -> Result<()> {
-    let folder = format!("{}/_smelt/{name}", to(spec)?);
-    let sql = format!("SELECT count(*) AS n FROM binaryFile.{}", ident(&folder));
-    s.record_read("look for the embedded engine's export state", &sql);
-    let found = match s
-        .spark
-        .sql("look for the embedded engine's export state", &sql)
-        .await
-    {
-        Ok(rows) => rows.ints("n").first().copied().flatten().unwrap_or(0),
-        Err(_) => 0, // no such folder
-    };
-    if found > 0 {
-        return Err(EngineError::user(
-            format!(
-                "flow `{name}`: the export to `{}` was started by the embedded engine (its state is in `{folder}`); the Spark engine keeps its own state",
-                spec.to
-            ),
-            "run this flow with `--engine embedded`, or export to a new folder",
-        ));
+    let base = to(spec)?;
+    for place in [
+        format!("{base}/_smelt/{name}"),
+        format!("{base}/_smelt/{name}.json"),
+    ] {
+        if file_count(s, "look for the embedded engine's export state", &place).await? > 0 {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{name}`: the export to `{}` was started by the embedded engine (its state is in `{place}`); the Spark engine keeps its own state",
+                    spec.to
+                ),
+                "run this flow with `--engine embedded`, or export to a new folder",
+            ));
+        }
     }
     Ok(())
+}
+
+/// The files at `place` (a folder or a file), 0 when there is nothing there.
+async fn file_count(s: &Session<'_>, what: &str, place: &str) -> Result<i64> {
+    let sql = format!("SELECT count(*) AS n FROM binaryFile.{}", ident(place));
+    s.record_read(what, &sql);
+    match s.spark.sql(what, &sql).await {
+        Ok(rows) => Ok(rows.ints("n").first().copied().flatten().unwrap_or(0)),
+        Err(e) if e.to_string().contains("PATH_NOT_FOUND") => Ok(0),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// One export flow run.
@@ -235,6 +242,16 @@ impl Export<'_> {
             folder,
             stamp_us,
         };
+        let path = format!("{}/{}", to(spec)?, bounds.folder);
+        if file_count(s, "check the partition folder is new", &path).await? > 0 {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{}`: the partition folder `{path}` holds files already (an earlier export's, whose `partition.format` gives the same folder): the Spark engine writes a folder whole and would replace them",
+                    self.name
+                ),
+                "give `partition.format` a finer time (the default has seconds), or run this flow with `--engine embedded`",
+            ));
+        }
         let (read, written, max) = self.rows(s, state, &bounds).await?;
         report.changes_read = read;
         report.rows_written = written;
@@ -303,23 +320,45 @@ impl Export<'_> {
                 "true".into(),
             ),
             (ChangedBy::Column(c), _) => {
-                let ty = state
-                    .columns
-                    .iter()
-                    .find(|(n, _)| n == c)
-                    .and_then(|(_, t)| column_type(t))
-                    .ok_or_else(|| {
-                        EngineError::user(
-                            format!(
-                                "flow `{}`: `changed_by: {c}` names no column of `{}`",
-                                self.name, spec.from
-                            ),
-                            "use a column of the table, such as `updated_at`, or `version`",
-                        )
-                    })?;
+                let Some((_, data_type)) = state.columns.iter().find(|(n, _)| n == c) else {
+                    return Err(EngineError::user(
+                        format!(
+                            "flow `{}`: `changed_by: {c}` names no column of `{}`",
+                            self.name, spec.from
+                        ),
+                        "use a column of the table, such as `updated_at`, or `version`",
+                    ));
+                };
+                let ty = column_type(data_type).ok_or_else(|| {
+                    EngineError::user(
+                        format!(
+                            "flow `{}`: `changed_by: {c}` is a column of type {data_type}, which the Spark engine does not compare yet",
+                            self.name
+                        ),
+                        "bound a time, date or number column, or run this flow with `--engine embedded`",
+                    )
+                })?;
                 let keep = match (&b.after_max, &spec.since) {
                     (Some(max), _) => format!("{} > {max}", ident(c)),
-                    (None, Some(since)) => format!("{} >= {}", ident(c), literal(since, ty)),
+                    (None, Some(since)) => {
+                        let integer = matches!(
+                            ty,
+                            ColumnType::Int64
+                                | ColumnType::Int32
+                                | ColumnType::Int16
+                                | ColumnType::Int8
+                        );
+                        if integer && since.trim().parse::<i64>().is_err() {
+                            return Err(EngineError::user(
+                                format!(
+                                    "flow `{}`: `since: {since}` is not a value of `{c}` ({ty})",
+                                    self.name
+                                ),
+                                "write a number, or bound a time column",
+                            ));
+                        }
+                        format!("{} >= {}", ident(c), literal(since.trim(), ty))
+                    }
                     (None, None) => "true".into(),
                 };
                 (format!("{source} VERSION AS OF {}", b.version), keep)

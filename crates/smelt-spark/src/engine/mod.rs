@@ -28,6 +28,17 @@ use crate::{event_log, sql};
 mod check;
 mod status;
 
+/// The session settings flow runs change (beside the watermark's, reset after each write).
+const RUN_SETTINGS: [&str; 7] = [
+    "spark.sql.parquet.mergeSchema",
+    "spark.sql.legacy.codingErrorAction",
+    "spark.sql.legacy.javaCharsets",
+    "spark.sql.mapKeyDedupPolicy",
+    "spark.sql.files.maxRecordsPerFile",
+    "spark.sql.parquet.outputTimestampType",
+    "spark.sql.session.timeZone",
+];
+
 /// A flow this engine runs.
 #[derive(Debug, Clone, Copy)]
 enum Runnable<'f> {
@@ -216,7 +227,8 @@ impl SparkEngine {
         }
     }
 
-    /// The run's views and caches, dropped (the cluster's memory freed) whatever happened;
+    /// The run's views and caches, dropped (the cluster's memory freed), and its session
+    /// settings reset, whatever happened;
     /// a view before those it reads (Spark would otherwise cache again every cache over a
     /// view dropped, reading the tables again).
     async fn drop_views(&self, s: &Session<'_>) {
@@ -237,6 +249,13 @@ impl SparkEngine {
                     "drop a view",
                     &format!("DROP VIEW IF EXISTS {}", sql::ident(view)),
                 )
+                .await;
+        }
+        // The session settings a flow run changes, back to the cluster's for the next flow.
+        for conf in RUN_SETTINGS {
+            let _ = s
+                .spark
+                .sql("reset a setting", &format!("RESET {conf}"))
                 .await;
         }
     }

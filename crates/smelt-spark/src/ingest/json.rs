@@ -27,10 +27,12 @@ pub(crate) fn lines_cache(files: &str) -> String {
     )
 }
 
-/// Each file's keys, in the order they first appear in it.
+/// Each file's keys, in the order they first appear in it (on lines that are not
+/// malformed).
 pub(crate) fn keys_query() -> String {
     format!(
-        "SELECT __i, k FROM (SELECT __i, __line, pos, k FROM {LINES} LATERAL VIEW posexplode(__keys) t AS pos, k) \
+        "SELECT __i, k FROM (SELECT __i, __line, pos, k FROM {LINES} LATERAL VIEW posexplode(__keys) t AS pos, k \
+         WHERE instr(__text, '\u{FFFD}') = 0) \
          GROUP BY __i, k ORDER BY __i, min(struct(__line, pos))"
     )
 }

@@ -43,8 +43,11 @@ pub(crate) async fn list(
     let (spark_base, base) = match &spec.url {
         Some(url) => (url.trim_end_matches('/').to_string(), Base::Url(url)),
         None => {
-            local = absolute(&spec.folder)?;
-            (local.to_string_lossy().into_owned(), Base::Local(&local))
+            let path = absolute(&spec.folder)?;
+            // The files' URLs as the embedded engine makes them (from the folder with its
+            // links resolved, where smelt sees it), so a bronze goes on with either engine.
+            local = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+            (path.to_string_lossy().into_owned(), Base::Local(&local))
         }
     };
     let cannot = |e: EngineError| {

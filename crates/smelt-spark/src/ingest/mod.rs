@@ -161,7 +161,7 @@ impl Ingest<'_> {
         if let Some(url) = text("open_url") {
             return Err(EngineError::user(
                 format!(
-                    "flow `{name}`: {url}: line {}: a quoted field is not closed on its line; the Spark engine reads a file line by line, and a field that spans lines is not supported there",
+                    "flow `{name}`: {url}: line {}: a quoted field does not end before the next separator or the line's end (text after its closing quote, or a field that spans lines): the Spark engine cuts a file into lines first, and reads neither",
                     one("open_line")
                 ),
                 "run this flow with `--engine embedded`, or write line breaks inside fields escaped; nothing was committed",
@@ -253,6 +253,21 @@ impl Ingest<'_> {
             FileFormat::Json => json::lines_cache(&glob),
             _ => sql::lines_cache(&glob, &spec.csv),
         };
+        let there = s
+            .read("check the files are there", sql::files_found_query(&glob))
+            .await?;
+        let there = there.ints("n").first().copied().flatten().unwrap_or(0) as usize;
+        if there != files.len() {
+            return Err(EngineError::user(
+                format!(
+                    "flow `{}`: {} of the {} files listed are gone or unreadable",
+                    self.name,
+                    files.len() - there.min(files.len()),
+                    files.len()
+                ),
+                "nothing was committed; run again (writers should not delete files from the landing folder while they are loaded)",
+            ));
+        }
         s.read("read the new files", cache).await?;
         let changed = s
             .read(

@@ -225,10 +225,15 @@ pub(crate) fn fields(layout: &CsvLayout, raw: &str) -> (String, String) {
 /// The inside of a quoted field, as a regular expression (a doubled quote, or with an
 /// escape character an escaped one, stands for a quote).
 fn inner(layout: &CsvLayout) -> String {
+    // Unrolled and possessive: Java's regex engine recurses once per repetition of an
+    // alternation, and a field of a few thousand characters would overflow its stack.
     let q = regex_char(layout.quote);
     match layout.escape {
-        Some(e) => format!("(?:[^{q}{e}]|{e}.|{q}{q})*", e = regex_char(e)),
-        None => format!("(?:[^{q}]|{q}{q})*"),
+        Some(e) => format!(
+            "[^{q}{e}]*+(?:(?:{q}{q}|{e}.)[^{q}{e}]*+)*+",
+            e = regex_char(e)
+        ),
+        None => format!("[^{q}]*+(?:{q}{q}[^{q}]*+)*+"),
     }
 }
 
@@ -237,7 +242,7 @@ fn inner(layout: &CsvLayout) -> String {
 /// at a separator or the line's end, else anything up to the next separator.
 pub(crate) fn raw_fields(layout: &CsvLayout, text: &str) -> String {
     let (sep, q) = (regex_char(layout.sep), regex_char(layout.quote));
-    let pattern = format!("{sep}({q}{}{q}(?={sep}|$)|[^{sep}]*)", inner(layout));
+    let pattern = format!("{sep}({q}{}{q}(?={sep}|$)|[^{sep}]*+)", inner(layout));
     format!(
         "regexp_extract_all(concat({}, {text}), {}, 1)",
         string_literal(&(layout.sep as char).to_string()),
@@ -273,6 +278,12 @@ pub(crate) fn lines_cache(files: &str, layout: &CsvLayout) -> String {
         raw_fields(layout, "l.text"),
         string_literal(&charset(&layout.encoding)),
     )
+}
+
+/// How many of the files a run reads are there (a glob skips a file that is gone; no
+/// content is read).
+pub(crate) fn files_found_query(files: &str) -> String {
+    format!("SELECT count(*) AS n FROM {files} b JOIN {FILES} v ON b.path = v.__path")
 }
 
 /// The first line of each file: its fields, as JSON, and whether the file changed.
@@ -505,7 +516,7 @@ mod tests {
         };
         let sql = raw_fields(&layout, "t");
         assert!(
-            sql.contains(r#"'\\t("(?:[^"]|"")*"(?=\\t|\u0024)|[^\\t]*)'"#),
+            sql.contains(r#"'\\t("[^"]*+(?:""[^"]*+)*+"(?=\\t|\u0024)|[^\\t]*+)'"#),
             "{sql}"
         );
         let escaped = CsvLayout {

@@ -89,26 +89,88 @@ pub(crate) async fn discover(
 }
 
 /// The ledger entries (loaded files) of the commits of the table at `location` up to
-/// `version`, oldest first: in the commit info (the embedded engine's commits) or in its
-/// `userMetadata` (this engine's).
+/// `version`, oldest first, as the embedded engine reads them: in the commits' infos (the
+/// embedded engine's) or `userMetadata` (this engine's), and in the files the embedded
+/// engine keeps beside the table (`_smelt/ledger/`, which outlive log cleanup).
 pub(crate) async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Result<Vec<String>> {
     let sql = format!(
-        "SELECT c.userMetadata AS meta, c.`{FILES_KEY}` AS files FROM (\
-         SELECT from_json(value, 'commitInfo STRUCT<userMetadata: STRING, `{FILES_KEY}`: STRING>').commitInfo AS c, \
+        "SELECT v, c.userMetadata AS meta, c.`{FILES_KEY}` AS files, c.`smelt.flow` AS app, \
+         c.`smelt.source_version` AS number FROM (\
+         SELECT from_json(value, 'commitInfo STRUCT<userMetadata: STRING, `{FILES_KEY}`: STRING, \
+         `smelt.flow`: STRING, `smelt.source_version`: BIGINT>').commitInfo AS c, \
          try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
          WHERE v IS NOT NULL AND v <= {version} AND (c.`{FILES_KEY}` IS NOT NULL OR c.userMetadata LIKE {}) ORDER BY v",
         ident(&format!("{location}/_delta_log/*.json")),
         string_literal(&format!("%{FILES_KEY}%")),
     );
     let rows = s.read("read the loaded files", sql).await?;
-    let spark = rows.strings("meta").into_iter().map(|m| {
-        m.and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
-            .and_then(|v| v.get(FILES_KEY)?.as_str().map(str::to_string))
-    });
-    Ok(rows
-        .strings("files")
-        .into_iter()
-        .zip(spark)
-        .filter_map(|(own, spark)| own.or(spark))
-        .collect())
+    // (version, app, number, value) of each entry.
+    let mut entries: Vec<(i64, Option<String>, Option<i64>, String)> = Vec::new();
+    let (vs, metas, files, apps, numbers) = (
+        rows.ints("v"),
+        rows.strings("meta"),
+        rows.strings("files"),
+        rows.strings("app"),
+        rows.ints("number"),
+    );
+    for ((((v, meta), own), app), number) in
+        vs.into_iter().zip(metas).zip(files).zip(apps).zip(numbers)
+    {
+        let spark = meta.and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok());
+        let from_spark = |key: &str| spark.as_ref().and_then(|j| j.get(key).cloned());
+        let (value, app, number) = match own {
+            Some(value) => (value, app, number),
+            None => {
+                let Some(value) =
+                    from_spark(FILES_KEY).and_then(|v| v.as_str().map(str::to_string))
+                else {
+                    continue;
+                };
+                let app = from_spark("smelt.flow").and_then(|v| v.as_str().map(str::to_string));
+                (
+                    value,
+                    app,
+                    from_spark("smelt.source_version").and_then(|v| v.as_i64()),
+                )
+            }
+        };
+        entries.push((v.unwrap_or(0), app, number, value));
+    }
+    // The entries beside the table: a missing folder is none.
+    let beside = format!(
+        "SELECT e.app, e.number, e.version, e.value FROM (SELECT from_json(value, \
+         'app STRING, number BIGINT, version BIGINT, value STRING') AS e FROM text.{}) WHERE e.value IS NOT NULL",
+        ident(&format!("{location}/_smelt/ledger/{FILES_KEY}/*/*.json"))
+    );
+    s.record_read("read the loaded files kept beside the table", &beside);
+    let found = match s
+        .spark
+        .sql("read the loaded files kept beside the table", &beside)
+        .await
+    {
+        Ok(rows) => Some(rows),
+        Err(e) if e.to_string().contains("PATH_NOT_FOUND") => None,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(rows) = found {
+        let (apps, numbers, versions, values) = (
+            rows.strings("app"),
+            rows.ints("number"),
+            rows.ints("version"),
+            rows.strings("value"),
+        );
+        for (((app, number), v), value) in apps.into_iter().zip(numbers).zip(versions).zip(values) {
+            let (Some(v), Some(value)) = (v, value) else {
+                continue;
+            };
+            let known = entries
+                .iter()
+                .any(|(_, a, n, _)| a.is_some() && *a == app && *n == number);
+            if v <= version && !known {
+                entries.push((v, app, number, value));
+            }
+        }
+    }
+    entries.sort_by_key(|(v, _, n, _)| (*v, *n));
+    Ok(entries.into_iter().map(|(_, _, _, value)| value).collect())
 }
