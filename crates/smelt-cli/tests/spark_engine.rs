@@ -1696,8 +1696,9 @@ const EXPORT_FIELDS: &[&str] = &[
 
 /// Seed 003's whole pipeline (`examples/export_replace`) on each engine, each exporting to
 /// a folder of its own and replacing from it: equal targets and reports; a second export
-/// with the Spark run killed after its files, before its state is published, then run
-/// again (the same rows into the same folder); nothing new; `smelt status`.
+/// with the Spark run killed before its state, before its files and before they are
+/// published, then run again (the same rows into the same folder); nothing new;
+/// `smelt status`.
 fn export(url: &str) {
     let p = Project::example("export_replace");
     let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
@@ -1744,14 +1745,20 @@ fn export(url: &str) {
     );
     pair.bronze("more.sql");
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    let out = pair
-        .p
-        .abort_at("before_spark_export_publish", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "the export was not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Killed before its state is saved (nothing done), before its files (the state says
+    // pending), then, writing that export again, before it is published.
+    for point in [
+        "before_spark_export_state",
+        "before_spark_export",
+        "before_spark_export_publish",
+    ] {
+        let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
+        assert!(
+            common::signal_of(&out.status).is_some(),
+            "the export was not killed at {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     assert_eq!(rerun[0]["status"], "up_to_date", "{rerun:?}");
     assert_eq!(rerun[1]["files_new"], 1, "{rerun:?}");
