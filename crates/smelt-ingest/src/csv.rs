@@ -169,10 +169,18 @@ pub fn read_csv<R: Read>(
 /// The column names of a header line: a trailing empty name (the line ends with the
 /// separator) is dropped, other empty names become `_c<i>`.
 fn header_names(record: &csv::ByteRecord, _sep: u8) -> Vec<String> {
-    let mut names: Vec<String> = record
-        .iter()
-        .map(|f| String::from_utf8_lossy(f).trim().to_string())
-        .collect();
+    column_names(
+        record
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned()),
+    )
+}
+
+/// The column names of a header's `fields` (as text): trimmed, a trailing empty one (the
+/// line ends with the separator) dropped, other empty ones `_c<i>`. The Spark engine names
+/// a header's columns with it too.
+pub fn column_names(fields: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut names: Vec<String> = fields.into_iter().map(|f| f.trim().to_string()).collect();
     if names.len() > 1 && names.last().is_some_and(String::is_empty) {
         names.pop();
     }

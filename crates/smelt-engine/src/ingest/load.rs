@@ -14,7 +14,7 @@ use futures::TryStreamExt;
 use smelt_spec::IngestFlow;
 
 use super::conform::Conformer;
-use super::ledger::{files_entry, loaded_files, plan_files};
+use super::ledger::{Listing, files_entry, loaded_files, plan_files};
 use super::rejects::write_rejects;
 use crate::context::{RunContext, app_id};
 use crate::phases::Phases;
@@ -60,27 +60,12 @@ pub async fn run_ingest(
     let listing = plan_files(flow_name, flow, landing, &loaded, ctx.full_refresh).await?;
     let app = app_id(flow_name);
     let done = bronze.watermark(&app).await?.unwrap_or(0);
-    let mut report = FlowReport {
-        flow: flow_name.to_string(),
-        kind: ReportKind::Ingest,
-        from: flow.from.clone(),
-        into: flow.into.to_string(),
-        run_id: ctx.run_id.clone(),
-        mode: if ctx.full_refresh && bronze.schema().is_some() {
-            ReadMode::Rebuild
-        } else {
-            ReadMode::Incremental
-        },
-        from_version: bronze.schema().is_some().then_some(done),
-        to_version: done,
-        files_found: listing.found.len(),
-        files_new: listing.to_load.len(),
-        files_changed: listing.changed.iter().map(|f| f.url.clone()).collect(),
-        files_pending: listing.pending,
-        bytes_read: listing.to_load.iter().map(|f| f.size).sum(),
-        silver_version: bronze.version(),
-        ..FlowReport::default()
+    let bronze_at = BronzeAt {
+        exists: bronze.schema().is_some(),
+        done,
+        version: bronze.version(),
     };
+    let mut report = ingest_report(flow_name, flow, ctx, &listing, bronze_at);
     phases.end("list files");
     if ctx.dry_run {
         report.status = ReportStatus::Planned;
@@ -201,6 +186,49 @@ pub async fn run_ingest(
     phases.end("commit");
     report.phases_ms = phases.done;
     Ok(report)
+}
+
+/// Bronze before an ingest run.
+#[derive(Debug, Clone, Copy)]
+pub struct BronzeAt {
+    /// Whether it exists.
+    pub exists: bool,
+    /// The loads it has taken in (the flow's watermark).
+    pub done: i64,
+    /// Its version.
+    pub version: Option<i64>,
+}
+
+/// The report of an ingest run of `flow_name` before it loads anything: what `listing`
+/// found, and bronze as it stands (both engines start from it).
+pub fn ingest_report(
+    flow_name: &str,
+    flow: &IngestFlow,
+    ctx: &RunContext,
+    listing: &Listing,
+    bronze: BronzeAt,
+) -> FlowReport {
+    FlowReport {
+        flow: flow_name.to_string(),
+        kind: ReportKind::Ingest,
+        from: flow.from.clone(),
+        into: flow.into.to_string(),
+        run_id: ctx.run_id.clone(),
+        mode: if ctx.full_refresh && bronze.exists {
+            ReadMode::Rebuild
+        } else {
+            ReadMode::Incremental
+        },
+        from_version: bronze.exists.then_some(bronze.done),
+        to_version: bronze.done,
+        files_found: listing.found.len(),
+        files_new: listing.to_load.len(),
+        files_changed: listing.changed.iter().map(|f| f.url.clone()).collect(),
+        files_pending: listing.pending,
+        bytes_read: listing.to_load.iter().map(|f| f.size).sum(),
+        silver_version: bronze.version,
+        ..FlowReport::default()
+    }
 }
 
 /// Conforms what a landing's files yield and writes it to bronze a few hundred thousand

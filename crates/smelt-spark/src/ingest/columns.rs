@@ -9,6 +9,7 @@ use arrow::datatypes::SchemaRef;
 use smelt_engine::ingest::load::FIX_FILE;
 use smelt_engine::ports::LandingFile;
 use smelt_engine::{EngineError, Result};
+use smelt_ingest::csv::column_names;
 use smelt_spec::{IngestEvolution, IngestFlow};
 
 use super::sql::{Group, Plan};
@@ -25,20 +26,6 @@ pub(crate) struct Planned {
     pub(crate) added: Vec<String>,
     /// Each file's group.
     pub(crate) groups: Vec<usize>,
-}
-
-/// The column names of a header line: a trailing empty name (the line ends with the
-/// separator) dropped, other empty names `_c<i>` (as embedded).
-fn header_names(fields: &[String]) -> Vec<String> {
-    let mut names: Vec<String> = fields.iter().map(|f| f.trim().to_string()).collect();
-    if names.len() > 1 && names.last().is_some_and(String::is_empty) {
-        names.pop();
-    }
-    names
-        .into_iter()
-        .enumerate()
-        .map(|(i, n)| if n.is_empty() { format!("_c{i}") } else { n })
-        .collect()
 }
 
 /// The column names of `file` (its first line `head`), `None` when it names none (an
@@ -59,7 +46,7 @@ fn names_of(
     let Some((line, fields)) = head else {
         return Ok(layout.columns.clone());
     };
-    let header = header_names(fields);
+    let header = column_names(fields.iter().cloned());
     match &layout.columns {
         Some(given) if given.len() != header.len() => Err(EngineError::user(
             format!(

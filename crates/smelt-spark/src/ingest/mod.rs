@@ -14,11 +14,11 @@ use std::collections::HashMap;
 use arrow::datatypes::{DataType, SchemaRef};
 use smelt_engine::ingest::LOG_CLEANUP;
 use smelt_engine::ingest::ledger::{files_entry, plan_found};
-use smelt_engine::ingest::load::{FIX_FILE, MAX_MALFORMED};
+use smelt_engine::ingest::load::{BronzeAt, FIX_FILE, MAX_MALFORMED, ingest_report};
 use smelt_engine::ingest::rejects::INGEST_BATCH;
 use smelt_engine::ports::LandingFile;
 use smelt_engine::rejects::rejects_table;
-use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::report::{FlowReport, ReportStatus};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{FileFormat, IngestEvolution, IngestFlow};
 
@@ -64,26 +64,6 @@ impl Ingest<'_> {
         list(s, self.name, self.spec).await
     }
 
-    /// The report's fixed part.
-    fn report(&self, state: &IngestState, done: i64) -> FlowReport {
-        FlowReport {
-            flow: self.name.to_string(),
-            kind: ReportKind::Ingest,
-            from: self.spec.from.clone(),
-            into: self.spec.into.to_string(),
-            run_id: self.ctx.run_id.clone(),
-            mode: if self.ctx.full_refresh && state.schema.is_some() {
-                ReadMode::Rebuild
-            } else {
-                ReadMode::Incremental
-            },
-            from_version: state.schema.is_some().then_some(done),
-            to_version: done,
-            silver_version: state.bronze.as_ref().map(|l| l.version),
-            ..FlowReport::default()
-        }
-    }
-
     /// Runs (or plans) the flow on `s`; `state` is where things stood before.
     pub(crate) async fn run(&self, s: &Session<'_>, state: &IngestState) -> Result<FlowReport> {
         let (name, spec, ctx) = (self.name, self.spec, self.ctx);
@@ -100,12 +80,12 @@ impl Ingest<'_> {
         };
         let listing = plan_found(name, spec, found, &loaded, ctx.full_refresh)?;
         let done = state.watermark.unwrap_or(0);
-        let mut report = self.report(state, done);
-        report.files_found = listing.found.len();
-        report.files_new = listing.to_load.len();
-        report.files_changed = listing.changed.iter().map(|f| f.url.clone()).collect();
-        report.files_pending = listing.pending;
-        report.bytes_read = listing.to_load.iter().map(|f| f.size).sum();
+        let bronze = BronzeAt {
+            exists: state.schema.is_some(),
+            done,
+            version: state.bronze.as_ref().map(|l| l.version),
+        };
+        let mut report = ingest_report(name, spec, ctx, &listing, bronze);
         if s.mode == Mode::Plan {
             report.status = ReportStatus::Planned;
             return Ok(report);
