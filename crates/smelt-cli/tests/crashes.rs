@@ -528,11 +528,12 @@ fn every_failpoint_is_drilled() {
         .flat_map(|s| s.drills())
         .map(|(_, p)| p.to_string())
         .collect();
-    // The Spark engine's points are drilled on the test cluster, by spark_engine.rs.
-    let spark = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/spark_engine.rs"),
-    )
-    .unwrap();
+    // The Spark engine's points are drilled on the test cluster, by spark_engine.rs and
+    // its Iceberg scenario.
+    let spark: String = ["tests/spark_engine.rs", "tests/spark_iceberg/mod.rs"]
+        .iter()
+        .map(|f| std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap())
+        .collect();
     drilled.extend(
         points
             .iter()

@@ -5,10 +5,11 @@
 //! re-sent within a commit, sequenced by `_commit_timestamp`) and product2_deletes (soft
 //! deletes, late changes, a restore); runs killed between the Spark engine's statements,
 //! rerun, end in the same tables, and so do runs SIGKILLed at random moments; what the engine
-//! does not run is refused at `validate`.
+//! does not run is refused at `validate`; seed 004 on Iceberg ([`spark_iceberg`]).
 
 mod common;
 mod spark_cluster;
+mod spark_iceberg;
 
 use common::Project;
 use proptest::prelude::*;
@@ -1809,4 +1810,5 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     ingest_json(&cluster.url);
     replace_files(&cluster.url);
     export(&cluster.url);
+    spark_iceberg::foundry(&cluster.url);
 }

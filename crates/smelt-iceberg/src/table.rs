@@ -297,16 +297,14 @@ impl WatermarkStore for IcebergTable {
         let Some(table) = &self.table else {
             return Ok(None);
         };
-        let value = table
-            .metadata()
-            .properties()
-            .get(&key)
-            .cloned()
-            .or_else(|| {
-                self.summaries()
-                    .into_iter()
-                    .find_map(|s| s.get(&key).cloned())
-            });
+        // The newest snapshot's first: the Spark engine sets the property in a commit of
+        // its own after the snapshot (a run killed between leaves it behind); the property
+        // outlives the snapshots expired.
+        let value = self
+            .summaries()
+            .into_iter()
+            .find_map(|s| s.get(&key).cloned())
+            .or_else(|| table.metadata().properties().get(&key).cloned());
         value
             .map(|v| {
                 v.parse::<i64>().map_err(|_| {

@@ -11,7 +11,9 @@
 //!   (`read`), what it does (`stage`), what it writes (`write`); `scd2/`: the history of an
 //!   `scd: 2` apply flow rebuilt over the keys a run changes; `append`: an append flow;
 //!   `rows`: the rows a flow reads from a Delta table, for both; `ingest`: a landing
-//!   folder's new files loaded into bronze; `export`: a table's changed rows as Parquet.
+//!   folder's new files loaded into bronze; `export`: a table's changed rows as Parquet;
+//!   `iceberg`: the pipeline's Iceberg catalogs in the session, a table's snapshots and
+//!   watermark, the rows an Iceberg source's snapshots add and remove.
 //! * [`places::Places`]: where the tables are, as the cluster sees them; [`sql`]: literals
 //!   and names inlined into Spark SQL.
 #![deny(missing_docs)]
@@ -22,6 +24,7 @@ pub mod engine;
 mod error;
 mod event_log;
 mod export;
+mod iceberg;
 mod ingest;
 pub mod places;
 mod replace;

@@ -1,6 +1,8 @@
 //! Where a pipeline's tables are, as the cluster sees them: path-based Delta tables under the
-//! lake (``delta.`<lake>/<schema>/<table>` ``) or at their `tables:` place. The paths are the
-//! cluster's to resolve: smelt never opens them itself.
+//! lake (``delta.`<lake>/<schema>/<table>` ``) or at their `tables:` place, and Iceberg
+//! tables of the pipeline's catalogs (`` `catalog`.`namespace`.`table` ``, the catalogs
+//! registered in the session). The paths are the cluster's to resolve: smelt never opens
+//! them itself.
 
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{Pipeline, TableName};
@@ -29,17 +31,23 @@ impl Places {
         })
     }
 
-    /// The folder or URL of `table`.
+    /// The folder or URL of `table` (an Iceberg table: its name; its catalog knows where).
     pub fn location(&self, table: &TableName) -> String {
+        if table.catalog.is_some() {
+            return table.to_string();
+        }
         match self.tables.iter().find(|(name, _)| name == table) {
             Some((_, place)) => place.clone(),
             None => format!("{}/{}/{}", self.lake, table.schema, table.table),
         }
     }
 
-    /// `table` in Spark SQL: ``delta.`<location>` ``.
+    /// `table` in Spark SQL: ``delta.`<location>` ``, or an Iceberg table by its name.
     pub fn sql(&self, table: &TableName) -> String {
-        delta_path(&self.location(table))
+        match table.catalog {
+            Some(_) => crate::iceberg::table_sql(table),
+            None => delta_path(&self.location(table)),
+        }
     }
 }
 

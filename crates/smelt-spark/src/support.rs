@@ -6,7 +6,7 @@ use smelt_engine::run::RunSettings;
 use smelt_spec::pipeline::COMMIT_TIMESTAMP;
 use smelt_spec::{
     ApplyFlow, CastDialect, FileFormat, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
-    ReplaceSource,
+    ReplaceSource, TableName, WriteMode,
 };
 
 /// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
@@ -20,20 +20,37 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
         ));
     };
     let embedded = "run it with `--engine embedded`, or leave it out of this run";
-    if !pipeline.catalogs.is_empty() {
-        refuse("an Iceberg catalog (`catalogs:`)".into(), embedded);
-    }
     if settings.since.is_some() {
         refuse("a replay window (`--since`)".into(), embedded);
     }
+    // Iceberg tables of `sql` catalogs, in append and SCD1 apply flows.
+    let rest = |t: &TableName| {
+        pipeline
+            .catalogs
+            .iter()
+            .any(|c| Some(&c.name) == t.catalog.as_ref() && c.kind.name() == "rest")
+    };
     match &flow.kind {
-        FlowKind::Apply(spec) => apply(spec, &mut refuse),
+        FlowKind::Apply(spec) => {
+            if let Some(t) = [&spec.from, &spec.into].into_iter().find(|t| rest(t)) {
+                refuse(format!("the table `{t}` of a `rest` catalog"), embedded);
+            }
+            if spec.from.catalog.is_some() || spec.into.catalog.is_some() {
+                if spec.scd == 2 {
+                    refuse("an `scd: 2` flow over Iceberg tables".into(), embedded);
+                }
+                if spec.write_mode == WriteMode::MergeOnRead {
+                    refuse(
+                        "`write_mode: merge_on_read` into an Iceberg table".into(),
+                        embedded,
+                    );
+                }
+            }
+            apply(spec, &mut refuse)
+        }
         FlowKind::Append(spec) => {
-            if let Some(t) = [&spec.from, &spec.into]
-                .iter()
-                .find(|t| t.catalog.is_some())
-            {
-                refuse(format!("the Iceberg table `{t}`"), embedded);
+            if let Some(t) = [&spec.from, &spec.into].into_iter().find(|t| rest(t)) {
+                refuse(format!("the table `{t}` of a `rest` catalog"), embedded);
             }
         }
         FlowKind::ReplaceWhere(spec) => match &spec.from {
@@ -72,10 +89,6 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
 
 fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
     let embedded = "run this flow with `--engine embedded`";
-    let tables = [&spec.from, &spec.into];
-    if let Some(t) = tables.iter().find(|t| t.catalog.is_some()) {
-        refuse(format!("the Iceberg table `{t}`"), embedded);
-    }
     if spec.silver.is_none() {
         refuse(
             "an apply flow without `schema:`".into(),
@@ -177,6 +190,49 @@ mod tests {
             assert!(text.contains(name), "{name} not refused in:\n{text}");
         }
         assert!(all.iter().all(|e| e.starts_with("flow `f`: ")), "{text}");
+    }
+
+    #[test]
+    fn iceberg_tables_of_sql_catalogs_run_in_append_and_scd1_flows() {
+        let refused = |kind: &str, flow: &str| -> Vec<String> {
+            let yaml = format!(
+                "lake: l\ncatalogs:\n  ice:\n    type: {kind}\n    uri: {}\n    warehouse: ./wh\nflows:\n{flow}",
+                match kind {
+                    "sql" => "sqlite:c.db",
+                    _ => "http://127.0.0.1:8181",
+                }
+            );
+            let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
+            refusals(&pipeline, &pipeline.flows[0], &RunSettings::default())
+                .iter()
+                .map(|e| e.to_string())
+                .collect()
+        };
+        let append = "  a:\n    append:\n      from: ice.ns.input\n      into: ice.ns.out\n";
+        assert_eq!(refused("sql", append), Vec::<String>::new());
+        let rest = refused("rest", append);
+        assert!(
+            rest[0].contains("`ice.ns.input` of a `rest` catalog"),
+            "{rest:?}"
+        );
+        let apply = "  c:\n    apply:\n      from: ice.ns.input\n      into: ice.ns.cur\n      keys: [id]\n      cast_dialect: spark\n";
+        // (Refused for its missing `schema:` only.)
+        let scd1 = refused("sql", apply);
+        assert!(scd1.iter().all(|e| !e.contains("Iceberg")), "{scd1:?}");
+        let scd2 = refused(
+            "sql",
+            &format!("{apply}      scd: 2\n      write_mode: merge_on_read\n"),
+        );
+        assert!(
+            scd2.iter()
+                .any(|e| e.contains("`scd: 2` flow over Iceberg")),
+            "{scd2:?}"
+        );
+        assert!(
+            scd2.iter()
+                .any(|e| e.contains("`write_mode: merge_on_read` into an Iceberg")),
+            "{scd2:?}"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{CastDialect, ColumnType, TableDef, TableName};
 
+use crate::iceberg::{Meta, meta};
 use crate::places::Places;
 use crate::scd1::discover::{Last, check_bronze, last_commit, schema_of, txn_of};
 use crate::scd1::stage::cast;
@@ -26,6 +27,8 @@ pub(crate) struct Tables {
     pub(crate) target_schema: Option<SchemaRef>,
     /// The source version the target has taken in (its watermark for the flow).
     pub(crate) watermark: Option<i64>,
+    /// An Iceberg source's metadata (its version is its current snapshot's sequence number).
+    pub(crate) source_meta: Option<Meta>,
 }
 
 /// Where flow `name`, from `from` into `into`, stands. A flow that reads the source's
@@ -39,15 +42,33 @@ pub(crate) async fn discover(
     files: bool,
 ) -> Result<Tables> {
     let source = places.sql(from);
-    let Some(last) = last_commit(s, "read the source's version", &source).await? else {
+    let (last, source_meta) = match from.catalog {
+        Some(_) => match meta(s, "read the source's snapshots", &source).await? {
+            Some(meta) => {
+                check_readable(from, &meta)?;
+                (Some(meta.last()), Some(meta))
+            }
+            None => (None, None),
+        },
+        None => (
+            last_commit(s, "read the source's version", &source).await?,
+            None,
+        ),
+    };
+    let Some(last) = last else {
         return Err(EngineError::TableNotFound {
             table: from.to_string(),
             location: places.location(from),
-            hint: "create the source table first (as a Delta table), or fix `from:` / `lake:`"
-                .into(),
+            hint: match from.catalog {
+                Some(_) => "create the source table in its catalog first, or fix `from:`",
+                None => {
+                    "create the source table first (as a Delta table), or fix `from:` / `lake:`"
+                }
+            }
+            .into(),
         });
     };
-    if files {
+    if files && from.catalog.is_none() {
         check_bronze(s, from, &source).await?;
     }
     let source_schema = schema_of(s, "read the source's columns", &source).await?;
@@ -58,7 +79,25 @@ pub(crate) async fn discover(
         target,
         target_schema,
         watermark,
+        source_meta,
     })
+}
+
+/// An Iceberg source the Spark engine reads: format version 2 (version 1 has no sequence
+/// numbers to keep a watermark by).
+pub(crate) fn check_readable(name: &TableName, meta: &Meta) -> Result<()> {
+    if meta.format_version < 2 {
+        return Err(EngineError::user(
+            format!(
+                "`{name}` is an Iceberg table of format version {}: the Spark engine reads version 2",
+                meta.format_version
+            ),
+            format!(
+                "upgrade it in Spark: ALTER TABLE {name} SET TBLPROPERTIES ('format-version' = '2')"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The target `into` of flow `name`: its last commit, schema and the flow's watermark, when
@@ -70,6 +109,14 @@ pub(crate) async fn target(
     into: &TableName,
 ) -> Result<(Option<Last>, Option<SchemaRef>, Option<i64>)> {
     let target_sql = places.sql(into);
+    if into.catalog.is_some() {
+        let Some(meta) = meta(s, "read the target's snapshots", &target_sql).await? else {
+            return Ok((None, None, None));
+        };
+        let schema = schema_of(s, "read the target's columns", &target_sql).await?;
+        let watermark = meta.watermark(name, &into.to_string())?;
+        return Ok((Some(meta.last()), Some(schema), watermark));
+    }
     let target = last_commit(s, "read the target's last commit", &target_sql).await?;
     Ok(match &target {
         Some(_) => {

@@ -13,6 +13,7 @@ use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
+use crate::iceberg::{self, rows as ice_rows};
 use crate::places::Places;
 use crate::rows::{self, Source};
 use crate::scd1::read::{REWRITES_QUERY, Span};
@@ -112,11 +113,30 @@ impl Append<'_> {
             removes: false,
         };
         let mut rebuild = self.ctx.full_refresh || stored.is_none();
+        let source_sql = self.places.sql(&spec.from);
+        let ice = state.source_meta.as_ref().map(|meta| ice_rows::Source {
+            name: &from,
+            table: &source_sql,
+            meta,
+            columns: &source_columns,
+            removes: false,
+        });
         let mut opened = None;
+        let mut ice_range = None;
         if let (Some(after), false) = (stored, rebuild) {
-            let span = Span::Range(after, v);
-            let history = rows::open(s, src, span).await?;
-            let rewrites = self.rewrites(s).await?;
+            let rewrites = match &ice {
+                Some(src) => {
+                    let snaps = ice_rows::range(src, after)?;
+                    let rewrites = ice_rows::rewrites(&snaps);
+                    ice_range = Some(snaps);
+                    rewrites
+                }
+                None => {
+                    let span = Span::Range(after, v);
+                    opened = Some((span, rows::open(s, src, span).await?));
+                    self.rewrites(s).await?
+                }
+            };
             if !rewrites.is_empty() {
                 match spec.on_rewrite {
                     OnRewrite::Fail => {
@@ -125,10 +145,12 @@ impl Append<'_> {
                     OnRewrite::Skip => {
                         report.skipped_versions = rewrites.iter().map(|(v, _)| *v).collect();
                     }
-                    OnRewrite::FullRefresh => rebuild = true,
+                    OnRewrite::FullRefresh => {
+                        rebuild = true;
+                        (opened, ice_range) = (None, None);
+                    }
                 }
             }
-            opened = (!rebuild).then_some((span, history));
         }
         report.mode = match (rebuild, state.target.is_some()) {
             (true, true) => ReadMode::Rebuild,
@@ -140,14 +162,21 @@ impl Append<'_> {
             report.status = ReportStatus::Planned;
             return Ok(report);
         }
-        let (span, history) = match opened {
-            Some(opened) => opened,
-            None => {
-                let span = Span::Snapshot(v);
-                (span, rows::open(s, src, span).await?)
+        match &ice {
+            Some(ice) => {
+                ice_rows::rows(s, *ice, ice_range.as_deref()).await?;
             }
-        };
-        rows::rows(s, src, span, &history).await?;
+            None => {
+                let (span, history) = match opened {
+                    Some(opened) => opened,
+                    None => {
+                        let span = Span::Snapshot(v);
+                        (span, rows::open(s, src, span).await?)
+                    }
+                };
+                rows::rows(s, src, span, &history).await?;
+            }
+        }
         self.count(s, &columns, &mut report).await?;
         report.status = ReportStatus::Applied;
         self.write(s, state, &columns, rebuild, &mut report).await?;
@@ -287,12 +316,25 @@ impl Append<'_> {
             .iter()
             .map(|c| (c.name.clone(), spark_type(c.ty), c.nullable))
             .collect();
+        if self.spec.into.catalog.is_some() {
+            s.write(
+                None,
+                "create the target's namespace",
+                iceberg::create_namespace(&self.spec.into),
+            )
+            .await?;
+        }
         s.write(
             None,
             "create the target table",
             create_table(&target, &defs),
         )
         .await?;
+        if self.spec.into.catalog.is_some() {
+            return self
+                .write_iceberg(s, state, (&target, columns), rebuild, report)
+                .await;
+        }
         let metadata = commit_metadata(&self.ctx.run_id, self.name, v, report)?;
         write::write_target(
             s,
@@ -307,6 +349,51 @@ impl Append<'_> {
         .await?;
         if let Some(version) = write::version_after(s, &target).await? {
             report.silver_version = Some(version);
+        }
+        Ok(())
+    }
+
+    /// An Iceberg target's write: checked unmoved, the rows committed with the watermark,
+    /// run id, source and report in the snapshot summary, then the watermark in the table's
+    /// properties.
+    async fn write_iceberg(
+        &self,
+        s: &Session<'_>,
+        state: &Tables,
+        (target, columns): (&str, &[Column]),
+        rebuild: bool,
+        report: &mut FlowReport,
+    ) -> Result<()> {
+        let into = self.spec.into.to_string();
+        let v = state.source_version;
+        iceberg::check_unmoved(s, (target, &into), self.name, state.watermark).await?;
+        let summary = iceberg::Summary {
+            flow: self.name,
+            version: v,
+            run_id: &self.ctx.run_id,
+            source: (
+                report.from.clone(),
+                state.source_meta.as_ref().and_then(|m| m.current),
+            ),
+        };
+        summary.set(s, &iceberg::report_json(report)?).await?;
+        let written = s
+            .write(
+                Some("before_spark_append"),
+                "append the new rows",
+                insert(target, columns, rebuild),
+            )
+            .await;
+        summary.clear(s).await?;
+        written?;
+        s.write(
+            Some("before_spark_watermark_property"),
+            "keep the watermark in the table's properties",
+            iceberg::watermark_property(target, self.name, v),
+        )
+        .await?;
+        if let Some(meta) = iceberg::written(s, target).await? {
+            report.silver_version = Some(meta.version());
         }
         Ok(())
     }

@@ -129,6 +129,7 @@ mod tests {
             target: None,
             target_schema: target.map(schema),
             watermark: None,
+            source_meta: None,
         }
     }
 

@@ -60,8 +60,10 @@ pub struct SparkEngine {
 impl SparkEngine {
     /// Connects to the cluster at `url` for `pipeline`'s flows, run with `settings`.
     pub async fn connect(url: &str, pipeline: &Pipeline, settings: &RunSettings) -> Result<Self> {
+        let spark = Spark::connect(url).await?;
+        crate::iceberg::register_catalogs(&spark, pipeline).await?;
         Ok(Self {
-            spark: Spark::connect(url).await?,
+            spark,
             places: Places::new(pipeline)?,
             pipeline: pipeline.clone(),
             settings: settings.clone(),

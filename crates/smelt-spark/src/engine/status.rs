@@ -107,7 +107,18 @@ impl SparkEngine {
         match last {
             Some(last) => {
                 row.silver_version = Some(last.version);
-                self.last_run(into, row).await?;
+                match into.catalog {
+                    // An Iceberg target: its current snapshot, and the run id in its summary.
+                    Some(_) => {
+                        row.last_run_at = utc_text(last.at_us.div_euclid(1000));
+                        row.last_run_id = last
+                            .metadata
+                            .as_deref()
+                            .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+                            .and_then(|m| m["smelt.run_id"].as_str().map(str::to_string));
+                    }
+                    None => self.last_run(into, row).await?,
+                }
             }
             None => row.problem = Some(format!("`{into}` not created yet: run `smelt run`")),
         }

@@ -81,6 +81,7 @@ pub(crate) async fn discover(
         target,
         target_schema,
         watermark,
+        source_meta: None,
     };
     if batch.to_load.is_empty() {
         return Ok((state, batch));

@@ -154,6 +154,7 @@ mod tests {
             watermark: None,
             tombstones: false,
             tombstones_txn: None,
+            bronze_meta: None,
         }
     }
 

@@ -10,9 +10,11 @@ use smelt_spec::ddl::TableName;
 use smelt_spec::{ApplyFlow, SourceDeletes};
 
 use super::read::{REWRITES_QUERY, Span};
+use crate::iceberg::{Meta, meta};
 use crate::places::Places;
 use crate::session::Session;
 use crate::sql::{ident, string_literal};
+use crate::tables::{check_readable, target};
 
 /// A table's last commit.
 #[derive(Debug, Clone)]
@@ -45,6 +47,8 @@ pub(crate) struct State {
     /// The bronze version the tombstones were last written for (a run killed after them
     /// leaves it ahead of the watermark).
     pub(crate) tombstones_txn: Option<i64>,
+    /// An Iceberg bronze's metadata (its version: its current snapshot's sequence number).
+    pub(crate) bronze_meta: Option<Meta>,
 }
 
 /// The last commit of `table`, `None` when there is no Delta table there.
@@ -85,37 +89,56 @@ pub(crate) async fn discover(
     spec: &ApplyFlow,
 ) -> Result<State> {
     let bronze = places.sql(&spec.from);
-    let Some(last) = last_commit(s, "read bronze's version", &bronze).await? else {
+    let (last, bronze_meta) = match spec.from.catalog {
+        Some(_) => match meta(s, "read bronze's snapshots", &bronze).await? {
+            Some(meta) => {
+                check_readable(&spec.from, &meta)?;
+                (Some(meta.last()), Some(meta))
+            }
+            None => (None, None),
+        },
+        None => (
+            last_commit(s, "read bronze's version", &bronze).await?,
+            None,
+        ),
+    };
+    let Some(last) = last else {
         return Err(EngineError::TableNotFound {
             table: spec.from.to_string(),
             location: places.location(&spec.from),
-            hint: "create the bronze table first (as a Delta table), or fix `from:` / `lake:`"
-                .into(),
+            hint: match spec.from.catalog {
+                Some(_) => "create the bronze table in its catalog first, or fix `from:`",
+                None => {
+                    "create the bronze table first (as a Delta table), or fix `from:` / `lake:`"
+                }
+            }
+            .into(),
         });
     };
-    check_bronze(s, &spec.from, &bronze).await?;
+    if spec.from.catalog.is_none() {
+        check_bronze(s, &spec.from, &bronze).await?;
+    }
     let bronze_schema = schema_of(s, "read bronze's columns", &bronze).await?;
-    let silver_dir = places.location(&spec.into);
-    let silver_sql = places.sql(&spec.into);
-    let silver = last_commit(s, "read silver's last commit", &silver_sql).await?;
-    let silver_schema = match &silver {
-        Some(_) => Some(schema_of(s, "read silver's columns", &silver_sql).await?),
-        None => None,
-    };
-    let watermark = match &silver {
-        Some(_) => txn_of(s, &silver_dir, name, "read silver's watermark").await?,
-        None => None,
-    };
     let tombs = tombstone_table(&spec.into);
-    let tombstones = last_commit(s, "look for the tombstone table", &places.sql(&tombs))
-        .await?
-        .is_some();
-    let tombstones_txn = match tombstones {
-        true => {
-            let dir = places.location(&tombs);
-            txn_of(s, &dir, name, "read the tombstones' watermark").await?
+    let (silver, silver_schema, watermark) = target(s, places, name, &spec.into).await?;
+    let (tombstones, tombstones_txn) = match tombs.catalog {
+        Some(_) => match meta(s, "look for the tombstone table", &places.sql(&tombs)).await? {
+            Some(meta) => (true, meta.watermark(name, &tombs.to_string())?),
+            None => (false, None),
+        },
+        None => {
+            let found = last_commit(s, "look for the tombstone table", &places.sql(&tombs))
+                .await?
+                .is_some();
+            let txn = match found {
+                true => {
+                    let dir = places.location(&tombs);
+                    txn_of(s, &dir, name, "read the tombstones' watermark").await?
+                }
+                false => None,
+            };
+            (found, txn)
         }
-        false => None,
     };
     Ok(State {
         bronze_version: last.version,
@@ -130,6 +153,7 @@ pub(crate) async fn discover(
         watermark,
         tombstones,
         tombstones_txn,
+        bronze_meta,
     })
 }
 

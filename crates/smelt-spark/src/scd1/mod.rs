@@ -36,6 +36,7 @@ pub(crate) use shape::Shape;
 pub(crate) use shape::{create_table, spark_type};
 use stage::Targets;
 
+use crate::iceberg::{self, rows as ice_rows};
 use crate::places::Places;
 use crate::rows;
 use crate::session::Session;
@@ -197,6 +198,23 @@ impl Scd1<'_> {
     ) -> Result<(usize, u64)> {
         let location = self.places.location(&self.spec.from);
         let from = self.spec.from.to_string();
+        if let Some(meta) = &state.bronze_meta {
+            let table = self.places.sql(&self.spec.from);
+            let src = ice_rows::Source {
+                name: &from,
+                table: &table,
+                meta,
+                columns: &state.bronze_columns,
+                removes: self.spec.source_deletes == SourceDeletes::Apply,
+            };
+            let snaps = match span {
+                Span::Range(after, _) => Some(ice_rows::range(&src, after)?),
+                Span::Snapshot(_) => None,
+            };
+            let (files, bytes, ignored) = ice_rows::rows(s, src, snaps.as_deref()).await?;
+            report.delete_files_ignored = ignored;
+            return Ok((files, bytes));
+        }
         let src = rows::Source {
             name: &from,
             location: &location,
@@ -337,7 +355,22 @@ impl Scd1<'_> {
             .write_with_watermark(s, shape, state, rebuild, report)
             .await;
         write::clear_watermark(s).await?;
+        let iceberg = self.spec.into.catalog.is_some();
+        if iceberg {
+            self.summary(state).clear(s).await?;
+        }
         written?;
+        if iceberg {
+            let written = [(true, &silver), (report.tombstones_written > 0, &tombs)];
+            for (_, table) in written.iter().filter(|(w, _)| *w) {
+                s.write(
+                    Some("before_spark_watermark_property"),
+                    "keep the watermark in the table's properties",
+                    iceberg::watermark_property(table, self.name, state.bronze_version),
+                )
+                .await?;
+            }
+        }
         if let Some(keep) = self.spec.tombstone_retention
             && (state.tombstones || report.tombstones_written > 0)
         {
@@ -360,10 +393,27 @@ impl Scd1<'_> {
                 })
                 .unwrap_or(0);
         }
-        if let Some(version) = write::version_after(s, &silver).await? {
+        let version = match iceberg {
+            true => iceberg::written(s, &silver).await?.map(|m| m.version()),
+            false => write::version_after(s, &silver).await?,
+        };
+        if let Some(version) = version {
             report.silver_version = Some(version);
         }
         Ok(())
+    }
+
+    /// The snapshot summary of an Iceberg silver's writes.
+    fn summary<'s>(&'s self, state: &State) -> iceberg::Summary<'s> {
+        iceberg::Summary {
+            flow: self.name,
+            version: state.bronze_version,
+            run_id: &self.ctx.run_id,
+            source: (
+                self.spec.from.to_string(),
+                state.bronze_meta.as_ref().and_then(|m| m.current),
+            ),
+        }
     }
 
     /// Whether silver and the tombstones are written merge-on-read.
@@ -412,7 +462,22 @@ impl Scd1<'_> {
         let silver = self.places.sql(&self.spec.into);
         let tombs = self.places.sql(&tombstone_table(&self.spec.into));
         let v = state.bronze_version;
-        write::set_watermark(s, self.name, v, rebuild, state.watermark).await?;
+        let iceberg = self.spec.into.catalog.is_some();
+        match iceberg {
+            true => {
+                s.write(
+                    None,
+                    "create the namespace",
+                    iceberg::create_namespace(&self.spec.into),
+                )
+                .await?;
+                let into = self.spec.into.to_string();
+                iceberg::check_unmoved(s, (&silver, &into), self.name, state.watermark).await?;
+                let report = iceberg::report_json(report)?;
+                self.summary(state).set(s, &report).await?;
+            }
+            false => write::set_watermark(s, self.name, v, rebuild, state.watermark).await?,
+        }
         if report.quarantined > 0 {
             let rejects = self.places.sql(&rejects_table(&self.spec.into));
             s.write(
@@ -456,9 +521,11 @@ impl Scd1<'_> {
             write::create_silver(&silver, shape, self.merge_on_read()),
         )
         .await?;
-        let metadata = write::commit_metadata(&self.ctx.run_id, self.name, v, report)?;
-        s.write_setting(write::set(write::USER_METADATA, &metadata))
-            .await?;
+        if !iceberg {
+            let metadata = write::commit_metadata(&self.ctx.run_id, self.name, v, report)?;
+            s.write_setting(write::set(write::USER_METADATA, &metadata))
+                .await?;
+        }
         let run_us = self.ctx.run_timestamp_us;
         let sql = match (rebuild, &shape.history) {
             (true, None) => write::overwrite_silver(&silver, shape),

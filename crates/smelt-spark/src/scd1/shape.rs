@@ -199,7 +199,7 @@ pub(crate) fn newer(a: &[String], b: &[String]) -> String {
 }
 
 /// `CREATE TABLE IF NOT EXISTS` of a Delta table with the change feed on, as embedded creates
-/// silver, tombstone and rejects tables.
+/// silver, tombstone and rejects tables (of an Iceberg table, `table` named in its catalog).
 pub(crate) fn create_table(table: &str, columns: &[(String, String, bool)]) -> String {
     create_table_with(table, columns, false)
 }
@@ -224,6 +224,14 @@ pub(crate) fn create_table_with(
             )
         })
         .collect();
+    if !table.starts_with("delta.") {
+        // An Iceberg table of a catalog, as the embedded engine creates one: format
+        // version 2, unpartitioned, copy-on-write.
+        return format!(
+            "CREATE TABLE IF NOT EXISTS {table} ({}) USING iceberg TBLPROPERTIES ('format-version' = '2')",
+            cols.join(", ")
+        );
+    }
     let dv = match merge_on_read {
         true => format!(", '{DELETION_VECTORS}' = 'true'"),
         false => String::new(),
