@@ -310,7 +310,9 @@ impl WatermarkStore for IcebergTable {
                 v.parse::<i64>().map_err(|_| {
                     EngineError::user(
                         format!("`{}`: watermark `{key}` is `{v}`, not a version", self.name),
-                        format!("remove the table property `{key}` and rebuild with `smelt run --full-refresh`"),
+                        format!(
+                            "rebuild with `smelt run --full-refresh` (it writes `{key}` again)"
+                        ),
                     )
                 })
             })

@@ -50,8 +50,6 @@ impl Error {
                 "DELTA_TABLE_NOT_FOUND",
                 "PATH_NOT_FOUND",
                 "is not a Delta table",
-                // An Iceberg table (or its namespace) missing from its catalog.
-                "TABLE_OR_VIEW_NOT_FOUND",
             ]
             .iter()
             .any(|m| message.contains(m)),

@@ -35,16 +35,14 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
             if let Some(t) = [&spec.from, &spec.into].into_iter().find(|t| rest(t)) {
                 refuse(format!("the table `{t}` of a `rest` catalog"), embedded);
             }
-            if spec.from.catalog.is_some() || spec.into.catalog.is_some() {
-                if spec.scd == 2 {
-                    refuse("an `scd: 2` flow over Iceberg tables".into(), embedded);
-                }
-                if spec.write_mode == WriteMode::MergeOnRead {
-                    refuse(
-                        "`write_mode: merge_on_read` into an Iceberg table".into(),
-                        embedded,
-                    );
-                }
+            if spec.scd == 2 && (spec.from.catalog.is_some() || spec.into.catalog.is_some()) {
+                refuse("an `scd: 2` flow over Iceberg tables".into(), embedded);
+            }
+            if spec.write_mode == WriteMode::MergeOnRead && spec.into.catalog.is_some() {
+                refuse(
+                    "`write_mode: merge_on_read` into an Iceberg table".into(),
+                    embedded,
+                );
             }
             apply(spec, &mut refuse)
         }

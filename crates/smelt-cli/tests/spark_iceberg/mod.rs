@@ -29,21 +29,28 @@ const FIELDS: &[&str] = &[
     "filtered",
     "skipped_versions",
     "files_read",
+    "quarantined",
+    "expectations",
 ];
 
-/// The example's pipeline with its outputs in namespace `ns`, the schema file `schema`.
+/// The example's pipeline with its outputs in namespace `ns`, the schema file `schema`; the
+/// changelog transform also quarantines an active row of 35.00 or more (a rejects table).
 fn pipeline(example: &str, ns: &str, schema: &str, head: &str) -> String {
     let flows = &example[example.find("catalogs:").unwrap()..];
     let flows = flows
         .replace("foundry.demo.active", &format!("foundry.{ns}.active"))
         .replace("foundry.demo.current", &format!("foundry.{ns}.current"))
-        .replace("schema: current.sql", &format!("schema: {schema}"));
+        .replace("schema: current.sql", &format!("schema: {schema}"))
+        .replace(
+            "      source_deletes: apply",
+            "      source_deletes: apply\n      expect:\n        small: amount < 35\n      on_violation: quarantine",
+        );
     format!("{head}{flows}")
 }
 
 /// An output table as pyiceberg reads it (`testenv/iceberg_tables.py` on the example's
-/// catalog), by id, less the run's own time.
-fn scan(p: &Project, table: &str) -> Vec<Value> {
+/// catalog), by id, less the columns `drop`.
+fn scan(p: &Project, table: &str, drop: &[&str]) -> Vec<Value> {
     let out = std::process::Command::new(python())
         .arg(testenv().join("iceberg_tables.py"))
         .args(["--catalog", "foundry", "--uri"])
@@ -73,11 +80,13 @@ fn scan(p: &Project, table: &str) -> Vec<Value> {
         .iter()
         .map(|r| {
             let mut r = r.clone();
-            r.as_object_mut().unwrap().remove("_update_timestamp");
+            for d in drop {
+                r.as_object_mut().unwrap().remove(*d);
+            }
             r
         })
         .collect();
-    rows.sort_by_key(|r| r["id"].as_i64());
+    rows.sort_by_key(|r| r.to_string());
     rows
 }
 
@@ -102,12 +111,14 @@ fn input(p: &Project, step: &str) {
     );
 }
 
-/// Both outputs equal in both namespaces (and the embedded ones not all empty).
-fn same_outputs(p: &Project, step: &str) {
-    for table in ["active", "current"] {
-        let e = scan(p, &format!("demo_e.{table}"));
-        let s = scan(p, &format!("demo_s.{table}"));
-        assert!(!e.is_empty(), "{step}: demo_e.{table} is empty");
+/// The tables `counts` names equal in both namespaces, each with as many rows as it says
+/// (the example's outputs: its README's rows, less those the expectation quarantines).
+fn same_outputs(p: &Project, step: &str, counts: &[(&str, usize)]) {
+    let own = ["_update_timestamp", "run_id", "rejected_at", "raw_row"];
+    for (table, n) in counts {
+        let e = scan(p, &format!("demo_e.{table}"), &own);
+        let s = scan(p, &format!("demo_s.{table}"), &own);
+        assert_eq!(e.len(), *n, "{step}: demo_e.{table}: {e:?}");
         assert_eq!(
             e, s,
             "{step}: `{table}` differs (left embedded, right Spark)"
@@ -158,9 +169,10 @@ pub fn foundry(url: &str) {
     input(&p, "build1");
     let (e, s) = (run("embedded.yaml"), run("spark.yaml"));
     same_reports("build 1", &e, &s);
-    same_outputs(&p, "build 1");
+    same_outputs(&p, "build 1", &[("active", 2), ("current", 2)]);
 
-    // Killed before silver's MERGE (the `active` flow done), then run again.
+    // Killed before silver's MERGE (the `active` flow done, the rejects written), then run
+    // again: the rejects are not written twice.
     input(&p, "build2");
     let e = run("embedded.yaml");
     let out = p.abort_at("before_spark_silver", &["-p", "spark.yaml", "run"]);
@@ -172,7 +184,12 @@ pub fn foundry(url: &str) {
     let s = run("spark.yaml");
     assert_eq!(s[0]["status"], "up_to_date", "{s:?}");
     same_reports("build 2, run again", &e[1..], &s[1..]);
-    same_outputs(&p, "build 2");
+    // id 1 inactive, id 4's 40.00 quarantined.
+    same_outputs(
+        &p,
+        "build 2",
+        &[("active", 3), ("current", 1), ("current__rejects", 1)],
+    );
 
     // A copy-on-write delete in the input: `active` skips it, `current` deletes the key.
     // Killed after the append's snapshot, before the watermark lands in the properties.
@@ -190,7 +207,11 @@ pub fn foundry(url: &str) {
     let s = run("spark.yaml");
     assert_eq!(s[0]["status"], "up_to_date", "{s:?}");
     same_reports("build 3, run again", &e[1..], &s[1..]);
-    same_outputs(&p, "build 3");
+    same_outputs(
+        &p,
+        "build 3",
+        &[("active", 3), ("current", 0), ("current__rejects", 1)],
+    );
 
     let (e, s) = (run("embedded.yaml"), run("spark.yaml"));
     same_reports("build 4", &e, &s);

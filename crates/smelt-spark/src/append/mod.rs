@@ -87,7 +87,12 @@ impl Append<'_> {
                     "flow `{}`: the target's watermark is source version {w}, but `{}` is at version {v}: was the source recreated?",
                     self.name, spec.from
                 ),
-                "drop the target and run again: Delta's idempotent writes cannot lower a watermark",
+                match spec.into.catalog {
+                    Some(_) => "rebuild the target with `smelt run --full-refresh`",
+                    None => {
+                        "drop the target and run again: Delta's idempotent writes cannot lower a watermark"
+                    }
+                },
             ));
         }
         let columns = columns(self.name, spec, state).map_err(|mut e| e.remove(0))?;
@@ -97,6 +102,12 @@ impl Append<'_> {
             .await?;
         s.setting("SET spark.sql.parquet.mergeSchema=true".to_string())
             .await?;
+        if spec.into.catalog.is_some() {
+            // A rebuild's `INSERT OVERWRITE` replaces the whole table, and commits (with
+            // the watermark) even when it writes no row.
+            s.setting("SET spark.sql.sources.partitionOverwriteMode=static".to_string())
+                .await?;
+        }
         let location = self.places.location(&spec.from);
         let from = spec.from.to_string();
         let source_columns: Vec<String> = state

@@ -29,8 +29,9 @@ mod check;
 mod status;
 
 /// The session settings flow runs change (beside the watermark's, reset after each write).
-const RUN_SETTINGS: [&str; 7] = [
+const RUN_SETTINGS: [&str; 8] = [
     "spark.sql.parquet.mergeSchema",
+    "spark.sql.sources.partitionOverwriteMode",
     "spark.sql.legacy.codingErrorAction",
     "spark.sql.legacy.javaCharsets",
     "spark.sql.mapKeyDedupPolicy",
@@ -253,8 +254,14 @@ impl SparkEngine {
                 )
                 .await;
         }
-        // The session settings a flow run changes, back to the cluster's for the next flow.
-        for conf in RUN_SETTINGS {
+        // The session settings a flow run changes, back to the cluster's for the next flow
+        // (an Iceberg write's snapshot properties too, whatever happened to the write).
+        let summary = crate::iceberg::summary_keys(s.flow);
+        let confs = RUN_SETTINGS
+            .iter()
+            .map(|c| c.to_string())
+            .chain(summary.iter().map(|k| sql::ident(k)));
+        for conf in confs {
             let _ = s
                 .spark
                 .sql("reset a setting", &format!("RESET {conf}"))

@@ -215,14 +215,15 @@ impl Meta {
 /// from its current metadata file: the same for every later statement of the run, whatever
 /// is committed meanwhile.
 pub(crate) async fn meta(s: &Session<'_>, what: &str, table: &str) -> Result<Option<Meta>> {
-    let sql =
-        format!("SELECT file FROM {table}.`metadata_log_entries` ORDER BY timestamp DESC LIMIT 1");
+    // The log lists the previous files, then the current one: the last row (not the
+    // latest time — writers' clocks differ).
+    let sql = format!("SELECT file FROM {table}.`metadata_log_entries`");
     let file = match s.spark.sql(what, &sql).await {
         Ok(rows) => {
             s.record_read(what, &sql);
-            rows.strings("file").first().cloned().flatten()
+            rows.strings("file").last().cloned().flatten()
         }
-        Err(e) if e.is_missing_table() => {
+        Err(e) if e.is_missing_table() || e.to_string().contains("TABLE_OR_VIEW_NOT_FOUND") => {
             s.record_read(what, &sql);
             return Ok(None);
         }
@@ -246,6 +247,12 @@ pub(crate) async fn meta(s: &Session<'_>, what: &str, table: &str) -> Result<Opt
             .unwrap_or_default()
     };
     let first = |name: &str| rows.ints(name).first().copied().flatten();
+    if first("format_version").is_none() {
+        return Err(EngineError::user(
+            format!("cannot read `{table}`'s metadata file `{file}` as JSON (compressed?)"),
+            "run this flow with `--engine embedded`",
+        ));
+    }
     let snapshots = (0..rows.len())
         .filter_map(|i| {
             Some(Snap {
@@ -335,11 +342,14 @@ pub(crate) struct Summary<'a> {
 }
 
 impl Summary<'_> {
-    /// Sets the confs (`report`: the run's report as JSON).
+    /// Sets the confs (`report`: the run's report as JSON); none is left set when one fails.
     pub(crate) async fn set(&self, s: &Session<'_>, report: &str) -> Result<()> {
         let source = (self.source.0.as_str(), self.source.1);
         for (k, v) in summary_confs(self.flow, self.version, self.run_id, source, report) {
-            s.write_setting(set_conf(&k, &v)).await?;
+            if let Err(e) = s.write_setting(set_conf(&k, &v)).await {
+                let _ = self.clear(s).await;
+                return Err(e);
+            }
         }
         Ok(())
     }

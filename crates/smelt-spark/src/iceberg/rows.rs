@@ -130,10 +130,9 @@ async fn increment(
         .read(
             "list the snapshots' files",
             format!(
-                "SELECT DISTINCT snapshot_id, status, data_file.content AS content, \
+                "SELECT snapshot_id, status, data_file.content AS content, \
                  data_file.file_path AS path, data_file.file_size_in_bytes AS size\n\
-                 FROM {}.`all_entries` WHERE status IN (1, 2) AND snapshot_id IN ({})\n\
-                 ORDER BY snapshot_id, status DESC, path",
+                 FROM {}.`all_entries` WHERE status IN (1, 2) AND snapshot_id IN ({})",
                 src.table,
                 ids.join(", ")
             ),
@@ -145,9 +144,16 @@ async fn increment(
         rows.ints("content"),
     );
     let (paths, sizes) = (rows.strings("path"), rows.ints("size"));
-    let mut files = Vec::new();
+    // In the order the manifests list them (the embedded engine's file order), each once
+    // (a manifest listed by several snapshots is read again).
+    let mut files: Vec<File> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut delete_files = 0;
     for i in 0..rows.len() {
+        let entry = (snap_ids[i], statuses[i], paths[i].clone());
+        if !seen.insert(entry) {
+            continue;
+        }
         if contents[i].unwrap_or(0) != 0 {
             if statuses[i] == Some(1) {
                 delete_files += 1;
@@ -171,7 +177,8 @@ async fn increment(
         ));
     }
     let cols = columns(src);
-    let mut parts = Vec::new();
+    // Snapshots that only add (or only remove) files, and rewrites (both: carried over).
+    let (mut plain, mut rewrites) = (Vec::new(), Vec::new());
     let mut read = (0, 0);
     let mut ignored = delete_files;
     for (k, snap) in snaps.iter().enumerate() {
@@ -199,9 +206,19 @@ async fn increment(
                 removed.len(),
             ),
         ];
+        let rewrite = !removed.is_empty() && !added.is_empty();
         for (wanted, side, at, kind, offset) in sides {
-            let Some(at) = at.filter(|_| wanted) else {
+            if !wanted {
                 continue;
+            }
+            let Some(at) = at else {
+                return Err(EngineError::user(
+                    format!(
+                        "`{}`: snapshot {} removes files but has no parent (the snapshots before it were expired): the rows it removed cannot be read",
+                        src.name, snap.id
+                    ),
+                    "rebuild what reads the table with `smelt run --full-refresh`",
+                ));
             };
             read.0 += side.len();
             read.1 += side.iter().map(|f| f.size).sum::<u64>();
@@ -210,28 +227,43 @@ async fn increment(
                 .enumerate()
                 .map(|(i, f)| format!("WHEN {} THEN {}", string_literal(&f.path), offset + i))
                 .collect();
-            parts.push(format!(
+            let part = format!(
                 "SELECT {cols}, '{kind}' AS _change_type, {seq}L AS _commit_version, \
                  timestamp_micros({us}L) AS _commit_timestamp, CASE d._file {} END AS _file_pos, \
-                 d._pos AS _row_pos, {k} AS __snap\n\
+                 d._pos AS _row_pos{snap_col}\n\
                  FROM {table} VERSION AS OF {at} d WHERE d._file IN ({})",
                 pos.join(" "),
                 paths_in(side),
                 seq = snap.seq,
                 us = snap.at_us,
                 table = src.table,
-            ));
+                snap_col = if rewrite {
+                    format!(", {k} AS __snap")
+                } else {
+                    String::new()
+                },
+            );
+            match rewrite {
+                true => rewrites.push(part),
+                false => plain.push(part),
+            }
         }
     }
-    if parts.is_empty() {
+    if !rewrites.is_empty() {
+        plain.push(carry_over(src, &rewrites.join("\nUNION ALL\n")));
+    }
+    if plain.is_empty() {
         return Ok((empty(src), 0, 0, ignored));
     }
-    let sql = carry_over(src, &parts.join("\nUNION ALL\n"));
+    let sql = format!(
+        "CREATE OR REPLACE TEMPORARY VIEW smelt_raw AS\n{}",
+        plain.join("\nUNION ALL\n")
+    );
     Ok((sql, read.0, read.1, ignored))
 }
 
-/// `smelt_raw` from `sides` (the rows read, with `__snap`): the rows equal on both sides of
-/// a snapshot paired one for one and dropped; deletes kept only when `src.removes`.
+/// The rows of rewriting snapshots' `sides` (with `__snap`): the rows equal on both sides
+/// of a snapshot paired one for one and dropped; deletes kept only when `src.removes`.
 fn carry_over(src: &Source<'_>, sides: &str) -> String {
     let all: Vec<String> = src.columns.iter().map(|c| ident(c)).collect();
     let same: Vec<String> = src
@@ -249,12 +281,11 @@ fn carry_over(src: &Source<'_>, sides: &str) -> String {
         false => "\nWHERE a._change_type = 'insert'",
     };
     format!(
-        "CREATE OR REPLACE TEMPORARY VIEW smelt_raw AS\n\
-         WITH sides AS (\n{sides}\n),\n\
+        "SELECT * FROM (WITH sides AS (\n{sides}\n),\n\
          numbered AS (SELECT *, row_number() OVER (PARTITION BY __snap, _change_type, {} ORDER BY _file_pos, _row_pos) AS __n FROM sides)\n\
          SELECT {}, a._change_type, a._commit_version, a._commit_timestamp, a._file_pos, a._row_pos\n\
          FROM numbered a LEFT ANTI JOIN numbered b\n\
-         ON a.__snap = b.__snap AND a._change_type <> b._change_type AND a.__n = b.__n AND {}{keep}",
+         ON a.__snap = b.__snap AND a._change_type <> b._change_type AND a.__n = b.__n AND {}{keep})",
         all.join(", "),
         a_cols.join(", "),
         same.join(" AND ")
@@ -420,7 +451,7 @@ mod tests {
             sql.contains("a.`id` <=> b.`id` AND a.`v` <=> b.`v`"),
             "{sql}"
         );
-        assert!(sql.ends_with("WHERE a._change_type = 'insert'"), "{sql}");
+        assert!(sql.ends_with("WHERE a._change_type = 'insert')"), "{sql}");
         let with_deletes = carry_over(
             &Source {
                 removes: true,

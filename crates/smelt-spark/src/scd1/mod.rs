@@ -97,7 +97,12 @@ impl Scd1<'_> {
                         "flow `{}`: silver's watermark is bronze version {w}, but `{}` is at version {}: was bronze recreated?",
                         self.name, spec.from, state.bronze_version
                     ),
-                    "drop silver and its tombstones and run again: Delta's idempotent writes cannot lower a watermark",
+                    match spec.into.catalog {
+                        Some(_) => "rebuild silver with `smelt run --full-refresh`",
+                        None => {
+                            "drop silver and its tombstones and run again: Delta's idempotent writes cannot lower a watermark"
+                        }
+                    },
                 ));
             }
             (false, Some(w)) => (Span::Range(w, state.bronze_version), ReadMode::Incremental),
@@ -113,6 +118,11 @@ impl Scd1<'_> {
         // optimizer ran minutes and out of memory on a 20-column silver).
         s.setting("SET spark.sql.constraintPropagation.enabled=false".to_string())
             .await?;
+        if spec.into.catalog.is_some() {
+            // A rebuild's `INSERT OVERWRITE` replaces the whole table.
+            s.setting("SET spark.sql.sources.partitionOverwriteMode=static".to_string())
+                .await?;
+        }
         crate::scd2::keep_analyzed_views(s, shape.history.is_some()).await?;
         let files = self.read_changes(s, state, span, &mut report).await?;
         report.files_read = files.0;
@@ -354,14 +364,19 @@ impl Scd1<'_> {
         let written = self
             .write_with_watermark(s, shape, state, rebuild, report)
             .await;
-        write::clear_watermark(s).await?;
         let iceberg = self.spec.into.catalog.is_some();
         if iceberg {
             self.summary(state).clear(s).await?;
         }
+        write::clear_watermark(s).await?;
         written?;
         if iceberg {
-            let written = [(true, &silver), (report.tombstones_written > 0, &tombs)];
+            let rejects = self.places.sql(&rejects_table(&self.spec.into));
+            let written = [
+                (true, &silver),
+                (report.tombstones_written > 0, &tombs),
+                (report.quarantined > 0, &rejects),
+            ];
             for (_, table) in written.iter().filter(|(w, _)| *w) {
                 s.write(
                     Some("before_spark_watermark_property"),
@@ -478,8 +493,24 @@ impl Scd1<'_> {
             }
             false => write::set_watermark(s, self.name, v, rebuild, state.watermark).await?,
         }
-        if report.quarantined > 0 {
-            let rejects = self.places.sql(&rejects_table(&self.spec.into));
+        // An Iceberg table a killed run committed (its watermark is this run's): not written
+        // again (Delta skips such a write by its `txn`).
+        let rejects_name = rejects_table(&self.spec.into);
+        let rejects_done = iceberg
+            && report.quarantined > 0
+            && iceberg::meta(
+                s,
+                "read the rejects' watermark",
+                &self.places.sql(&rejects_name),
+            )
+            .await?
+            .map(|m| m.watermark(self.name, &rejects_name.to_string()))
+            .transpose()?
+            .flatten()
+            .is_some_and(|w| w >= v);
+        let tombstones_done = iceberg && state.tombstones_txn.is_some_and(|t| t >= v);
+        if report.quarantined > 0 && !rejects_done {
+            let rejects = self.places.sql(&rejects_name);
             s.write(
                 None,
                 "create the rejects table",
@@ -500,7 +531,7 @@ impl Scd1<'_> {
             )
             .await?;
         }
-        if !rebuild && report.tombstones_written > 0 {
+        if !rebuild && report.tombstones_written > 0 && !tombstones_done {
             s.write(
                 None,
                 "create the tombstone table",
