@@ -144,6 +144,17 @@ fn same_reports(step: &str, e: &[Value], s: &[Value]) {
     );
 }
 
+/// The Spark run killed (SIGABRT) at failpoint `point`, then the reports of its rerun.
+fn killed_then_run(p: &Project, point: &str) -> Vec<Value> {
+    let out = p.abort_at(point, &["-p", "spark.yaml", "run"]);
+    assert!(
+        common::signal_of(&out.status).is_some(),
+        "not killed at {point}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p.flows(&["-p", "spark.yaml", "run"])
+}
+
 /// Runs the example's builds on both engines.
 pub fn foundry(url: &str) {
     let p = Project::example("foundry_iceberg");
@@ -175,13 +186,7 @@ pub fn foundry(url: &str) {
     // again: the rejects are not written twice.
     input(&p, "build2");
     let e = run("embedded.yaml");
-    let out = p.abort_at("before_spark_silver", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = run("spark.yaml");
+    let s = killed_then_run(&p, "before_spark_silver");
     assert_eq!(s[0]["status"], "up_to_date", "{s:?}");
     same_reports("build 2, run again", &e[1..], &s[1..]);
     // id 1 inactive, id 4's 40.00 quarantined.
@@ -195,16 +200,7 @@ pub fn foundry(url: &str) {
     // Killed after the append's snapshot, before the watermark lands in the properties.
     input(&p, "build3");
     let e = run("embedded.yaml");
-    let out = p.abort_at(
-        "before_spark_watermark_property",
-        &["-p", "spark.yaml", "run"],
-    );
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = run("spark.yaml");
+    let s = killed_then_run(&p, "before_spark_watermark_property");
     assert_eq!(s[0]["status"], "up_to_date", "{s:?}");
     same_reports("build 3, run again", &e[1..], &s[1..]);
     same_outputs(

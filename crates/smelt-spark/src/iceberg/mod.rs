@@ -90,12 +90,11 @@ pub(crate) fn set_conf(key: &str, value: &str) -> String {
     format!("SET {}=`{}`", ident(key), value.replace('`', "``"))
 }
 
-/// `report` as the JSON text of a snapshot summary's `smelt.report`: `$` and the backquote
-/// escaped as JSON escapes them (Spark substitutes `${…}` in a statement's text, and the
-/// value is backquoted).
+/// `report` as the JSON text of a snapshot summary's `smelt.report`, settable
+/// ([`crate::scd1::write::settable_json`]).
 pub(crate) fn report_json(report: &smelt_engine::report::FlowReport) -> Result<String> {
     let text = serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?;
-    Ok(text.replace('$', "\\u0024").replace('`', "\\u0060"))
+    Ok(crate::scd1::write::settable_json(&text))
 }
 
 /// The metadata of `table` after a run's writes (`None` in a plan or a compile).

@@ -130,11 +130,13 @@ pub(crate) fn commit_metadata_with(
     for (key, value) in extra {
         meta[*key] = serde_json::Value::from(*value);
     }
-    Ok(meta
-        .to_string()
-        // Spark would substitute `${…}` in the statement's text, and the value is backquoted.
-        .replace('$', "\\u0024")
-        .replace('`', "\\u0060"))
+    Ok(settable_json(&meta.to_string()))
+}
+
+/// JSON `text` made safe as a backquoted `SET` value: `$` and the backquote as JSON escapes
+/// (Spark would substitute `${…}` in the statement's text, and the value is backquoted).
+pub(crate) fn settable_json(text: &str) -> String {
+    text.replace('$', "\\u0024").replace('`', "\\u0060")
 }
 
 /// Silver's `CREATE TABLE IF NOT EXISTS` (with deletion vectors on where `mor`).
