@@ -10,6 +10,7 @@
 mod common;
 mod spark_cluster;
 mod spark_iceberg;
+mod spark_parquet;
 
 use common::Project;
 use proptest::prelude::*;
@@ -1808,6 +1809,7 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     random_histories(&cluster.url, &writer);
     ingest(&cluster.url);
     ingest_json(&cluster.url);
+    spark_parquet::ingest_parquet(&cluster.url);
     replace_files(&cluster.url);
     export(&cluster.url);
     spark_iceberg::foundry(&cluster.url);

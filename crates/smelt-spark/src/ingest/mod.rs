@@ -7,7 +7,7 @@
 //! engine also reads them): a crash before it loads the files again, one after it loads
 //! nothing twice. Malformed lines go to `<bronze>__rejects` first, tagged with the load.
 //!
-//! CSV ([`sql`]) and JSON lines ([`json`]); Parquet is refused by name (`support.rs`).
+//! CSV ([`sql`]), JSON lines ([`json`]) and Parquet ([`parquet`]).
 
 use std::collections::HashMap;
 
@@ -24,12 +24,14 @@ use smelt_spec::{FileFormat, IngestEvolution, IngestFlow};
 
 use crate::places::Places;
 use crate::scd1::create_table;
+use crate::scd1::discover::schema_of;
 use crate::scd1::write::{self, commit_metadata_with};
 use crate::session::{Mode, Session};
 
 mod columns;
 mod json;
 mod listing;
+mod parquet;
 pub(crate) mod sql;
 mod state;
 use columns::{Heads, csv_names, plan_columns};
@@ -131,6 +133,7 @@ impl Ingest<'_> {
         .await?;
         let rows = match spec.format {
             FileFormat::Json => json::rows_view(&planned.plan, self.own()),
+            FileFormat::Parquet => parquet::rows_view(&planned.plan, self.own()),
             _ => sql::rows_view(&planned.plan, &spec.csv, self.own()),
         };
         s.view("line the rows up with bronze", rows).await?;
@@ -229,10 +232,6 @@ impl Ingest<'_> {
         }
         s.setting(format!("UNCACHE TABLE IF EXISTS {}", sql::LINES))
             .await?;
-        let cache = match spec.format {
-            FileFormat::Json => json::lines_cache(&glob),
-            _ => sql::lines_cache(&glob, &spec.csv),
-        };
         let there = s
             .read("check the files are there", sql::files_found_query(&glob))
             .await?;
@@ -248,13 +247,32 @@ impl Ingest<'_> {
                 "nothing was committed; run again (writers should not delete files from the landing folder while they are loaded)",
             ));
         }
+        let schemas = match spec.format {
+            FileFormat::Parquet => self.schemas(s, &base, files).await?,
+            _ => Vec::new(),
+        };
+        let cache = match spec.format {
+            FileFormat::Json => json::lines_cache(&glob),
+            FileFormat::Parquet => {
+                let scans: Vec<parquet::Scan<'_>> = schemas
+                    .iter()
+                    .enumerate()
+                    .map(|(index, (relation, schema))| parquet::Scan {
+                        index,
+                        relation: relation.clone(),
+                        schema,
+                    })
+                    .collect();
+                parquet::lines_cache(self.name, &scans, |i| files[i].url.clone())?
+            }
+            _ => sql::lines_cache(&glob, &spec.csv),
+        };
         s.read("read the new files", cache).await?;
-        let changed = s
-            .read(
-                "check the files did not change",
-                format!("SELECT min(__i) AS i FROM {} WHERE __changed", sql::LINES),
-            )
-            .await?;
+        let changed = match spec.format {
+            FileFormat::Parquet => parquet::changed_query(&glob),
+            _ => format!("SELECT min(__i) AS i FROM {} WHERE __changed", sql::LINES),
+        };
+        let changed = s.read("check the files did not change", changed).await?;
         if let Some(i) = changed.ints("i").first().copied().flatten() {
             let file = &files[i as usize];
             return Err(EngineError::user(
@@ -266,6 +284,10 @@ impl Ingest<'_> {
             ));
         }
         let names = match spec.format {
+            FileFormat::Parquet => schemas
+                .iter()
+                .map(|(_, schema)| Some(schema.fields().iter().map(|f| f.name().clone()).collect()))
+                .collect(),
             FileFormat::Json => {
                 let rows = s.read("read the files' keys", json::keys_query()).await?;
                 let mut names: Vec<Option<Vec<String>>> = vec![None; files.len()];
@@ -293,6 +315,47 @@ impl Ingest<'_> {
             }
         };
         Ok((names, load))
+    }
+
+    /// Each Parquet file's scan and columns, as Spark reads them (one file at a time: the
+    /// files need not share a schema).
+    async fn schemas(
+        &self,
+        s: &Session<'_>,
+        base: &str,
+        files: &[LandingFile],
+    ) -> Result<Vec<(String, SchemaRef)>> {
+        let mut schemas = Vec::with_capacity(files.len());
+        for file in files {
+            let relation = sql::files_relation("parquet", base, &[file.relative.as_str()]);
+            let schema = match schema_of(s, "read a file's columns", &relation).await {
+                Ok(schema) => schema,
+                Err(e) => {
+                    let message = e.to_string();
+                    return Err(match parquet::illegal_type(&message) {
+                        Some(ty) => EngineError::user(
+                            format!(
+                                "flow `{}`: {}: a column of Parquet type {ty}, which Spark reads only as a number",
+                                self.name, file.url
+                            ),
+                            "write timestamps in microseconds (pyarrow: `coerce_timestamps='us'`), or run this flow with `--engine embedded`; nothing was committed",
+                        ),
+                        None if message.contains("PATH_NOT_FOUND") => e,
+                        None => EngineError::user(
+                            format!(
+                                "flow `{}`: {}: not a readable Parquet file: {}",
+                                self.name,
+                                file.url,
+                                message.lines().next().unwrap_or_default()
+                            ),
+                            FIX_FILE,
+                        ),
+                    });
+                }
+            };
+            schemas.push((relation, schema));
+        }
+        Ok(schemas)
     }
 
     /// The rejects of load `batch` written (before bronze), replacing those an unfinished
@@ -383,6 +446,7 @@ impl Ingest<'_> {
         let own = self.own();
         let input = match self.spec.format {
             FileFormat::Json => Input::Json,
+            FileFormat::Parquet => Input::Parquet,
             _ => Input::Csv(&self.spec.csv),
         };
         let select = sql::bronze_select(&planned.plan, input, own);

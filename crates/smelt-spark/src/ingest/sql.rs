@@ -69,6 +69,8 @@ pub(crate) enum Input<'a> {
     Csv(&'a CsvLayout),
     /// JSON lines: fields by key (`__sm`: the values as text, `__vm`: as variants).
     Json,
+    /// Parquet: values as text by column name (`__pm`).
+    Parquet,
 }
 
 /// The audit and rescue columns of a flow.
@@ -328,6 +330,7 @@ fn input_value(plan: &Plan, group: &Group, name: &str, input: Input<'_>) -> Opti
         return Some(match input {
             Input::Csv(layout) => nulled(format!("try_element_at(__f, {})", p + 1), layout),
             Input::Json => super::json::value(name),
+            Input::Parquet => super::parquet::value(name),
         });
     }
     if group.partitions.iter().any(|k| k == name) {
