@@ -2,7 +2,7 @@
 //! over Parquet): every value of every Parquet type turned into bronze's text as the
 //! embedded engine turns it (arrow-rs' cast, the reference) — doubles and floats at their
 //! edges and at random, decimals, dates, timestamps with and without a zone, unsigned
-//! integers, bytes that are and are not UTF-8, lists and structs — files of different
+//! integers, bytes that are and are not UTF-8, lists, structs and maps — files of different
 //! columns (one in a `day=` folder, with a column of the flow's own name), an empty file;
 //! the Spark run killed before its bronze commit and run again; a file of nanosecond
 //! timestamps, which Spark does not read, refused by name.
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array, Float64Array,
-    Int32Array, Int64Array, ListBuilder, RecordBatch, StringArray, StringBuilder, StructArray,
+    Int32Array, Int64Array, Int64Builder, ListBuilder, MapBuilder, RecordBatch, StringArray, StringBuilder, StructArray,
     TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray, UInt8Array,
     UInt64Array,
 };
@@ -139,6 +139,21 @@ fn typed(n: usize) -> RecordBatch {
         }
         Arc::new(b.finish()) as ArrayRef
     };
+    let kv = {
+        let mut b = MapBuilder::new(None, StringBuilder::new(), Int64Builder::new());
+        for i in 0..n {
+            if i % 4 == 0 {
+                b.append(false).unwrap();
+                continue;
+            }
+            for j in 0..(i % 3) {
+                b.keys().append_value(format!("k{j}"));
+                b.values().append_option((j != 1).then_some(i as i64 * 10 + j as i64));
+            }
+            b.append(true).unwrap();
+        }
+        Arc::new(b.finish()) as ArrayRef
+    };
     let attrs = StructArray::from(vec![
         (
             Arc::new(Field::new("a", DataType::Int32, true)),
@@ -234,6 +249,7 @@ fn typed(n: usize) -> RecordBatch {
         ),
         ("tags", tags),
         ("attrs", Arc::new(attrs)),
+        ("kv", kv),
     ];
     RecordBatch::try_from_iter(columns).unwrap()
 }
