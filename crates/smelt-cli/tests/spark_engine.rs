@@ -796,6 +796,34 @@ fn same_fields(step: &str, names: &[&str], (e, s): &(Vec<Value>, Vec<Value>)) {
     );
 }
 
+/// Seed 004's append example (`examples/append_active`, its own pipeline file) on both
+/// engines over one input table: its three builds — the active rows of the input (1 and 3),
+/// then only those added since (4), then nothing — equal outputs and reports.
+fn append_active(url: &str) {
+    let p = Project::example("append_active");
+    let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+    let flows = &yaml[yaml.find("flows:\n").unwrap() + "flows:\n".len()..];
+    let pair = Pair::placing(p, "  foundry.input: ./input\n", flows, url);
+    let builds = [
+        ("append_active build 1", Some("input.sql"), 2),
+        ("append_active build 2", Some("input_2.sql"), 3),
+        ("append_active build 3", None, 3),
+    ];
+    for (step, input, rows) in builds {
+        if let Some(file) = input {
+            pair.bronze(file);
+        }
+        let runs = pair.run(&[]);
+        same_append_reports(step, &runs);
+        let (e, s) = pair.rows("SELECT * FROM foundry.output ORDER BY id", &[]);
+        assert_eq!(e.len(), rows, "{step}: {e:?}");
+        assert_eq!(e, s, "{step}: the output differs (left embedded, right Spark)");
+        if input.is_none() {
+            assert_eq!(runs.1[0]["status"], "up_to_date", "{step}: {:?}", runs.1);
+        }
+    }
+}
+
 /// Seed 004's append flow over product2's bronze: the active rows, cast to a DDL's types.
 const APPEND: &str = "  active:
     append:
@@ -1803,6 +1831,7 @@ fn the_spark_engine_gives_what_the_embedded_engine_gives() {
     schema_drift(&cluster.url);
     merge_on_read(&cluster.url, &writer);
     append(&cluster.url);
+    append_active(&cluster.url);
     replace_where(&cluster.url);
     history(&cluster.url);
     random_streams(&cluster.url, &writer);
