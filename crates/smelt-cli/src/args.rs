@@ -66,6 +66,9 @@ pub enum Command {
     /// Delete files the tables no longer need: removed longer ago than `--retain`, and
     /// not needed by a flow that still has to read them.
     Vacuum(VacuumArgs),
+    /// Write the pipeline's page: its DAG, each flow's standing, runs and data quality,
+    /// each table (one self-contained HTML file; `--json` prints its model instead).
+    Docs(DocsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -180,6 +183,19 @@ pub struct VacuumArgs {
     /// List the files that would be deleted; delete nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DocsArgs {
+    /// The folder to write the page in (`index.html`); made if missing.
+    #[arg(short, long, default_value = "site", value_name = "DIR")]
+    pub out: std::path::PathBuf,
+    /// Open the page in the system's browser once written.
+    #[arg(long)]
+    pub open: bool,
+    /// Rows of each rejects table shown on the page.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub samples: usize,
 }
 
 /// A share between 0 and 1.

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
             Command::Sql(args) => commands::sql::sql(&cli.global, args).await,
             Command::Optimize(args) => commands::maintain::optimize(&cli.global, args).await,
             Command::Vacuum(args) => commands::maintain::vacuum(&cli.global, args).await,
+            Command::Docs(args) => commands::docs::docs(&cli.global, args).await,
         }
     });
     match result {

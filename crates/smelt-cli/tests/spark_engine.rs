@@ -817,7 +817,10 @@ fn append_active(url: &str) {
         same_append_reports(step, &runs);
         let (e, s) = pair.rows("SELECT * FROM foundry.output ORDER BY id", &[]);
         assert_eq!(e.len(), rows, "{step}: {e:?}");
-        assert_eq!(e, s, "{step}: the output differs (left embedded, right Spark)");
+        assert_eq!(
+            e, s,
+            "{step}: the output differs (left embedded, right Spark)"
+        );
         if input.is_none() {
             assert_eq!(runs.1[0]["status"], "up_to_date", "{step}: {:?}", runs.1);
         }

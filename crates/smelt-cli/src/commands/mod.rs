@@ -1,5 +1,6 @@
 //! One file per command.
 
+pub mod docs;
 pub mod maintain;
 pub mod run;
 pub mod spark;

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array, Float64Array,
-    Int32Array, Int64Array, Int64Builder, ListBuilder, MapBuilder, RecordBatch, StringArray, StringBuilder, StructArray,
-    TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray, UInt8Array,
-    UInt64Array,
+    Int32Array, Int64Array, Int64Builder, ListBuilder, MapBuilder, RecordBatch, StringArray,
+    StringBuilder, StructArray, TimestampMicrosecondArray, TimestampMillisecondArray,
+    TimestampNanosecondArray, UInt8Array, UInt64Array,
 };
 use arrow::datatypes::{DataType, Field};
 use serde_json::Value;
@@ -148,7 +148,8 @@ fn typed(n: usize) -> RecordBatch {
             }
             for j in 0..(i % 3) {
                 b.keys().append_value(format!("k{j}"));
-                b.values().append_option((j != 1).then_some(i as i64 * 10 + j as i64));
+                b.values()
+                    .append_option((j != 1).then_some(i as i64 * 10 + j as i64));
             }
             b.append(true).unwrap();
         }
