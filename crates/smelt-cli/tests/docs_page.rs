@@ -186,6 +186,8 @@ fn a_failed_flow_and_quarantined_rows() {
     );
     let error = strict["runs"][1]["error"].as_str().unwrap();
     assert!(error.contains("IsActive"), "{error}");
+    // The run's hint, as the terminal printed it, on a line of its own.
+    assert!(error.contains("\nhint: fix the value in bronze"), "{error}");
     let quality = &model["flows"][0]["quality"];
     assert_eq!(quality["quarantined"], 1, "{quality}");
     assert_eq!(quality["cast_failures"][0]["name"], "IsActive", "{quality}");

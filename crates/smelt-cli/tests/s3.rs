@@ -316,6 +316,24 @@ fn product2_with_the_lake_on_s3_gives_the_silver_of_a_local_lake() {
     );
     assert_eq!(status[0]["versions_behind"], 0, "{status}");
 
+    // The pipeline's page reads the lake on S3: the runs and rows the local lake's shows.
+    let docs: serde_json::Value =
+        serde_json::from_str(&remote.on(&s3, lake, &["--json", "docs"])).unwrap();
+    let local_docs: serde_json::Value =
+        serde_json::from_str(&local.ok(&["--json", "docs"])).unwrap();
+    assert_eq!(
+        docs["flows"][0]["runs"].as_array().unwrap().len(),
+        3,
+        "{docs}"
+    );
+    assert_eq!(
+        docs["tables"][1]["rows"], local_docs["tables"][1]["rows"],
+        "{docs}"
+    );
+    assert_eq!(docs["tables"][1]["rows"], 4, "{docs}");
+    let location = docs["tables"][1]["location"].as_str().unwrap();
+    assert!(location.starts_with("s3://lake/warehouse/"), "{location}");
+
     // Everything is in the bucket, the event log included; nothing on local disk.
     let names = objects(&s3.store("lake"), "warehouse");
     for table in [

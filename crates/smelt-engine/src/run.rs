@@ -166,7 +166,11 @@ pub async fn run_on(
                     report,
                     started_at_us,
                     finished_at_us: now_us(),
-                    error: Some(e.to_string()),
+                    // The message and, on a line of its own, the next step.
+                    error: Some(match e.hint() {
+                        Some(hint) => format!("{e}\nhint: {hint}"),
+                        None => e.to_string(),
+                    }),
                 });
                 failed = Some((flow.name.clone(), e));
                 break;

@@ -335,10 +335,17 @@ impl Ingest<'_> {
                     return Err(match parquet::illegal_type(&message) {
                         Some(ty) => EngineError::user(
                             format!(
-                                "flow `{}`: {}: a column of Parquet type {ty}, which Spark reads only as a number",
+                                "flow `{}`: {}: a column of Parquet type {ty}, which Spark's Parquet reader refuses",
                                 self.name, file.url
                             ),
-                            "write timestamps in microseconds (pyarrow: `coerce_timestamps='us'`), or run this flow with `--engine embedded`; nothing was committed",
+                            match ty.contains("NANOS") {
+                                true => {
+                                    "write timestamps in microseconds (pyarrow: `coerce_timestamps='us'`), or run this flow with `--engine embedded`; nothing was committed"
+                                }
+                                false => {
+                                    "run this flow with `--engine embedded`; nothing was committed"
+                                }
+                            },
                         ),
                         None if message.contains("PATH_NOT_FOUND") => e,
                         None => EngineError::user(

@@ -321,8 +321,10 @@ async fn table_doc(
         ..TableDoc::default()
     };
     if name.catalog.is_some() {
-        let Ok(table) = smelt_engine::ports::Lake::inspect(&lakes.ports(), name).await else {
-            return Ok(doc);
+        let table = match smelt_engine::ports::Lake::inspect(&lakes.ports(), name).await {
+            Ok(table) => table,
+            Err(smelt_engine::EngineError::TableNotFound { .. }) => return Ok(doc),
+            Err(e) => return Err(e.into()),
         };
         let Some(schema) = table.schema() else {
             return Ok(doc);
