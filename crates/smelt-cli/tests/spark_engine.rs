@@ -1425,6 +1425,16 @@ const INGEST_FIELDS: &[&str] = &[
     "columns_added",
 ];
 
+/// The Spark pipeline's run in `p` killed (SIGABRT) at failpoint `point`: it must die there.
+fn abort_spark_run(p: &Project, point: &str) {
+    let out = p.abort_at(point, &["-p", "spark.yaml", "run"]);
+    assert!(
+        common::signal_of(&out.status).is_some(),
+        "the run was not killed at {point}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `text` written to `name` in `p`, modified at `at` seconds after 2026-07-01 (a whole
 /// second: a Spark listing knows a file's time to the millisecond only).
 fn land(p: &Project, name: &str, text: &str, at: u64) {
@@ -1509,14 +1519,7 @@ fn ingest(url: &str) {
     tpch::write_tbl(&tpch::day2(0.01), &pair.p.file("landing/part-day2.tbl")).unwrap();
     stamp(&pair.p.file("landing/part-day2.tbl"), 20);
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    let out = pair
-        .p
-        .abort_at("before_spark_bronze", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "the load was not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    abort_spark_run(&pair.p, "before_spark_bronze");
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     same_ingest(
         &pair,
@@ -1622,14 +1625,7 @@ fn ingest_json(url: &str) {
         10,
     );
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    let out = pair
-        .p
-        .abort_at("before_spark_bronze", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "the load was not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    abort_spark_run(&pair.p, "before_spark_bronze");
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     assert_eq!(rerun[0]["rescued"], 1, "{rerun:?}");
     same("json step 2, killed and run again", &(embedded, rerun));

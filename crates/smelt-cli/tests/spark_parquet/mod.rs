@@ -19,8 +19,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field};
 use serde_json::Value;
 
-use super::{INGEST_FIELDS, Pair, same_fields, stamp};
-use crate::common::{self, Project};
+use super::{INGEST_FIELDS, Pair, abort_spark_run, same_fields, stamp};
+use crate::common::Project;
 
 /// The flow: Parquet files below `landing/`, with the file row audit.
 const FLOW: &str = "  items:
@@ -303,14 +303,7 @@ pub(crate) fn ingest_parquet(url: &str) {
     // A file of other columns in a `day=` folder, the Spark run killed before its commit.
     land(&pair.p, "landing/day=2/b.parquet", &other(400..410), 10);
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    let out = pair
-        .p
-        .abort_at("before_spark_bronze", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "the load was not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    abort_spark_run(&pair.p, "before_spark_bronze");
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     assert_eq!(rerun[0]["rescued"], 10, "{rerun:?}");
     same_bronze(
