@@ -211,6 +211,34 @@ fn column_mapping_reads_logical_names_and_partition_values() {
     assert_eq!(rows(&p, sql, &["c", "n"]), want);
 }
 
+/// `CREATE TABLE … AS SELECT` from a column-mapped table (issue 42): the new table is a
+/// plain one — its columns under their logical names, no mapping in its log — with the
+/// source's rows (the fixture's oracle); a replace of it too.
+#[test]
+fn a_table_made_from_a_column_mapped_one_is_plain() {
+    let src = fixture("table_with_column_mapping");
+    let ddl = "CREATE TABLE silver.t (`Company Very Short` STRING, `Super Name` STRING)";
+    let p = apply_project(ddl, "Super Name");
+    copy_table(&src, &p.file("lake/bronze/t"), None);
+    let want = oracle(
+        &src,
+        None,
+        "SELECT `Company Very Short`, `Super Name` FROM t ORDER BY `Super Name`",
+    );
+    let sql = "SELECT `Company Very Short` AS c, `Super Name` AS n FROM copy.t ORDER BY n";
+    for statement in [
+        "CREATE TABLE copy.t AS SELECT * FROM bronze.t",
+        "CREATE OR REPLACE TABLE copy.t AS SELECT * FROM bronze.t",
+    ] {
+        p.ok(&["sql", statement]);
+        assert_eq!(rows(&p, sql, &["c", "n"]), want, "{statement}");
+    }
+    for entry in std::fs::read_dir(p.file("lake/copy/t/_delta_log")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+        assert!(!text.contains("columnMapping"), "{text}");
+    }
+}
+
 #[test]
 fn checkpoints_and_v2_checkpoints_with_sidecars() {
     for (name, ddl, key) in [

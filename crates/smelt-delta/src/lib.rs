@@ -19,6 +19,7 @@ pub mod event_log;
 mod features;
 mod lake;
 mod ledger;
+mod mapping;
 mod parquet;
 mod ports;
 pub mod silver;

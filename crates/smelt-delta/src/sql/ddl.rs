@@ -193,6 +193,9 @@ pub(super) async fn create_table_as(
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> Result<SqlOutput> {
+    // A query over a column-mapped table carries its mapping in the columns' metadata: the
+    // new table is a plain one, its columns under their logical names.
+    let (schema, batches) = crate::mapping::plain(&schema, batches).map_err(Error::Arrow)?;
     let exists = match may_create(lake, def).await? {
         Ok(exists) => exists,
         Err(left) => return Ok(left),
