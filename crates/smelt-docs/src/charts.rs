@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use crate::escape;
+
 /// Width and height of a chart (px).
 const W: f64 = 220.0;
 const H: f64 = 60.0;
@@ -41,13 +43,6 @@ pub fn line(metric: &str, title: &str, points: &[(String, i64)]) -> String {
          <svg width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\"><polyline points=\"{line}\" fill=\"none\" stroke=\"#3b6ea8\" stroke-width=\"1.5\"/>{dots}</svg></figure>",
         max as i64
     )
-}
-
-/// `text` escaped for XML.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

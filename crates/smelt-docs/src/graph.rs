@@ -15,6 +15,7 @@ use layout::std_shapes::render::get_shape_size;
 use layout::std_shapes::shapes::{Arrow, Element, ShapeKind};
 use layout::topo::layout::VisualGraph;
 
+use crate::escape;
 use crate::model::Docs;
 use crate::page::anchor;
 
@@ -124,14 +125,6 @@ impl Svg<'_> {
             self.body
         )
     }
-}
-
-/// `text` escaped for XML.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 impl RenderBackend for Svg<'_> {

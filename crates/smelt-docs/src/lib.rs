@@ -8,4 +8,9 @@ pub mod model;
 pub mod page;
 
 pub use model::Docs;
+
+/// `text` escaped for HTML and SVG text and attributes (maud's escaping).
+pub(crate) fn escape(text: &str) -> String {
+    maud::html! { (text) }.into_string()
+}
 pub use page::render;

@@ -65,6 +65,11 @@ pub struct Lakes {
 }
 
 impl Lakes {
+    /// The pipeline's Delta lake (and its event log).
+    pub fn delta(&self) -> &smelt_delta::Lake {
+        &self.delta
+    }
+
     /// Every table of the pipeline behind one [`smelt_engine::ports::Lake`].
     pub fn ports(&self) -> smelt_engine::ports::Catalogs<'_> {
         self.catalogs.iter().fold(

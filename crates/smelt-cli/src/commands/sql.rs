@@ -46,6 +46,18 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
+/// `batches` as a JSON array of row objects (empty when there are no rows).
+pub fn json_rows(batches: &[arrow::array::RecordBatch]) -> Result<Vec<u8>, Failure> {
+    let failed =
+        |e: arrow::error::ArrowError| Failure::usage(format!("cannot print rows: {e}"), None);
+    let mut writer = arrow::json::ArrayWriter::new(Vec::new());
+    for b in batches {
+        writer.write(b).map_err(failed)?;
+    }
+    writer.finish().map_err(failed)?;
+    Ok(writer.into_inner())
+}
+
 fn print_output(out: &SqlOutput, json: bool) -> Result<(), Failure> {
     match out {
         SqlOutput::Message(m) => {
@@ -57,16 +69,7 @@ fn print_output(out: &SqlOutput, json: bool) -> Result<(), Failure> {
         }
         SqlOutput::Rows { batches, .. } => {
             if json {
-                let mut writer = arrow::json::ArrayWriter::new(Vec::new());
-                for b in batches {
-                    writer
-                        .write(b)
-                        .map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
-                }
-                writer
-                    .finish()
-                    .map_err(|e| Failure::usage(format!("cannot print rows: {e}"), None))?;
-                let text = String::from_utf8(writer.into_inner()).unwrap_or_default();
+                let text = String::from_utf8(json_rows(batches)?).unwrap_or_default();
                 println!("{}", if text.is_empty() { "[]" } else { &text });
             } else {
                 let rows: usize = batches.iter().map(|b| b.num_rows()).sum();

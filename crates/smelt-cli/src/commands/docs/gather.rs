@@ -24,8 +24,8 @@ pub async fn gather(pipeline: &Pipeline, samples: usize) -> Result<Docs, Failure
     let lakes = open_lakes(pipeline).await?;
     let flows: Vec<&Flow> = pipeline.flows.iter().collect();
     let status = smelt_engine::status::status(pipeline, &flows, &lakes.ports(), &Files).await?;
-    let delta = super::super::open_lake(pipeline)?;
-    let runs = runs(&delta).await?;
+    let delta = lakes.delta();
+    let runs = runs(delta).await?;
     let options = options(pipeline);
     let mut docs = Docs {
         pipeline: pipeline.file.display().to_string(),
@@ -51,13 +51,13 @@ pub async fn gather(pipeline: &Pipeline, samples: usize) -> Result<Docs, Failure
             let rejects = rejects_table(into);
             if into.catalog.is_none() && delta.open(&rejects).await?.is_some() {
                 doc.quality.rejects_table = Some(rejects.to_string());
-                doc.quality.samples = sample(&delta, &rejects, samples).await?;
+                doc.quality.samples = sample(delta, &rejects, samples).await?;
             }
         }
         docs.flows.push(doc);
     }
     for name in tables(pipeline) {
-        let mut t = table_doc(&delta, &lakes, &name).await?;
+        let mut t = table_doc(delta, &lakes, &name).await?;
         if let Some(st) = pipeline
             .flows
             .iter()
@@ -206,9 +206,9 @@ fn n(report: &Value, field: &str) -> i64 {
     report.get(field).and_then(Value::as_i64).unwrap_or(0)
 }
 
-/// The start time as the page shows it (`YYYY-MM-DD HH:MM:SS`).
-fn when(row: &Row) -> String {
-    text(row, "started_at")
+/// The time in `column` of `row` as the page shows it (`YYYY-MM-DD HH:MM:SS`).
+fn when(row: &Row, column: &str) -> String {
+    text(row, column)
         .replace('T', " ")
         .chars()
         .take(19)
@@ -227,7 +227,7 @@ fn run_doc(row: &Row) -> RunDoc {
     RunDoc {
         run_id: text(row, "run_id"),
         status: text(row, "status"),
-        started_at: when(row),
+        started_at: when(row, "started_at"),
         duration_ms: row.get("duration_ms").and_then(Value::as_i64).unwrap_or(0),
         rows_in,
         applied,
@@ -243,7 +243,7 @@ fn quality(runs: &[&Row]) -> Quality {
     let mut q = Quality::default();
     for row in runs {
         let r = report(row);
-        let run = when(row);
+        let run = when(row, "started_at");
         let counts = |field: &str| -> Vec<Count> {
             r.get(field)
                 .and_then(Value::as_object)
@@ -381,11 +381,7 @@ async fn table_doc(
         .iter()
         .map(|r| VersionDoc {
             version: r.get("version").and_then(Value::as_i64).unwrap_or(0),
-            timestamp: text(r, "timestamp")
-                .replace('T', " ")
-                .chars()
-                .take(19)
-                .collect(),
+            timestamp: when(r, "timestamp"),
             operation: text(r, "operation"),
         })
         .collect();
@@ -402,16 +398,7 @@ async fn query(lake: &smelt_delta::Lake, sql: &str) -> Result<Vec<Row>, Failure>
         let smelt_delta::sql::SqlOutput::Rows { batches, .. } = out else {
             continue;
         };
-        let mut writer = arrow::json::ArrayWriter::new(Vec::new());
-        for b in &batches {
-            writer
-                .write(b)
-                .map_err(|e| Failure::usage(format!("cannot read rows: {e}"), None))?;
-        }
-        writer
-            .finish()
-            .map_err(|e| Failure::usage(format!("cannot read rows: {e}"), None))?;
-        let text = writer.into_inner();
+        let text = crate::commands::sql::json_rows(&batches)?;
         if text.is_empty() {
             continue;
         }
