@@ -27,7 +27,11 @@ smelt reads, and reads the tables smelt writes.
     {"rename": "ns.t", "from": "amount", "to": "total"}
     {"add_column": "ns.t", "name": "note"}      a string column
     {"scan": "ns.t"}           prints {"rows": [...]} (sorted by every column)
-    {"snapshots": "ns.t"}      prints {"snapshots": [{"id", "sequence", "operation", "summary"}]}
+    {"scan": "ns.t", "snapshot_id": id}    the same, as of that snapshot
+    {"scan": "ns.t", "as_of_ms": ms}       the same, as of the snapshot current at that time
+    {"snapshots": "ns.t"}      prints {"snapshots": [{"id", "parent", "sequence", "timestamp_ms",
+                               "operation", "summary"}]}, oldest first
+    {"schema": "ns.t"}         prints {"columns": [[name, type, required], ...]}
     {"properties": "ns.t"}     prints {"properties": {...}}
 
 Each printed result is one JSON line on stdout.
@@ -105,7 +109,10 @@ def main():
                 u.add_column(step["name"], StringType())
         elif "scan" in step:
             t = catalog.load_table(step["scan"])
-            rows = t.scan().to_arrow().to_pylist()
+            snapshot_id = step.get("snapshot_id")
+            if "as_of_ms" in step:
+                snapshot_id = t.snapshot_as_of_timestamp(step["as_of_ms"]).snapshot_id
+            rows = t.scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
             rows.sort(key=lambda r: json.dumps(r, sort_keys=True, default=str))
             print(json.dumps({"rows": rows}, default=str), flush=True)
         elif "snapshots" in step:
@@ -119,11 +126,17 @@ def main():
             for s in reversed(chain):
                 out.append({
                     "id": s.snapshot_id,
+                    "parent": s.parent_snapshot_id,
                     "sequence": s.sequence_number,
+                    "timestamp_ms": s.timestamp_ms,
                     "operation": s.summary.operation.value if s.summary else None,
                     "summary": dict(s.summary.additional_properties) if s.summary else {},
                 })
             print(json.dumps({"snapshots": out}), flush=True)
+        elif "schema" in step:
+            t = catalog.load_table(step["schema"])
+            columns = [[f.name, str(f.field_type), f.required] for f in t.schema().fields]
+            print(json.dumps({"columns": columns}), flush=True)
         elif "properties" in step:
             t = catalog.load_table(step["properties"])
             print(json.dumps({"properties": dict(t.properties)}), flush=True)

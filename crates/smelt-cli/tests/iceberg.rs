@@ -4,6 +4,7 @@
 //! is a model the test keeps as it writes (the last row written per key).
 
 mod common;
+mod iceberg_sql;
 
 use std::collections::BTreeMap;
 
@@ -536,4 +537,9 @@ fn a_rewritten_file_keeps_its_rows_in_one_new_file() {
     assert_eq!(last["deleted-data-files"], "1", "{last}");
     assert_eq!(last["added-data-files"], "2", "{last}");
     assert_eq!(last["total-records"], "3000", "{last}");
+}
+
+#[test]
+fn smelt_sql_reads_iceberg_tables_as_pyiceberg_does() {
+    iceberg_sql::smelt_sql_reads_iceberg_tables_as_pyiceberg_does();
 }

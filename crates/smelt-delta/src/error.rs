@@ -58,6 +58,9 @@ pub enum Error {
     /// A bug in smelt (e.g. a worker task that panicked).
     #[error("internal error: {0}")]
     Internal(String),
+    /// A table of another format failed (a catalog table `smelt sql` reads).
+    #[error(transparent)]
+    Engine(Box<EngineError>),
     /// A file-system error.
     #[error("{context}")]
     Io {
@@ -85,6 +88,7 @@ impl Error {
             Error::Internal(_) => {
                 Some("this is a bug in smelt; please report it with the command you ran")
             }
+            Error::Engine(e) => e.hint(),
             _ => None,
         }
     }
@@ -119,6 +123,7 @@ impl From<Error> for EngineError {
             Error::User { message, hint } => EngineError::User { message, hint },
             Error::Core(e) => e.into(),
             Error::Internal(message) => EngineError::Internal(message),
+            Error::Engine(e) => *e,
             other => {
                 let context = match &other {
                     Error::Delta { context, .. }

@@ -431,10 +431,7 @@ impl Lake {
             table
                 .update_datafusion_session(&ctx.state())
                 .context(|| format!("registering `{name}`"))?;
-            let provider = table
-                .table_provider()
-                .await
-                .context(|| format!("scanning `{name}`"))?;
+            let provider = crate::sql::snapshot::delta(&name, table).await?;
             ctx.register_table(
                 TableReference::partial(name.schema.as_str(), name.table.as_str()),
                 provider,

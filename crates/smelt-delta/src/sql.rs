@@ -25,13 +25,16 @@ use smelt_spec::ddl::{parse_script_spark, table_def};
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
+use catalogs::CatalogTables;
 
+pub mod catalogs;
 mod changes;
 mod ddl;
 mod describe;
 mod dialect;
 mod dml;
 pub(crate) mod safe_cast;
+pub(crate) mod snapshot;
 mod time_travel;
 mod unsupported;
 mod variables;
@@ -52,8 +55,10 @@ pub enum SqlOutput {
 
 /// Runs a script of `;`-separated statements in order, stopping at the first failure.
 /// Outputs of the statements that ran are returned with the error's statement number.
+/// Tables named `catalog.namespace.table` are read from `catalogs`.
 pub async fn execute(
     lake: &Lake,
+    catalogs: &dyn CatalogTables,
     sql: &str,
 ) -> std::result::Result<Vec<SqlOutput>, (Vec<SqlOutput>, usize, Error)> {
     let (statements, spark) = parse_script_spark(sql).map_err(|e| match unsupported::unparsed(sql) {
@@ -88,19 +93,13 @@ pub async fn execute(
             Err(e) => return Err((outputs, i + 1, e)),
         }
         split_dotted_names(&mut statement);
-        if let Some(name) = catalog_table(&statement) {
-            if let Some(e) = unsupported::metadata_table(&name) {
-                return Err((outputs, i + 1, e));
-            }
-            let e = Error::user(
-                format!(
-                    "`{name}` names a table of a catalog (`catalog.namespace.table`, e.g. Iceberg); `smelt sql` reads and writes the lake's Delta tables (`schema.table`) only"
-                ),
-                "query Iceberg tables with pyiceberg, Spark or Trino, or bring them into the lake with an append or apply flow",
-            );
+        if let Some(e) = catalog_table(&statement).and_then(|n| unsupported::metadata_table(&n)) {
             return Err((outputs, i + 1, e));
         }
-        match execute_one(lake, statement, spark).await {
+        if let Err(e) = catalogs::refuse_writes(&statement) {
+            return Err((outputs, i + 1, e));
+        }
+        match execute_one(lake, catalogs, statement, spark).await {
             Ok(out) => outputs.push(out),
             Err(e) => return Err((outputs, i + 1, e)),
         }
@@ -108,7 +107,8 @@ pub async fn execute(
     Ok(outputs)
 }
 
-/// The first table `statement` names with three parts (`catalog.namespace.table`).
+/// The first table `statement` names with three parts or more (`catalog.namespace.table`,
+/// a metadata table).
 fn catalog_table(statement: &Statement) -> Option<String> {
     let mut found = None;
     let _ = deltalake::datafusion::sql::sqlparser::ast::visit_relations(
@@ -160,7 +160,12 @@ fn table_name(name: &ObjectName) -> Result<TableName> {
 }
 
 /// Runs one statement; `spark`: the script is Spark SQL (its plain CASTs follow Spark's rules).
-async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Result<SqlOutput> {
+async fn execute_one(
+    lake: &Lake,
+    catalogs: &dyn CatalogTables,
+    mut statement: Statement,
+    spark: bool,
+) -> Result<SqlOutput> {
     if !matches!(statement, Statement::Query(_)) {
         lake.check_safe_commits(None).await?;
     }
@@ -185,7 +190,8 @@ async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Resu
                     "leave out the column list, or CREATE the table and then INSERT INTO … SELECT",
                 )),
                 Some(q) => {
-                    let (schema, batches) = query(lake, Statement::Query(q), spark).await?;
+                    let (schema, batches) =
+                        query(lake, catalogs, Statement::Query(q), spark).await?;
                     ddl::create_table_as(lake, &def, schema, batches).await
                 }
             }
@@ -196,6 +202,8 @@ async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Resu
             for target in &truncate.table_names {
                 let name = table_name(&target.name)?;
                 let table = lake.open_existing(&name, "check the table name").await?;
+                let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+                crate::features::check_writable(&name.to_string(), state)?;
                 let (_, metrics) = table
                     .delete()
                     .await
@@ -254,6 +262,8 @@ async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Resu
             let table = lake
                 .open_existing(&name, "create it first with CREATE TABLE")
                 .await?;
+            let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+            crate::features::check_writable(&name.to_string(), state)?;
             let Some(source) = insert.source.clone() else {
                 return Err(Error::user(
                     "INSERT without VALUES or SELECT",
@@ -270,7 +280,7 @@ async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Resu
                         .unwrap_or_else(|| c.to_string())
                 })
                 .collect();
-            let (_, batches) = query(lake, Statement::Query(source), spark).await?;
+            let (_, batches) = query(lake, catalogs, Statement::Query(source), spark).await?;
             let mode = match (replace_where, insert.overwrite) {
                 (Some(predicate), _) => InsertMode::ReplaceWhere(predicate),
                 (None, true) => InsertMode::Overwrite,
@@ -300,10 +310,10 @@ async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Resu
             let Statement::Merge(merge) = merge else {
                 unreachable!("matched above")
             };
-            dml::merge(lake, &ctx, merge, spark).await
+            dml::merge(lake, catalogs, &ctx, merge, spark).await
         }
         statement @ Statement::Query(_) => {
-            let (schema, batches) = query(lake, statement, spark).await?;
+            let (schema, batches) = query(lake, catalogs, statement, spark).await?;
             Ok(SqlOutput::Rows { schema, batches })
         }
         other => Err(unsupported::statement(&other)),
@@ -312,11 +322,12 @@ async fn execute_one(lake: &Lake, mut statement: Statement, spark: bool) -> Resu
 
 async fn query(
     lake: &Lake,
+    catalogs: &dyn CatalogTables,
     statement: Statement,
     spark: bool,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let ctx = lake.session().await?;
-    let df = dataframe(lake, &ctx, statement, spark).await?;
+    let df = dataframe(lake, catalogs, &ctx, statement, spark).await?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let batches = df
         .collect()
@@ -343,13 +354,15 @@ fn session_schema(ctx: &SessionContext, name: &str) -> Result<()> {
 /// Plans a query (time travel resolved) in `ctx`, refusing DDL and DML inside it.
 async fn dataframe(
     lake: &Lake,
+    catalogs: &dyn CatalogTables,
     ctx: &SessionContext,
     mut statement: Statement,
     spark: bool,
 ) -> Result<DataFrame> {
-    describe::resolve(lake, ctx, &mut statement).await?;
+    describe::resolve(lake, catalogs, ctx, &mut statement).await?;
     changes::resolve(lake, ctx, &mut statement).await?;
-    time_travel::resolve(lake, ctx, &mut statement).await?;
+    time_travel::resolve(lake, catalogs, ctx, &mut statement).await?;
+    catalogs::resolve(catalogs, ctx, &statement).await?;
     dialect::match_case(ctx, &mut statement).await;
     safe_cast::rewrite(&mut statement, spark);
     let state = ctx.state();

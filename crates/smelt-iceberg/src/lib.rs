@@ -11,6 +11,7 @@ pub mod catalog;
 mod cow;
 mod deletes;
 pub mod error;
+pub mod inspect;
 pub mod storage;
 
 pub use catalog::IcebergCatalog;

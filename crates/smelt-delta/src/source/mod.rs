@@ -75,6 +75,11 @@ impl DeltaSource {
                 .await
                 .context(|| format!("reading `{name}` at version {v}"))?;
         }
+        Self::of(name, table)
+    }
+
+    /// Table `name`, loaded at the version to read.
+    pub(crate) fn of(name: &TableName, table: DeltaTable) -> Result<Self> {
         let version = table.version().map(|v| v as i64).unwrap_or(0);
         let state = table.snapshot().context(|| format!("reading `{name}`"))?;
         crate::features::check_readable(&name.to_string(), state)?;

@@ -48,6 +48,8 @@ pub(super) async fn alter_table(lake: &Lake, alter: AlterTable) -> Result<SqlOut
     let table = lake
         .open_existing(&name, "create it first with CREATE TABLE")
         .await?;
+    let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+    crate::features::check_writable(&name.to_string(), state)?;
     let mut properties = HashMap::new();
     let mut added = Vec::new();
     let mut unset = Vec::new();

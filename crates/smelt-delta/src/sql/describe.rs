@@ -22,6 +22,7 @@ use deltalake::datafusion::sql::sqlparser::ast::{
 use smelt_spec::TableName;
 use smelt_spec::ddl::DESCRIBE_FUNCTION;
 
+use super::catalogs::{CatalogTables, Describe};
 use crate::Lake;
 use crate::error::{Context, Error, Result};
 
@@ -31,6 +32,7 @@ const SCHEMA: &str = "__smelt_describe";
 /// Replaces each `__smelt_describe(…)` of `statement` by a table of its rows.
 pub(super) async fn resolve(
     lake: &Lake,
+    catalogs: &dyn CatalogTables,
     ctx: &SessionContext,
     statement: &mut Statement,
 ) -> Result<()> {
@@ -47,13 +49,10 @@ pub(super) async fn resolve(
                 "name lake tables `schema.table`, e.g. `bronze.product2`",
             )
         })?;
-        let delta = lake.open_existing(&name, "check the table name").await?;
-        let batch = match what.as_str() {
-            "tblproperties" => properties(&delta, &name)?,
-            "columns" => columns(&delta, &name)?,
-            "detail" => detail(lake, &delta, &name)?,
-            "history" => history(&delta, &name, limit).await?,
-            other => return Err(Error::Internal(format!("no table metadata `{other}`"))),
+        let batch = if name.catalog.is_some() {
+            catalog_table(catalogs, &name, &what, limit).await?
+        } else {
+            lake_table(lake, &name, &what, limit).await?
         };
         let provider = MemTable::try_new(batch.schema(), vec![vec![batch]])
             .context(|| format!("describing `{name}`"))?;
@@ -64,6 +63,47 @@ pub(super) async fn resolve(
         .context(|| format!("describing `{name}`"))?;
     }
     Ok(())
+}
+
+/// The rows describing Delta table `name`.
+async fn lake_table(
+    lake: &Lake,
+    name: &TableName,
+    what: &str,
+    limit: Option<usize>,
+) -> Result<RecordBatch> {
+    let delta = lake.open_existing(name, "check the table name").await?;
+    Ok(match what {
+        "tblproperties" => properties(&delta, name)?,
+        "columns" => columns(&delta, name)?,
+        "detail" => detail(lake, &delta, name)?,
+        "history" => history(&delta, name, limit).await?,
+        other => return Err(Error::Internal(format!("no table metadata `{other}`"))),
+    })
+}
+
+/// The rows describing catalog table `name`.
+async fn catalog_table(
+    catalogs: &dyn CatalogTables,
+    name: &TableName,
+    what: &str,
+    limit: Option<usize>,
+) -> Result<RecordBatch> {
+    let what = match what {
+        "columns" => Describe::Columns,
+        "history" => Describe::History(limit),
+        "tblproperties" => Describe::Properties,
+        "detail" => {
+            return Err(Error::user(
+                format!("DESCRIBE DETAIL reads Delta tables; `{name}` is a table of a catalog"),
+                format!(
+                    "`DESCRIBE {name}`, `DESCRIBE HISTORY {name}` and `SHOW TBLPROPERTIES {name}` describe it"
+                ),
+            ));
+        }
+        other => return Err(Error::Internal(format!("no table metadata `{other}`"))),
+    };
+    Ok(catalogs.describe(name, what).await?)
 }
 
 fn strings(values: Vec<String>) -> ArrayRef {

@@ -112,6 +112,7 @@ pub(super) async fn delete(lake: &Lake, delete: Delete) -> Result<SqlOutput> {
 /// `MERGE [INTO] t USING s ON … WHEN …`.
 pub(super) async fn merge(
     lake: &Lake,
+    catalogs: &dyn super::CatalogTables,
     ctx: &SessionContext,
     merge: Merge,
     spark: bool,
@@ -138,7 +139,7 @@ pub(super) async fn merge(
         .as_ref()
         .map(|a| a.name.value.clone())
         .unwrap_or_else(|| name.table.clone());
-    let (source, source_alias) = source(lake, ctx, merge.source, spark).await?;
+    let (source, source_alias) = source(lake, catalogs, ctx, merge.source, spark).await?;
     let table = writable(lake, &name, "MERGE").await?;
     let target_columns = columns_of(&table, &name)?;
     let source_columns: Vec<String> = source
@@ -294,6 +295,7 @@ pub(super) async fn merge(
 /// queries: time travel and change feeds work there) and the name they go by.
 async fn source(
     lake: &Lake,
+    catalogs: &dyn super::CatalogTables,
     ctx: &SessionContext,
     factor: TableFactor,
     spark: bool,
@@ -328,7 +330,7 @@ async fn source(
         .ok()
         .and_then(|mut s| (s.len() == 1).then(|| s.remove(0)))
         .ok_or_else(|| Error::Internal(format!("re-parsing the MERGE source `{query}`")))?;
-    let df = dataframe(lake, ctx, statement, spark).await?;
+    let df = dataframe(lake, catalogs, ctx, statement, spark).await?;
     Ok((df, alias))
 }
 

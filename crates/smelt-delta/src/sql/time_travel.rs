@@ -7,6 +7,7 @@
 use std::ops::ControlFlow;
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use deltalake::DeltaTable;
 use deltalake::datafusion::common::TableReference;
 use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::ast::{
@@ -15,22 +16,18 @@ use deltalake::datafusion::sql::sqlparser::ast::{
 };
 use smelt_spec::TableName;
 
+use super::catalogs::{AsOf, CatalogTables};
 use crate::Lake;
 use crate::error::{Context, Error, Result};
 
 /// The session schema time-travelled tables are registered in.
 const SCHEMA: &str = "__smelt_as_of";
 
-/// A table read as of a version or a time.
-enum AsOf {
-    Version(i64),
-    Time(DateTime<Utc>),
-}
-
 /// Rewrites every time-travelled table of `statement` to a table registered in `ctx` at
 /// the version asked for.
 pub(super) async fn resolve(
     lake: &Lake,
+    catalogs: &dyn CatalogTables,
     ctx: &SessionContext,
     statement: &mut Statement,
 ) -> Result<()> {
@@ -43,43 +40,49 @@ pub(super) async fn resolve(
     }
     super::session_schema(ctx, SCHEMA)?;
     for (name, as_of, alias) in visitor.found {
-        let mut table = lake.open_existing(&name, "check the table name").await?;
-        let latest = table.version().unwrap_or_default();
-        let loaded = match as_of {
-            AsOf::Version(v) if v < 0 || v > latest as i64 => {
-                return Err(Error::user(
-                    format!("`{name}` has no version {v}: its versions are 0 to {latest}"),
-                    "pick a version from `smelt status` or the table's log",
-                ));
-            }
-            AsOf::Version(v) => table.load_version(v as u64).await,
-            AsOf::Time(at) => {
-                // Delta's commit times (`commit_time`), as `table_changes` and replay
-                // windows read them.
-                let source = crate::source::DeltaSource::open(lake, &name).await?;
-                let Some(v) = source.version_at(at.timestamp_micros()).await? else {
-                    return Err(Error::user(
-                        format!("`{name}` has no version at {at}: its first commit is later"),
-                        "pick a later time, or a version (`VERSION AS OF n`)",
-                    ));
-                };
-                table.load_version(v as u64).await
-            }
+        let provider = if name.catalog.is_some() {
+            super::snapshot::of_source(catalogs.rows(&name, Some(&as_of)).await?)?
+        } else {
+            super::snapshot::delta(&name, delta_as_of(lake, &name, &as_of).await?).await?
         };
-        loaded.map_err(|e| {
-            Error::user(
-                format!("cannot read `{name}` at the version asked for: {e}"),
-                "a time before the table's first commit, or a version whose log entry was cleaned up, cannot be read",
-            )
-        })?;
-        let provider = table
-            .table_provider()
-            .await
-            .context(|| format!("scanning `{name}`"))?;
         ctx.register_table(TableReference::partial(SCHEMA, alias.as_str()), provider)
             .context(|| format!("registering `{name}`"))?;
     }
     Ok(())
+}
+
+/// Delta table `name` loaded at the version `as_of` names.
+async fn delta_as_of(lake: &Lake, name: &TableName, as_of: &AsOf) -> Result<DeltaTable> {
+    let mut table = lake.open_existing(name, "check the table name").await?;
+    let latest = table.version().unwrap_or_default();
+    let loaded = match *as_of {
+        AsOf::Version(v) if v < 0 || v > latest as i64 => {
+            return Err(Error::user(
+                format!("`{name}` has no version {v}: its versions are 0 to {latest}"),
+                "pick a version from `smelt status` or the table's log",
+            ));
+        }
+        AsOf::Version(v) => table.load_version(v as u64).await,
+        AsOf::Time(at) => {
+            // Delta's commit times (`commit_time`), as `table_changes` and replay
+            // windows read them.
+            let source = crate::source::DeltaSource::open(lake, name).await?;
+            let Some(v) = source.version_at(at.timestamp_micros()).await? else {
+                return Err(Error::user(
+                    format!("`{name}` has no version at {at}: its first commit is later"),
+                    "pick a later time, or a version (`VERSION AS OF n`)",
+                ));
+            };
+            table.load_version(v as u64).await
+        }
+    };
+    loaded.map_err(|e| {
+        Error::user(
+            format!("cannot read `{name}` at the version asked for: {e}"),
+            "a time before the table's first commit, or a version whose log entry was cleaned up, cannot be read",
+        )
+    })?;
+    Ok(table)
 }
 
 /// Finds the time-travelled tables and points each at its registered name.
@@ -105,7 +108,7 @@ impl VisitorMut for Rewrite {
             return ControlFlow::Continue(());
         };
         let result = (|| {
-            let table = TableName::from_object_name(name).ok_or_else(|| {
+            let table = catalog_or_lake_table(name).ok_or_else(|| {
                 Error::user(
                     format!("`{name}` is not a `schema.table` name"),
                     "name lake tables `schema.table`, e.g. `bronze.product2`",
@@ -130,6 +133,20 @@ impl VisitorMut for Rewrite {
             Err(e) => ControlFlow::Break(e),
         }
     }
+}
+
+/// A three-part name is a catalog's table (`catalog.namespace.table`), any other a lake's.
+fn catalog_or_lake_table(name: &ObjectName) -> Option<TableName> {
+    if name.0.len() == 3 {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|p| p.as_ident())
+            .map(|i| i.value.clone())
+            .collect();
+        return TableName::parse(&parts.join("."));
+    }
+    TableName::from_object_name(name)
 }
 
 /// The version or time `asked` names for `table`.

@@ -40,6 +40,8 @@ pub struct IcebergSource {
     name: TableName,
     table: Table,
     snapshot: Option<SnapshotRef>,
+    /// The columns read: the current schema's, or a past snapshot's.
+    iceberg_schema: iceberg::spec::SchemaRef,
     /// Bronze columns as smelt sees them (no field-id metadata).
     schema: SchemaRef,
     read_removed: bool,
@@ -50,13 +52,41 @@ impl IcebergSource {
     /// Table `table` (named `name`) at its current snapshot.
     pub fn new(name: TableName, table: Table, read_removed: bool) -> Result<Self> {
         let snapshot = table.metadata().current_snapshot().cloned();
-        let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+        let schema = table.metadata().current_schema().clone();
+        Self::with(name, table, snapshot, schema, read_removed)
+    }
+
+    /// Table `table` as of its snapshot `id`: the rows it held then, in the columns it had
+    /// then (what `smelt sql` reads for `VERSION AS OF` and `TIMESTAMP AS OF`).
+    pub fn at_snapshot(name: TableName, table: Table, id: i64) -> Result<Self> {
+        let metadata = table.metadata();
+        let Some(snapshot) = metadata.snapshot_by_id(id).cloned() else {
+            return Err(Error::user(
+                format!("`{name}` has no snapshot {id}"),
+                format!("its snapshots are listed by `DESCRIBE HISTORY {name}`"),
+            ));
+        };
+        let schema = snapshot
+            .schema(metadata)
+            .context(|| format!("reading the schema of snapshot {id} of `{name}`"))?;
+        Self::with(name, table, Some(snapshot), schema, false)
+    }
+
+    fn with(
+        name: TableName,
+        table: Table,
+        snapshot: Option<SnapshotRef>,
+        iceberg_schema: iceberg::spec::SchemaRef,
+        read_removed: bool,
+    ) -> Result<Self> {
+        let arrow = iceberg::arrow::schema_to_arrow_schema(&iceberg_schema)
             .context(|| format!("reading the schema of `{name}`"))?;
         let schema = bridge::plain(&bridge::schema_from_58(&arrow)?);
         Ok(IcebergSource {
             name,
             table,
             snapshot,
+            iceberg_schema,
             schema: Arc::new(schema),
             read_removed,
             skipped: Mutex::new(HashSet::new()),
@@ -138,8 +168,7 @@ impl IcebergSource {
 
     /// The rows of `file`, stamped with its change metadata.
     fn read_file(&self, file: FileToRead) -> BoxStream<'static, Result<RecordBatch>> {
-        let metadata = self.table.metadata();
-        let iceberg_schema = metadata.current_schema().clone();
+        let iceberg_schema = self.iceberg_schema.clone();
         let task = FileScanTask {
             file_size_in_bytes: file.size,
             start: 0,

@@ -390,7 +390,7 @@ async fn table_doc(
 
 /// The rows of one query over the lake (`smelt sql`'s engine), as JSON objects.
 async fn query(lake: &smelt_delta::Lake, sql: &str) -> Result<Vec<Row>, Failure> {
-    let outputs = smelt_delta::sql::execute(lake, sql)
+    let outputs = smelt_delta::sql::execute(lake, &smelt_delta::sql::catalogs::NoCatalogs, sql)
         .await
         .map_err(|(_, _, e)| Failure::from(e))?;
     let mut rows = Vec::new();

@@ -1,4 +1,6 @@
-//! `smelt sql`: run SQL over the lake.
+//! `smelt sql`: run SQL over the lake and the pipeline's catalogs.
+
+mod catalogs;
 
 use arrow::util::pretty::pretty_format_batches;
 use smelt_delta::sql::{SqlOutput, execute};
@@ -20,7 +22,13 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
         (None, None) => unreachable!("clap requires SQL or --file"),
     };
     let lake = lake_without_pipeline(global)?;
-    let (outputs, failure) = match execute(&lake, &text).await {
+    let catalogs = if global.pipeline.exists() {
+        super::load_pipeline(global)?.catalogs
+    } else {
+        Vec::new()
+    };
+    let catalogs = catalogs::PipelineCatalogs::new(global.pipeline.display().to_string(), catalogs);
+    let (outputs, failure) = match execute(&lake, &catalogs, &text).await {
         Ok(outputs) => (outputs, None),
         Err((outputs, n, e)) => (outputs, Some((n, e))),
     };
