@@ -90,6 +90,7 @@ fn scenarios() -> Vec<Scenario> {
         quarantine(),
         widen(),
         ingest(),
+        ingest_iceberg(),
         append(),
         export_replace(),
     ]
@@ -266,6 +267,41 @@ fn ingest() -> Scenario {
                     "before_ingest_rejects_commit",
                     "before_bronze_commit",
                     "before_event_log",
+                ],
+            ),
+            Step::Land("in/4.csv", "id,name\n2,blueberry\n5,elderberry\n", 180),
+            run(&["run"]),
+        ],
+    }
+}
+
+/// The same landings ingested into an Iceberg bronze (catalog `ice`), crashed also between
+/// the bronze commit and its ledger entry beside the table.
+fn ingest_iceberg() -> Scenario {
+    fn start() -> Project {
+        let p = Project::with_pipeline(
+            "lake: ./lake\ncatalogs:\n  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}\nflows:\n  items_raw:\n    ingest:\n      from: ./in\n      into: ice.raw.items\n      format: csv\n  items:\n    apply:\n      from: ice.raw.items\n      into: clean.items\n      schema: items.sql\n      sequence_by: [_ingest_timestamp]\n      audit:\n        ingest_timestamp: null\n        update_timestamp: null\n",
+        );
+        std::fs::create_dir_all(p.file("warehouse")).unwrap();
+        p.write(
+            "items.sql",
+            "CREATE TABLE clean.items (id BIGINT NOT NULL, name STRING, _datasource STRING, _ingest_timestamp TIMESTAMP, PRIMARY KEY (id))",
+        );
+        p
+    }
+    Scenario {
+        name: "ingest into Iceberg",
+        start,
+        steps: vec![
+            Step::Land("in/1.csv", "id,name\n1,apple\n2,banana\nbad\n", 0),
+            run(&["run"]),
+            Step::Land("in/3.csv", "id,name\n1,apricot\n4,date\nworse\n", 120),
+            crash(
+                &["run"],
+                &[
+                    "before_ingest_rejects_commit",
+                    "before_bronze_commit",
+                    "before_iceberg_ledger",
                 ],
             ),
             Step::Land("in/4.csv", "id,name\n2,blueberry\n5,elderberry\n", 180),
@@ -482,6 +518,11 @@ fn crashes_around_the_widening_commit_rerun_to_the_same_lake() {
 #[test]
 fn crashes_of_an_ingest_rerun_to_the_same_lake() {
     drill(&ingest());
+}
+
+#[test]
+fn crashes_of_an_ingest_into_iceberg_rerun_to_the_same_lake() {
+    drill(&ingest_iceberg());
 }
 
 #[test]
@@ -751,7 +792,13 @@ const EVENT_COLUMNS: &[&str] = &[
 
 /// `smelt status` fields left out: `silver_version` (see above: watermarks pin the
 /// versions flows consumed), `last_run_at` and `last_run_id` (when, which run).
-const STATUS_RUN_DEPENDENT: &[&str] = &["silver_version", "last_run_at", "last_run_id"];
+const STATUS_RUN_DEPENDENT: &[&str] = &[
+    "silver_version",
+    "last_run_at",
+    "last_run_id",
+    // An Iceberg snapshot's id is random.
+    "watermark_snapshot_id",
+];
 
 /// Replaces the project's temp folder in text (ingest `_datasource`, reject `file`, …)
 /// with `<project>`: the two lakes live in different folders.
@@ -834,6 +881,15 @@ fn snapshot(p: &Project) -> Snapshot {
         rows.sort();
         s.insert(format!("rows of {name}"), rows);
     }
+    for name in iceberg_tables(p) {
+        let rows = p.query(&format!("SELECT * FROM {name}"));
+        let mut rows: Vec<String> = rows
+            .into_iter()
+            .map(|r| stable_row(r, true, &paths).to_string())
+            .collect();
+        rows.sort();
+        s.insert(format!("rows of {name}"), rows);
+    }
     if p.file("lake/_smelt/event_log/_delta_log").is_dir() {
         for row in p.query("SELECT * FROM _smelt.event_log ORDER BY finished_at") {
             if row["status"] == "up_to_date" {
@@ -885,6 +941,28 @@ fn tables(p: &Project) -> Vec<(String, PathBuf)> {
                         table.file_name().to_string_lossy()
                     ),
                     table.path(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The tables of catalog `ice` (a SQL catalog whose warehouse is `./warehouse`):
+/// `ice.<namespace>.<table>` for each `warehouse/<namespace>/<table>/metadata`.
+fn iceberg_tables(p: &Project) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(namespaces) = std::fs::read_dir(p.file("warehouse")) else {
+        return out;
+    };
+    for ns in namespaces.flatten() {
+        for table in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+            if table.path().join("metadata").is_dir() {
+                out.push(format!(
+                    "ice.{}.{}",
+                    ns.file_name().to_string_lossy(),
+                    table.file_name().to_string_lossy()
                 ));
             }
         }

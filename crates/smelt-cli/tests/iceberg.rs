@@ -4,6 +4,7 @@
 //! is a model the test keeps as it writes (the last row written per key).
 
 mod common;
+mod iceberg_ingest;
 mod iceberg_sql;
 
 use std::collections::BTreeMap;
@@ -245,23 +246,27 @@ fn a_full_refresh_reads_the_current_snapshot_with_its_deletes() {
 }
 
 #[test]
-fn an_unknown_iceberg_table_and_an_ingest_into_iceberg_are_refused_by_name() {
+fn an_unknown_iceberg_table_is_refused_by_name() {
     let p = Project::with_pipeline(PIPELINE);
     p.write("silver.sql", SILVER);
     let (_, err) = p.fails(&["run"], 1);
     assert!(err.contains("`ice.raw.orders` does not exist"), "{err}");
     assert!(err.contains("Iceberg catalog `ice`"), "{err}");
+}
 
-    let p = Project::with_pipeline(
-        "lake: ./lake\ncatalogs:\n  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}\nflows:\n  land:\n    ingest:\n      from: ./landing\n      into: ice.raw.orders\n      format: csv\n",
-    );
-    std::fs::create_dir_all(p.file("landing")).unwrap();
-    p.write("landing/a.csv", "id,status\n1,new\n");
-    let (_, err) = p.fails(&["run"], 1);
-    assert!(
-        err.contains("`ice.raw.orders`: ingest flows into Iceberg tables are not supported yet"),
-        "{err}"
-    );
+#[test]
+fn ingest_into_iceberg_loads_each_file_once_past_snapshot_expiry() {
+    iceberg_ingest::each_file_is_loaded_once_past_snapshot_expiry();
+}
+
+#[test]
+fn ingest_into_iceberg_killed_between_commit_and_ledger_loads_nothing_twice() {
+    iceberg_ingest::a_run_killed_between_its_commit_and_its_ledger_entry_loads_nothing_twice();
+}
+
+#[test]
+fn ingest_into_iceberg_runs_at_once_load_each_file_once() {
+    iceberg_ingest::runs_at_once_load_each_file_once();
 }
 
 const SEED_004: &str = "lake: ./lake

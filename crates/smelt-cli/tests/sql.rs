@@ -68,7 +68,9 @@ fn a_table_of_an_undefined_catalog_is_refused_by_name() {
     let p = Project::product2();
     let (_, err) = p.fails(&["sql", "SELECT * FROM ice.raw.orders"], 1);
     assert!(
-        err.contains("statement 1: `ice.raw.orders` names catalog `ice`, which smelt.yaml does not define"),
+        err.contains(
+            "statement 1: `ice.raw.orders` names catalog `ice`, which smelt.yaml does not define"
+        ),
         "{err}"
     );
     assert!(err.contains("define it under `catalogs:`"), "{err}");

@@ -64,17 +64,10 @@ impl Lake for IcebergLake {
         )?))
     }
 
-    async fn table(&self, name: &TableName, role: TableRole) -> Result<Box<dyn SilverTable>> {
-        match role {
-            TableRole::Target | TableRole::Silver | TableRole::Tombstones | TableRole::Rejects => {
-                Ok(Box::new(self.open(name).await?))
-            }
-            // Its file ledger would live in snapshot summaries, which snapshot expiry drops.
-            TableRole::Bronze => Err(EngineError::user(
-                format!("`{name}`: ingest flows into Iceberg tables are not supported yet"),
-                "ingest into a Delta table of the lake (`schema.table`), and append or apply it into Iceberg",
-            )),
-        }
+    async fn table(&self, name: &TableName, _role: TableRole) -> Result<Box<dyn SilverTable>> {
+        // Every role, bronze included: an ingest flow's file ledger is kept beside the
+        // table (`ledger`), where snapshot expiry cannot lose it.
+        Ok(Box::new(self.open(name).await?))
     }
 
     async fn inspect(&self, name: &TableName) -> Result<Box<dyn SilverTable>> {

@@ -17,6 +17,7 @@ pub mod storage;
 pub use catalog::IcebergCatalog;
 pub use error::{Error, Result};
 pub mod lake;
+mod ledger;
 mod manifests;
 mod rest;
 mod schema;

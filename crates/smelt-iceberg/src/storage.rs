@@ -258,6 +258,14 @@ impl StorageFactory for ObjectStorageFactory {
     }
 }
 
+impl ObjectStorageFactory {
+    /// The store holding `location` (a URL or an absolute local path), and the path in it:
+    /// for what smelt keeps beside a table, outside Iceberg's metadata (its ledgers).
+    pub fn store(&self, location: &str) -> iceberg::Result<(Arc<dyn ObjectStore>, StorePath)> {
+        self.storage.stores.resolve(location)
+    }
+}
+
 /// A `FileIO` on `object_store`.
 pub fn file_io(factory: &Arc<ObjectStorageFactory>) -> FileIO {
     FileIOBuilder::new(factory.clone()).build()

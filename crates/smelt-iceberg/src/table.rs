@@ -40,7 +40,7 @@ use crate::schema::{Schemas, schemas_of};
 use crate::snapshot::{Change, commit};
 
 /// Summary and property key prefix of a flow's watermark.
-const WATERMARK: &str = "smelt.watermark.";
+pub(crate) const WATERMARK: &str = "smelt.watermark.";
 /// Summary key prefixes of the table a flow read, and of its snapshot id read up to.
 const SOURCE: &str = "smelt.source.";
 const SOURCE_SNAPSHOT: &str = "smelt.source-snapshot-id.";
@@ -49,7 +49,7 @@ const RUN_ID: &str = "smelt.run-id";
 /// Summary key of the flow's report.
 const REPORT: &str = "smelt.report";
 /// Summary key prefix of extra commit entries.
-const EXTRA: &str = "smelt.extra.";
+pub(crate) const EXTRA: &str = "smelt.extra.";
 
 /// An Iceberg table an append flow writes.
 pub struct IcebergTable {
@@ -320,14 +320,11 @@ impl WatermarkStore for IcebergTable {
     }
 
     async fn commit_values(&self, key: &str) -> EngineResult<Vec<String>> {
-        let key = format!("{EXTRA}{key}");
-        let mut values: Vec<String> = self
-            .summaries()
-            .into_iter()
-            .filter_map(|s| s.get(&key).cloned())
-            .collect();
-        values.reverse();
-        Ok(values)
+        let Some(table) = &self.table else {
+            return Ok(Vec::new());
+        };
+        let entries = crate::ledger::read(self.catalog.storage(), table, key).await?;
+        Ok(entries.into_values().map(|e| e.value).collect())
     }
 
     async fn last_commit(&self) -> EngineResult<Option<LastCommit>> {
@@ -464,7 +461,13 @@ impl TableSink for IcebergTable {
             .metadata()
             .current_snapshot()
             .map_or(0, |s| s.sequence_number());
-        self.table = Some(table);
+        self.table = Some(table.clone());
+        if !watermark.extra.is_empty() {
+            smelt_engine::failpoint("before_iceberg_ledger")?;
+        }
+        for (key, _) in &watermark.extra {
+            crate::ledger::read(self.catalog.storage(), &table, key).await?;
+        }
         Ok(WriteStats { version, ..stats })
     }
 

@@ -66,6 +66,12 @@ pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec
             ReplaceSource::Files(_) => {}
         },
         FlowKind::Ingest(spec) => {
+            if spec.into.catalog.is_some() {
+                refuse(
+                    format!("ingest into the Iceberg table `{}`", spec.into),
+                    embedded,
+                );
+            }
             if spec.infer_types {
                 refuse(
                     "`infer_types`".into(),
@@ -227,6 +233,14 @@ mod tests {
             scd2.iter()
                 .any(|e| e.contains("`write_mode: merge_on_read` into an Iceberg")),
             "{scd2:?}"
+        );
+        let ingest = refused(
+            "sql",
+            "  i:\n    ingest:\n      from: ./in\n      into: ice.ns.raw\n      format: csv\n",
+        );
+        assert!(
+            ingest[0].contains("ingest into the Iceberg table `ice.ns.raw`"),
+            "{ingest:?}"
         );
     }
 
