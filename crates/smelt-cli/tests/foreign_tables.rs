@@ -537,6 +537,12 @@ fn tables_with_vacuum_protocol_check_read_in_smelt_sql_as_spark_reads_them() {
         let mut want_twice: Vec<_> = want.iter().chain(&want).cloned().collect();
         want_twice.sort();
         assert_eq!(twice, want_twice, "{name} inserted");
+        // MERGE reads it as a source too.
+        p.ok(&[
+            "sql",
+            "MERGE INTO copy.t c USING g.t s ON c.id = s.id WHEN MATCHED THEN DELETE",
+        ]);
+        assert_eq!(p.query("SELECT * FROM copy.t"), Vec::<serde_json::Value>::new());
         p.ok(&["run"]);
         let mut appended = rows(&p, "SELECT * FROM copy.a", &columns);
         appended.sort();
