@@ -542,7 +542,10 @@ fn tables_with_vacuum_protocol_check_read_in_smelt_sql_as_spark_reads_them() {
             "sql",
             "MERGE INTO copy.t c USING g.t s ON c.id = s.id WHEN MATCHED THEN DELETE",
         ]);
-        assert_eq!(p.query("SELECT * FROM copy.t"), Vec::<serde_json::Value>::new());
+        assert_eq!(
+            p.query("SELECT * FROM copy.t"),
+            Vec::<serde_json::Value>::new()
+        );
         p.ok(&["run"]);
         let mut appended = rows(&p, "SELECT * FROM copy.a", &columns);
         appended.sort();

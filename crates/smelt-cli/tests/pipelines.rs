@@ -107,6 +107,21 @@ fn replay_windows_select_bronze_versions_by_commit_time() {
     );
 }
 
+/// A window asked of flows that cannot replay one (all but apply flows) is refused by name
+/// before anything runs, never ignored.
+#[test]
+fn a_replay_window_is_refused_for_flows_that_cannot_replay() {
+    let p = Project::example("append_active");
+    p.ok(&["sql", "-f", "input.sql"]);
+    let (_, err) = p.fails(&["run", "--since", "2000-01-01"], 2);
+    assert!(
+        err.contains("`--since` replays a window of source versions into apply flows; `active` (append) cannot replay one"),
+        "{err}"
+    );
+    assert!(err.contains("hint: run them without `--since`"), "{err}");
+    assert!(!p.file("lake/foundry/output").exists(), "nothing ran");
+}
+
 #[test]
 fn new_bronze_columns_are_reported_then_added_on_request() {
     let p = Project::product2();

@@ -551,3 +551,11 @@ fn insert_replace_where_replaces_the_rows_the_predicate_selects() {
     assert!(err.contains("raw.s"), "{err}");
     assert_eq!(p.query("SELECT * FROM raw.s").len(), 2, "nothing written");
 }
+
+/// `--json` writes every column of every row: a NULL is `null`, never a missing key.
+#[test]
+fn json_rows_keep_their_null_columns() {
+    let p = Project::product2();
+    let out = p.ok(&["--json", "sql", "SELECT 1 AS a, CAST(NULL AS STRING) AS b"]);
+    assert_eq!(out.trim(), r#"[{"a":1,"b":null}]"#);
+}

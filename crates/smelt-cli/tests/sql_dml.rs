@@ -192,8 +192,11 @@ fn script_variables_bigquery_types_and_functions() {
         ]
     );
     let rows: Value = serde_json::from_str(lines[3]).unwrap();
-    // NULLs are left out of JSON rows.
-    assert_eq!(rows, json!([{"id": 1, "v": 12, "f": 12.0}, {"id": 2}]));
+    // NULLs are written as `null`, never left out.
+    assert_eq!(
+        rows,
+        json!([{"id": 1, "v": 12, "f": 12.0}, {"id": 2, "v": null, "f": null}])
+    );
     // An end before every commit: nothing.
     let none =
         p.query("SELECT * FROM CHANGES(TABLE raw.t, NULL, TIMESTAMP('2000-01-01 00:00:00'))");

@@ -38,12 +38,40 @@ pub struct RunOutcome {
     pub failed: Option<(String, EngineError)>,
 }
 
-/// Checks `--since`/`--until` before any flow runs: a window that does not parse is a
-/// usage error.
-pub fn check_window(settings: &RunSettings, now_us: i64) -> Result<()> {
+/// Checks `--since`/`--until` before any flow runs: a window that does not parse, or one
+/// asked of flows that cannot replay one (all but apply flows), is a usage error.
+pub fn check_window(settings: &RunSettings, flows: &[&Flow], now_us: i64) -> Result<()> {
     for (option, value) in [("--since", &settings.since), ("--until", &settings.until)] {
         if let Some(value) = value {
             parse_instant(value, settings.tz.as_deref(), now_us, option)?;
+        }
+    }
+    if settings.since.is_some() {
+        let cannot: Vec<String> = flows
+            .iter()
+            .filter(|f| !matches!(f.kind, smelt_spec::FlowKind::Apply(_)))
+            .map(|f| format!("`{}` ({})", f.name, ReportKind::from(&f.kind).as_str()))
+            .collect();
+        if !cannot.is_empty() {
+            let apply: Vec<&str> = flows
+                .iter()
+                .filter(|f| matches!(f.kind, smelt_spec::FlowKind::Apply(_)))
+                .map(|f| f.name.as_str())
+                .collect();
+            return Err(EngineError::user(
+                format!(
+                    "`--since` replays a window of source versions into apply flows; {} cannot replay one",
+                    cannot.join(", ")
+                ),
+                if apply.is_empty() {
+                    "run them without `--since`".to_string()
+                } else {
+                    format!(
+                        "name the apply flows to replay: `smelt run --since … {}`",
+                        apply.join(" ")
+                    )
+                },
+            ));
         }
     }
     Ok(())
@@ -130,7 +158,7 @@ pub async fn run_on(
 ) -> Result<RunOutcome> {
     let flows = crate::dag::run_order(flows)?;
     let mut ctx = RunContext::new(settings.dry_run, settings.full_refresh);
-    check_window(settings, ctx.run_timestamp_us)?;
+    check_window(settings, &flows, ctx.run_timestamp_us)?;
     if settings.memory_limit.is_some() {
         ctx.memory_limit = settings.memory_limit;
     }

@@ -14,7 +14,7 @@ use crate::{EngineError, Result};
 /// `2026-07-21T09:00:00+09:00`); a timestamp without an offset is read in `tz` (an IANA
 /// name or `+HH:MM`; UTC when `None`). `what` names the option in errors.
 pub fn parse_instant(text: &str, tz: Option<&str>, now_us: i64, what: &str) -> Result<i64> {
-    if let Some(d) = smelt_spec::pipeline::parse_duration(text) {
+    if let Some(d) = smelt_spec::parse_duration(text) {
         return Ok(now_us - d.as_micros().min(i64::MAX as u128) as i64);
     }
     let t = text.trim();

@@ -3,7 +3,7 @@
 
 use smelt_engine::EngineError;
 use smelt_engine::run::RunSettings;
-use smelt_spec::pipeline::COMMIT_TIMESTAMP;
+use smelt_spec::COMMIT_TIMESTAMP;
 use smelt_spec::{
     ApplyFlow, CastDialect, FileFormat, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
     ReplaceSource, TableName, WriteMode,

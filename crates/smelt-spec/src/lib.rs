@@ -35,8 +35,11 @@ mod replace_where;
 mod script;
 
 pub use append::AppendFlow;
-pub use apply::{ApplyFlow, AuditColumns, CastDialect, UpdateTimestampOn};
+pub use apply::{
+    ApplyFlow, AuditColumns, COMMIT_TIMESTAMP, CastDialect, END_AT, START_AT, UpdateTimestampOn,
+};
 pub use catalog::{Catalog, CatalogKind};
+pub use check::parse_duration;
 pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
 pub use export::{ChangedBy, Compression, ExportFlow};
@@ -47,22 +50,3 @@ pub use policy::{
     SchemaEvolution, SourceDeletes, UpdateColumns, WriteMode,
 };
 pub use replace_where::{ReplaceSource, ReplaceWhereFlow};
-
-/// The pipeline model and the apply flow at their former paths (`smelt_spec::pipeline::…`).
-pub mod pipeline {
-    pub use crate::apply::{ApplyFlow, AuditColumns, COMMIT_TIMESTAMP, END_AT, START_AT};
-    pub use crate::check::parse_duration;
-    pub use crate::model::{Flow, FlowKind, Pipeline};
-    pub use crate::policy::{
-        OnCastError, OnSequenceConflict, OnViolation, SchemaEvolution, SourceDeletes, UpdateColumns,
-    };
-}
-
-/// The `append`, `replace_where` and `export` flows at their former paths
-/// (`smelt_spec::flows::…`).
-pub mod flows {
-    pub use crate::append::AppendFlow;
-    pub use crate::export::{ChangedBy, Compression, ExportFlow};
-    pub use crate::policy::OnRewrite;
-    pub use crate::replace_where::{ReplaceSource, ReplaceWhereFlow};
-}

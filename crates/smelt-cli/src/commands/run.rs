@@ -27,7 +27,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     let flows = select(&pipeline, &args.flows)?;
     let settings = settings(args, dry_run);
     // A window that does not parse is a usage error, found before any flow runs.
-    check_window(&settings, chrono::Utc::now().timestamp_micros())
+    check_window(&settings, &flows, chrono::Utc::now().timestamp_micros())
         .map_err(|e| Failure::usage(e.to_string(), e.hint().map(str::to_string)))?;
     let progress = Progress::new(!global.quiet && !global.json, !global.json);
     let outcome = match super::spark::remote(global, &pipeline)? {

@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn the_default_sequence_is_the_change_batch_column() {
         assert_eq!(
-            smelt_spec::pipeline::COMMIT_TIMESTAMP,
+            smelt_spec::COMMIT_TIMESTAMP,
             smelt_core::change::COMMIT_TIMESTAMP
         );
     }

@@ -14,7 +14,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
 use smelt_core::dedupe::latest_per_key;
 use smelt_spec::OnSequenceConflict;
-use smelt_spec::pipeline::{END_AT, START_AT};
+use smelt_spec::{END_AT, START_AT};
 
 use super::cast::{IS_DELETE, column};
 use super::scd1::{PartitionWork, Planned};

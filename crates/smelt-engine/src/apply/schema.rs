@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use smelt_spec::pipeline::{END_AT, START_AT};
 use smelt_spec::{ApplyFlow, SchemaEvolution, did_you_mean};
+use smelt_spec::{END_AT, START_AT};
 
 use super::cast::source_change_schema;
 use crate::ports::SilverTable;

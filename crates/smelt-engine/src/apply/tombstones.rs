@@ -9,7 +9,7 @@ use arrow::array::{Array, ArrayRef, BooleanArray};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use smelt_core::change::timestamp_utc;
 use smelt_spec::ApplyFlow;
-use smelt_spec::pipeline::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
+use smelt_spec::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
 
 use super::schema::same_type;
 use crate::context::RunContext;

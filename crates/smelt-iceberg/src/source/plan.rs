@@ -169,7 +169,9 @@ pub(crate) fn steps(
     // the watermark and it were lost.
     if let Some(oldest) = chain.first()
         && oldest.parent_snapshot_id().is_none()
-        && oldest.sequence_number() > after + 1
+        // (A table's first snapshot has sequence number 1: reading after any number below 1
+        // reads it whole.)
+        && oldest.sequence_number() > after.max(0) + 1
     {
         return Err(Error::user(
             format!(

@@ -2,8 +2,8 @@
 //! which are keys, data and audit columns, how each is cast from bronze, and the sequence as
 //! it is read (`__v<i>`, `_commit_timestamp`), stored in silver and kept in tombstones.
 
-use smelt_spec::pipeline::{COMMIT_TIMESTAMP, END_AT, START_AT};
 use smelt_spec::{ApplyFlow, ColumnDef, ColumnType, TableDef, UpdateColumns};
+use smelt_spec::{COMMIT_TIMESTAMP, END_AT, START_AT};
 
 use crate::sql::ident;
 

@@ -54,11 +54,14 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// `batches` as a JSON array of row objects (empty when there are no rows).
+/// `batches` as a JSON array of row objects (empty when there are no rows); every column
+/// in every object, a NULL as `null` (never left out, so a NULL and a missing column differ).
 pub fn json_rows(batches: &[arrow::array::RecordBatch]) -> Result<Vec<u8>, Failure> {
     let failed =
         |e: arrow::error::ArrowError| Failure::usage(format!("cannot print rows: {e}"), None);
-    let mut writer = arrow::json::ArrayWriter::new(Vec::new());
+    let mut writer = arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, arrow::json::writer::JsonArray>(Vec::new());
     for b in batches {
         writer.write(b).map_err(failed)?;
     }
