@@ -1,0 +1,125 @@
+//! The lake on Azure Blob Storage: the Azure emulator (Azurite, from npm, installed by
+//! `testenv/setup.sh`) on a loopback port for each test. Expected silver comes from the
+//! same steps on a local lake.
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use crate::common::{Project, without_audit};
+
+/// Azurite's blob service, killed on drop.
+struct Azurite {
+    child: Child,
+    port: u16,
+}
+
+impl Azurite {
+    /// Starts the emulator (in memory) and creates container `container`.
+    fn start(container: &str) -> Self {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testenv");
+        let azurite = root.join("node_modules/.bin/azurite-blob");
+        assert!(
+            azurite.exists(),
+            "the Azure emulator is not installed: run `testenv/setup.sh` (the README's test command does)"
+        );
+        // A free port: bound, read, released for the emulator.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(azurite)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .args(["--inMemoryPersistence", "--skipApiVersionCheck", "--silent"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Self { child, port };
+        let made = Command::new(root.join(".venv/bin/python"))
+            .arg(root.join("azure_container.py"))
+            .args([&port.to_string(), container])
+            .output()
+            .unwrap();
+        assert!(
+            made.status.success(),
+            "creating the container: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        server
+    }
+
+    /// The environment `smelt` reaches the emulator with (its public development account).
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AZURE_STORAGE_USE_EMULATOR", "true".into()),
+            ("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1".into()),
+            (
+                "AZURE_STORAGE_ACCOUNT_KEY",
+                "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==".into(),
+            ),
+            (
+                "AZURITE_BLOB_STORAGE_URL",
+                format!("http://127.0.0.1:{}", self.port),
+            ),
+        ]
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `smelt --lake <lake> <args>` against the emulator; requires success, returns stdout.
+fn on(p: &Project, az: &Azurite, lake: &str, args: &[&str]) -> String {
+    p.ok_with(&az.env(), &[&["--lake", lake], args].concat())
+}
+
+#[test]
+fn product2_with_the_lake_on_azure_gives_the_silver_of_a_local_lake_and_never_applies_twice() {
+    let az = Azurite::start("lake");
+    let lake = "az://lake/warehouse";
+    let remote = Project::product2();
+    let local = Project::product2();
+    let silver = "SELECT * FROM medallion_demo.product2__silver ORDER BY Id";
+    let mut refused = 0;
+    for (i, step) in ["insert_1.sql", "insert_2.sql"].iter().enumerate() {
+        if i == 0 {
+            on(&remote, &az, lake, &["sql", "-f", "bronze.sql"]);
+            local.ok(&["sql", "-f", "bronze.sql"]);
+        }
+        on(&remote, &az, lake, &["sql", "-f", step]);
+        local.ok(&["sql", "-f", step]);
+        local.ok(&["run"]);
+        // Two runs at once: the store's precondition lets one commit.
+        let spawn = || {
+            remote
+                .piped(&["--lake", lake, "run"])
+                .envs(az.env())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+            if common::refused_by_a_race(&out) {
+                refused += 1;
+            }
+        }
+        on(&remote, &az, lake, &["run"]);
+        let on_azure: Vec<serde_json::Value> =
+            serde_json::from_str(&on(&remote, &az, lake, &["--json", "sql", silver])).unwrap();
+        assert!(!on_azure.is_empty());
+        assert_eq!(
+            without_audit(&on_azure),
+            without_audit(&local.query(silver)),
+            "after {step}"
+        );
+    }
+    assert!(!remote.path().join("lake").exists());
+    eprintln!("{refused} run(s) refused");
+}

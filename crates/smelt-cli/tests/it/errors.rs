@@ -1,0 +1,138 @@
+//! Bad input: every failure is a clear message (what, where, how to fix), the right exit
+//! code, no panic, and nothing written.
+
+use crate::common::Project;
+
+fn yaml_with(p: &Project, from: &str, to: &str) {
+    let text = std::fs::read_to_string(p.file("smelt.yaml"))
+        .unwrap()
+        .replace(from, to);
+    assert!(text.contains(to));
+    p.write("smelt.yaml", &text);
+}
+
+#[test]
+fn malformed_yaml_names_file_and_line() {
+    let p = Project::product2();
+    p.write(
+        "smelt.yaml",
+        "lake: ./lake\nflows:\n  product2:\n    apply:\n      from: a.b\n      into: c.d: e\n",
+    );
+    let (_, err) = p.fails(&["run"], 2);
+    assert!(err.contains("error: smelt.yaml:6"), "{err}");
+    assert!(err.contains("hint:"), "{err}");
+}
+
+#[test]
+fn unknown_field_suggests_the_near_miss() {
+    let p = Project::product2();
+    yaml_with(&p, "sequence_by:", "sequense_by:");
+    let (_, err) = p.fails(&["run"], 2);
+    assert!(err.contains("unknown field `sequense_by`"), "{err}");
+    assert!(err.contains("did you mean `sequence_by`?"), "{err}");
+}
+
+#[test]
+fn unknown_key_column() {
+    let p = Project::product2();
+    yaml_with(
+        &p,
+        "      sequence_by:",
+        "      keys: [Idd]\n      sequence_by:",
+    );
+    let (_, err) = p.fails(&["run"], 2);
+    assert!(err.contains("smelt.yaml:"), "{err}");
+    assert!(err.contains("flows.product2.apply.keys"), "{err}");
+    assert!(err.contains("unknown key column `Idd`"), "{err}");
+    assert!(err.contains("did you mean `Id`?"), "{err}");
+}
+
+#[test]
+fn unknown_type_in_the_ddl() {
+    let p = Project::product2();
+    let ddl = std::fs::read_to_string(p.file("silver.sql"))
+        .unwrap()
+        .replace("`IsActive` BOOL", "`IsActive` BOOLEEN");
+    p.write("silver.sql", &ddl);
+    let (_, err) = p.fails(&["run"], 2);
+    assert!(err.contains("silver.sql:"), "{err}");
+    assert!(
+        err.contains("unknown type `BOOLEEN` for column `IsActive`"),
+        "{err}"
+    );
+    assert!(err.contains("hint: use STRING, BOOL"), "{err}");
+}
+
+#[test]
+fn missing_bronze_table() {
+    let p = Project::product2();
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(
+        err.contains("table `medallion_demo.product2__bronze` does not exist"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
+    assert!(!p.file("lake/medallion_demo/product2__silver").exists());
+}
+
+#[test]
+fn unknown_flow_on_the_command_line() {
+    let p = Project::product2();
+    let (_, err) = p.fails(&["run", "product3"], 2);
+    assert!(err.contains("no flow `product3`"), "{err}");
+    assert!(err.contains("did you mean `product2`?"), "{err}");
+}
+
+#[test]
+fn cast_failure_under_fail_policy_names_column_value_and_row() {
+    let p = Project::product2();
+    yaml_with(&p, "on_cast_error: null", "on_cast_error: fail");
+    p.ok(&["sql", "-f", "bronze.sql"]);
+    let bad = std::fs::read_to_string(p.file("insert_1.sql"))
+        .unwrap()
+        .replacen("'2026-07-02T09:00:00.000+0000'", "'not a time'", 1);
+    p.write("bad.sql", &bad);
+    p.ok(&["sql", "-f", "bad.sql"]);
+    let (_, err) = p.fails(&["run"], 1);
+    assert!(
+        err.contains("cannot cast column `CreatedDate` to TIMESTAMP: value \"not a time\""),
+        "{err}"
+    );
+    assert!(err.contains("Id=01t000000000002AAA"), "{err}");
+    assert!(err.contains("version"), "{err}");
+    assert!(err.contains("hint:"), "{err}");
+    assert!(
+        !p.file("lake/medallion_demo/product2__silver").exists(),
+        "nothing written"
+    );
+
+    // Under the default policy the same data loads, with the failure counted.
+    yaml_with(&p, "on_cast_error: fail", "on_cast_error: null");
+    let report = p.ok(&["run"]);
+    assert!(report.contains("CreatedDate"), "{report}");
+    let rows = p.query("SELECT Id, CreatedDate FROM medallion_demo.product2__silver WHERE Id = '01t000000000002AAA'");
+    assert!(
+        rows[0].get("CreatedDate").is_none() || rows[0]["CreatedDate"].is_null(),
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn sql_errors_name_the_statement() {
+    let p = Project::product2();
+    p.ok(&["sql", "-f", "bronze.sql"]);
+    let (_, err) = p.fails(
+        &[
+            "sql",
+            "INSERT INTO medallion_demo.product2__bronze (Idd) VALUES ('x')",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("statement 1: table `medallion_demo.product2__bronze` has no column `Idd`"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `Id`?"), "{err}");
+    let (_, err) = p.fails(&["sql", "SELEC 1"], 2);
+    assert!(err.contains("cannot parse the SQL"), "{err}");
+}

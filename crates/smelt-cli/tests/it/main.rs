@@ -1,0 +1,34 @@
+//! smelt's CLI tests: one binary (one link of the whole stack), a module per subject. Each
+//! test drives the real `smelt` binary on a temporary project (`common`); services a test
+//! needs (S3, Azure, a REST catalog, a Spark cluster, a browser) are installed by
+//! `testenv/setup.sh` and started by the tests that use them.
+
+mod azure;
+mod bronze_rewrites;
+mod cast_dialects;
+mod common;
+mod concurrent;
+mod crashes;
+mod docs_page;
+mod errors;
+mod flows;
+mod foreign_tables;
+mod iceberg;
+mod iceberg_flows;
+mod iceberg_rest;
+mod ingest;
+mod keys;
+mod ledgers;
+mod merge_on_read;
+mod pipelines;
+mod product2;
+mod product2_deletes;
+mod quarantine;
+mod s3;
+mod seed_statements;
+mod spark_cast;
+mod spark_cluster;
+mod spark_engine;
+mod sql;
+mod sql_dml;
+mod validate;
