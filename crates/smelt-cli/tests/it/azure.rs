@@ -2,12 +2,10 @@
 //! `testenv/setup.sh`) on a loopback port for each test. Expected silver comes from the
 //! same steps on a local lake.
 
-use crate::common;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use crate::common::{Project, without_audit};
+use crate::common::{self, Project, without_audit};
 
 /// Azurite's blob service, killed on drop.
 struct Azurite {

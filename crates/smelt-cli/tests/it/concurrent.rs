@@ -1,11 +1,9 @@
 //! Two `smelt run` of one pipeline at once: one commits, the other's commit is refused with
 //! a clear message, and nothing is applied twice. Compared with runs one at a time.
 
-use crate::common;
-
 use std::process::Output;
 
-use crate::common::{Project, without_audit};
+use crate::common::{self, Project, without_audit};
 
 /// Starts two `smelt run` at the same moment; their outputs.
 fn two_runs(p: &Project) -> [Output; 2] {

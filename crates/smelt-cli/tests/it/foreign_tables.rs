@@ -6,11 +6,9 @@
 //! snapshot at each version as delta-rs' own DataFusion scan reads it, and values checked by
 //! hand against the fixture's log (noted where used).
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 
-use crate::common::{Project, rows};
+use crate::common::{self, Project, rows};
 
 /// A fixture table.
 fn fixture(name: &str) -> PathBuf {

@@ -3,22 +3,33 @@
 //! deletes — and `smelt run` applies its changes into a Delta silver. The expected silver
 //! is a model the test keeps as it writes (the last row written per key).
 
-use crate::common;
-mod iceberg_ingest;
-mod iceberg_sql;
-
 use std::collections::BTreeMap;
 
-use crate::common::{Project, text};
+use crate::common::{self, Project, text};
 use serde_json::{Value, json};
 
-const PIPELINE: &str = "lake: ./lake
+/// The lake and catalog `ice` (SQLite, warehouse `./warehouse`) of the tests' pipelines, which
+/// go on with their `flows:`.
+macro_rules! with_catalog {
+    ($flows:literal) => {
+        concat!(
+            "lake: ./lake
 catalogs:
   ice:
     type: sql
     uri: sqlite:catalog.db
     warehouse: ./warehouse
-flows:
+",
+            $flows
+        )
+    };
+}
+
+mod iceberg_ingest;
+mod iceberg_sql;
+
+const PIPELINE: &str = with_catalog!(
+    "flows:
   orders:
     apply:
       from: ice.raw.orders
@@ -27,7 +38,8 @@ flows:
       keys: [id]
       sequence_by: [_commit_timestamp]
       source_deletes: apply
-";
+"
+);
 
 const SILVER: &str =
     "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING, amount BIGINT)";

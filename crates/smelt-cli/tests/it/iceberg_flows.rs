@@ -3,11 +3,9 @@
 //! its tombstones — a late delete, the version it closes arriving after it, and the
 //! tombstone's expiry. Expected results are models the tests keep.
 
-use crate::common;
-
 use std::collections::BTreeMap;
 
-use crate::common::{Project, text};
+use crate::common::{self, Project, text};
 use serde_json::{Value, json};
 
 /// Runs `steps` through pyiceberg on the project's catalog (warehouse `./warehouse`).

@@ -3,13 +3,11 @@
 //! on loopback ports. pyiceberg (through the same catalog) writes the bronze and reads what
 //! smelt writes; the expected silver is the last row written per key.
 
-use crate::common;
-
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use crate::common::{Project, text};
+use crate::common::{self, Project, text};
 use serde_json::{Value, json};
 
 /// The catalog, stopped on drop (its stdin closes).

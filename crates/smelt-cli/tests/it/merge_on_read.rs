@@ -4,11 +4,9 @@
 //! kernel's own scan, used only here), by `smelt sql`, and by a downstream flow, and the
 //! log is checked against the Delta protocol's rules for deletion vectors.
 
-use crate::common;
-
 use std::collections::BTreeMap;
 
-use crate::common::{Project, text};
+use crate::common::{self, Project, text};
 use arrow::array::Array;
 use arrow::util::display::array_value_to_string;
 use serde_json::Value;

@@ -3,14 +3,12 @@
 //! Expected rows come from the files the test writes, or from the same run on a local
 //! lake.
 
-use crate::common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use crate::common::{Project, rows, without_audit};
+use crate::common::{self, Project, rows, without_audit};
 use arrow::array::AsArray;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;

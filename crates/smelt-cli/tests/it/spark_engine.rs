@@ -7,11 +7,10 @@
 //! rerun, end in the same tables, and so do runs SIGKILLed at random moments; what the engine
 //! does not run is refused at `validate`; seed 004 on Iceberg ([`spark_iceberg`]).
 
-use crate::common;
 mod spark_iceberg;
 mod spark_parquet;
 
-use crate::common::Project;
+use crate::common::{self, Project};
 use crate::spark_cluster::SparkCluster;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

@@ -1,8 +1,6 @@
 //! `smelt sql`: the seed scripts' DDL and DML, and queries over the lake.
 
-use crate::common;
-
-use crate::common::Project;
+use crate::common::{self, Project};
 
 #[test]
 fn spark_ddl_insert_select_truncate_and_queries() {

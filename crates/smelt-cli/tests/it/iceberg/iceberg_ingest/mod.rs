@@ -7,19 +7,15 @@ use serde_json::json;
 
 use crate::common::{self, Project, text};
 
-const PIPELINE: &str = "lake: ./lake
-catalogs:
-  ice:
-    type: sql
-    uri: sqlite:catalog.db
-    warehouse: ./warehouse
-flows:
+const PIPELINE: &str = with_catalog!(
+    "flows:
   land:
     ingest:
       from: ./landing
       into: ice.raw.orders
       format: csv
-";
+"
+);
 
 const BRONZE: &str = "raw.orders";
 

@@ -7,14 +7,7 @@ use serde_json::{Value, json};
 
 use crate::common::{Project, text};
 
-const PIPELINE: &str = "lake: ./lake
-catalogs:
-  ice:
-    type: sql
-    uri: sqlite:catalog.db
-    warehouse: ./warehouse
-flows: {}
-";
+const PIPELINE: &str = with_catalog!("flows: {}\n");
 
 const TABLE: &str = "raw.orders";
 
