@@ -1,6 +1,6 @@
 """How long decoding a Delta table's current files takes, all columns or some, on this
 machine (pyarrow, 2 threads): the floor under any increment that must read the pre-images of
-keys spread over every file. See BENCHMARKS.md.
+keys spread over every file. See bench/NOTES.md.
 
     bench/.venv/bin/python bench/decode_floor.py <delta table dir> [col,col,...]
 

@@ -1,6 +1,6 @@
 """How long encoding what one merge-on-read increment must write takes on this machine
 (pyarrow, the two files written at once on 2 threads): the floor under any increment that
-keeps Delta's change data feed. See BENCHMARKS.md.
+keeps Delta's change data feed. See bench/NOTES.md.
 
     bench/.venv/bin/python bench/encode_floor.py <delta table dir> <new rows> <replaced rows>
 

@@ -19,7 +19,7 @@ pub fn release_freed() {
 /// memory a thread frees in its arena is not reused by threads of other arenas, so with
 /// the runtime's, rayon's and the Parquet readers' threads a run held far more than its
 /// heap. One arena per core cut the peak RSS of an increment by 8–25% in the same time
-/// (BENCHMARKS.md, "One malloc arena per core"). `MALLOC_ARENA_MAX`, when set, rules.
+/// (bench/NOTES.md, "One malloc arena per core"). `MALLOC_ARENA_MAX`, when set, rules.
 /// Call it first in `main`, before any other thread starts.
 pub fn limit_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

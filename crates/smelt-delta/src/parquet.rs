@@ -153,7 +153,7 @@ pub(crate) fn read_stream(
 /// decoding every row up to a batch's worth of picked ones and filtering (the Parquet
 /// reader's mask policy): a batch as large as the file decoded all of it at once. At this
 /// size a medium increment (8% of rows picked) peaks ~20% lower and looks up faster
-/// (BENCHMARKS.md, "Reading scattered rows a batch at a time").
+/// (bench/NOTES.md, "Reading scattered rows a batch at a time").
 const SELECTED_BATCH_ROWS: usize = 8192;
 
 /// A Parquet file being read a row group at a time.
