@@ -16,6 +16,9 @@ pub struct Failure {
     pub causes: Vec<String>,
     /// The next step.
     pub hint: Option<String>,
+    /// More fields of the JSON error object (a failed run's `run_id` and `flows`, a failed
+    /// check's `problems`).
+    pub details: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Failure {
@@ -26,7 +29,26 @@ impl Failure {
             messages: vec![message.into()],
             causes: Vec::new(),
             hint,
+            details: Default::default(),
         }
+    }
+
+    /// Adds `value` to the JSON error object as `key`.
+    pub fn with_detail(mut self, key: &str, value: serde_json::Value) -> Self {
+        self.details.insert(key.to_string(), value);
+        self
+    }
+
+    /// The JSON error object every command prints on stdout with `--json`: `error` (the
+    /// headlines, one per line), `causes`, `hint`, `exit_code`, then the details.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut object = serde_json::Map::new();
+        object.insert("error".into(), self.messages.join("\n").into());
+        object.insert("causes".into(), self.causes.clone().into());
+        object.insert("hint".into(), self.hint.clone().into());
+        object.insert("exit_code".into(), self.code.into());
+        object.extend(self.details.clone());
+        serde_json::Value::Object(object)
     }
 
     /// Prints the failure on stderr.
@@ -64,6 +86,7 @@ impl From<SpecErrors> for Failure {
             messages,
             causes: Vec::new(),
             hint: (!hints.is_empty()).then(|| hints.join("\n      ")),
+            details: Default::default(),
         }
     }
 }
@@ -89,6 +112,7 @@ impl From<EngineError> for Failure {
             messages: vec![e.to_string()],
             causes,
             hint,
+            details: Default::default(),
         }
     }
 }
@@ -102,6 +126,7 @@ impl From<smelt_delta::Error> for Failure {
             messages: vec![e.to_string()],
             causes,
             hint,
+            details: Default::default(),
         }
     }
 }

@@ -51,6 +51,13 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
+            // One JSON error object on stdout with `--json`; the text form on stderr always.
+            if cli.global.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&failure.to_json()).expect("serialisable")
+                );
+            }
             failure.render();
             ExitCode::from(failure.code)
         }

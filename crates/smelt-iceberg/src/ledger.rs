@@ -1,7 +1,9 @@
 //! The ledgers of an Iceberg table (the files ingest flows loaded into it), kept where
 //! snapshot expiry cannot lose them: beside the table, in
-//! `<table location>/_smelt/ledger/<key>/<sequence number>.json`. Iceberg's orphan-file
-//! removal skips paths whose name starts with `_`, as Delta's VACUUM does.
+//! `<table location>/_smelt/ledger/<table uuid>/<key>/<sequence number>.json` (a table
+//! dropped without purging its files and created again at the same location starts a
+//! ledger of its own). Iceberg's orphan-file removal skips paths whose name starts with `_`,
+//! as Delta's VACUUM does.
 //!
 //! An entry is first in the summary of the snapshot that made it (`smelt.extra.<key>`,
 //! one atomic commit with the data) and is written here once that commit landed. A run
@@ -13,7 +15,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use object_store::ObjectStore;
 use object_store::ObjectStoreExt;
@@ -44,7 +45,7 @@ pub(crate) async fn read(
 ) -> Result<BTreeMap<i64, Entry>> {
     let (store, folder) = folder(factory, table, key)?;
     let mut entries = written(&store, &folder).await?;
-    for entry in in_summaries(table.metadata(), key) {
+    for entry in in_summaries(table, key) {
         if entries.contains_key(&entry.sequence) {
             continue;
         }
@@ -60,12 +61,12 @@ pub(crate) async fn read(
 }
 
 /// The entries of `key` in the summaries of the snapshots of the main branch.
-fn in_summaries(metadata: &TableMetadata, key: &str) -> Vec<Entry> {
+fn in_summaries(table: &Table, key: &str) -> Vec<Entry> {
     let summary_key = format!("{}{key}", crate::table::EXTRA);
+    let metadata = table.metadata_ref();
     let Some(current) = metadata.current_snapshot_id() else {
         return Vec::new();
     };
-    let metadata = Arc::new(metadata.clone());
     iceberg::util::snapshot::ancestors_of(&metadata, current)
         .filter_map(|s| {
             let summary = &s.summary().additional_properties;
@@ -118,9 +119,11 @@ fn folder(
     table: &Table,
     key: &str,
 ) -> Result<(Arc<dyn ObjectStore>, StorePath)> {
+    let metadata = table.metadata();
     let location = format!(
-        "{}/_smelt/ledger/{}",
-        table.metadata().location().trim_end_matches('/'),
+        "{}/_smelt/ledger/{}/{}",
+        metadata.location().trim_end_matches('/'),
+        metadata.uuid(),
         encode(key)
     );
     factory.store(&location).map_err(|e| Error::Iceberg {

@@ -37,7 +37,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
             // starts with every problem of every flow.
             let problems = engine.check(&flows).await;
             if !problems.is_empty() {
-                return Err(super::validate::report(global, &problems));
+                return Err(super::validate::report(&problems));
             }
             let outcome = smelt_engine::run::run_on(&flows, &engine, &settings, &progress).await;
             engine.close().await;
@@ -55,13 +55,12 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
     };
     let (run_id, reports) = (outcome.run_id, outcome.reports);
     if let Some((name, e)) = outcome.failed {
-        if global.json {
-            println!(
-                "{}",
-                serde_json::json!({ "run_id": run_id, "flows": reports, "error": e.to_string() })
+        let mut failure = Failure::from(e)
+            .with_detail("run_id", run_id.into())
+            .with_detail(
+                "flows",
+                serde_json::to_value(&reports).expect("serialisable"),
             );
-        }
-        let mut failure = Failure::from(e);
         let prefix = format!("flow `{name}`: ");
         let message = failure.messages[0]
             .strip_prefix(&prefix)

@@ -48,20 +48,13 @@ pub async fn check(
     if problems.is_empty() {
         return Ok(());
     }
-    Err(report(global, &problems))
+    Err(report(&problems))
 }
 
-/// The failure listing `problems` (printed as JSON with `--json`).
-pub fn report(global: &GlobalArgs, problems: &[Problem]) -> Failure {
-    if global.json {
-        let list: Vec<_> = problems.iter().map(json).collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "problems": list }))
-                .expect("serialisable")
-        );
-    }
-    failure(problems)
+/// The failure listing `problems` (in its JSON object too, as `problems`).
+pub fn report(problems: &[Problem]) -> Failure {
+    let list: Vec<_> = problems.iter().map(json).collect();
+    failure(problems).with_detail("problems", list.into())
 }
 
 fn json(p: &Problem) -> serde_json::Value {
@@ -94,5 +87,6 @@ fn failure(problems: &[Problem]) -> Failure {
             "{} problem(s) in {flows} flow(s); fix them and run `smelt validate` again",
             problems.len()
         )),
+        details: Default::default(),
     }
 }

@@ -136,3 +136,52 @@ fn sql_errors_name_the_statement() {
     let (_, err) = p.fails(&["sql", "SELEC 1"], 2);
     assert!(err.contains("cannot parse the SQL"), "{err}");
 }
+
+/// With `--json`, a failing command prints one JSON error object on stdout — `error`,
+/// `causes`, `hint`, `exit_code`, and what the command adds (a run's reports, a check's
+/// problems) — and the text form on stderr as without it.
+#[test]
+fn every_failure_is_one_json_object_on_stdout() {
+    let p = Project::product2();
+    let object = |args: &[&str], code: i32| -> (serde_json::Value, String) {
+        let (out, err) = p.fails(args, code);
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(v["exit_code"], code, "{v}");
+        assert!(v["causes"].is_array(), "{v}");
+        (v, err)
+    };
+    let (usage, err) = object(&["--json", "run", "nope"], 2);
+    assert!(
+        usage["error"].as_str().unwrap().contains("no flow `nope`"),
+        "{usage}"
+    );
+    assert!(
+        usage["hint"].as_str().unwrap().contains("product2"),
+        "{usage}"
+    );
+    assert!(err.contains("error: no flow `nope`"), "{err}");
+
+    // No bronze yet: the check lists the problem, the run fails on it.
+    let (check, _) = object(&["--json", "validate"], 1);
+    assert_eq!(check["problems"][0]["flow"], "product2", "{check}");
+    let (run, err) = object(&["--json", "run"], 1);
+    assert!(
+        run["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("flow `product2` failed: "),
+        "{run}"
+    );
+    assert!(
+        run["run_id"].is_string() && run["flows"].is_array(),
+        "{run}"
+    );
+    assert!(err.contains("error: flow `product2` failed"), "{err}");
+
+    let (sql, _) = object(&["--json", "sql", "SELECT * FROM nope.t"], 1);
+    assert!(
+        sql["error"].as_str().unwrap().starts_with("statement 1: "),
+        "{sql}"
+    );
+}

@@ -24,17 +24,18 @@ use crate::source::DeltaSource;
 
 /// The table `smelt sql` reads for Delta table `name` (loaded at the version asked for):
 /// delta-rs' provider (which prunes files and pushes filters down) when it reads the
-/// table, else smelt's reader, which refuses by name what smelt cannot read either.
+/// table, else smelt's reader. A table neither reads keeps delta-rs' provider, which
+/// refuses it, naming the features, when a query reads it.
 pub(crate) async fn delta(name: &TableName, table: DeltaTable) -> Result<Arc<dyn TableProvider>> {
     let state = table.snapshot().context(|| format!("reading `{name}`"))?;
-    if PROTOCOL.can_read_from_protocol(state.protocol()).is_ok() {
-        return table
-            .table_provider()
-            .await
-            .context(|| format!("scanning `{name}`"));
+    let delta_rs_reads = PROTOCOL.can_read_from_protocol(state.protocol()).is_ok();
+    if !delta_rs_reads && crate::features::check_readable(&name.to_string(), state).is_ok() {
+        return of_source(Box::new(DeltaSource::of(name, table)?));
     }
-    let source = DeltaSource::of(name, table)?;
-    of_source(Box::new(source))
+    table
+        .table_provider()
+        .await
+        .context(|| format!("scanning `{name}`"))
 }
 
 /// The rows of `source` at its version, as a table.

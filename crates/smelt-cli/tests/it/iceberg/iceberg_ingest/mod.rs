@@ -62,10 +62,14 @@ fn snapshot_count(p: &Project) -> usize {
         .len()
 }
 
-/// The ledger entries written beside the table.
+/// The ledger entries written beside the table (in the folder of its one table uuid).
 fn ledger_files(p: &Project) -> usize {
-    let dir = p.file("warehouse/raw/orders/_smelt/ledger/smelt.ingest.files");
-    std::fs::read_dir(dir).map_or(0, |d| d.count())
+    let Ok(tables) = std::fs::read_dir(p.file("warehouse/raw/orders/_smelt/ledger")) else {
+        return 0;
+    };
+    let tables: Vec<_> = tables.flatten().collect();
+    assert_eq!(tables.len(), 1, "one table uuid");
+    std::fs::read_dir(tables[0].path().join("smelt.ingest.files")).map_or(0, |d| d.count())
 }
 
 pub fn each_file_is_loaded_once_past_snapshot_expiry() {
