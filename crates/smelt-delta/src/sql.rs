@@ -215,79 +215,7 @@ async fn execute_one(
             }
             Ok(SqlOutput::Message(done.join("\n")))
         }
-        Statement::Insert(insert) => {
-            let TableObject::TableName(target) = &insert.table else {
-                return Err(Error::user(
-                    "INSERT INTO a table function is not supported",
-                    "insert into `schema.table`",
-                ));
-            };
-            let name = table_name(target)?;
-            // Databricks' REPLACE WHERE (read as a partition clause by the parser).
-            let replace_where = insert.partitioned.as_deref().and_then(replace_where_of);
-            // Clauses smelt does not carry out are refused, never dropped.
-            let unsupported = [
-                (
-                    insert.partitioned.is_some() && replace_where.is_none(),
-                    "PARTITION (…)",
-                    "replace the rows a predicate selects with INSERT INTO t REPLACE WHERE <predicate> SELECT …, or INSERT OVERWRITE the whole table",
-                ),
-                (
-                    insert.on.is_some(),
-                    "ON CONFLICT / ON DUPLICATE KEY",
-                    "merge by key with an apply flow",
-                ),
-                (
-                    insert.returning.is_some() || insert.output.is_some(),
-                    "RETURNING / OUTPUT",
-                    "query the table after the INSERT",
-                ),
-                (
-                    insert.replace_into || insert.ignore,
-                    "REPLACE INTO / INSERT IGNORE",
-                    "merge by key with an apply flow",
-                ),
-                (
-                    !insert.assignments.is_empty(),
-                    "INSERT … SET",
-                    "write `INSERT INTO t (columns) VALUES (…)`",
-                ),
-            ];
-            if let Some((_, clause, hint)) = unsupported.iter().find(|(used, _, _)| *used) {
-                return Err(Error::user(
-                    format!("INSERT into `{name}` with {clause} is not supported by smelt sql"),
-                    *hint,
-                ));
-            }
-            let table = lake
-                .open_existing(&name, "create it first with CREATE TABLE")
-                .await?;
-            let state = table.snapshot().context(|| format!("reading `{name}`"))?;
-            crate::features::check_writable(&name.to_string(), state)?;
-            let Some(source) = insert.source.clone() else {
-                return Err(Error::user(
-                    "INSERT without VALUES or SELECT",
-                    "add `VALUES (…)` or a SELECT",
-                ));
-            };
-            let columns: Vec<String> = insert
-                .columns
-                .iter()
-                .map(|c| {
-                    c.0.last()
-                        .and_then(|p| p.as_ident())
-                        .map(|i| i.value.clone())
-                        .unwrap_or_else(|| c.to_string())
-                })
-                .collect();
-            let (_, batches) = query(lake, catalogs, Statement::Query(source), spark).await?;
-            let mode = match (replace_where, insert.overwrite) {
-                (Some(predicate), _) => InsertMode::ReplaceWhere(predicate),
-                (None, true) => InsertMode::Overwrite,
-                (None, false) => InsertMode::Append,
-            };
-            insert_rows(&name, table, &columns, batches, mode).await
-        }
+        Statement::Insert(i) => insert(lake, catalogs, i, spark).await,
         Statement::CreateSchema { schema_name, .. } => {
             let name = schema_name.to_string().trim_matches('`').to_string();
             // A schema is a folder: made on a local lake, implied by its tables' paths
@@ -318,6 +246,87 @@ async fn execute_one(
         }
         other => Err(unsupported::statement(&other)),
     }
+}
+
+/// `INSERT INTO | OVERWRITE t [(columns)] VALUES … | SELECT …`, and Databricks'
+/// `INSERT INTO t REPLACE WHERE predicate SELECT …`: the rows in one commit.
+async fn insert(
+    lake: &Lake,
+    catalogs: &dyn CatalogTables,
+    insert: deltalake::datafusion::sql::sqlparser::ast::Insert,
+    spark: bool,
+) -> Result<SqlOutput> {
+    let TableObject::TableName(target) = &insert.table else {
+        return Err(Error::user(
+            "INSERT INTO a table function is not supported",
+            "insert into `schema.table`",
+        ));
+    };
+    let name = table_name(target)?;
+    // Databricks' REPLACE WHERE (read as a partition clause by the parser).
+    let replace_where = insert.partitioned.as_deref().and_then(replace_where_of);
+    // Clauses smelt does not carry out are refused, never dropped.
+    let unsupported = [
+        (
+            insert.partitioned.is_some() && replace_where.is_none(),
+            "PARTITION (…)",
+            "replace the rows a predicate selects with INSERT INTO t REPLACE WHERE <predicate> SELECT …, or INSERT OVERWRITE the whole table",
+        ),
+        (
+            insert.on.is_some(),
+            "ON CONFLICT / ON DUPLICATE KEY",
+            "merge by key with an apply flow",
+        ),
+        (
+            insert.returning.is_some() || insert.output.is_some(),
+            "RETURNING / OUTPUT",
+            "query the table after the INSERT",
+        ),
+        (
+            insert.replace_into || insert.ignore,
+            "REPLACE INTO / INSERT IGNORE",
+            "merge by key with an apply flow",
+        ),
+        (
+            !insert.assignments.is_empty(),
+            "INSERT … SET",
+            "write `INSERT INTO t (columns) VALUES (…)`",
+        ),
+    ];
+    if let Some((_, clause, hint)) = unsupported.iter().find(|(used, _, _)| *used) {
+        return Err(Error::user(
+            format!("INSERT into `{name}` with {clause} is not supported by smelt sql"),
+            *hint,
+        ));
+    }
+    let table = lake
+        .open_existing(&name, "create it first with CREATE TABLE")
+        .await?;
+    let state = table.snapshot().context(|| format!("reading `{name}`"))?;
+    crate::features::check_writable(&name.to_string(), state)?;
+    let Some(source) = insert.source.clone() else {
+        return Err(Error::user(
+            "INSERT without VALUES or SELECT",
+            "add `VALUES (…)` or a SELECT",
+        ));
+    };
+    let columns: Vec<String> = insert
+        .columns
+        .iter()
+        .map(|c| {
+            c.0.last()
+                .and_then(|p| p.as_ident())
+                .map(|i| i.value.clone())
+                .unwrap_or_else(|| c.to_string())
+        })
+        .collect();
+    let (_, batches) = query(lake, catalogs, Statement::Query(source), spark).await?;
+    let mode = match (replace_where, insert.overwrite) {
+        (Some(predicate), _) => InsertMode::ReplaceWhere(predicate),
+        (None, true) => InsertMode::Overwrite,
+        (None, false) => InsertMode::Append,
+    };
+    insert_rows(&name, table, &columns, batches, mode).await
 }
 
 async fn query(

@@ -24,9 +24,7 @@ use iceberg::writer::file_writer::location_generator::{
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use smelt_engine::ports::{
-    KeyedTable, LastCommit, TableSink, Watermark, WatermarkStore, WriteStats,
-};
+use smelt_engine::ports::{KeyedTable, TableSink, Watermark, WriteStats};
 use smelt_engine::predicate::Predicate;
 use smelt_engine::{EngineError, Result as EngineResult};
 use smelt_spec::TableName;
@@ -39,17 +37,9 @@ use crate::error::{Context, Error, Result};
 use crate::schema::{Schemas, schemas_of};
 use crate::snapshot::{Change, commit};
 
-/// Summary and property key prefix of a flow's watermark.
-pub(crate) const WATERMARK: &str = "smelt.watermark.";
-/// Summary key prefixes of the table a flow read, and of its snapshot id read up to.
-const SOURCE: &str = "smelt.source.";
-const SOURCE_SNAPSHOT: &str = "smelt.source-snapshot-id.";
-/// Summary key of the run id.
-const RUN_ID: &str = "smelt.run-id";
-/// Summary key of the flow's report.
-const REPORT: &str = "smelt.report";
-/// Summary key prefix of extra commit entries.
-pub(crate) const EXTRA: &str = "smelt.extra.";
+mod watermark;
+
+pub(crate) use watermark::{EXTRA, WATERMARK};
 
 /// An Iceberg table an append flow writes.
 pub struct IcebergTable {
@@ -104,20 +94,6 @@ impl IcebergTable {
                 "the flow creates it on its first run",
             )
         })
-    }
-
-    /// The summaries of the main branch's snapshots, newest first.
-    fn summaries(&self) -> Vec<HashMap<String, String>> {
-        let Some(table) = &self.table else {
-            return Vec::new();
-        };
-        let metadata = table.metadata_ref();
-        let Some(current) = metadata.current_snapshot_id() else {
-            return Vec::new();
-        };
-        iceberg::util::snapshot::ancestors_of(&metadata, current)
-            .map(|s| s.summary().additional_properties.clone())
-            .collect()
     }
 
     async fn write(&mut self, rows: RecordBatch) -> Result<()> {
@@ -291,60 +267,6 @@ fn schemas(name: &TableName, table: &Table) -> Result<Schemas> {
 }
 
 #[async_trait]
-impl WatermarkStore for IcebergTable {
-    async fn watermark(&self, app_id: &str) -> EngineResult<Option<i64>> {
-        let key = format!("{WATERMARK}{app_id}");
-        let Some(table) = &self.table else {
-            return Ok(None);
-        };
-        // The newest snapshot's first: the Spark engine sets the property in a commit of
-        // its own after the snapshot (a run killed between leaves it behind); the property
-        // outlives the snapshots expired.
-        let value = self
-            .summaries()
-            .into_iter()
-            .find_map(|s| s.get(&key).cloned())
-            .or_else(|| table.metadata().properties().get(&key).cloned());
-        value
-            .map(|v| {
-                v.parse::<i64>().map_err(|_| {
-                    EngineError::user(
-                        format!("`{}`: watermark `{key}` is `{v}`, not a version", self.name),
-                        format!(
-                            "rebuild with `smelt run --full-refresh` (it writes `{key}` again)"
-                        ),
-                    )
-                })
-            })
-            .transpose()
-    }
-
-    async fn commit_values(&self, key: &str) -> EngineResult<Vec<String>> {
-        let Some(table) = &self.table else {
-            return Ok(Vec::new());
-        };
-        let entries = crate::ledger::read(self.catalog.storage(), table, key).await?;
-        Ok(entries.into_values().map(|e| e.value).collect())
-    }
-
-    async fn last_commit(&self) -> EngineResult<Option<LastCommit>> {
-        let Some(snapshot) = self
-            .table
-            .as_ref()
-            .and_then(|t| t.metadata().current_snapshot().cloned())
-        else {
-            return Ok(None);
-        };
-        let summary = &snapshot.summary().additional_properties;
-        Ok(Some(LastCommit {
-            at_ms: snapshot.timestamp_ms(),
-            run_id: summary.get(RUN_ID).cloned(),
-            report: summary.get(REPORT).cloned(),
-        }))
-    }
-}
-
-#[async_trait]
 impl TableSink for IcebergTable {
     fn table(&self) -> &TableName {
         &self.name
@@ -404,26 +326,7 @@ impl TableSink for IcebergTable {
         watermark: &Watermark,
     ) -> EngineResult<WriteStats> {
         let table = self.existing()?.clone();
-        let mut summary = HashMap::from([
-            (
-                format!("{WATERMARK}{}", watermark.app_id),
-                watermark.version.to_string(),
-            ),
-            (RUN_ID.to_string(), watermark.run_id.clone()),
-        ]);
-        if let Some(report) = &watermark.report {
-            summary.insert(REPORT.to_string(), report.clone());
-        }
-        for (key, value) in &watermark.extra {
-            summary.insert(format!("{EXTRA}{key}"), value.clone());
-        }
-        if let Some(source) = &watermark.source {
-            let app = &watermark.app_id;
-            summary.insert(format!("{SOURCE}{app}"), source.table.clone());
-            if let Some(id) = source.snapshot_id {
-                summary.insert(format!("{SOURCE_SNAPSHOT}{app}"), id.to_string());
-            }
-        }
+        let summary = watermark::summary(watermark);
         let mut properties = std::mem::take(&mut self.properties);
         properties.insert(
             format!("{WATERMARK}{}", watermark.app_id),

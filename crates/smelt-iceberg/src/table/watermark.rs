@@ -1,0 +1,115 @@
+//! The watermark of an Iceberg table: kept in the summary of the snapshot a flow commits
+//! (with the source read, its snapshot id, the run id, the report and the flow's extra
+//! entries) and in the table's properties, which outlive snapshot expiry.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use smelt_engine::ports::{LastCommit, Watermark, WatermarkStore};
+use smelt_engine::{EngineError, Result as EngineResult};
+
+use super::IcebergTable;
+
+/// Summary and property key prefix of a flow's watermark.
+pub(crate) const WATERMARK: &str = "smelt.watermark.";
+/// Summary key prefixes of the table a flow read, and of its snapshot id read up to.
+const SOURCE: &str = "smelt.source.";
+const SOURCE_SNAPSHOT: &str = "smelt.source-snapshot-id.";
+/// Summary key of the run id.
+const RUN_ID: &str = "smelt.run-id";
+/// Summary key of the flow's report.
+const REPORT: &str = "smelt.report";
+/// Summary key prefix of extra commit entries.
+pub(crate) const EXTRA: &str = "smelt.extra.";
+
+/// The snapshot summary entries of a commit with `watermark`.
+pub(super) fn summary(watermark: &Watermark) -> HashMap<String, String> {
+    let app = &watermark.app_id;
+    let mut summary = HashMap::from([
+        (format!("{WATERMARK}{app}"), watermark.version.to_string()),
+        (RUN_ID.to_string(), watermark.run_id.clone()),
+    ]);
+    if let Some(report) = &watermark.report {
+        summary.insert(REPORT.to_string(), report.clone());
+    }
+    for (key, value) in &watermark.extra {
+        summary.insert(format!("{EXTRA}{key}"), value.clone());
+    }
+    if let Some(source) = &watermark.source {
+        summary.insert(format!("{SOURCE}{app}"), source.table.clone());
+        if let Some(id) = source.snapshot_id {
+            summary.insert(format!("{SOURCE_SNAPSHOT}{app}"), id.to_string());
+        }
+    }
+    summary
+}
+
+impl IcebergTable {
+    /// The summaries of the main branch's snapshots, newest first.
+    fn summaries(&self) -> Vec<HashMap<String, String>> {
+        let Some(table) = &self.table else {
+            return Vec::new();
+        };
+        let metadata = table.metadata_ref();
+        let Some(current) = metadata.current_snapshot_id() else {
+            return Vec::new();
+        };
+        iceberg::util::snapshot::ancestors_of(&metadata, current)
+            .map(|s| s.summary().additional_properties.clone())
+            .collect()
+    }
+}
+
+#[async_trait]
+impl WatermarkStore for IcebergTable {
+    async fn watermark(&self, app_id: &str) -> EngineResult<Option<i64>> {
+        let key = format!("{WATERMARK}{app_id}");
+        let Some(table) = &self.table else {
+            return Ok(None);
+        };
+        // The newest snapshot's first: the Spark engine sets the property in a commit of
+        // its own after the snapshot (a run killed between leaves it behind); the property
+        // outlives the snapshots expired.
+        let value = self
+            .summaries()
+            .into_iter()
+            .find_map(|s| s.get(&key).cloned())
+            .or_else(|| table.metadata().properties().get(&key).cloned());
+        value
+            .map(|v| {
+                v.parse::<i64>().map_err(|_| {
+                    EngineError::user(
+                        format!("`{}`: watermark `{key}` is `{v}`, not a version", self.name),
+                        format!(
+                            "rebuild with `smelt run --full-refresh` (it writes `{key}` again)"
+                        ),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    async fn commit_values(&self, key: &str) -> EngineResult<Vec<String>> {
+        let Some(table) = &self.table else {
+            return Ok(Vec::new());
+        };
+        let entries = crate::ledger::read(self.catalog.storage(), table, key).await?;
+        Ok(entries.into_values().map(|e| e.value).collect())
+    }
+
+    async fn last_commit(&self) -> EngineResult<Option<LastCommit>> {
+        let Some(snapshot) = self
+            .table
+            .as_ref()
+            .and_then(|t| t.metadata().current_snapshot().cloned())
+        else {
+            return Ok(None);
+        };
+        let summary = &snapshot.summary().additional_properties;
+        Ok(Some(LastCommit {
+            at_ms: snapshot.timestamp_ms(),
+            run_id: summary.get(RUN_ID).cloned(),
+            report: summary.get(REPORT).cloned(),
+        }))
+    }
+}
