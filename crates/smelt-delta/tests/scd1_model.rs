@@ -34,7 +34,8 @@ use proptest::prelude::*;
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
-use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
+use smelt_engine::flow::FlowRun;
+use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
 use smelt_engine::ports::{Silent, SilverTable};
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReportStatus};
@@ -279,7 +280,7 @@ async fn run(lake: &Lake, flow: &ApplyFlow, how: How) -> Option<FlowReport> {
         tombstones: &mut tombstones,
         rejects: &mut rejects,
     };
-    let result = run_apply("t", flow, &source, tables, &ctx, &Silent).await;
+    let result = run_apply(FlowRun::new("t", flow, &ctx, &Silent), &source, tables).await;
     if how.crash {
         assert!(
             matches!(result, Err(smelt_engine::EngineError::Failpoint(_))),

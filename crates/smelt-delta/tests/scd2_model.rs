@@ -16,7 +16,8 @@ use proptest::prelude::*;
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
-use smelt_engine::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
+use smelt_engine::flow::FlowRun;
+use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
 use smelt_engine::ports::{Silent, SilverTable};
 use smelt_engine::rejects::rejects_table;
 use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
@@ -156,7 +157,7 @@ async fn run_or_crash(
         tombstones: &mut tombstones,
         rejects: &mut rejects,
     };
-    let result = run_apply("h", flow, &source, tables, &ctx, &Silent).await;
+    let result = run_apply(FlowRun::new("h", flow, &ctx, &Silent), &source, tables).await;
     if crash {
         assert!(
             matches!(result, Err(smelt_engine::EngineError::Failpoint(_))),

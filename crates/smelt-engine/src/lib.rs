@@ -34,21 +34,15 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod append;
-pub mod apply;
 pub mod context;
 pub mod dag;
 mod error;
-pub mod export;
-mod flow;
-pub mod ingest;
+pub mod flow;
 pub mod maintain;
 mod phases;
 pub mod ports;
 pub mod predicate;
 pub mod rejects;
-pub mod replace;
-pub mod replace_files;
 pub mod report;
 pub mod run;
 pub mod schema;

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use smelt_spec::{FlowKind, Pipeline, TableName};
 
-use crate::apply::tombstone_table;
+use crate::flow::apply::tombstone_table;
 use crate::ports::{
     FileStores, Lake, OptimizePolicy, OptimizeStats, TableRole, VacuumPlan, VacuumStats,
 };

@@ -129,6 +129,19 @@ pub struct FlowReport {
 }
 
 impl FlowReport {
+    /// A report's head: the flow, its kind, what it reads and writes, the run id; the rest
+    /// empty.
+    pub fn head(flow: &str, kind: ReportKind, from: String, into: String, run_id: &str) -> Self {
+        FlowReport {
+            flow: flow.to_string(),
+            kind,
+            from,
+            into,
+            run_id: run_id.to_string(),
+            ..FlowReport::default()
+        }
+    }
+
     /// Total cast failures.
     pub fn cast_failures_total(&self) -> usize {
         self.cast_failures.values().sum()

@@ -182,13 +182,14 @@ pub async fn run_on(
             Err(e) => {
                 reporter.finished(&flow.name, None);
                 let report = FlowReport {
-                    flow: flow.name.clone(),
-                    kind: ReportKind::from(&flow.kind),
-                    from: flow.source(),
-                    into: flow.target(),
-                    run_id: ctx.run_id.clone(),
                     status: ReportStatus::Failed,
-                    ..FlowReport::default()
+                    ..FlowReport::head(
+                        &flow.name,
+                        ReportKind::from(&flow.kind),
+                        flow.source(),
+                        flow.target(),
+                        &ctx.run_id,
+                    )
                 };
                 events.push(FlowEvent {
                     report,

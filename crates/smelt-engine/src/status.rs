@@ -5,8 +5,8 @@ use smelt_spec::{Flow, FlowKind, IngestFlow, Pipeline, TableName, WriteMode};
 
 use crate::Result;
 use crate::context::app_id;
+use crate::flow::ingest::ledger::files_waiting;
 use crate::flow::{LakeCx, build};
-use crate::ingest::ledger::files_waiting;
 use crate::ports::{FileStores, Lake, SourceOptions};
 
 /// Where one flow stands.

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use smelt_core::change::metadata_fields;
-use smelt_engine::apply::{ApplyTables, RunContext, run_apply};
+use smelt_engine::flow::FlowRun;
+use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply};
 use smelt_engine::ports::{
     ChangeSet, ChangeSource, KeyedTable, Silent, TableSink, Watermark, WatermarkStore, WriteStats,
 };
@@ -391,12 +392,9 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let ctx = RunContext::new(false, false);
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &ctx, &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &ctx,
-        &Silent,
     )
     .await
     .unwrap();
@@ -417,12 +415,9 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
         .commits
         .push(vec![(Some("a"), "2"), (Some("a"), "2.5"), (Some("c"), "7")]);
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &ctx, &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &ctx,
-        &Silent,
     )
     .await
     .unwrap();
@@ -439,12 +434,9 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
 
     let commits = silver.commits;
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &ctx, &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &ctx,
-        &Silent,
     )
     .await
     .unwrap();
@@ -454,12 +446,9 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
     // A full refresh rebuilds silver from the bronze snapshot, in one commit.
     let before = amounts(&silver);
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &RunContext::new(false, true), &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &RunContext::new(false, true),
-        &Silent,
     )
     .await
     .unwrap();
@@ -476,12 +465,9 @@ async fn fail_policy_aborts_before_writing() {
         fixture("fail", vec![vec![(Some("a"), "1"), (Some("b"), "1e9x")]]);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let err = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &RunContext::new(false, false), &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &RunContext::new(false, false),
-        &Silent,
     )
     .await
     .unwrap_err();
@@ -500,12 +486,9 @@ async fn plan_writes_nothing() {
     let (name, f, mut silver, source) = fixture("null", vec![vec![(Some("a"), "1")]]);
     let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &RunContext::new(true, false), &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &RunContext::new(true, false),
-        &Silent,
     )
     .await
     .unwrap();
@@ -566,12 +549,9 @@ async fn run_all(
             bytes: 10_000_000,
         };
         let r = run_apply(
-            &name,
-            &f,
+            FlowRun::new(&name, &f, &ctx, &Silent),
             &source,
             tables(&mut silver, &mut tombs, &mut rejects),
-            &ctx,
-            &Silent,
         )
         .await
         .unwrap();
@@ -765,12 +745,9 @@ async fn run_engine_and_model(
             bytes: 0,
         };
         run_apply(
-            &name,
-            &f,
+            FlowRun::new(&name, &f, &RunContext::new(false, false), &Silent),
             &source,
             tables(&mut silver, &mut tombs, &mut rejects),
-            &RunContext::new(false, false),
-            &Silent,
         )
         .await
         .unwrap();
@@ -796,12 +773,9 @@ async fn run_engine_and_model(
     };
     fresh.run(commits, 0, commits.len() - 1);
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &RunContext::new(false, true), &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &RunContext::new(false, true),
-        &Silent,
     )
     .await
     .unwrap();
@@ -840,12 +814,9 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
         bytes: 0,
     };
     run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &ctx, &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &ctx,
-        &Silent,
     )
     .await
     .unwrap();
@@ -854,12 +825,9 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
     commits.push(vec![(Some("a"), "DEL"), (Some("b"), "10")]);
     source.commits = commits.clone();
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &ctx, &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &ctx,
-        &Silent,
     )
     .await
     .unwrap();
@@ -873,12 +841,9 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
 
     // A replay of v0 (as a full refresh would read it) is older than the tombstones.
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &RunContext::new(false, true), &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &RunContext::new(false, true),
-        &Silent,
     )
     .await
     .unwrap();
@@ -889,12 +854,9 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
     commits.push(vec![(Some("a"), "7"), (Some("b"), "x")]);
     source.commits = commits.clone();
     let r = run_apply(
-        &name,
-        &f,
+        FlowRun::new(&name, &f, &ctx, &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &ctx,
-        &Silent,
     )
     .await
     .unwrap();
@@ -911,12 +873,9 @@ async fn a_deleted_key_stays_deleted_until_a_newer_change() {
     let mut late = RunContext::new(false, false);
     late.run_timestamp_us += 2 * 3_600_000_000;
     let r = run_apply(
-        &name2,
-        &f2,
+        FlowRun::new(&name2, &f2, &late, &Silent),
         &source,
         tables(&mut silver, &mut tombs, &mut rejects),
-        &late,
-        &Silent,
     )
     .await
     .unwrap();
@@ -948,12 +907,9 @@ async fn expectations_and_cast_failures_are_warned_dropped_quarantined_or_fatal(
             };
             let ctx = RunContext::new(false, false);
             let result = run_apply(
-                &name,
-                &f,
+                FlowRun::new(&name, &f, &ctx, &Silent),
                 &source,
                 tables(&mut silver, &mut tombs, &mut rejects),
-                &ctx,
-                &Silent,
             )
             .await;
             let written = silver.rows.lock().unwrap().is_some();
@@ -1146,13 +1102,13 @@ proptest::proptest! {
                     continue;
                 }
                 let source = MemSource { name: f.from.clone(), commits: commits[..=v].to_vec(), bytes: 0 };
-                run_apply(&name, &f, &source, tables(&mut silver, &mut tombs, &mut rejects), &RunContext::new(false, false), &Silent)
+                run_apply(FlowRun::new(&name, &f, &RunContext::new(false, false), &Silent), &source, tables(&mut silver, &mut tombs, &mut rejects))
                     .await
                     .unwrap();
                 assert_eq!(history(&silver), model_history(&commits[..=v]), "after version {v}");
             }
             let source = MemSource { name: f.from.clone(), commits: commits.clone(), bytes: 0 };
-            let r = run_apply(&name, &f, &source, tables(&mut silver, &mut tombs, &mut rejects), &RunContext::new(false, true), &Silent)
+            let r = run_apply(FlowRun::new(&name, &f, &RunContext::new(false, true), &Silent), &source, tables(&mut silver, &mut tombs, &mut rejects))
                 .await
                 .unwrap();
             assert_eq!((r.mode.as_str(), r.updated), ("rebuild", 0), "{r:?}");
@@ -1176,12 +1132,9 @@ async fn run_once(
         bytes: 0,
     };
     run_apply(
-        name,
-        f,
+        FlowRun::new(name, f, &ctx, &Silent),
         &source,
         tables(silver, tombs, rejects),
-        &ctx,
-        &Silent,
     )
     .await
     .unwrap()

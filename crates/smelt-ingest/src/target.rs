@@ -17,7 +17,7 @@ use parquet::arrow::AsyncArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use smelt_engine::EngineError;
-use smelt_engine::export::TMP;
+use smelt_engine::flow::export::TMP;
 use smelt_engine::ports::{ExportFile, ExportState, ExportTarget};
 use smelt_spec::{Compression, ExportFlow};
 

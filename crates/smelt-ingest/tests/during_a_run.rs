@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use smelt_delta::Lake;
 use smelt_delta::silver::DeltaSilver;
-use smelt_engine::apply::RunContext;
-use smelt_engine::ingest::{IngestTables, run_ingest};
+use smelt_engine::flow::FlowRun;
+use smelt_engine::flow::apply::RunContext;
+use smelt_engine::flow::ingest::{IngestTables, run_ingest};
 use smelt_engine::ports::Reporter;
 use smelt_engine::rejects::rejects_table;
 use smelt_ingest::read::FlowLanding;
@@ -64,7 +65,7 @@ async fn files_added_or_growing_during_a_run_wait_for_the_next() {
         };
         let landing = FlowLanding::of("f", flow).unwrap();
         let ctx = RunContext::new(false, false);
-        run_ingest("f", flow, &landing, tables, &ctx, reporter).await
+        run_ingest(FlowRun::new("f", flow, &ctx, reporter), &landing, tables).await
     };
 
     // b.csv grows after the listing: the run fails, committing nothing.

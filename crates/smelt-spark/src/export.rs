@@ -13,8 +13,9 @@
 //! same rows to the same folder again (the bounds are fixed) before anything new.
 
 use smelt_engine::context::RunContext;
-use smelt_engine::export::partition_value;
-use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::flow::export::partition_value;
+use smelt_engine::flow::report_head;
+use smelt_engine::report::{FlowReport, ReadMode, ReportStatus};
 use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{ChangedBy, ColumnType, Compression, ExportFlow};
@@ -188,13 +189,8 @@ impl Export<'_> {
         let (spec, v) = (self.spec, state.source_version);
         let mut saved = state.saved.clone();
         let mut report = FlowReport {
-            flow: self.name.to_string(),
-            kind: ReportKind::Export,
-            from: spec.from.to_string(),
-            into: spec.to.clone(),
-            run_id: self.ctx.run_id.clone(),
             to_version: v,
-            ..FlowReport::default()
+            ..report_head(self.name, spec, &self.ctx.run_id)
         };
         s.setting("SET spark.sql.session.timeZone=UTC".into())
             .await?;

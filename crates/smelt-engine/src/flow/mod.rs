@@ -2,39 +2,24 @@
 //! on the flow kind. A runner opens what its flow reads and writes through the ports,
 //! runs it, checks it against the lake, and says where it stands.
 
-mod append;
-mod apply;
-mod export;
-mod ingest;
-mod replace_where;
+pub mod append;
+pub mod apply;
+mod cx;
+pub mod export;
+pub mod ingest;
+pub mod replace_where;
+
+pub(crate) use cx::{FlowCx, LakeCx};
+pub use cx::{FlowRun, FlowSpec, report_head};
 
 use async_trait::async_trait;
-use smelt_spec::{Flow, FlowKind, IngestFlow, Pipeline, TableName};
+use smelt_spec::{Flow, FlowKind, IngestFlow, TableName};
 
-use crate::context::RunContext;
-use crate::ingest::ledger::files_waiting;
-use crate::ports::{ChangeSource, FileStores, Lake, LastCommit, Reporter, SilverTable};
+use crate::flow::ingest::ledger::files_waiting;
+use crate::ports::{ChangeSource, Lake, LastCommit, SilverTable};
 use crate::report::{FlowEvent, FlowReport};
-use crate::run::RunSettings;
 use crate::status::FlowStatus;
 use crate::{EngineError, Result};
-
-/// What a flow of a run reads and writes through, and the run's settings.
-pub(crate) struct FlowCx<'a> {
-    pub(crate) pipeline: &'a Pipeline,
-    pub(crate) lake: &'a dyn Lake,
-    pub(crate) files: &'a dyn FileStores,
-    pub(crate) settings: &'a RunSettings,
-    pub(crate) ctx: &'a RunContext,
-    pub(crate) reporter: &'a dyn Reporter,
-}
-
-/// What a check or a status reads through.
-pub(crate) struct LakeCx<'a> {
-    pub(crate) pipeline: &'a Pipeline,
-    pub(crate) lake: &'a dyn Lake,
-    pub(crate) files: &'a dyn FileStores,
-}
 
 /// Runs, checks and inspects one flow.
 #[async_trait]

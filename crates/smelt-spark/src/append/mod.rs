@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use smelt_engine::append::rewrite_refused;
 use smelt_engine::context::RunContext;
-use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::flow::append::rewrite_refused;
+use smelt_engine::flow::report_head;
+use smelt_engine::report::{FlowReport, ReadMode, ReportStatus};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
@@ -197,11 +198,6 @@ impl Append<'_> {
     /// The report's fixed part.
     fn report(&self, state: &Tables) -> FlowReport {
         FlowReport {
-            flow: self.name.to_string(),
-            kind: ReportKind::Append,
-            from: self.spec.from.to_string(),
-            into: self.spec.into.to_string(),
-            run_id: self.ctx.run_id.clone(),
             from_version: state.watermark,
             to_version: state.source_version,
             silver_version: state.target.as_ref().map(|l| l.version),
@@ -211,7 +207,7 @@ impl Append<'_> {
                 OnCastError::Quarantine => "quarantine",
             }
             .to_string(),
-            ..FlowReport::default()
+            ..report_head(self.name, self.spec, &self.ctx.run_id)
         }
     }
 

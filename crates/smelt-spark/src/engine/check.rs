@@ -71,10 +71,14 @@ impl SparkEngine {
         let state = match replace::discover(&s, &self.places, (name, spec), exported, false).await {
             Ok((state, batch)) if batch.as_ref().is_some_and(|b| b.to_load.is_empty()) => {
                 // No files to read yet: the target alone, as embedded.
-                return smelt_engine::replace::target_schema(name, spec, state.target_schema)
-                    .err()
-                    .into_iter()
-                    .collect();
+                return smelt_engine::flow::replace_where::target_schema(
+                    name,
+                    spec,
+                    state.target_schema,
+                )
+                .err()
+                .into_iter()
+                .collect();
             }
             Ok((state, _)) => state,
             Err(e) => return vec![e],

@@ -85,7 +85,7 @@ impl SparkEngine {
                     .await
                     .map(|l| l.into_iter().map(|(f, _)| f).collect());
                 self.drop_views(&s).await;
-                let waiting = smelt_engine::ingest::ledger::plan_found(
+                let waiting = smelt_engine::flow::ingest::ledger::plan_found(
                     &flow.name,
                     spec,
                     found?,

@@ -12,10 +12,10 @@
 use std::collections::HashMap;
 
 use arrow::datatypes::{DataType, SchemaRef};
-use smelt_engine::ingest::LOG_CLEANUP;
-use smelt_engine::ingest::ledger::{files_entry, plan_found};
-use smelt_engine::ingest::load::{BronzeAt, FIX_FILE, MAX_MALFORMED, ingest_report};
-use smelt_engine::ingest::rejects::INGEST_BATCH;
+use smelt_engine::flow::ingest::LOG_CLEANUP;
+use smelt_engine::flow::ingest::ledger::{files_entry, plan_found};
+use smelt_engine::flow::ingest::load::{BronzeAt, FIX_FILE, MAX_MALFORMED, ingest_report};
+use smelt_engine::flow::ingest::rejects::INGEST_BATCH;
 use smelt_engine::ports::LandingFile;
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReportStatus};
@@ -374,18 +374,19 @@ impl Ingest<'_> {
         rejects: &str,
         batch: i64,
     ) -> Result<()> {
-        let columns: Vec<(String, String, bool)> = smelt_engine::ingest::rejects::rejects_schema()
-            .fields()
-            .iter()
-            .map(|f| {
-                let ty = match f.data_type() {
-                    DataType::Int64 => "BIGINT",
-                    DataType::Utf8 => "STRING",
-                    _ => "TIMESTAMP",
-                };
-                (f.name().clone(), ty.to_string(), f.is_nullable())
-            })
-            .collect();
+        let columns: Vec<(String, String, bool)> =
+            smelt_engine::flow::ingest::rejects::rejects_schema()
+                .fields()
+                .iter()
+                .map(|f| {
+                    let ty = match f.data_type() {
+                        DataType::Int64 => "BIGINT",
+                        DataType::Utf8 => "STRING",
+                        _ => "TIMESTAMP",
+                    };
+                    (f.name().clone(), ty.to_string(), f.is_nullable())
+                })
+                .collect();
         if let Some(found) = &state.rejects
             && found != &columns.iter().map(|c| c.0.clone()).collect::<Vec<_>>()
         {

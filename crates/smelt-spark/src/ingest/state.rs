@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use arrow::datatypes::SchemaRef;
 use smelt_engine::Result;
-use smelt_engine::ingest::LOG_CLEANUP;
-use smelt_engine::ingest::ledger::{FILES_KEY, FileStamp, loaded_from};
+use smelt_engine::flow::ingest::LOG_CLEANUP;
+use smelt_engine::flow::ingest::ledger::{FILES_KEY, FileStamp, loaded_from};
 use smelt_engine::rejects::rejects_table;
 use smelt_spec::IngestFlow;
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use smelt_engine::ingest::ledger::{FILES_KEY, files_entry, loaded_from, plan_found};
+use smelt_engine::flow::ingest::ledger::{FILES_KEY, files_entry, loaded_from, plan_found};
 use smelt_engine::ports::LandingFile;
 use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};

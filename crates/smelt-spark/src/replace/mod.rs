@@ -10,11 +10,12 @@
 use std::collections::BTreeMap;
 
 use smelt_engine::context::RunContext;
-use smelt_engine::replace::{
+use smelt_engine::flow::replace_where::{
     Placeholder, cast_failed, empty_bound, outside, placeholders, target_schema, unknown_bound,
     up_to_date,
 };
-use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::flow::report_head;
+use smelt_engine::report::{FlowReport, ReadMode, ReportStatus};
 use smelt_engine::stage::CastMiss;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{OnCastError, ReplaceSource, ReplaceWhereFlow};
@@ -176,15 +177,10 @@ impl Replace<'_> {
     /// The report's fixed part.
     fn report(&self, state: &Tables) -> FlowReport {
         FlowReport {
-            flow: self.name.to_string(),
-            kind: ReportKind::ReplaceWhere,
-            from: self.spec.from_text.clone(),
-            into: self.spec.into.to_string(),
-            run_id: self.ctx.run_id.clone(),
             mode: ReadMode::Batch,
             to_version: state.source_version,
             silver_version: state.target.as_ref().map(|l| l.version),
-            ..FlowReport::default()
+            ..report_head(self.name, self.spec, &self.ctx.run_id)
         }
     }
 

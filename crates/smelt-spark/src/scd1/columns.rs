@@ -1,9 +1,9 @@
 //! Silver's columns for one run on Spark, by the embedded engine's rules
-//! ([`smelt_engine::apply::drift`]): the DDL checked against the table Spark reads and
+//! ([`smelt_engine::flow::apply::drift`]): the DDL checked against the table Spark reads and
 //! against bronze; bronze columns silver lacks reported and, with `schema_evolution:
 //! add_new_columns`, added (with DDL columns the table lacks) before the run writes.
 
-use smelt_engine::apply::drift;
+use smelt_engine::flow::apply::drift;
 use smelt_engine::schema::{column_type, type_name};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{ApplyFlow, ColumnDef, TableDef};

@@ -3,8 +3,8 @@
 //! versions a run reads; the commits that rewrite rows without change data.
 
 use arrow::datatypes::SchemaRef;
-use smelt_engine::apply::tombstone_table;
 use smelt_engine::context::app_id;
+use smelt_engine::flow::apply::tombstone_table;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::ddl::TableName;
 use smelt_spec::{ApplyFlow, SourceDeletes};

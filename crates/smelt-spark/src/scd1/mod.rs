@@ -19,10 +19,11 @@ pub(crate) mod write;
 
 use std::collections::BTreeMap;
 
-use smelt_engine::apply::tombstone_table;
 use smelt_engine::context::RunContext;
+use smelt_engine::flow::apply::tombstone_table;
+use smelt_engine::flow::report_head;
 use smelt_engine::rejects::rejects_table;
-use smelt_engine::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use smelt_engine::report::{FlowReport, ReadMode, ReportStatus};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{
     ApplyFlow, OnCastError, OnSequenceConflict, OnViolation, SourceDeletes, WriteMode,
@@ -175,11 +176,6 @@ impl Scd1<'_> {
     /// The report's fixed part.
     fn report(&self, state: &State) -> FlowReport {
         FlowReport {
-            flow: self.name.to_string(),
-            kind: ReportKind::Apply,
-            from: self.spec.from.to_string(),
-            into: self.spec.into.to_string(),
-            run_id: self.ctx.run_id.clone(),
             from_version: if self.ctx.full_refresh {
                 None
             } else {
@@ -194,7 +190,7 @@ impl Scd1<'_> {
             .to_string(),
             silver_version: state.silver.as_ref().map(|l| l.version),
             partitions: 1,
-            ..FlowReport::default()
+            ..report_head(self.name, self.spec, &self.ctx.run_id)
         }
     }
 

@@ -9,6 +9,9 @@
 //! leaves only hidden files (removed by a later run, which exports the same rows again);
 //! after, the next run finishes the renames first.
 
+mod runner;
+pub(crate) use runner::Export;
+
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch, TimestampMicrosecondArray};
@@ -20,11 +23,11 @@ use futures::TryStreamExt;
 use smelt_core::change::{CHANGE_TYPE, INSERT, UPDATE_POSTIMAGE, timestamp_utc};
 use smelt_spec::{ChangedBy, ExportFlow};
 
-use crate::context::RunContext;
+use crate::flow::FlowRun;
 use crate::phases::Phases;
-use crate::ports::{ChangeSource, ExportFile, ExportState, FileStores, Reporter};
+use crate::ports::{ChangeSource, ExportFile, ExportState, FileStores};
 use crate::predicate::Predicate;
-use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use crate::report::{FlowReport, ReadMode, ReportStatus};
 use crate::{EngineError, Result, failpoint};
 
 /// Prefix of files being written (hidden: readers skip them).
@@ -71,13 +74,16 @@ pub fn partition_value(flow: &ExportFlow, at_us: i64) -> Result<String> {
 
 /// Exports the rows of `source` changed since the last export of `flow_name`.
 pub async fn run_export(
-    flow_name: &str,
-    flow: &ExportFlow,
+    run: FlowRun<'_, ExportFlow>,
     source: &dyn ChangeSource,
     files: &dyn FileStores,
-    ctx: &RunContext,
-    reporter: &dyn Reporter,
 ) -> Result<FlowReport> {
+    let FlowRun {
+        name: flow_name,
+        spec: flow,
+        ctx,
+        reporter,
+    } = run;
     // A plan of a first export: no folder yet, nothing exported.
     let first_plan = ctx.dry_run && files.target_missing(flow);
     let target = if first_plan {
@@ -96,11 +102,6 @@ pub async fn run_export(
     };
     let v = source.version();
     let mut report = FlowReport {
-        flow: flow_name.to_string(),
-        kind: ReportKind::Export,
-        from: flow.from.to_string(),
-        into: flow.to.clone(),
-        run_id: ctx.run_id.clone(),
         from_version: state.version,
         to_version: v,
         mode: if state.version.is_none() {
@@ -108,7 +109,7 @@ pub async fn run_export(
         } else {
             ReadMode::Incremental
         },
-        ..FlowReport::default()
+        ..run.report()
     };
     let target = target.filter(|_| !ctx.dry_run);
     if let Some(target) = &target {
@@ -245,7 +246,7 @@ pub async fn run_export(
             if value.is_null() {
                 state.column_max.clone()
             } else {
-                Some(crate::replace::literal(&value)?)
+                Some(crate::flow::replace_where::literal(&value)?)
             }
         }
         None => None,

@@ -14,6 +14,9 @@
 //! - `commit.rs`: staging each partition, then the commits: rejects → tombstones → silver
 //!   with its watermark.
 
+mod runner;
+pub(crate) use runner::Apply;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -48,9 +51,10 @@ use self::scd1::PartitionWork;
 use self::schema::{FlowSchema, resolve_schema, resolve_schema_all};
 use self::tombstones::{check_tombstones, expire_tombstones, tombstone_schema};
 use self::truncate::resolve_truncates;
+use crate::flow::FlowRun;
 use crate::phases::Phases;
-use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark, WatermarkSource};
-use crate::report::{FlowReport, ReportKind, ReportStatus};
+use crate::ports::{ChangeSource, SilverTable, Watermark, WatermarkSource};
+use crate::report::{FlowReport, ReportStatus};
 use crate::{Result, failpoint};
 
 /// The tables an apply flow writes.
@@ -67,33 +71,25 @@ pub struct ApplyTables<'a> {
 
 /// What every step of one apply run reads: the flow, the run's settings, where progress
 /// goes.
-struct ApplyCx<'a> {
-    flow_name: &'a str,
-    flow: &'a ApplyFlow,
-    ctx: &'a RunContext,
-    reporter: &'a dyn Reporter,
-}
+type ApplyCx<'a> = FlowRun<'a, ApplyFlow>;
 
 /// Runs (or plans, with `ctx.dry_run`) one apply flow.
 pub async fn run_apply(
-    flow_name: &str,
-    flow: &ApplyFlow,
+    cx: ApplyCx<'_>,
     source: &dyn ChangeSource,
     tables: ApplyTables<'_>,
-    ctx: &RunContext,
-    reporter: &dyn Reporter,
 ) -> Result<FlowReport> {
     let ApplyTables {
         silver,
         tombstones,
         rejects: rejects_table,
     } = tables;
-    let cx = ApplyCx {
-        flow_name,
-        flow,
+    let FlowRun {
+        name: flow_name,
+        spec: flow,
         ctx,
         reporter,
-    };
+    } = cx;
     let mut phases = Phases::new();
     let app = app_id(flow_name);
 
@@ -313,18 +309,10 @@ fn start_report(
     new_columns: &[Field],
     to_add: &[Field],
 ) -> FlowReport {
-    let ApplyCx {
-        flow_name,
-        flow,
-        ctx,
-        ..
+    let FlowRun {
+        spec: flow, ctx, ..
     } = *cx;
     FlowReport {
-        flow: flow_name.to_string(),
-        kind: ReportKind::Apply,
-        from: flow.from.to_string(),
-        into: flow.into.to_string(),
-        run_id: ctx.run_id.clone(),
         mode: range.mode(ctx, silver),
         from_version: range.after,
         to_version: range.to,
@@ -337,7 +325,7 @@ fn start_report(
             OnCastError::Quarantine => "quarantine",
         }
         .to_string(),
-        ..FlowReport::default()
+        ..cx.report()
     }
 }
 

@@ -2,6 +2,10 @@
 //! the target rows matching a predicate. Every batch row must match it (else nothing is
 //! committed, and the error names the row); the predicate may use the batch's bounds.
 
+pub mod files;
+mod runner;
+pub(crate) use runner::ReplaceWhere;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,10 +19,11 @@ use datafusion::scalar::ScalarValue;
 use futures::TryStreamExt;
 use smelt_spec::{OnCastError, ReplaceWhereFlow};
 
-use crate::apply::RunContext;
+use crate::flow::apply::RunContext;
+use crate::flow::{FlowRun, report_head};
 use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
 use crate::predicate::Predicate;
-use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use crate::report::{FlowReport, ReadMode, ReportStatus};
 use crate::stage::CastMiss;
 use crate::stage::{Buffered, block_on, cast_to_in, commit_report};
 use crate::{EngineError, Result};
@@ -214,7 +219,7 @@ async fn fill_bounds(
     let what = format!("flow `{flow_name}`");
     let (tz, dialect) = (
         flow.tz.as_deref(),
-        crate::apply::core_dialect(flow.cast_dialect),
+        crate::flow::apply::core_dialect(flow.cast_dialect),
     );
     let holes = placeholders(&flow.predicate);
     let mut text = flow.predicate.clone();
@@ -258,29 +263,27 @@ async fn fill_bounds(
 /// Replaces the rows of `target` matching `flow.predicate` with the rows of `batch`, in one
 /// commit carrying `watermark`. Needs a multi-threaded runtime.
 pub async fn run_replace_where(
-    flow_name: &str,
-    flow: &ReplaceWhereFlow,
+    run: FlowRun<'_, ReplaceWhereFlow>,
     batch: &dyn BatchSource,
     target: &mut dyn SilverTable,
     watermark: Watermark,
-    ctx: &RunContext,
-    reporter: &dyn Reporter,
 ) -> Result<FlowReport> {
+    let FlowRun {
+        name: flow_name,
+        spec: flow,
+        ctx,
+        reporter,
+    } = run;
     let what = format!("flow `{flow_name}`");
     let mut report = FlowReport {
-        flow: flow_name.to_string(),
-        kind: ReportKind::ReplaceWhere,
-        from: flow.from_text.clone(),
-        into: flow.into.to_string(),
-        run_id: ctx.run_id.clone(),
         mode: ReadMode::Batch,
         to_version: watermark.version,
         silver_version: target.version(),
-        ..FlowReport::default()
+        ..run.report()
     };
     let schema = target_schema(flow_name, flow, target.schema())?;
     let tz = flow.tz.as_deref();
-    let dialect = crate::apply::core_dialect(flow.cast_dialect);
+    let dialect = crate::flow::apply::core_dialect(flow.cast_dialect);
 
     // Pass 1: the batch's bounds, for the placeholders.
     let started = Instant::now();
@@ -385,16 +388,11 @@ pub fn up_to_date(
     target_version: Option<i64>,
 ) -> FlowReport {
     FlowReport {
-        flow: flow_name.to_string(),
-        kind: ReportKind::ReplaceWhere,
-        from: flow.from_text.clone(),
-        into: flow.into.to_string(),
-        run_id: ctx.run_id.clone(),
         status: ReportStatus::UpToDate,
         from_version: applied,
         to_version,
         silver_version: target_version,
-        ..FlowReport::default()
+        ..report_head(flow_name, flow, &ctx.run_id)
     }
 }
 
@@ -407,7 +405,7 @@ pub fn watermark(
     extra: Vec<(String, String)>,
 ) -> Watermark {
     Watermark {
-        app_id: crate::apply::app_id(flow_name),
+        app_id: crate::flow::apply::app_id(flow_name),
         version,
         run_id: ctx.run_id.clone(),
         report: None,

@@ -9,6 +9,7 @@ use arrow::datatypes::SchemaRef;
 
 use super::scd1::Planned;
 use super::{ApplyCx, ApplyTables};
+use crate::flow::FlowRun;
 use crate::ports::{SilverTable, Watermark};
 use crate::rejects::Rejects;
 use crate::report::FlowReport;
@@ -26,9 +27,9 @@ pub(super) async fn stage_partition(
     schema: &SchemaRef,
     tomb_schema: &SchemaRef,
 ) -> Result<bool> {
-    let ApplyCx {
-        flow_name,
-        flow,
+    let FlowRun {
+        name: flow_name,
+        spec: flow,
         reporter,
         ..
     } = *cx;
@@ -73,9 +74,9 @@ pub(super) async fn commit_tables(
     schema: &SchemaRef,
     report: &mut FlowReport,
 ) -> Result<()> {
-    let ApplyCx {
-        flow_name,
-        flow,
+    let FlowRun {
+        name: flow_name,
+        spec: flow,
         reporter,
         ..
     } = *cx;

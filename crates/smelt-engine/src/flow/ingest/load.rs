@@ -17,9 +17,10 @@ use super::conform::Conformer;
 use super::ledger::{Listing, files_entry, loaded_files, plan_files};
 use super::rejects::write_rejects;
 use crate::context::{RunContext, app_id};
+use crate::flow::{FlowRun, report_head};
 use crate::phases::Phases;
-use crate::ports::{FileRows, Landing, LandingFile, Malformed, Reporter, SilverTable, Watermark};
-use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use crate::ports::{FileRows, Landing, LandingFile, Malformed, SilverTable, Watermark};
+use crate::report::{FlowReport, ReadMode, ReportStatus};
 use crate::stage::{Buffered, commit_with_report};
 use crate::{EngineError, Result, failpoint};
 
@@ -42,13 +43,16 @@ pub struct IngestTables<'a> {
 /// Loads the new files of `flow` (read from `landing`) into bronze, in one commit with the
 /// loaded-file list and the watermark. Returns the report (a plan when `ctx.dry_run`).
 pub async fn run_ingest(
-    flow_name: &str,
-    flow: &IngestFlow,
+    run: FlowRun<'_, IngestFlow>,
     landing: &dyn Landing,
     tables: IngestTables<'_>,
-    ctx: &RunContext,
-    reporter: &dyn Reporter,
 ) -> Result<FlowReport> {
+    let FlowRun {
+        name: flow_name,
+        spec: flow,
+        ctx,
+        reporter,
+    } = run;
     let IngestTables { bronze, rejects } = tables;
     let mut phases = Phases::new();
     reporter.phase(flow_name, "list files");
@@ -209,11 +213,6 @@ pub fn ingest_report(
     bronze: BronzeAt,
 ) -> FlowReport {
     FlowReport {
-        flow: flow_name.to_string(),
-        kind: ReportKind::Ingest,
-        from: flow.from.clone(),
-        into: flow.into.to_string(),
-        run_id: ctx.run_id.clone(),
         mode: if ctx.full_refresh && bronze.exists {
             ReadMode::Rebuild
         } else {
@@ -227,7 +226,7 @@ pub fn ingest_report(
         files_pending: listing.pending,
         bytes_read: listing.to_load.iter().map(|f| f.size).sum(),
         silver_version: bronze.version,
-        ..FlowReport::default()
+        ..report_head(flow_name, flow, &ctx.run_id)
     }
 }
 

@@ -1,21 +1,21 @@
 //! The runner of `replace_where` flows: a batch (a table's snapshot, or new files)
-//! replaces the target rows matching a predicate ([`crate::replace`]).
+//! replaces the target rows matching a predicate ([`crate::flow::replace_where`]).
 
 use async_trait::async_trait;
 use smelt_spec::{Flow, IngestFlow, ReplaceSource, ReplaceWhereFlow, TableName};
 
-use super::{FlowCx, FlowRunner, LakeCx, landing_problem};
+use super::files::FileBatch;
+use super::{TableBatch, run_replace_where, target_schema, up_to_date, watermark};
 use crate::context::app_id;
-use crate::ingest::ledger::{files_entry, loaded_files, plan_files};
+use crate::flow::ingest::ledger::{files_entry, loaded_files, plan_files};
+use crate::flow::{FlowCx, FlowRunner, LakeCx, landing_problem};
 use crate::ports::{ChangeSource, SilverTable, SourceOptions, TableRole};
-use crate::replace::{TableBatch, run_replace_where, target_schema, up_to_date, watermark};
-use crate::replace_files::FileBatch;
 use crate::report::{FlowEvent, FlowReport};
 use crate::{EngineError, Result};
 
-pub(super) struct ReplaceWhere<'a> {
-    pub(super) flow: &'a Flow,
-    pub(super) spec: &'a ReplaceWhereFlow,
+pub(crate) struct ReplaceWhere<'a> {
+    pub(crate) flow: &'a Flow,
+    pub(crate) spec: &'a ReplaceWhereFlow,
 }
 
 impl ReplaceWhere<'_> {
@@ -60,7 +60,7 @@ impl ReplaceWhere<'_> {
         };
         let entry = files_entry(name, false, &listing.to_load);
         let w = watermark(name, ctx, next, vec![entry]);
-        let mut report = run_replace_where(name, spec, &batch, target, w, ctx, cx.reporter).await?;
+        let mut report = run_replace_where(cx.run(name, spec), &batch, target, w).await?;
         report.files_found = listing.found.len();
         report.files_new = listing.to_load.len();
         report.files_read = listing.to_load.len();
@@ -88,16 +88,7 @@ impl FlowRunner for ReplaceWhere<'_> {
                 }
                 let batch = TableBatch(&*source);
                 let watermark = watermark(name, ctx, v, Vec::new());
-                run_replace_where(
-                    name,
-                    spec,
-                    &batch,
-                    &mut *target,
-                    watermark,
-                    ctx,
-                    cx.reporter,
-                )
-                .await
+                run_replace_where(cx.run(name, spec), &batch, &mut *target, watermark).await
             }
             ReplaceSource::Files(files) => {
                 let exported = self.exported(cx.pipeline);

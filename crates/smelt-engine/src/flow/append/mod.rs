@@ -2,6 +2,9 @@
 //! source since the watermark, filtered and cast, appended to the target, with the
 //! watermark in the same commit.
 
+mod runner;
+pub(crate) use runner::Append;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,10 +16,11 @@ use futures::TryStreamExt;
 use smelt_core::change::{CHANGE_TYPE, COMMIT_VERSION, INSERT};
 use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
-use crate::apply::{RunContext, app_id};
-use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark, WatermarkSource};
+use crate::flow::FlowRun;
+use crate::flow::apply::app_id;
+use crate::ports::{ChangeSource, SilverTable, Watermark, WatermarkSource};
 use crate::predicate::Predicate;
-use crate::report::{FlowReport, ReadMode, ReportKind, ReportStatus};
+use crate::report::{FlowReport, ReadMode, ReportStatus};
 use crate::stage::{Buffered, CastMiss, cast_to_in, commit_report};
 
 /// The error of `on_cast_error: fail`.
@@ -26,7 +30,11 @@ pub(crate) fn cast_failed(
     miss: CastMiss,
     version: i64,
 ) -> EngineError {
-    crate::replace::cast_failed(flow_name, miss, &format!("`{source}` version {version}"))
+    crate::flow::replace_where::cast_failed(
+        flow_name,
+        miss,
+        &format!("`{source}` version {version}"),
+    )
 }
 use crate::{EngineError, Result};
 
@@ -63,27 +71,25 @@ pub fn rewrite_refused(
 /// rows of the source snapshot on the first run, or with `--full-refresh`, replacing the
 /// target's).
 pub async fn run_append(
-    flow_name: &str,
-    flow: &AppendFlow,
+    run: FlowRun<'_, AppendFlow>,
     source: &dyn ChangeSource,
     target: &mut dyn SilverTable,
-    ctx: &RunContext,
-    reporter: &dyn Reporter,
 ) -> Result<FlowReport> {
+    let FlowRun {
+        name: flow_name,
+        spec: flow,
+        ctx,
+        reporter,
+    } = run;
     let app = app_id(flow_name);
     let v = source.version();
     let stored = target.watermark(&app).await?;
     let mut rebuild = ctx.full_refresh || stored.is_none();
     let mut report = FlowReport {
-        flow: flow_name.to_string(),
-        kind: ReportKind::Append,
-        from: flow.from.to_string(),
-        into: flow.into.to_string(),
-        run_id: ctx.run_id.clone(),
         from_version: stored,
         to_version: v,
         silver_version: target.version(),
-        ..FlowReport::default()
+        ..run.report()
     };
     if stored == Some(v) && !ctx.full_refresh {
         report.status = ReportStatus::UpToDate;
@@ -160,7 +166,7 @@ pub async fn run_append(
             continue;
         }
         let rows = filter_record_batch(&batch, &keep)?;
-        let dialect = crate::apply::core_dialect(flow.cast_dialect);
+        let dialect = crate::flow::apply::core_dialect(flow.cast_dialect);
         let cast = cast_to_in(&rows, &schema, flow.tz.as_deref(), &what, dialect)?;
         for (c, n) in cast.failures {
             *failures.entry(c).or_default() += n;

@@ -7,6 +7,9 @@
 //! * [`load`]: one run, files → one bronze commit.
 //! * [`rejects`]: the lines that do not parse, kept in `<bronze>__rejects`.
 
+mod runner;
+pub(crate) use runner::Ingest;
+
 pub mod conform;
 pub mod ledger;
 pub mod load;

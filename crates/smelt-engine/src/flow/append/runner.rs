@@ -1,17 +1,17 @@
-//! The runner of `append` flows: new source rows appended to a target ([`crate::append`]).
+//! The runner of `append` flows: new source rows appended to a target ([`crate::flow::append`]).
 
 use async_trait::async_trait;
 use smelt_spec::{AppendFlow, TableName};
 
-use super::{FlowCx, FlowRunner, LakeCx};
-use crate::append::{check_append, run_append};
+use super::{check_append, run_append};
+use crate::flow::{FlowCx, FlowRunner, LakeCx};
 use crate::ports::{ChangeSource, SourceOptions, TableRole};
 use crate::report::{FlowEvent, FlowReport};
 use crate::{EngineError, Result};
 
-pub(super) struct Append<'a> {
-    pub(super) name: &'a str,
-    pub(super) spec: &'a AppendFlow,
+pub(crate) struct Append<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) spec: &'a AppendFlow,
 }
 
 #[async_trait]
@@ -25,7 +25,7 @@ impl FlowRunner for Append<'_> {
         let source = cx.lake.source(&spec.from, SourceOptions::default()).await?;
         let mut target = cx.lake.table(&spec.into, TableRole::Target).await?;
         cx.recover_event(self.name, &*target, events).await;
-        run_append(self.name, spec, &*source, &mut *target, cx.ctx, cx.reporter).await
+        run_append(cx.run(self.name, spec), &*source, &mut *target).await
     }
 
     async fn check(&self, cx: &LakeCx<'_>, source: Option<&dyn ChangeSource>) -> Vec<EngineError> {

@@ -1,10 +1,10 @@
-//! The runner of `apply` flows: bronze changes → silver by key ([`crate::apply`]).
+//! The runner of `apply` flows: bronze changes → silver by key ([`crate::flow::apply`]).
 
 use async_trait::async_trait;
 use smelt_spec::{ApplyFlow, OptimizeMode, SourceDeletes, TableName, WriteMode};
 
-use super::{FlowCx, FlowRunner, LakeCx};
-use crate::apply::{ApplyTables, check_apply, run_apply, tombstone_table};
+use super::{ApplyTables, check_apply, run_apply, tombstone_table};
+use crate::flow::{FlowCx, FlowRun, FlowRunner, LakeCx};
 use crate::ports::{
     ChangeSource, OptimizePolicy, OptimizeStats, SilverTable, SourceOptions, TableRole,
 };
@@ -13,9 +13,9 @@ use crate::report::{FlowEvent, FlowReport};
 use crate::run::window;
 use crate::{EngineError, Result};
 
-pub(super) struct Apply<'a> {
-    pub(super) name: &'a str,
-    pub(super) spec: &'a ApplyFlow,
+pub(crate) struct Apply<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) spec: &'a ApplyFlow,
 }
 
 #[async_trait]
@@ -54,7 +54,8 @@ impl FlowRunner for Apply<'_> {
             tombstones: &mut *tombstones,
             rejects: &mut *rejects,
         };
-        let mut report = run_apply(self.name, spec, &*source, tables, &ctx, cx.reporter).await?;
+        let run = FlowRun::new(self.name, spec, &ctx, cx.reporter);
+        let mut report = run_apply(run, &*source, tables).await?;
         if spec.optimize == OptimizeMode::Auto && !ctx.dry_run && silver.version() != before {
             // After the run's commit, in commits of their own: the run stands whatever
             // happens here, and the next optimize does what this one could not.

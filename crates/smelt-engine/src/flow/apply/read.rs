@@ -13,6 +13,7 @@ use super::ApplyCx;
 use super::cast::{CastFailure, CastPlan, CastSink};
 use super::range::Range;
 use super::spill::PartitionStore;
+use crate::flow::FlowRun;
 use crate::phases::Phases;
 use crate::ports::ChangeSource;
 use crate::rejects::Rejects;
@@ -41,9 +42,9 @@ pub(super) async fn read_and_cast(
     report: &mut FlowReport,
     phases: &mut Phases,
 ) -> Result<CastChanges> {
-    let ApplyCx {
-        flow_name,
-        flow,
+    let FlowRun {
+        name: flow_name,
+        spec: flow,
         ctx,
         ..
     } = *cx;

@@ -8,8 +8,8 @@ use arrow::datatypes::{DataType, Field, Schema};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 
+use crate::flow::replace_where::{BatchSink, BatchSource, Origin};
 use crate::ports::{FileRows, Landing, LandingFile, RawRows};
-use crate::replace::{BatchSink, BatchSource, Origin};
 use crate::{EngineError, Result};
 
 /// Some files of a landing folder, read as one batch.

@@ -1,19 +1,19 @@
 //! The runner of `ingest` flows: a landing folder's new files → bronze
-//! ([`crate::ingest`]).
+//! ([`crate::flow::ingest`]).
 
 use async_trait::async_trait;
 use smelt_spec::{IngestFlow, TableName};
 
-use super::{FlowCx, FlowRunner, LakeCx, landing_problem};
-use crate::ingest::{IngestTables, run_ingest};
+use super::{IngestTables, run_ingest};
+use crate::flow::{FlowCx, FlowRunner, LakeCx, landing_problem};
 use crate::ports::{ChangeSource, TableRole};
 use crate::rejects::rejects_table;
 use crate::report::{FlowEvent, FlowReport};
 use crate::{EngineError, Result};
 
-pub(super) struct Ingest<'a> {
-    pub(super) name: &'a str,
-    pub(super) spec: &'a IngestFlow,
+pub(crate) struct Ingest<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) spec: &'a IngestFlow,
 }
 
 #[async_trait]
@@ -35,7 +35,7 @@ impl FlowRunner for Ingest<'_> {
             rejects: &mut *rejects,
         };
         let landing = cx.files.landing(self.name, spec)?;
-        run_ingest(self.name, spec, &*landing, tables, cx.ctx, cx.reporter).await
+        run_ingest(cx.run(self.name, spec), &*landing, tables).await
     }
 
     async fn check(&self, cx: &LakeCx<'_>, _: Option<&dyn ChangeSource>) -> Vec<EngineError> {

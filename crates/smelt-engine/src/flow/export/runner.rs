@@ -1,18 +1,18 @@
-//! The runner of `export` flows: a table's changes → files ([`crate::export`]).
+//! The runner of `export` flows: a table's changes → files ([`crate::flow::export`]).
 
 use async_trait::async_trait;
 use smelt_spec::{ExportFlow, TableName};
 
-use super::{FlowCx, FlowRunner, LakeCx};
+use super::{export_state, run_export};
 use crate::Result;
-use crate::export::{export_state, run_export};
+use crate::flow::{FlowCx, FlowRunner, LakeCx};
 use crate::ports::{LastCommit, SourceOptions};
 use crate::report::{FlowEvent, FlowReport};
 use crate::status::FlowStatus;
 
-pub(super) struct Export<'a> {
-    pub(super) name: &'a str,
-    pub(super) spec: &'a ExportFlow,
+pub(crate) struct Export<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) spec: &'a ExportFlow,
 }
 
 #[async_trait]
@@ -43,7 +43,7 @@ impl FlowRunner for Export<'_> {
                 Err(e) => cx.cannot_check(self.name, e),
             }
         }
-        run_export(self.name, spec, &*source, cx.files, cx.ctx, cx.reporter).await
+        run_export(cx.run(self.name, spec), &*source, cx.files).await
     }
 
     /// The watermark is what the export's state says it exported.
