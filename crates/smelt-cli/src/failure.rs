@@ -10,8 +10,8 @@ use smelt_spec::SpecErrors;
 pub struct Failure {
     /// Exit code: 1 run failed, 2 usage or spec error.
     pub code: u8,
-    /// The headline(s).
-    pub messages: Vec<String>,
+    /// The headline(s), each with its own next step where it has one (a check's problems).
+    pub messages: Vec<(String, Option<String>)>,
     /// The chain of causes.
     pub causes: Vec<String>,
     /// The next step.
@@ -26,7 +26,7 @@ impl Failure {
     pub fn usage(message: impl Into<String>, hint: Option<String>) -> Self {
         Self {
             code: 2,
-            messages: vec![message.into()],
+            messages: vec![(message.into(), None)],
             causes: Vec::new(),
             hint,
             details: Default::default(),
@@ -43,7 +43,8 @@ impl Failure {
     /// headlines, one per line), `causes`, `hint`, `exit_code`, then the details.
     pub fn to_json(&self) -> serde_json::Value {
         let mut object = serde_json::Map::new();
-        object.insert("error".into(), self.messages.join("\n").into());
+        let headlines: Vec<&str> = self.messages.iter().map(|(m, _)| m.as_str()).collect();
+        object.insert("error".into(), headlines.join("\n").into());
         object.insert("causes".into(), self.causes.clone().into());
         object.insert("hint".into(), self.hint.clone().into());
         object.insert("exit_code".into(), self.code.into());
@@ -55,8 +56,11 @@ impl Failure {
     pub fn render(&self) {
         use std::io::Write;
         let mut err = std::io::stderr().lock();
-        for m in &self.messages {
+        for (m, hint) in &self.messages {
             let _ = writeln!(err, "error: {m}");
+            if let Some(hint) = hint {
+                let _ = writeln!(err, "  hint: {hint}");
+            }
         }
         for c in &self.causes {
             let _ = writeln!(err, "  Caused by: {c}");
@@ -72,7 +76,7 @@ impl From<SpecErrors> for Failure {
         let mut messages = Vec::new();
         let mut hints = Vec::new();
         for e in &errors.0 {
-            messages.push(e.to_string());
+            messages.push((e.to_string(), None));
             if let Some(h) = &e.hint {
                 hints.push(if errors.0.len() > 1 {
                     format!("{}: {h}", e.field)
@@ -105,13 +109,28 @@ fn chain(mut source: Option<&(dyn std::error::Error + 'static)>) -> Vec<String> 
 
 impl From<EngineError> for Failure {
     fn from(e: EngineError) -> Self {
-        let hint = e.hint().map(str::to_string);
-        let causes = chain(e.source());
+        Self::engine(&e, ":")
+    }
+}
+
+impl Failure {
+    /// A flow of a run failed: `flow `x` failed: …`.
+    pub fn flow_failed(e: &EngineError) -> Self {
+        Self::engine(e, " failed:")
+    }
+
+    /// `e`, its flow (if it names one) followed by `joint`, its causes and its hint.
+    fn engine(e: &EngineError, joint: &str) -> Self {
+        let (flow, error) = e.flow();
+        let message = match flow {
+            Some(flow) => format!("flow `{flow}`{joint} {error}"),
+            None => error.to_string(),
+        };
         Self {
             code: 1,
-            messages: vec![e.to_string()],
-            causes,
-            hint,
+            messages: vec![(message, None)],
+            causes: chain(error.source()),
+            hint: e.hint().map(str::to_string),
             details: Default::default(),
         }
     }
@@ -123,7 +142,7 @@ impl From<smelt_delta::Error> for Failure {
         let causes = chain(e.source());
         Self {
             code: 1,
-            messages: vec![e.to_string()],
+            messages: vec![(e.to_string(), None)],
             causes,
             hint,
             details: Default::default(),

@@ -22,13 +22,20 @@ pub enum EngineError {
         hint: Option<String>,
     },
     /// A cast failed under `on_cast_error: fail`.
-    #[error("flow `{flow}`: {source}")]
+    #[error("{source}")]
     Cast {
-        /// Flow name.
-        flow: String,
         /// The failure.
         #[source]
         source: Box<CoreError>,
+    },
+    /// `error`, met while flow `flow` ran or was checked: the one place an error names
+    /// its flow.
+    #[error("flow `{flow}`: {error}")]
+    InFlow {
+        /// The flow.
+        flow: String,
+        /// What went wrong.
+        error: Box<EngineError>,
     },
     /// An injected failure (tests and crash drills: `SMELT_FAILPOINT`).
     #[error("injected failure at `{0}` (SMELT_FAILPOINT)")]
@@ -67,9 +74,30 @@ impl EngineError {
         }
     }
 
+    /// `error`, met by flow `flow` (an error already naming a flow is kept as it is).
+    pub fn in_flow(flow: &str, error: EngineError) -> Self {
+        match error {
+            EngineError::InFlow { .. } => error,
+            error => EngineError::InFlow {
+                flow: flow.to_string(),
+                error: Box::new(error),
+            },
+        }
+    }
+
+    /// The flow the error was met in, and the error itself; `None` and `self` for an
+    /// error met outside a flow.
+    pub fn flow(&self) -> (Option<&str>, &EngineError) {
+        match self {
+            EngineError::InFlow { flow, error } => (Some(flow), error),
+            error => (None, error),
+        }
+    }
+
     /// The hint for the user, if the error has one.
     pub fn hint(&self) -> Option<&str> {
         match self {
+            EngineError::InFlow { error, .. } => error.hint(),
             EngineError::TableNotFound { hint, .. } => Some(hint),
             EngineError::User { hint, .. } => hint.as_deref(),
             EngineError::Cast { .. } => Some(

@@ -34,8 +34,9 @@ pub struct RunOutcome {
     pub run_id: String,
     /// The reports of the flows that ran, in run order.
     pub reports: Vec<FlowReport>,
-    /// The flow that failed and why; the flows after it did not run.
-    pub failed: Option<(String, EngineError)>,
+    /// The flow that failed and why ([`EngineError::InFlow`]); the flows after it did
+    /// not run.
+    pub failed: Option<EngineError>,
 }
 
 /// Checks `--since`/`--until` before any flow runs: a window that does not parse, or one
@@ -195,13 +196,14 @@ pub async fn run_on(
                     report,
                     started_at_us,
                     finished_at_us: now_us(),
-                    // The message and, on a line of its own, the next step.
+                    // The message (the row names the flow) and, on a line of its own,
+                    // the next step.
                     error: Some(match e.hint() {
                         Some(hint) => format!("{e}\nhint: {hint}"),
                         None => e.to_string(),
                     }),
                 });
-                failed = Some((flow.name.clone(), e));
+                failed = Some(EngineError::in_flow(&flow.name, e));
                 break;
             }
         }

@@ -87,32 +87,19 @@ pub struct Cast {
 
 /// Casts the columns of `batch` named like the columns of `target` to their types
 /// (smelt's casts: SAFE_CAST and better, DESIGN §5); other columns of `batch` are left out.
-/// A column of `target` that `batch` lacks is an error naming `what`.
-pub fn cast_to(
-    batch: &RecordBatch,
-    target: &SchemaRef,
-    tz: Option<&str>,
-    what: &str,
-) -> Result<Cast> {
-    cast_to_in(batch, target, tz, what, CastDialect::Lenient)
-}
-
-/// [`cast_to`] by the rules of `dialect`.
+/// `batch` cast to `target` by the rules of `dialect`; a column of `target` that `batch`
+/// lacks is an error.
 pub fn cast_to_in(
     batch: &RecordBatch,
     target: &SchemaRef,
     tz: Option<&str>,
-    what: &str,
     dialect: CastDialect,
 ) -> Result<Cast> {
     let mut inputs = Vec::with_capacity(target.fields().len());
     for f in target.fields() {
         let c = batch.column_by_name(f.name()).ok_or_else(|| {
             EngineError::user(
-                format!(
-                    "{what}: column `{}` of the target is not in the input",
-                    f.name()
-                ),
+                format!("column `{}` of the target is not in the input", f.name()),
                 "add the column to the input, or remove it from the target's CREATE TABLE",
             )
         })?;

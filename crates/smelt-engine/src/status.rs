@@ -3,11 +3,11 @@
 use serde::Serialize;
 use smelt_spec::{Flow, FlowKind, IngestFlow, Pipeline, TableName, WriteMode};
 
-use crate::Result;
 use crate::context::app_id;
 use crate::flow::ingest::ledger::files_waiting;
 use crate::flow::{LakeCx, build};
 use crate::ports::{FileStores, Lake, SourceOptions};
+use crate::{EngineError, Result};
 
 /// Where one flow stands.
 #[derive(Debug, Serialize)]
@@ -71,7 +71,10 @@ pub async fn status(
                 Err(e) => row.problem = Some(e.to_string()),
             }
         }
-        build(flow).status(&cx, &mut row).await?;
+        build(flow)
+            .status(&cx, &mut row)
+            .await
+            .map_err(|e| EngineError::in_flow(&flow.name, e))?;
         if let (Some(source), Some(watermark)) = (&opened, row.watermark) {
             row.watermark_snapshot_id = source.snapshot_id(watermark);
         }
@@ -136,8 +139,8 @@ pub(crate) async fn of_written_table(
         ));
     } else if let Some(landing) = landing {
         let waiting = async {
-            let files = cx.files.landing(&row.flow, landing)?;
-            files_waiting(&row.flow, landing, &*files, &*output).await
+            let files = cx.files.landing(landing)?;
+            files_waiting(landing, &*files, &*output).await
         };
         match waiting.await {
             Ok(n) => row.files_waiting = Some(n),

@@ -14,8 +14,8 @@ pub struct Files;
 
 #[async_trait]
 impl FileStores for Files {
-    fn landing(&self, name: &str, flow: &IngestFlow) -> smelt_engine::Result<Box<dyn Landing>> {
-        Ok(Box::new(FlowLanding::of(name, flow)?))
+    fn landing(&self, flow: &IngestFlow) -> smelt_engine::Result<Box<dyn Landing>> {
+        Ok(Box::new(FlowLanding::of(flow)?))
     }
 
     async fn export_target(

@@ -25,17 +25,15 @@ const AHEAD: usize = 4;
 
 /// The landing of one flow.
 pub struct FlowLanding {
-    name: String,
     flow: Arc<IngestFlow>,
     landing: Arc<files::Landing>,
 }
 
 impl FlowLanding {
-    /// The landing of `flow`, read by the flow `name` (named in errors).
-    pub fn of(name: &str, flow: &IngestFlow) -> smelt_engine::Result<Self> {
-        let landing = files::Landing::of(flow).map_err(|e| user(name, e))?;
+    /// The landing of `flow`.
+    pub fn of(flow: &IngestFlow) -> smelt_engine::Result<Self> {
+        let landing = files::Landing::of(flow).map_err(user)?;
         Ok(Self {
-            name: name.to_string(),
             flow: Arc::new(flow.clone()),
             landing: Arc::new(landing),
         })
@@ -43,7 +41,7 @@ impl FlowLanding {
 }
 
 /// A file error of the flow `flow_name`, with the fix for its kind.
-pub(crate) fn user(flow_name: &str, e: IngestError) -> EngineError {
+pub(crate) fn user(e: IngestError) -> EngineError {
     let hint = match &e {
         IngestError::Malformed { .. } => {
             "fix or replace the file (a new name loads as a new file), or move it out of the landing folder"
@@ -54,7 +52,7 @@ pub(crate) fn user(flow_name: &str, e: IngestError) -> EngineError {
             return EngineError::Internal(e.to_string());
         }
     };
-    EngineError::user(format!("flow `{flow_name}`: {e}"), hint)
+    EngineError::user(format!("{e}"), hint)
 }
 
 #[async_trait]
@@ -63,20 +61,16 @@ impl Landing for FlowLanding {
         self.landing
             .list(self.flow.pattern.as_deref())
             .await
-            .map_err(|e| user(&self.name, e))
+            .map_err(user)
     }
 
     async fn stat(&self, file: &LandingFile) -> smelt_engine::Result<Option<(u64, i64)>> {
-        self.landing
-            .stat(file)
-            .await
-            .map_err(|e| user(&self.name, e))
+        self.landing.stat(file).await.map_err(user)
     }
 
     fn read(&self, file: &LandingFile) -> BoxStream<'static, smelt_engine::Result<FileRows>> {
         let (tx, rx) = mpsc::channel(AHEAD);
-        let (name, flow, landing, file) = (
-            self.name.clone(),
+        let (flow, landing, file) = (
             Arc::clone(&self.flow),
             Arc::clone(&self.landing),
             file.clone(),
@@ -92,7 +86,7 @@ impl Landing for FlowLanding {
                 // The flow stopped reading: nobody to tell.
                 Err(_) if tx.is_closed() => {}
                 Err(e) => {
-                    let _ = tx.blocking_send(Err(user(&name, e)));
+                    let _ = tx.blocking_send(Err(user(e)));
                 }
             }
         });
@@ -194,7 +188,7 @@ mod tests {
         let FlowKind::Ingest(flow) = &pipeline.flows[0].kind else {
             panic!("an ingest flow")
         };
-        FlowLanding::of("f", flow).unwrap()
+        FlowLanding::of(flow).unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,7 +232,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_file_that_cannot_be_read_ends_the_stream_with_the_flow_named() {
+    async fn a_file_that_cannot_be_read_ends_the_stream_with_the_file_named() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("landing")).unwrap();
         std::fs::write(dir.path().join("landing/a.csv"), "id\n1\n").unwrap();
@@ -251,7 +245,8 @@ mod tests {
             .await
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("flow `f`: "), "{err}");
         assert!(err.contains("a.csv"), "{err}");
+        // The engine names the flow, once (`EngineError::InFlow`).
+        assert!(!err.contains("flow `"), "{err}");
     }
 }

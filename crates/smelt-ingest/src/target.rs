@@ -157,7 +157,7 @@ impl Target {
             Err(object_store::Error::AlreadyExists { .. }) => {
                 return Err(EngineError::user(
                     format!(
-                        "flow `{flow}`: another run of this export saved its state first (`{}/_smelt/{flow}/{number:020}.json` exists): what this run wrote is not published",
+                        "another run of this export saved its state first (`{}/_smelt/{flow}/{number:020}.json` exists): what this run wrote is not published",
                         self.url
                     ),
                     "run again: the rerun continues from what the other run exported. Two runs of one export at once cannot both publish",

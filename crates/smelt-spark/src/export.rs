@@ -145,7 +145,7 @@ async fn embedded_state(s: &Session<'_>, spec: &ExportFlow, name: &str) -> Resul
         if file_count(s, "look for the embedded engine's export state", &place).await? > 0 {
             return Err(EngineError::user(
                 format!(
-                    "flow `{name}`: the export to `{}` was started by the embedded engine (its state is in `{place}`); the Spark engine keeps its own state",
+                    "the export to `{}` was started by the embedded engine (its state is in `{place}`); the Spark engine keeps its own state",
                     spec.to
                 ),
                 "run this flow with `--engine embedded`, or export to a new folder",
@@ -242,8 +242,7 @@ impl Export<'_> {
         if file_count(s, "check the partition folder is new", &path).await? > 0 {
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: the partition folder `{path}` holds files already (an earlier export's, whose `partition.format` gives the same folder): the Spark engine writes a folder whole and would replace them",
-                    self.name
+                    "the partition folder `{path}` holds files already (an earlier export's, whose `partition.format` gives the same folder): the Spark engine writes a folder whole and would replace them"
                 ),
                 "give `partition.format` a finer time (the default has seconds), or run this flow with `--engine embedded`",
             ));
@@ -318,19 +317,14 @@ impl Export<'_> {
             (ChangedBy::Column(c), _) => {
                 let Some((_, data_type)) = state.columns.iter().find(|(n, _)| n == c) else {
                     return Err(EngineError::user(
-                        format!(
-                            "flow `{}`: `changed_by: {c}` names no column of `{}`",
-                            self.name, spec.from
-                        ),
+                        format!("`changed_by: {c}` names no column of `{}`", spec.from),
                         "use a column of the table, such as `updated_at`, or `version`",
                     ));
                 };
                 let ty = column_type(data_type).ok_or_else(|| {
                     EngineError::user(
                         format!(
-                            "flow `{}`: `changed_by: {c}` is a column of type {data_type}, which the Spark engine does not compare yet",
-                            self.name
-                        ),
+                            "`changed_by: {c}` is a column of type {data_type}, which the Spark engine does not compare yet"),
                         "bound a time, date or number column, or run this flow with `--engine embedded`",
                     )
                 })?;
@@ -346,10 +340,7 @@ impl Export<'_> {
                         );
                         if integer && since.trim().parse::<i64>().is_err() {
                             return Err(EngineError::user(
-                                format!(
-                                    "flow `{}`: `since: {since}` is not a value of `{c}` ({ty})",
-                                    self.name
-                                ),
+                                format!("`since: {since}` is not a value of `{c}` ({ty})"),
                                 "write a number, or bound a time column",
                             ));
                         }

@@ -147,8 +147,6 @@ pub(crate) struct Column {
 
 /// What a flow asks of its columns.
 pub(crate) struct Wanted<'a> {
-    /// The flow's name.
-    pub(crate) name: &'a str,
     /// The target's DDL (`schema:`), for a target not created yet.
     pub(crate) ddl: Option<&'a TableDef>,
     /// Whose rules cast.
@@ -164,7 +162,6 @@ pub(crate) fn columns(
     wanted: &Wanted<'_>,
     state: &Tables,
 ) -> std::result::Result<Vec<Column>, Vec<EngineError>> {
-    let what = format!("flow `{}`", wanted.name);
     let mut problems = Vec::new();
     let of_schema = |schema: &SchemaRef| -> Vec<(String, Option<ColumnType>, bool)> {
         schema
@@ -196,9 +193,7 @@ pub(crate) fn columns(
         };
         let Some(ty) = ty else {
             problems.push(EngineError::user(
-                format!(
-                    "{what}: column `{column}` is of a type the Spark engine does not write yet"
-                ),
+                format!("column `{column}` is of a type the Spark engine does not write yet"),
                 "run this flow with `--engine embedded`",
             ));
             continue;
@@ -212,7 +207,7 @@ pub(crate) fn columns(
             };
             problems.push(EngineError::user(
                 format!(
-                    "{what}: column `{column}` is cast to {ty} by `cast_dialect: {dialect}`, which is not supported on the Spark engine"
+                    "column `{column}` is cast to {ty} by `cast_dialect: {dialect}`, which is not supported on the Spark engine"
                 ),
                 "set `cast_dialect: spark` (Spark's own `try_cast`), or run this flow with `--engine embedded`",
             ));

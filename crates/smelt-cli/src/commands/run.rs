@@ -54,19 +54,13 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
         }
     };
     let (run_id, reports) = (outcome.run_id, outcome.reports);
-    if let Some((name, e)) = outcome.failed {
-        let mut failure = Failure::from(e)
+    if let Some(e) = outcome.failed {
+        let mut failure = Failure::flow_failed(&e)
             .with_detail("run_id", run_id.into())
             .with_detail(
                 "flows",
                 serde_json::to_value(&reports).expect("serialisable"),
             );
-        let prefix = format!("flow `{name}`: ");
-        let message = failure.messages[0]
-            .strip_prefix(&prefix)
-            .unwrap_or(&failure.messages[0])
-            .to_string();
-        failure.messages[0] = format!("flow `{name}` failed: {message}");
         if !reports.is_empty() {
             failure.causes.push(format!(
                 "{} flow(s) before it completed and stay committed",

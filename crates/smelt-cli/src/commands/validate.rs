@@ -63,17 +63,13 @@ fn json(p: &Problem) -> serde_json::Value {
 
 /// One failure listing every problem: each headline, then its hint.
 fn failure(problems: &[Problem]) -> Failure {
-    let mut messages = Vec::with_capacity(problems.len() + 1);
-    for p in problems {
-        let mut text = p.error.to_string();
-        if !text.starts_with(&format!("flow `{}`", p.flow)) {
-            text = format!("flow `{}`: {text}", p.flow);
-        }
-        if let Some(hint) = p.error.hint() {
-            text.push_str(&format!("\n  hint: {hint}"));
-        }
-        messages.push(text);
-    }
+    let messages = problems
+        .iter()
+        .map(|p| {
+            let hint = p.error.hint().map(str::to_string);
+            (format!("flow `{}`: {}", p.flow, p.error), hint)
+        })
+        .collect();
     let flows = {
         let mut names: Vec<&str> = problems.iter().map(|p| p.flow.as_str()).collect();
         names.dedup();

@@ -133,7 +133,6 @@ async fn lost_event(
 /// none when an export of the pipeline writes it (`exported`).
 pub(crate) async fn landing_problem(
     cx: &LakeCx<'_>,
-    name: &str,
     landing: &IngestFlow,
     table: &TableName,
     exported: bool,
@@ -143,8 +142,8 @@ pub(crate) async fn landing_problem(
     }
     let problem = async {
         let output = cx.lake.inspect(table).await?;
-        let files = cx.files.landing(name, landing)?;
-        files_waiting(name, landing, &*files, &*output).await
+        let files = cx.files.landing(landing)?;
+        files_waiting(landing, &*files, &*output).await
     };
     problem.await.err()
 }

@@ -138,8 +138,8 @@ pub trait ExportTarget: Send + Sync {
 /// Where landing folders and export targets are opened.
 #[async_trait]
 pub trait FileStores: Send + Sync {
-    /// The landing of `flow`, read by the flow `name` (named in errors).
-    fn landing(&self, name: &str, flow: &IngestFlow) -> Result<Box<dyn Landing>>;
+    /// The landing of `flow`.
+    fn landing(&self, flow: &IngestFlow) -> Result<Box<dyn Landing>>;
     /// Whether the landing of `flow` is a local folder that does not exist yet.
     fn landing_missing(&self, flow: &IngestFlow) -> bool {
         flow.url.is_none() && !flow.folder.exists()

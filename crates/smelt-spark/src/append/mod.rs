@@ -42,21 +42,19 @@ pub(crate) async fn discover(
 /// The columns `spec` appends — the target's, else its DDL's, else the source's — each a
 /// source column: every problem, in the embedded engine's words.
 pub(crate) fn columns(
-    name: &str,
     spec: &AppendFlow,
     state: &Tables,
 ) -> std::result::Result<Vec<Column>, Vec<EngineError>> {
     let missing = |column: &str| {
         EngineError::user(
             format!(
-                "flow `{name}`: target column `{column}` is not a column of `{}`",
+                "target column `{column}` is not a column of `{}`",
                 spec.from
             ),
             "add it to the source, or remove it from the target's CREATE TABLE",
         )
     };
     let wanted = Wanted {
-        name,
         ddl: spec.target.as_ref(),
         dialect: spec.cast_dialect,
         missing: &missing,
@@ -85,8 +83,8 @@ impl Append<'_> {
         if let Some(w) = stored.filter(|w| *w > v && !self.ctx.full_refresh) {
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: the target's watermark is source version {w}, but `{}` is at version {v}: was the source recreated?",
-                    self.name, spec.from
+                    "the target's watermark is source version {w}, but `{}` is at version {v}: was the source recreated?",
+                    spec.from
                 ),
                 match spec.into.catalog {
                     Some(_) => "rebuild the target with `smelt run --full-refresh`",
@@ -96,7 +94,7 @@ impl Append<'_> {
                 },
             ));
         }
-        let columns = columns(self.name, spec, state).map_err(|mut e| e.remove(0))?;
+        let columns = columns(spec, state).map_err(|mut e| e.remove(0))?;
         write::reset_watermark(s).await?;
         let tz = spec.tz.clone().unwrap_or_else(|| "UTC".to_string());
         s.setting(format!("SET spark.sql.session.timeZone={tz}"))
@@ -152,7 +150,7 @@ impl Append<'_> {
             if !rewrites.is_empty() {
                 match spec.on_rewrite {
                     OnRewrite::Fail => {
-                        return Err(rewrite_refused(self.name, &spec.from, after, &rewrites));
+                        return Err(rewrite_refused(&spec.from, after, &rewrites));
                     }
                     OnRewrite::Skip => {
                         report.skipped_versions = rewrites.iter().map(|(v, _)| *v).collect();
@@ -286,7 +284,6 @@ impl Append<'_> {
             .flatten()
             .unwrap_or(0);
         EngineError::Cast {
-            flow: self.name.to_string(),
             source: Box::new(smelt_core::CoreError::CastFailed {
                 column: column.name.clone(),
                 target: column.ty.to_string(),

@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_first_run_without_a_ddl_takes_the_source_columns_uncast() {
-        let cols = columns("a", &flow(""), &state(None)).unwrap();
+        let cols = columns(&flow(""), &state(None)).unwrap();
         assert_eq!(cols.len(), 2);
         assert!(cols.iter().all(|c| !c.cast && c.ty == ColumnType::String));
         assert_eq!(typed(&cols[0]), ("r.`id`".to_string(), "false".to_string()));
@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn casts_need_the_spark_dialect_and_target_columns_the_source() {
         let target = Some(vec![("id", DataType::Int64), ("extra", DataType::Utf8)]);
-        let problems = columns("a", &flow(""), &state(target.clone())).unwrap_err();
+        let problems = columns(&flow(""), &state(target.clone())).unwrap_err();
         let text: Vec<String> = problems.iter().map(|e| e.to_string()).collect();
         assert!(
             text[0].contains("column `id` is cast to INT64 by `cast_dialect: lenient`"),
@@ -156,7 +156,7 @@ mod tests {
         );
         let spark = flow("      cast_dialect: spark\n");
         let target = Some(vec![("id", DataType::Int64)]);
-        let cols = columns("a", &spark, &state(target)).unwrap();
+        let cols = columns(&spark, &state(target)).unwrap();
         assert!(cols[0].cast);
         assert!(typed(&cols[0]).0.starts_with("try_cast(r.`id` AS BIGINT)"));
     }
@@ -164,7 +164,7 @@ mod tests {
     #[test]
     fn the_rows_kept_are_inserts_passing_where_outside_skipped_versions() {
         let spec = flow("");
-        let cols = columns("a", &spec, &state(None)).unwrap();
+        let cols = columns(&spec, &state(None)).unwrap();
         let sql = cache(&spec, &cols, &[4, 6]);
         assert!(
             sql.contains("coalesce((status = 'active'), false) AS __keep"),

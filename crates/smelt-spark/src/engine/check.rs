@@ -20,14 +20,11 @@ impl SparkEngine {
             Ok(state) => state,
             Err(e) => return vec![e],
         };
-        let columns = match columns::check(name, spec, &state) {
+        let columns = match columns::check(spec, &state) {
             Ok(columns) => columns,
             Err(problems) => return problems,
         };
-        match self
-            .check_predicates(name, spec, &columns.silver.columns)
-            .await
-        {
+        match self.check_predicates(spec, &columns.silver.columns).await {
             Ok(()) => Vec::new(),
             Err(e) => vec![e],
         }
@@ -41,7 +38,7 @@ impl SparkEngine {
             Ok(state) => state,
             Err(e) => return vec![e],
         };
-        if let Err(problems) = append::columns(name, spec, &state) {
+        if let Err(problems) = append::columns(spec, &state) {
             return problems;
         }
         if let Some(pred) = &spec.filter {
@@ -51,7 +48,7 @@ impl SparkEngine {
             );
             if let Err(e) = self.spark.sql("check `where`", &sql).await {
                 return vec![EngineError::user(
-                    format!("flow `{name}`: `where` does not run on Spark: {e}"),
+                    format!("`where` does not run on Spark: {e}"),
                     "write it as a Spark SQL condition over the source's columns",
                 )];
             }
@@ -71,23 +68,19 @@ impl SparkEngine {
         let state = match replace::discover(&s, &self.places, (name, spec), exported, false).await {
             Ok((state, batch)) if batch.as_ref().is_some_and(|b| b.to_load.is_empty()) => {
                 // No files to read yet: the target alone, as embedded.
-                return smelt_engine::flow::replace_where::target_schema(
-                    name,
-                    spec,
-                    state.target_schema,
-                )
-                .err()
-                .into_iter()
-                .collect();
+                return smelt_engine::flow::replace_where::target_schema(spec, state.target_schema)
+                    .err()
+                    .into_iter()
+                    .collect();
             }
             Ok((state, _)) => state,
             Err(e) => return vec![e],
         };
-        let columns = match replace::columns(name, spec, &state) {
+        let columns = match replace::columns(spec, &state) {
             Ok(columns) => columns,
             Err(problems) => return problems,
         };
-        let predicate = match replace::unfilled(name, spec, &columns) {
+        let predicate = match replace::unfilled(spec, &columns) {
             Ok(p) => p,
             Err(e) => return vec![e],
         };
@@ -108,7 +101,7 @@ impl SparkEngine {
         match self.spark.sql("check `predicate`", &sql).await {
             Ok(_) => Vec::new(),
             Err(e) => vec![EngineError::user(
-                format!("flow `{name}`: `predicate` does not run on Spark: {e}"),
+                format!("`predicate` does not run on Spark: {e}"),
                 "write it as a Spark SQL condition over the target's columns",
             )],
         }
@@ -145,11 +138,10 @@ impl SparkEngine {
     /// columns of a run (`silver`).
     pub(super) async fn check_predicates(
         &self,
-        name: &str,
         spec: &ApplyFlow,
         silver: &[ColumnDef],
     ) -> Result<()> {
-        self.check_conditions(name, spec, silver).await?;
+        self.check_conditions(spec, silver).await?;
         if let Some(pred) = &spec.apply_as_deletes {
             let sql = format!(
                 "SELECT * FROM {} WHERE ({pred}) LIMIT 0",
@@ -160,7 +152,7 @@ impl SparkEngine {
                 .await
                 .map_err(|e| {
                     EngineError::user(
-                        format!("flow `{name}`: `apply_as_deletes` does not run on Spark: {e}"),
+                        format!("`apply_as_deletes` does not run on Spark: {e}"),
                         "write it as a Spark SQL predicate over bronze's columns",
                     )
                 })?;
@@ -173,7 +165,6 @@ impl SparkEngine {
     /// and `_commit_version`; `where` silver's columns but the update audit column.
     pub(super) async fn check_conditions(
         &self,
-        name: &str,
         spec: &ApplyFlow,
         silver: &[ColumnDef],
     ) -> Result<()> {
@@ -221,7 +212,7 @@ impl SparkEngine {
                 .await
                 .map_err(|e| {
                     EngineError::user(
-                        format!("flow `{name}`: {what} does not run on Spark: {e}"),
+                        format!("{what} does not run on Spark: {e}"),
                         "write it as a Spark SQL condition over silver's columns",
                     )
                 })?;
@@ -231,7 +222,7 @@ impl SparkEngine {
                 .and_then(|s| s.fields().first().map(|f| f.data_type().clone()));
             if ty.is_some_and(|t| t != arrow::datatypes::DataType::Boolean) {
                 return Err(EngineError::user(
-                    format!("flow `{name}`: {what} (`{pred}`) is not a condition"),
+                    format!("{what} (`{pred}`) is not a condition"),
                     "write a comparison such as `Name IS NOT NULL`",
                 ));
             }

@@ -129,7 +129,7 @@ impl SparkEngine {
         );
         let result = self.run_on(&s, flow, ctx, None).await;
         self.drop_views(&s).await;
-        result?;
+        result.map_err(|e| EngineError::in_flow(&flow.name, e))?;
         Ok(s.statements())
     }
 

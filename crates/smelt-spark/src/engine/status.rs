@@ -86,7 +86,6 @@ impl SparkEngine {
                     .map(|l| l.into_iter().map(|(f, _)| f).collect());
                 self.drop_views(&s).await;
                 let waiting = smelt_engine::flow::ingest::ledger::plan_found(
-                    &flow.name,
                     spec,
                     found?,
                     &state.loaded,

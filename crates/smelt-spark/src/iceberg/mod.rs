@@ -381,7 +381,7 @@ pub(crate) async fn check_unmoved(
     if now != started {
         return Err(EngineError::user(
             format!(
-                "flow `{flow}`: `{name}`'s watermark moved from {} to {} during the run: another run of the flow committed first",
+                "`{name}`'s watermark moved from {} to {} during the run: another run of the flow committed first",
                 started.map_or("none".to_string(), |v| v.to_string()),
                 now.map_or("none".to_string(), |v| v.to_string()),
             ),

@@ -31,7 +31,6 @@ pub(crate) struct Planned {
 /// The column names of `file` (its first line `head`), `None` when it names none (an
 /// empty file without `columns:`).
 fn names_of(
-    name: &str,
     spec: &IngestFlow,
     file: &LandingFile,
     head: Option<&(i64, Vec<String>)>,
@@ -50,7 +49,7 @@ fn names_of(
     match &layout.columns {
         Some(given) if given.len() != header.len() => Err(EngineError::user(
             format!(
-                "flow `{name}`: {}: line {line}: the header has {} columns but `columns` names {}",
+                "{}: line {line}: the header has {} columns but `columns` names {}",
                 file.url,
                 header.len(),
                 given.len()
@@ -64,7 +63,6 @@ fn names_of(
 
 /// The columns of each of `files`, CSV files whose first lines are `heads`.
 pub(crate) fn csv_names(
-    name: &str,
     spec: &IngestFlow,
     files: &[LandingFile],
     heads: &Heads,
@@ -72,14 +70,13 @@ pub(crate) fn csv_names(
     files
         .iter()
         .enumerate()
-        .map(|(i, file)| names_of(name, spec, file, heads.get(&i)))
+        .map(|(i, file)| names_of(spec, file, heads.get(&i)))
         .collect()
 }
 
 /// Bronze's columns after a run of `spec` loading `files` (their columns `names`, `None`
 /// for a file that names none) into bronze of `schema` (`None`: not created yet).
 pub(crate) fn plan_columns(
-    name: &str,
     spec: &IngestFlow,
     schema: Option<&SchemaRef>,
     files: &[LandingFile],
@@ -145,7 +142,7 @@ pub(crate) fn plan_columns(
                         IngestEvolution::Fail if !is_own(n) => {
                             return Err(EngineError::user(
                                 format!(
-                                    "flow `{name}`: {}: column `{n}` is not in bronze `{}` (schema_evolution: {})",
+                                    "{}: column `{n}` is not in bronze `{}` (schema_evolution: {})",
                                     file.url,
                                     spec.into,
                                     evolution_name(spec.schema_evolution)
@@ -186,7 +183,7 @@ pub(crate) fn plan_columns(
         if let Some(typed) = fed.filter(|n| !is_own(n)).find(|n| !is_text(schema, n)) {
             return Err(EngineError::user(
                 format!(
-                    "flow `{name}`: bronze `{}` column `{typed}` is not STRING: typed bronze columns are not supported by the Spark engine's ingest yet",
+                    "bronze `{}` column `{typed}` is not STRING: typed bronze columns are not supported by the Spark engine's ingest yet",
                     spec.into
                 ),
                 "run this flow with `--engine embedded`, or keep bronze's file columns STRING",
@@ -247,11 +244,10 @@ mod tests {
         let files = [file("a.csv"), file("d=1/b.csv"), file("empty.csv")];
         let heads = Heads::from([(0, head(&["k", "v", ""])), (1, head(&["k", "w"]))]);
         let planned = plan_columns(
-            "f",
             &spec,
             None,
             &files,
-            &csv_names("f", &spec, &files, &heads).unwrap(),
+            &csv_names(&spec, &files, &heads).unwrap(),
         )
         .unwrap();
         assert_eq!(
@@ -281,11 +277,10 @@ mod tests {
         ));
         let files = [file("a.csv")];
         let names = [Some(vec!["k".into(), "x".into(), "_datasource".into()])];
-        let added = plan_columns("f", &flow(""), Some(&schema), &files, &names).unwrap();
+        let added = plan_columns(&flow(""), Some(&schema), &files, &names).unwrap();
         assert_eq!(added.added, ["x"]);
         assert_eq!(added.plan.rescued, ["_datasource"]);
         let rescued = plan_columns(
-            "f",
             &flow("      schema_evolution: rescue\n"),
             Some(&schema),
             &files,
@@ -294,7 +289,6 @@ mod tests {
         .unwrap();
         assert_eq!(rescued.plan.rescued, ["x", "_datasource"]);
         let refused = plan_columns(
-            "f",
             &flow("      schema_evolution: fail\n"),
             Some(&schema),
             &files,
@@ -312,12 +306,12 @@ mod tests {
     fn without_a_header_columns_are_given_or_numbered_and_a_header_must_match_them() {
         let files = [file("a.csv")];
         let heads = Heads::from([(0, head(&["1", "2", ""]))]);
-        let numbered = csv_names("f", &flow("      header: false\n"), &files, &heads).unwrap();
+        let numbered = csv_names(&flow("      header: false\n"), &files, &heads).unwrap();
         assert_eq!(
             numbered,
             [Some(vec!["_c0".into(), "_c1".into(), "_c2".into()])]
         );
-        let wrong = csv_names("f", &flow("      columns: [a]\n"), &files, &heads)
+        let wrong = csv_names(&flow("      columns: [a]\n"), &files, &heads)
             .unwrap_err()
             .to_string();
         assert!(

@@ -34,11 +34,7 @@ pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
 
 /// The files of the landing of flow `name` (`spec`) as Spark lists them, each with its
 /// path there: those a listing here would take (not hidden, matching the pattern).
-pub(crate) async fn list(
-    s: &Session<'_>,
-    name: &str,
-    spec: &IngestFlow,
-) -> Result<Vec<(LandingFile, String)>> {
+pub(crate) async fn list(s: &Session<'_>, spec: &IngestFlow) -> Result<Vec<(LandingFile, String)>> {
     let local;
     let (spark_base, base) = match &spec.url {
         Some(url) => (url.trim_end_matches('/').to_string(), Base::Url(url)),
@@ -52,10 +48,7 @@ pub(crate) async fn list(
     };
     let cannot = |e: EngineError| {
         EngineError::user(
-            format!(
-                "flow `{}`: the landing folder `{spark_base}` cannot be read: {e}",
-                name
-            ),
+            format!("the landing folder `{spark_base}` cannot be read: {e}"),
             "create it, or fix `from:`",
         )
     };
@@ -86,7 +79,7 @@ pub(crate) async fn list(
             )));
         };
         let file = listed(spec.pattern.as_deref(), &base, relative, size as u64, at)
-            .map_err(|e| EngineError::user(format!("flow `{}`: {e}", name), "fix `from:`"))?;
+            .map_err(|e| EngineError::user(format!("{e}"), "fix `from:`"))?;
         files.extend(file.map(|f| (f, path.clone())));
     }
     files.sort_by(|a, b| a.0.relative.cmp(&b.0.relative));

@@ -63,7 +63,7 @@ impl Ingest<'_> {
 
     /// The landing's files as Spark lists them (see [`list`]).
     pub(crate) async fn list(&self, s: &Session<'_>) -> Result<Vec<(LandingFile, String)>> {
-        list(s, self.name, self.spec).await
+        list(s, self.spec).await
     }
 
     /// Runs (or plans) the flow on `s`; `state` is where things stood before.
@@ -80,7 +80,7 @@ impl Ingest<'_> {
         } else {
             state.loaded.clone()
         };
-        let listing = plan_found(name, spec, found, &loaded, ctx.full_refresh)?;
+        let listing = plan_found(spec, found, &loaded, ctx.full_refresh)?;
         let done = state.watermark.unwrap_or(0);
         let bronze = BronzeAt {
             exists: state.schema.is_some(),
@@ -110,7 +110,7 @@ impl Ingest<'_> {
         report.to_version = batch;
         write::reset_watermark(s).await?;
         let (names, mut load) = self.read(s, &listing.to_load, &paths).await?;
-        let planned = plan_columns(name, spec, state.schema.as_ref(), &listing.to_load, &names)?;
+        let planned = plan_columns(spec, state.schema.as_ref(), &listing.to_load, &names)?;
         for (i, f) in load.iter_mut().enumerate() {
             f.group = planned.groups[i];
             f.partitions = planned
@@ -144,7 +144,7 @@ impl Ingest<'_> {
         if let Some(url) = text("open_url") {
             return Err(EngineError::user(
                 format!(
-                    "flow `{name}`: {url}: line {}: a quoted field does not end before the next separator or the line's end (text after its closing quote, or a field that spans lines): the Spark engine cuts a file into lines first, and reads neither",
+                    "{url}: line {}: a quoted field does not end before the next separator or the line's end (text after its closing quote, or a field that spans lines): the Spark engine cuts a file into lines first, and reads neither",
                     one("open_line")
                 ),
                 "run this flow with `--engine embedded`, or write line breaks inside fields escaped; nothing was committed",
@@ -153,7 +153,7 @@ impl Ingest<'_> {
         if malformed > MAX_MALFORMED {
             return Err(EngineError::user(
                 format!(
-                    "flow `{name}`: {}: more than {MAX_MALFORMED} malformed rows in this run (the first: line {}, {}); the files do not look like the flow says",
+                    "{}: more than {MAX_MALFORMED} malformed rows in this run (the first: line {}, {}); the files do not look like the flow says",
                     text("bad_url").unwrap_or_default(),
                     one("bad_line"),
                     text("bad_reason").unwrap_or_default()
@@ -164,7 +164,7 @@ impl Ingest<'_> {
         if rescued > 0 && spec.rescued_data.is_none() {
             return Err(EngineError::user(
                 format!(
-                    "flow `{name}`: {}: row at line {}: a value has no place in bronze (a column bronze does not have, or a field beyond the file's columns), and `rescued_data` is off; turn it on to keep such values",
+                    "{}: row at line {}: a value has no place in bronze (a column bronze does not have, or a field beyond the file's columns), and `rescued_data` is off; turn it on to keep such values",
                     text("rescued_url").unwrap_or_default(),
                     one("rescued_line"),
                 ),
@@ -239,8 +239,7 @@ impl Ingest<'_> {
         if there != files.len() {
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: {} of the {} files listed are gone or unreadable",
-                    self.name,
+                    "{} of the {} files listed are gone or unreadable",
                     files.len() - there.min(files.len()),
                     files.len()
                 ),
@@ -263,7 +262,7 @@ impl Ingest<'_> {
                         schema,
                     })
                     .collect();
-                parquet::lines_cache(self.name, &scans, |i| files[i].url.clone())?
+                parquet::lines_cache(&scans, |i| files[i].url.clone())?
             }
             _ => sql::lines_cache(&glob, &spec.csv),
         };
@@ -277,8 +276,8 @@ impl Ingest<'_> {
             let file = &files[i as usize];
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: `{}` changed while it was read (it was {} bytes when listed): it is being written",
-                    self.name, file.url, file.size
+                    "`{}` changed while it was read (it was {} bytes when listed): it is being written",
+                    file.url, file.size
                 ),
                 "nothing was committed; run again once the file is complete. Writers should write under a hidden name (`.name` or `_name`) and rename the file when done",
             ));
@@ -311,7 +310,7 @@ impl Ingest<'_> {
                         .map_err(|e| EngineError::Internal(format!("a file's first line: {e}")))?;
                     heads.insert(i as usize, (line.unwrap_or(0), fields));
                 }
-                csv_names(self.name, spec, files, &heads)?
+                csv_names(spec, files, &heads)?
             }
         };
         Ok((names, load))
@@ -335,8 +334,8 @@ impl Ingest<'_> {
                     return Err(match parquet::illegal_type(&message) {
                         Some(ty) => EngineError::user(
                             format!(
-                                "flow `{}`: {}: a column of Parquet type {ty}, which Spark's Parquet reader refuses",
-                                self.name, file.url
+                                "{}: a column of Parquet type {ty}, which Spark's Parquet reader refuses",
+                                file.url
                             ),
                             match ty.contains("NANOS") {
                                 true => {
@@ -350,8 +349,7 @@ impl Ingest<'_> {
                         None if message.contains("PATH_NOT_FOUND") => e,
                         None => EngineError::user(
                             format!(
-                                "flow `{}`: {}: not a readable Parquet file: {}",
-                                self.name,
+                                "{}: not a readable Parquet file: {}",
                                 file.url,
                                 message.lines().next().unwrap_or_default()
                             ),
@@ -392,8 +390,7 @@ impl Ingest<'_> {
         {
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: `{}` exists but is not an ingest rejects table",
-                    self.name,
+                    "`{}` exists but is not an ingest rejects table",
                     rejects_table(&self.spec.into)
                 ),
                 "rename or drop that table; smelt keeps the rows of files that do not parse there",

@@ -195,18 +195,14 @@ fn scan_select(scan: &Scan<'_>) -> std::result::Result<String, (String, String)>
 
 /// The cache of the rows of the files `scans`, their values as text; `url` names a file in
 /// errors.
-pub(crate) fn lines_cache(
-    flow: &str,
-    scans: &[Scan<'_>],
-    url: impl Fn(usize) -> String,
-) -> Result<String> {
+pub(crate) fn lines_cache(scans: &[Scan<'_>], url: impl Fn(usize) -> String) -> Result<String> {
     let selects: Vec<String> = scans
         .iter()
         .map(|scan| {
             scan_select(scan).map_err(|(column, ty)| {
                 EngineError::user(
                     format!(
-                        "flow `{flow}`: {}: column `{column}` is of type {ty}, which the Spark engine does not turn into text",
+                        "{}: column `{column}` is of type {ty}, which the Spark engine does not turn into text",
                         url(scan.index)
                     ),
                     "run this flow with `--engine embedded`; nothing was committed",
@@ -357,7 +353,7 @@ mod tests {
             relation: "parquet.`/l/a.parquet`".into(),
             schema: &schema,
         }];
-        let err = lines_cache("f", &scans, |_| "file:///l/a.parquet".into())
+        let err = lines_cache(&scans, |_| "file:///l/a.parquet".into())
             .unwrap_err()
             .to_string();
         assert!(
@@ -366,7 +362,6 @@ mod tests {
         );
         let empty = Schema::empty();
         let sql = lines_cache(
-            "f",
             &[Scan {
                 index: 3,
                 relation: "parquet.`/l/b`".into(),

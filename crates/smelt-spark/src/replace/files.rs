@@ -63,13 +63,13 @@ pub(crate) async fn discover(
         }
         _ => HashMap::new(),
     };
-    let listed = match ingest::list(s, name, files).await {
+    let listed = match ingest::list(s, files).await {
         Ok(listed) => listed,
         Err(e) if exported && e.to_string().contains("PATH_NOT_FOUND") => Vec::new(),
         Err(e) => return Err(e),
     };
     let found: Vec<LandingFile> = listed.into_iter().map(|(f, _)| f).collect();
-    let listing = plan_found(name, files, found, &loaded, false)?;
+    let listing = plan_found(files, found, &loaded, false)?;
     let applied = watermark.unwrap_or(0);
     let batch = Batch {
         found: listing.found.len(),

@@ -60,21 +60,19 @@ pub(crate) async fn discover(
 /// The columns `spec` writes — the target's, else its DDL's — each a column of the
 /// source: every problem, in the embedded engine's words.
 pub(crate) fn columns(
-    name: &str,
     spec: &ReplaceWhereFlow,
     state: &Tables,
 ) -> std::result::Result<Vec<Column>, Vec<EngineError>> {
     if state.target_schema.is_none() {
-        target_schema(name, spec, None).map_err(|e| vec![e])?;
+        target_schema(spec, None).map_err(|e| vec![e])?;
     }
     let missing = |column: &str| {
         EngineError::user(
-            format!("flow `{name}`: column `{column}` of the target is not in the input"),
+            format!("column `{column}` of the target is not in the input"),
             "add the column to the input, or remove it from the target's CREATE TABLE",
         )
     };
     let wanted = Wanted {
-        name,
         ddl: spec.target.as_ref(),
         dialect: spec.cast_dialect,
         missing: &missing,
@@ -85,7 +83,6 @@ pub(crate) fn columns(
 /// The predicate's placeholders, each with the column it bounds: an unknown column is a
 /// problem.
 fn holes<'c>(
-    name: &str,
     spec: &ReplaceWhereFlow,
     columns: &'c [Column],
 ) -> Result<Vec<(Placeholder, &'c Column)>> {
@@ -93,16 +90,16 @@ fn holes<'c>(
         .into_iter()
         .map(|h| match columns.iter().find(|c| c.name == h.column) {
             Some(c) => Ok((h, c)),
-            None => Err(unknown_bound(name, spec, &h)),
+            None => Err(unknown_bound(spec, &h)),
         })
         .collect()
 }
 
 /// The predicate with each placeholder a NULL of its column's type: what `validate`
 /// checks on the cluster.
-pub(crate) fn unfilled(name: &str, spec: &ReplaceWhereFlow, columns: &[Column]) -> Result<String> {
+pub(crate) fn unfilled(spec: &ReplaceWhereFlow, columns: &[Column]) -> Result<String> {
     let mut text = spec.predicate.clone();
-    for (h, c) in holes(name, spec, columns)? {
+    for (h, c) in holes(spec, columns)? {
         text = text.replace(&h.text, &format!("CAST(NULL AS {})", spark_type(c.ty)));
     }
     Ok(text)
@@ -140,14 +137,13 @@ impl Replace<'_> {
         if let Some(w) = stored.filter(|w| *w > v && !self.ctx.full_refresh) {
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: the target's watermark is source version {w}, but `{}` is at version {v}: was the source recreated?",
-                    self.name,
+                    "the target's watermark is source version {w}, but `{}` is at version {v}: was the source recreated?",
                     source_name(spec)
                 ),
                 "drop the target and run again: Delta's idempotent writes cannot lower a watermark",
             ));
         }
-        let columns = columns(self.name, spec, state).map_err(|mut e| e.remove(0))?;
+        let columns = columns(spec, state).map_err(|mut e| e.remove(0))?;
         write::reset_watermark(s).await?;
         let tz = spec.tz.clone().unwrap_or_else(|| "UTC".to_string());
         s.setting(format!("SET spark.sql.session.timeZone={tz}"))
@@ -186,7 +182,7 @@ impl Replace<'_> {
 
     /// The predicate as run: its placeholders filled from the batch.
     async fn predicate(&self, s: &Session<'_>, columns: &[Column]) -> Result<String> {
-        let holes = holes(self.name, self.spec, columns)?;
+        let holes = holes(self.spec, columns)?;
         let mut text = self.spec.predicate.clone();
         if holes.is_empty() {
             return Ok(text);
@@ -195,7 +191,7 @@ impl Replace<'_> {
         let rows = s.read("the batch's bounds", sql::bounds(&wanted)).await?;
         for (i, (h, c)) in holes.iter().enumerate() {
             let Some(value) = rows.strings(&format!("b{i}")).first().cloned().flatten() else {
-                return Err(empty_bound(self.name, h));
+                return Err(empty_bound(h));
             };
             text = text.replace(&h.text, &sql::literal(&value, c.ty));
         }
@@ -262,7 +258,7 @@ impl Replace<'_> {
                 report.to_version,
                 one("outside")
             );
-            return Err(outside(self.name, &row, predicate, &values.join(", ")));
+            return Err(outside(&row, predicate, &values.join(", ")));
         }
         Ok(())
     }
@@ -283,7 +279,7 @@ impl Replace<'_> {
             row: 0,
         };
         let row = format!("a row of `{}` version {v}", source_name(self.spec));
-        cast_failed(self.name, miss, &row)
+        cast_failed(miss, &row)
     }
 
     /// The target created when it does not exist, then the batch written over the rows the

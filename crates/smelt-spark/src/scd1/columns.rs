@@ -37,23 +37,14 @@ impl Columns {
 }
 
 /// The columns of flow `name`'s run, or its first problem.
-pub(crate) fn resolve(name: &str, spec: &ApplyFlow, state: &State) -> Result<Columns> {
-    check(name, spec, state).map_err(|mut p| p.remove(0))
+pub(crate) fn resolve(spec: &ApplyFlow, state: &State) -> Result<Columns> {
+    check(spec, state).map_err(|mut p| p.remove(0))
 }
 
 /// The columns of flow `name`'s run, or every problem with them, as the embedded engine
 /// finds them.
-pub(crate) fn check(
-    name: &str,
-    spec: &ApplyFlow,
-    state: &State,
-) -> Result<Columns, Vec<EngineError>> {
-    let (resolved, problems) = drift(
-        name,
-        spec,
-        state.silver_schema.clone(),
-        &state.bronze_schema,
-    );
+pub(crate) fn check(spec: &ApplyFlow, state: &State) -> Result<Columns, Vec<EngineError>> {
+    let (resolved, problems) = drift(spec, state.silver_schema.clone(), &state.bronze_schema);
     let resolved = match resolved {
         Some(d) if problems.is_empty() => d,
         _ => return Err(problems),
@@ -70,7 +61,7 @@ pub(crate) fn check(
         let ty = column_type(f.data_type()).ok_or_else(|| {
             EngineError::user(
                 format!(
-                    "flow `{name}`: column `{}` ({}) of `{}` or `{}` has a type silver cannot hold",
+                    "column `{}` ({}) of `{}` or `{}` has a type silver cannot hold",
                     f.name(),
                     type_name(f.data_type()),
                     spec.from,
@@ -176,7 +167,7 @@ mod tests {
             ("_ingest_timestamp", ts()),
             ("_update_timestamp", ts()),
         ];
-        let reported = resolve("f", &spec(""), &state(&bronze, Some(silver))).unwrap();
+        let reported = resolve(&spec(""), &state(&bronze, Some(silver))).unwrap();
         assert_eq!(reported.new_columns, ["color"]);
         assert!(reported.to_add.is_empty());
         let names: Vec<&str> = reported
@@ -190,7 +181,7 @@ mod tests {
         assert!(!reported.silver.columns[1].nullable);
 
         let evolving = spec("      schema_evolution: add_new_columns\n");
-        let added = resolve("f", &evolving, &state(&bronze, Some(silver))).unwrap();
+        let added = resolve(&evolving, &state(&bronze, Some(silver))).unwrap();
         assert_eq!(added.to_add.len(), 1);
         assert_eq!(added.silver.columns.last().unwrap().name, "color");
         assert_eq!(
@@ -208,7 +199,7 @@ mod tests {
             ("tags", nested),
         ];
         let evolving = spec("      schema_evolution: add_new_columns\n");
-        let err = resolve("f", &evolving, &state(&bronze, None))
+        let err = resolve(&evolving, &state(&bronze, None))
             .unwrap_err()
             .to_string();
         assert!(
@@ -223,7 +214,7 @@ mod tests {
             ("_ingest_timestamp", ts()),
             ("_update_timestamp", ts()),
         ];
-        let all = check("f", &spec(""), &state(&bronze, Some(silver))).unwrap_err();
+        let all = check(&spec(""), &state(&bronze, Some(silver))).unwrap_err();
         let text = all[0].to_string();
         assert!(
             text.contains("column `v` of `s.t` is STRING in the table but INT64"),

@@ -16,7 +16,6 @@ use crate::session::Session;
 /// `on_cast_error: fail`: the first value of the first failing column that does not cast.
 pub(super) async fn cast(
     s: &Session<'_>,
-    flow: &str,
     spec: &ApplyFlow,
     shape: &Shape,
     failures: &BTreeMap<String, usize>,
@@ -35,7 +34,7 @@ pub(super) async fn cast(
     let raw = text(&first, "raw").unwrap_or_default();
     EngineError::user(
         format!(
-            "flow `{flow}`: cannot cast column `{}` to {}: value \"{raw}\" (bronze `{}` version {}, key {}); {total} value(s) failed in all",
+            "cannot cast column `{}` to {}: value \"{raw}\" (bronze `{}` version {}, key {}); {total} value(s) failed in all",
             column.name,
             column.ty,
             spec.from,
@@ -50,7 +49,6 @@ pub(super) async fn cast(
 /// the first change failing it.
 pub(super) async fn violation(
     s: &Session<'_>,
-    flow: &str,
     spec: &ApplyFlow,
     shape: &Shape,
     failed: &BTreeMap<String, usize>,
@@ -72,7 +70,7 @@ pub(super) async fn violation(
     let total: usize = failed.values().sum();
     EngineError::user(
         format!(
-            "flow `{flow}`: expectation `{name}` (`{pred}`) failed for the change of key {} in bronze `{}` version {}; {total} change(s) failed expectations in all",
+            "expectation `{name}` (`{pred}`) failed for the change of key {} in bronze `{}` version {}; {total} change(s) failed expectations in all",
             keys(shape, &first),
             spec.from,
             version(&first),
@@ -85,7 +83,6 @@ pub(super) async fn violation(
 /// their sequence.
 pub(super) async fn conflict(
     s: &Session<'_>,
-    flow: &str,
     spec: &ApplyFlow,
     shape: &Shape,
     conflicts: usize,
@@ -106,7 +103,7 @@ pub(super) async fn conflict(
         .collect();
     EngineError::user(
         format!(
-            "flow `{flow}`: changes of key {} share the greatest sequence ({}) but differ; {conflicts} key(s) conflict in all",
+            "changes of key {} share the greatest sequence ({}) but differ; {conflicts} key(s) conflict in all",
             keys(shape, &first),
             sequence.join(", "),
         ),

@@ -75,7 +75,7 @@ impl Scd1<'_> {
     /// Runs (or plans) the flow on `session`; `state` is where things stood before.
     pub(crate) async fn run(&self, s: &Session<'_>, state: &State) -> Result<FlowReport> {
         let spec = self.spec;
-        let columns = columns::resolve(self.name, spec, state)?;
+        let columns = columns::resolve(spec, state)?;
         let shape = Shape::new(spec, &columns.silver).adding(&columns.to_add);
         let mut report = self.report(state);
         report.new_columns = columns.new_columns.clone();
@@ -95,8 +95,8 @@ impl Scd1<'_> {
             (false, Some(w)) if w > state.bronze_version => {
                 return Err(EngineError::user(
                     format!(
-                        "flow `{}`: silver's watermark is bronze version {w}, but `{}` is at version {}: was bronze recreated?",
-                        self.name, spec.from, state.bronze_version
+                        "silver's watermark is bronze version {w}, but `{}` is at version {}: was bronze recreated?",
+                        spec.from, state.bronze_version
                     ),
                     match spec.into.catalog {
                         Some(_) => "rebuild silver with `smelt run --full-refresh`",
@@ -270,12 +270,10 @@ impl Scd1<'_> {
             }
         }
         if self.spec.on_cast_error == OnCastError::Fail && !counts.cast_failures.is_empty() {
-            return Err(fail::cast(s, self.name, self.spec, shape, &counts.cast_failures).await);
+            return Err(fail::cast(s, self.spec, shape, &counts.cast_failures).await);
         }
         if self.spec.on_violation == OnViolation::Fail && !counts.expectations.is_empty() {
-            return Err(
-                fail::violation(s, self.name, self.spec, shape, &counts.expectations).await,
-            );
+            return Err(fail::violation(s, self.spec, shape, &counts.expectations).await);
         }
         Ok(counts)
     }
@@ -310,7 +308,7 @@ impl Scd1<'_> {
         counts.conflicts = one("conflicts");
         counts.filtered = one("filtered");
         if counts.conflicts > 0 && self.spec.on_sequence_conflict == OnSequenceConflict::Fail {
-            return Err(fail::conflict(s, self.name, self.spec, shape, counts.conflicts).await);
+            return Err(fail::conflict(s, self.spec, shape, counts.conflicts).await);
         }
         Ok(())
     }

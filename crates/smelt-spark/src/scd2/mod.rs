@@ -96,8 +96,7 @@ impl Scd1<'_> {
                 .collect();
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: {} key(s) have two changes with one sequence and different data (the first: {})",
-                    self.name,
+                    "{} key(s) have two changes with one sequence and different data (the first: {})",
                     counts.conflicts,
                     key.join(", ")
                 ),

@@ -38,7 +38,7 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
     if let Some((n, e)) = failure {
         let mut failure = Failure::from(e);
         if n > 0 {
-            failure.messages[0] = format!("statement {n}: {}", failure.messages[0]);
+            failure.messages[0].0 = format!("statement {n}: {}", failure.messages[0].0);
             // A script that does not parse runs nothing, whatever statement is refused.
             if !outputs.is_empty() {
                 failure.causes.push(format!(

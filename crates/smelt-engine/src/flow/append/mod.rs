@@ -25,23 +25,17 @@ use crate::stage::{Buffered, CastMiss, cast_to_in, commit_report};
 
 /// The error of `on_cast_error: fail`.
 pub(crate) fn cast_failed(
-    flow_name: &str,
     source: &impl std::fmt::Display,
     miss: CastMiss,
     version: i64,
 ) -> EngineError {
-    crate::flow::replace_where::cast_failed(
-        flow_name,
-        miss,
-        &format!("`{source}` version {version}"),
-    )
+    crate::flow::replace_where::cast_failed(miss, &format!("`{source}` version {version}"))
 }
 use crate::{EngineError, Result};
 
 /// The error of `on_rewrite: fail`: the first of the source's `rewrites` (version,
 /// operation) after version `after`, and how many there are.
 pub fn rewrite_refused(
-    flow_name: &str,
     source: &impl std::fmt::Display,
     after: i64,
     rewrites: &[(i64, String)],
@@ -51,7 +45,7 @@ pub fn rewrite_refused(
         .map_or((after + 1, ""), |(v, op)| (*v, op.as_str()));
     EngineError::user(
         format!(
-            "flow `{flow_name}`: `{source}` version {version} rewrites rows ({}), and an append flow only appends{}",
+            "`{source}` version {version} rewrites rows ({}), and an append flow only appends{}",
             if operation.is_empty() {
                 "unknown operation"
             } else {
@@ -103,7 +97,7 @@ pub async fn run_append(
         if !rewrites.is_empty() {
             match flow.on_rewrite {
                 OnRewrite::Fail => {
-                    return Err(rewrite_refused(flow_name, &flow.from, after, &rewrites));
+                    return Err(rewrite_refused(&flow.from, after, &rewrites));
                 }
                 OnRewrite::Skip => {
                     let versions: Vec<i64> = rewrites.iter().map(|(v, _)| *v).collect();
@@ -122,9 +116,8 @@ pub async fn run_append(
         ReadMode::Incremental
     };
 
-    let what = format!("flow `{flow_name}`");
     let source_schema = source.schema();
-    let (schema, filter, problems) = check_append(flow_name, flow, &source_schema, target.schema());
+    let (schema, filter, problems) = check_append(flow, &source_schema, target.schema());
     if let Some(e) = problems.into_iter().next() {
         return Err(e);
     }
@@ -167,7 +160,7 @@ pub async fn run_append(
         }
         let rows = filter_record_batch(&batch, &keep)?;
         let dialect = crate::flow::apply::core_dialect(flow.cast_dialect);
-        let cast = cast_to_in(&rows, &schema, flow.tz.as_deref(), &what, dialect)?;
+        let cast = cast_to_in(&rows, &schema, flow.tz.as_deref(), dialect)?;
         for (c, n) in cast.failures {
             *failures.entry(c).or_default() += n;
         }
@@ -176,7 +169,7 @@ pub async fn run_append(
                 .column_by_name(COMMIT_VERSION)
                 .map(|c| c.as_primitive::<Int64Type>().value(miss.row))
                 .unwrap_or_default();
-            return Err(cast_failed(flow_name, &flow.from, miss, version));
+            return Err(cast_failed(&flow.from, miss, version));
         }
         if buffer.push(cast.batch) {
             buffer.flush(target).await?;
@@ -212,12 +205,10 @@ pub async fn run_append(
 /// compiled `where`, checked against the source's columns `source_schema`: every problem,
 /// in the order a run meets them.
 pub(crate) fn check_append(
-    flow_name: &str,
     flow: &AppendFlow,
     source_schema: &SchemaRef,
     target_schema: Option<SchemaRef>,
 ) -> (SchemaRef, Option<Predicate>, Vec<EngineError>) {
-    let what = format!("flow `{flow_name}`");
     let mut problems = Vec::new();
     let schema: SchemaRef = match (target_schema, &flow.target) {
         (Some(s), _) => s,
@@ -225,7 +216,7 @@ pub(crate) fn check_append(
         (None, None) => Arc::new(Schema::new(source_schema.fields().clone())),
     };
     let filter = flow.filter.as_deref().and_then(|sql| {
-        Predicate::compile(sql, source_schema, &format!("{what}: `where`"))
+        Predicate::compile(sql, source_schema, "`where`")
             .map_err(|e| problems.push(e))
             .ok()
     });
@@ -236,7 +227,7 @@ pub(crate) fn check_append(
     {
         problems.push(EngineError::user(
             format!(
-                "{what}: target column `{}` is not a column of `{}`",
+                "target column `{}` is not a column of `{}`",
                 missing.name(),
                 flow.from
             ),

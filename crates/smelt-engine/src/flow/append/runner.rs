@@ -35,7 +35,7 @@ impl FlowRunner for Append<'_> {
             Err(e) => return vec![e],
         };
         match source {
-            Some(source) => check_append(self.name, self.spec, &source.schema(), target.schema()).2,
+            Some(source) => check_append(self.spec, &source.schema(), target.schema()).2,
             None => Vec::new(),
         }
     }

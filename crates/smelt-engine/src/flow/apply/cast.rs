@@ -114,7 +114,6 @@ impl CastPlan {
     /// `as_deletes` (`apply_as_deletes`, compiled already), `apply_as_truncates`, the
     /// sequence columns and the expectations.
     pub(super) fn for_flow(
-        flow_name: &str,
         flow: &ApplyFlow,
         bronze: &SchemaRef,
         schema: &SchemaRef,
@@ -124,11 +123,7 @@ impl CastPlan {
             .apply_as_truncates
             .as_deref()
             .map(|sql| {
-                Predicate::compile(
-                    sql,
-                    &source_change_schema(bronze),
-                    &format!("flow `{flow_name}`: `apply_as_truncates`"),
-                )
+                Predicate::compile(sql, &source_change_schema(bronze), "`apply_as_truncates`")
             })
             .transpose()?;
         let mut casting = CastPlan::new(
@@ -141,11 +136,8 @@ impl CastPlan {
         // `_commit_timestamp` in `sequence_by` is the change batch's own column.
         casting.sequence = flow.sequence_by.clone();
         for (name, sql) in &flow.expectations {
-            let predicate = Predicate::compile(
-                sql,
-                &casting.schema,
-                &format!("flow `{flow_name}`: expectation `{name}`"),
-            )?;
+            let predicate =
+                Predicate::compile(sql, &casting.schema, &format!("expectation `{name}`"))?;
             casting.expectations.push((name.clone(), predicate));
         }
         Ok(casting)

@@ -110,10 +110,9 @@ impl PartitionWork<'_> {
                     OnSequenceConflict::Fail => {
                         return Err(EngineError::user(
                             format!(
-                                "flow `{}`: changes of key {} share the greatest sequence ({}) but differ; {conflicted} key(s) conflict in all",
-                                report.flow,
+                                "changes of key {} share the greatest sequence ({}) but differ; {conflicted} key(s) conflict in all",
                                 describe(&flow.keys, &key_arrays)?,
-                                describe(&flow.sequence_by, &seq_arrays)?,
+                                describe(&flow.sequence_by, &seq_arrays)?
                             ),
                             "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last` (bronze order wins) or `quarantine`",
                         ));

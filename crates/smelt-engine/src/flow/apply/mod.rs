@@ -103,16 +103,16 @@ pub async fn run_apply(
         as_deletes,
         state_schema,
         filter: filter_predicate,
-    } = resolve_schema(flow_name, flow, &*silver, &bronze)?;
+    } = resolve_schema(flow, &*silver, &bronze)?;
     let audit_ingest = flow.audit.ingest_timestamp.as_deref();
     let audit_update = flow.audit.update_timestamp.as_deref();
     let tomb_schema = tombstone_schema(&schema, flow, audit_ingest)?;
-    let widen_tombstones = check_tombstones(flow_name, &tomb_schema, &*tombstones)?;
+    let widen_tombstones = check_tombstones(&tomb_schema, &*tombstones)?;
 
     // The range: the bronze versions to read, and the watermark to commit.
-    let range = resolve_range(flow_name, flow, source, &*silver, &app, ctx).await?;
+    let range = resolve_range(flow, source, &*silver, &app, ctx).await?;
     let mut report = start_report(&cx, &range, &*silver, &new_columns, &to_add);
-    if range.up_to_date(flow_name, flow, ctx)? {
+    if range.up_to_date(flow, ctx)? {
         report.status = ReportStatus::UpToDate;
         phases.end("check");
         report.phases_ms = phases.done;
@@ -126,7 +126,7 @@ pub async fn run_apply(
     let partitions = partitions_for(source.bytes_to_read(range.after).await?, ctx.memory_limit);
     report.partitions = partitions;
     reporter.phase(flow_name, "read changes");
-    let casting = CastPlan::for_flow(flow_name, flow, &bronze, &schema, as_deletes)?;
+    let casting = CastPlan::for_flow(flow, &bronze, &schema, as_deletes)?;
     let CastChanges {
         mut store,
         mut rejects,
@@ -145,15 +145,8 @@ pub async fn run_apply(
     // Truncates: the greatest one of this run empties silver as of its sequence, unless an
     // earlier run already truncated through a later one. Changes up to the greatest
     // truncate known are stale.
-    let (truncate_now, stale_through) = resolve_truncates(
-        flow_name,
-        flow,
-        &mut *silver,
-        truncates,
-        &casting,
-        ctx.dry_run,
-    )
-    .await?;
+    let (truncate_now, stale_through) =
+        resolve_truncates(flow, &mut *silver, truncates, &casting, ctx.dry_run).await?;
     report.truncated = truncate_now;
 
     // Tombstones ahead of silver: a crashed attempt committed them (through bronze version
@@ -338,28 +331,27 @@ fn work_is_fresh(ctx: &RunContext, truncate_now: bool) -> bool {
 /// silver and its tombstones against the flow and the source's columns, and the flow's
 /// predicates and expectations.
 pub(crate) fn check_apply(
-    flow_name: &str,
     flow: &ApplyFlow,
     source: &dyn ChangeSource,
     silver: &dyn SilverTable,
     tombstones: &dyn SilverTable,
 ) -> Vec<crate::EngineError> {
     let bronze = source.schema();
-    let (resolved, mut problems) = resolve_schema_all(flow_name, flow, silver, &bronze);
+    let (resolved, mut problems) = resolve_schema_all(flow, silver, &bronze);
     let Some(resolved) = resolved else {
         return problems;
     };
     let audit_ingest = flow.audit.ingest_timestamp.as_deref();
     match tombstone_schema(&resolved.schema, flow, audit_ingest) {
         Ok(tomb_schema) => {
-            if let Err(e) = check_tombstones(flow_name, &tomb_schema, tombstones) {
+            if let Err(e) = check_tombstones(&tomb_schema, tombstones) {
                 problems.push(e);
             }
         }
         Err(e) => problems.push(e),
     }
     // `apply_as_truncates` and the expectations, over the cast changes.
-    if let Err(e) = CastPlan::for_flow(flow_name, flow, &bronze, &resolved.schema, None) {
+    if let Err(e) = CastPlan::for_flow(flow, &bronze, &resolved.schema, None) {
         problems.push(e);
     }
     problems

@@ -24,7 +24,6 @@ pub(super) struct Range {
 /// The range of a run of `flow` into `silver`: after the watermark `app` stored, after
 /// nothing with `--full-refresh`, after `ctx.replay_after` with `--since`.
 pub(super) async fn resolve_range(
-    flow_name: &str,
     flow: &ApplyFlow,
     source: &dyn ChangeSource,
     silver: &dyn SilverTable,
@@ -43,7 +42,7 @@ pub(super) async fn resolve_range(
             let Some(w) = stored else {
                 return Err(EngineError::user(
                     format!(
-                        "flow `{flow_name}`: `--since` replays a window into silver `{}`, which no run of this flow has written yet",
+                        "`--since` replays a window into silver `{}`, which no run of this flow has written yet",
                         flow.into
                     ),
                     "run the flow once without `--since`",
@@ -79,12 +78,7 @@ impl Range {
 
     /// True when there is nothing to read: silver has applied the source's version already
     /// (or, replaying, a later one). Silver ahead of bronze is an error: bronze was recreated.
-    pub(super) fn up_to_date(
-        &self,
-        flow_name: &str,
-        flow: &ApplyFlow,
-        ctx: &RunContext,
-    ) -> Result<bool> {
+    pub(super) fn up_to_date(&self, flow: &ApplyFlow, ctx: &RunContext) -> Result<bool> {
         let (watermark, v) = (self.after, self.to);
         if let Some(w) = watermark {
             if w >= v && ctx.replay_after.is_some() {
@@ -96,7 +90,7 @@ impl Range {
             if w > v {
                 return Err(EngineError::user(
                     format!(
-                        "flow `{flow_name}`: silver `{}` has applied bronze version {w}, but `{}` is only at version {v}",
+                        "silver `{}` has applied bronze version {w}, but `{}` is only at version {v}",
                         flow.into, flow.from
                     ),
                     "the bronze table was recreated; rebuild silver with `smelt run --full-refresh`",

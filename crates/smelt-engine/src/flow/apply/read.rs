@@ -94,7 +94,6 @@ pub(super) async fn read_and_cast(
     if let (OnCastError::Fail, Some(f)) = (flow.on_cast_error, first_failure) {
         let total = report.cast_failures_total();
         return Err(EngineError::Cast {
-            flow: flow_name.to_string(),
             source: Box::new(smelt_core::CoreError::CastFailed {
                 column: f.column,
                 target: f.target,
@@ -110,7 +109,7 @@ pub(super) async fn read_and_cast(
     if let Some(message) = first_violation {
         let total: usize = report.expectations.values().sum();
         return Err(EngineError::user(
-            format!("flow `{flow_name}`: {message}; {total} change(s) failed expectations in all"),
+            format!("{message}; {total} change(s) failed expectations in all"),
             "fix the change in bronze, or set `on_violation:` to `warn`, `drop` or `quarantine`",
         ));
     }

@@ -87,7 +87,7 @@ impl FlowRunner for Apply<'_> {
             (Err(e), _) | (_, Err(e)) => return vec![e],
         };
         match source {
-            Some(source) => check_apply(self.name, spec, source, &*silver, &*tombstones),
+            Some(source) => check_apply(spec, source, &*silver, &*tombstones),
             None => Vec::new(),
         }
     }

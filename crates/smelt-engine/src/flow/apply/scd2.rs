@@ -209,8 +209,8 @@ impl PartitionWork<'_> {
         if plan.sequence_conflicts > 0 && flow.on_sequence_conflict == OnSequenceConflict::Fail {
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: {} key(s) have two changes with one sequence and different data",
-                    report.flow, plan.sequence_conflicts
+                    "{} key(s) have two changes with one sequence and different data",
+                    plan.sequence_conflicts
                 ),
                 "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last`",
             ));

@@ -28,11 +28,7 @@ pub struct SilverSchema {
 /// does not exist yet), checked against the DDL, or the DDL's. With `schema_evolution:
 /// add_new_columns`, DDL columns the table lacks are to be added; with `widen_types`, DDL
 /// types wider than the table's replace them.
-pub fn silver_schema(
-    flow_name: &str,
-    flow: &ApplyFlow,
-    existing: Option<SchemaRef>,
-) -> Result<SilverSchema> {
+pub fn silver_schema(flow: &ApplyFlow, existing: Option<SchemaRef>) -> Result<SilverSchema> {
     let declared = flow.silver.as_ref().map(arrow_schema);
     let mut missing = Vec::new();
     let mut widened: Vec<Field> = Vec::new();
@@ -47,7 +43,7 @@ pub fn silver_schema(
                     Ok(e) => {
                         return Err(EngineError::user(
                             format!(
-                                "flow `{flow_name}`: column `{}` of `{}` is {} in the table but {} in {}",
+                                "column `{}` of `{}` is {} in the table but {} in {}",
                                 f.name(),
                                 flow.into,
                                 type_name(e.data_type()),
@@ -70,7 +66,7 @@ pub fn silver_schema(
                     Err(_) => {
                         return Err(EngineError::user(
                             format!(
-                                "flow `{flow_name}`: column `{}` is declared but missing from the existing table `{}`",
+                                "column `{}` is declared but missing from the existing table `{}`",
                                 f.name(),
                                 flow.into
                             ),
@@ -173,12 +169,11 @@ pub(super) struct FlowSchema {
 /// silver column from bronze, the keys, `column_list`; compiles `apply_as_deletes` and
 /// `where`. Fails with the first problem.
 pub(super) fn resolve_schema(
-    flow_name: &str,
     flow: &ApplyFlow,
     silver: &dyn SilverTable,
     bronze: &SchemaRef,
 ) -> Result<FlowSchema> {
-    let (resolved, mut problems) = resolve_schema_all(flow_name, flow, silver, bronze);
+    let (resolved, mut problems) = resolve_schema_all(flow, silver, bronze);
     match resolved {
         Some(resolved) if problems.is_empty() => Ok(resolved),
         _ => Err(problems.remove(0)),
@@ -205,7 +200,6 @@ pub struct Drift {
 /// `column_list`. The schema is there unless the DDL and the table disagree (problems or
 /// not: the flow's predicates are still checked against it).
 pub fn drift(
-    flow_name: &str,
     flow: &ApplyFlow,
     existing: Option<SchemaRef>,
     bronze: &SchemaRef,
@@ -215,7 +209,7 @@ pub fn drift(
         mut schema,
         missing: mut to_add,
         widen,
-    } = match silver_schema(flow_name, flow, existing) {
+    } = match silver_schema(flow, existing) {
         Ok(s) => s,
         Err(e) => return (None, vec![e]),
     };
@@ -224,7 +218,7 @@ pub fn drift(
             if schema.field_with_name(c).is_err() {
                 problems.push(EngineError::user(
                     format!(
-                        "flow `{flow_name}`: `scd: 2` needs column `{c}` in `{}`, which has none",
+                        "`scd: 2` needs column `{c}` in `{}`, which has none",
                         flow.into
                     ),
                     "the table was created for SCD type 1; write the history to a new table",
@@ -266,7 +260,7 @@ pub fn drift(
         };
         problems.push(EngineError::user(
             format!(
-                "flow `{flow_name}`: silver column `{}` of `{}` is missing from bronze table `{}`",
+                "silver column `{}` of `{}` is missing from bronze table `{}`",
                 f.name(),
                 flow.into,
                 flow.from
@@ -277,10 +271,7 @@ pub fn drift(
     for k in &flow.keys {
         if schema.field_with_name(k).is_err() {
             problems.push(EngineError::user(
-                format!(
-                    "flow `{flow_name}`: key column `{k}` is not a column of `{}`",
-                    flow.into
-                ),
+                format!("key column `{k}` is not a column of `{}`", flow.into),
                 match did_you_mean(k, schema.fields().iter().map(|f| f.name().as_str())) {
                     Some(near) => format!("did you mean `{near}`?"),
                     None => "set `keys:` to columns of the silver table".to_string(),
@@ -296,7 +287,7 @@ pub fn drift(
         if schema.field_with_name(c).is_err() {
             problems.push(EngineError::user(
                 format!(
-                    "flow `{flow_name}`: `column_list` names `{c}`, which is not a column of `{}`",
+                    "`column_list` names `{c}`, which is not a column of `{}`",
                     flow.into
                 ),
                 "list columns of the silver table",
@@ -315,12 +306,11 @@ pub fn drift(
 /// [`resolve_schema`] with every problem found, in the order a run meets them; the schema
 /// when there are none.
 pub(super) fn resolve_schema_all(
-    flow_name: &str,
     flow: &ApplyFlow,
     silver: &dyn SilverTable,
     bronze: &SchemaRef,
 ) -> (Option<FlowSchema>, Vec<EngineError>) {
-    let (drift, mut problems) = drift(flow_name, flow, silver.schema(), bronze);
+    let (drift, mut problems) = drift(flow, silver.schema(), bronze);
     let Some(Drift {
         schema,
         to_add,
@@ -332,13 +322,9 @@ pub(super) fn resolve_schema_all(
     };
     let audit_update = flow.audit.update_timestamp.as_deref();
     let as_deletes = flow.apply_as_deletes.as_deref().and_then(|sql| {
-        Predicate::compile(
-            sql,
-            &source_change_schema(bronze),
-            &format!("flow `{flow_name}`: `apply_as_deletes`"),
-        )
-        .map_err(|e| problems.push(e))
-        .ok()
+        Predicate::compile(sql, &source_change_schema(bronze), "`apply_as_deletes`")
+            .map_err(|e| problems.push(e))
+            .ok()
     });
     let state_schema = Arc::new(Schema::new(
         schema
@@ -352,7 +338,7 @@ pub(super) fn resolve_schema_all(
             .collect::<Vec<_>>(),
     ));
     let filter_predicate = flow.filter.as_deref().and_then(|sql| {
-        Predicate::compile(sql, &state_schema, &format!("flow `{flow_name}`: `where`"))
+        Predicate::compile(sql, &state_schema, "`where`")
             .map_err(|e| problems.push(e))
             .ok()
     });

@@ -65,7 +65,6 @@ pub(super) fn stored_sequence_names(flow: &ApplyFlow, audit_ingest: Option<&str>
 /// and sequence types: after `widen_types` they are widened too (checked every run, so a
 /// crash between the two widenings heals). True when they are to be widened.
 pub(super) fn check_tombstones(
-    flow_name: &str,
     tomb_schema: &SchemaRef,
     tombstones: &dyn SilverTable,
 ) -> Result<bool> {
@@ -80,7 +79,7 @@ pub(super) fn check_tombstones(
                 } else {
                     return Err(EngineError::user(
                         format!(
-                            "flow `{flow_name}`: column `{}` of tombstone table `{}` is {}, but silver's is {}",
+                            "column `{}` of tombstone table `{}` is {}, but silver's is {}",
                             f.name(),
                             tombstones.table(),
                             type_name(e.data_type()),
@@ -93,7 +92,7 @@ pub(super) fn check_tombstones(
             if existing.field_with_name(f.name()).is_err() {
                 return Err(EngineError::user(
                     format!(
-                        "flow `{flow_name}`: tombstone table `{}` has no column `{}`: it was written for other keys or sequence columns",
+                        "tombstone table `{}` has no column `{}`: it was written for other keys or sequence columns",
                         tombstones.table(),
                         f.name()
                     ),

@@ -34,18 +34,14 @@ fn greatest(batches: &[RecordBatch]) -> Result<Option<Vec<ArrayRef>>> {
 
 /// The sequence silver was truncated through, read back from [`TRUNCATED_THROUGH`] into
 /// the types of `like` (one-row arrays).
-fn truncated_through(
-    silver: &dyn SilverTable,
-    like: &[ArrayRef],
-    flow_name: &str,
-) -> Result<Option<Vec<ArrayRef>>> {
+fn truncated_through(silver: &dyn SilverTable, like: &[ArrayRef]) -> Result<Option<Vec<ArrayRef>>> {
     let Some(text) = silver.property(TRUNCATED_THROUGH) else {
         return Ok(None);
     };
     let bad = || {
         EngineError::user(
             format!(
-                "flow `{flow_name}`: table property `{TRUNCATED_THROUGH}` of `{}` is not what smelt wrote: {text}",
+                "table property `{TRUNCATED_THROUGH}` of `{}` is not what smelt wrote: {text}",
                 silver.table()
             ),
             "restore it, or remove it if silver was rebuilt since the truncate",
@@ -72,7 +68,6 @@ fn truncated_through(
 /// changes up to which are stale. `truncates` are the sequence columns of the run's
 /// truncates ([`CastPlan::cast`]).
 pub(super) async fn resolve_truncates(
-    flow_name: &str,
     flow: &ApplyFlow,
     silver: &mut dyn SilverTable,
     truncates: Vec<RecordBatch>,
@@ -82,7 +77,7 @@ pub(super) async fn resolve_truncates(
     let run_truncate = greatest(&truncates)?;
     drop(truncates);
     let stored_truncate = match &run_truncate {
-        Some(t) => truncated_through(&*silver, t, flow_name)?,
+        Some(t) => truncated_through(&*silver, t)?,
         None if flow.apply_as_truncates.is_some()
             || silver.property(TRUNCATED_THROUGH).is_some() =>
         {
@@ -93,7 +88,7 @@ pub(super) async fn resolve_truncates(
                 .map(|n| casting.schema.index_of(n))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let like = RecordBatch::new_empty(Arc::clone(&casting.schema)).project(&idx)?;
-            truncated_through(&*silver, like.columns(), flow_name)?
+            truncated_through(&*silver, like.columns())?
         }
         None => None,
     };

@@ -144,10 +144,7 @@ pub async fn run_export(
         ChangedBy::Column(c) => {
             if source_schema.field_with_name(c).is_err() {
                 return Err(EngineError::user(
-                    format!(
-                        "flow `{flow_name}`: `changed_by: {c}` names no column of `{}`",
-                        flow.from
-                    ),
+                    format!("`changed_by: {c}` names no column of `{}`", flow.from),
                     "use a column of the table, such as `updated_at`, or `version`",
                 ));
             }
@@ -157,13 +154,7 @@ pub async fn run_export(
                 (None, None) => None,
             };
             let newer = bound
-                .map(|sql| {
-                    Predicate::compile(
-                        &sql,
-                        &source_schema,
-                        &format!("flow `{flow_name}`: `changed_by`/`since`"),
-                    )
-                })
+                .map(|sql| Predicate::compile(&sql, &source_schema, "`changed_by`/`since`"))
                 .transpose()?;
             (None, newer)
         }

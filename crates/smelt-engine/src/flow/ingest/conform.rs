@@ -31,16 +31,15 @@ pub struct Conformed {
 
 /// Lines rows up with one bronze table, as its schema grows.
 pub struct Conformer<'a> {
-    name: &'a str,
     flow: &'a IngestFlow,
     schema: Option<SchemaRef>,
 }
 
 impl<'a> Conformer<'a> {
-    /// For the flow `name`, `flow`, writing a bronze table with `schema` (`None`: not
-    /// created yet; the first rows decide its columns).
-    pub fn new(name: &'a str, flow: &'a IngestFlow, schema: Option<SchemaRef>) -> Self {
-        Self { name, flow, schema }
+    /// For the flow `flow`, writing a bronze table with `schema` (`None`: not created
+    /// yet; the first rows decide its columns).
+    pub fn new(flow: &'a IngestFlow, schema: Option<SchemaRef>) -> Self {
+        Self { flow, schema }
     }
 
     /// The bronze schema as it is now.
@@ -50,10 +49,7 @@ impl<'a> Conformer<'a> {
 
     /// `file` does not fit bronze: `message` says why.
     fn malformed(&self, file: &LandingFile, message: String) -> EngineError {
-        EngineError::user(
-            format!("flow `{}`: {}: {message}", self.name, file.url),
-            FIX_FILE,
-        )
+        EngineError::user(format!("{}: {message}", file.url), FIX_FILE)
     }
 
     fn is_own(&self, name: &str) -> bool {
@@ -364,7 +360,7 @@ mod tests {
     #[test]
     fn first_rows_decide_the_columns_then_new_ones_are_added() {
         let flow = flow();
-        let mut c = Conformer::new("f", &flow, None);
+        let mut c = Conformer::new(&flow, None);
         let out = c
             .conform(raw(&[("id", vec![Some("1"), Some("2")])], None), &file())
             .unwrap();
@@ -419,7 +415,7 @@ mod tests {
         let mut flow = flow();
         flow.schema_evolution = IngestEvolution::Rescue;
         flow.infer_types = true;
-        let mut c = Conformer::new("f", &flow, None);
+        let mut c = Conformer::new(&flow, None);
         c.conform(raw(&[("n", vec![Some("1")])], None), &file())
             .unwrap();
         assert_eq!(c.schema().unwrap().field(0).data_type(), &DataType::Int64);
@@ -451,7 +447,7 @@ mod tests {
     fn fail_and_no_rescue_column_name_the_file_and_row() {
         let mut flow = flow();
         flow.schema_evolution = IngestEvolution::Fail;
-        let mut c = Conformer::new("f", &flow, None);
+        let mut c = Conformer::new(&flow, None);
         c.conform(raw(&[("a", vec![Some("1")])], None), &file())
             .unwrap();
         let err = c
@@ -462,11 +458,12 @@ mod tests {
             err.contains("column `b` is not in bronze `bronze.t`"),
             "{err}"
         );
-        assert!(err.starts_with("flow `f`: file:///l/"), "{err}");
+        // The file first; the flow is named once, where it runs (`EngineError::InFlow`).
+        assert!(err.starts_with("file:///l/"), "{err}");
 
         let mut flow = self::flow();
         flow.rescued_data = None;
-        let mut c = Conformer::new("f", &flow, None);
+        let mut c = Conformer::new(&flow, None);
         c.conform(raw(&[("a", vec![Some("1")])], None), &file())
             .unwrap();
         let err = c

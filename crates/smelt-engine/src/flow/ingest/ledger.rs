@@ -92,19 +92,17 @@ pub struct Listing {
 /// Lists the landing of `flow` and compares it with `loaded`. `all` ignores
 /// `max_files_per_run` (a rebuild replaces bronze with every file, in one commit).
 pub async fn plan_files(
-    flow_name: &str,
     flow: &IngestFlow,
     landing: &dyn Landing,
     loaded: &HashMap<String, FileStamp>,
     all: bool,
 ) -> Result<Listing> {
     let found = landing.list().await?;
-    plan_found(flow_name, flow, found, loaded, all)
+    plan_found(flow, found, loaded, all)
 }
 
 /// Which of the files `found` in the landing of `flow` a run loads, given those `loaded`.
 pub fn plan_found(
-    flow_name: &str,
     flow: &IngestFlow,
     found: Vec<LandingFile>,
     loaded: &HashMap<String, FileStamp>,
@@ -127,7 +125,7 @@ pub fn plan_found(
         OnChangedFile::Fail if !changed.is_empty() => {
             return Err(EngineError::user(
                 format!(
-                    "flow `{flow_name}`: {} loaded file(s) changed since: {}",
+                    "{} loaded file(s) changed since: {}",
                     changed.len(),
                     names(&changed)
                 ),
@@ -172,13 +170,12 @@ fn names(files: &[LandingFile]) -> String {
 /// Files of the landing of `flow` that `table` has not loaded yet (listed for the next
 /// run, or left for later ones).
 pub async fn files_waiting(
-    flow_name: &str,
     flow: &IngestFlow,
     landing: &dyn Landing,
     table: &dyn SilverTable,
 ) -> Result<usize> {
     let loaded = loaded_files(table).await?;
-    let listing = plan_files(flow_name, flow, landing, &loaded, false).await?;
+    let listing = plan_files(flow, landing, &loaded, false).await?;
     Ok(listing.to_load.len() + listing.pending)
 }
 

@@ -61,7 +61,7 @@ pub async fn run_ingest(
     } else {
         loaded_files(bronze).await?
     };
-    let listing = plan_files(flow_name, flow, landing, &loaded, ctx.full_refresh).await?;
+    let listing = plan_files(flow, landing, &loaded, ctx.full_refresh).await?;
     let app = app_id(flow_name);
     let done = bronze.watermark(&app).await?.unwrap_or(0);
     let bronze_at = BronzeAt {
@@ -102,8 +102,7 @@ pub async fn run_ingest(
         listing.to_load.iter().map(|f| f.size).sum::<u64>(),
     );
     let mut loader = Loader {
-        flow_name,
-        conformer: Conformer::new(flow_name, flow, bronze.schema()),
+        conformer: Conformer::new(flow, bronze.schema()),
         bronze,
         buffer: Buffered::default(),
         malformed: Vec::new(),
@@ -128,7 +127,7 @@ pub async fn run_ingest(
         {
             return Err(EngineError::user(
                 format!(
-                    "flow `{flow_name}`: `{}` changed while it was read (size {} → {}): it is being written",
+                    "`{}` changed while it was read (size {} → {}): it is being written",
                     file.url, file.size, now.0
                 ),
                 "nothing was committed; run again once the file is complete. Writers should write under a hidden name (`.name` or `_name`) and rename the file when done",
@@ -233,7 +232,6 @@ pub fn ingest_report(
 /// Conforms what a landing's files yield and writes it to bronze a few hundred thousand
 /// rows at a time, growing bronze's columns as the files bring new ones.
 struct Loader<'a> {
-    flow_name: &'a str,
     conformer: Conformer<'a>,
     bronze: &'a mut dyn SilverTable,
     buffer: Buffered,
@@ -272,8 +270,8 @@ impl Loader<'_> {
         if self.malformed.len() >= MAX_MALFORMED {
             return Err(EngineError::user(
                 format!(
-                    "flow `{}`: {}: more than {MAX_MALFORMED} malformed rows in this run (the last: line {}, {}); the files do not look like the flow says",
-                    self.flow_name, file.url, row.line, row.reason
+                    "{}: more than {MAX_MALFORMED} malformed rows in this run (the last: line {}, {}); the files do not look like the flow says",
+                    file.url, row.line, row.reason
                 ),
                 FIX_FILE,
             ));

@@ -49,7 +49,7 @@ pub(super) async fn write_rejects(
         Some(s) if s.fields() != schema.fields() => {
             return Err(EngineError::user(
                 format!(
-                    "flow `{flow_name}`: `{}` exists but is not an ingest rejects table",
+                    "`{}` exists but is not an ingest rejects table",
                     rejects_table(bronze)
                 ),
                 "rename or drop that table; smelt keeps the rows of files that do not parse there",

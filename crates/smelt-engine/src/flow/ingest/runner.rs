@@ -34,12 +34,12 @@ impl FlowRunner for Ingest<'_> {
             bronze: &mut *bronze,
             rejects: &mut *rejects,
         };
-        let landing = cx.files.landing(self.name, spec)?;
+        let landing = cx.files.landing(spec)?;
         run_ingest(cx.run(self.name, spec), &*landing, tables).await
     }
 
     async fn check(&self, cx: &LakeCx<'_>, _: Option<&dyn ChangeSource>) -> Vec<EngineError> {
-        landing_problem(cx, self.name, self.spec, &self.spec.into, false)
+        landing_problem(cx, self.spec, &self.spec.into, false)
             .await
             .into_iter()
             .collect()

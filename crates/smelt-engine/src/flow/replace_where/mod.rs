@@ -133,21 +133,18 @@ pub fn literal(value: &ScalarValue) -> Result<String> {
 }
 
 /// A placeholder of a column the target lacks.
-pub fn unknown_bound(flow_name: &str, flow: &ReplaceWhereFlow, h: &Placeholder) -> EngineError {
+pub fn unknown_bound(flow: &ReplaceWhereFlow, h: &Placeholder) -> EngineError {
     EngineError::user(
-        format!(
-            "flow `{flow_name}`: `{}` names no column of `{}`",
-            h.text, flow.into
-        ),
+        format!("`{}` names no column of `{}`", h.text, flow.into),
         "use a target column, e.g. `{min(updated_at)}`",
     )
 }
 
 /// A placeholder the batch gives no value.
-pub fn empty_bound(flow_name: &str, h: &Placeholder) -> EngineError {
+pub fn empty_bound(h: &Placeholder) -> EngineError {
     EngineError::user(
         format!(
-            "flow `{flow_name}`: `{}` has no value: the batch has no non-NULL `{}`",
+            "`{}` has no value: the batch has no non-NULL `{}`",
             h.text, h.column
         ),
         "bound the predicate by a column the batch always fills, or write the bound out",
@@ -156,10 +153,10 @@ pub fn empty_bound(flow_name: &str, h: &Placeholder) -> EngineError {
 
 /// A batch row (`row`, e.g. "row 3 of `t` version 2", with its `values`) outside
 /// `predicate`: nothing is written.
-pub fn outside(flow_name: &str, row: &str, predicate: &str, values: &str) -> EngineError {
+pub fn outside(row: &str, predicate: &str, values: &str) -> EngineError {
     EngineError::user(
         format!(
-            "flow `{flow_name}`: {row} is outside the predicate `{predicate}`, so replacing the rows it matches would not replace this one: {values}"
+            "{row} is outside the predicate `{predicate}`, so replacing the rows it matches would not replace this one: {values}"
         ),
         "widen the predicate to cover the whole batch (e.g. with `{min(col)}`), or leave such rows out of the batch; nothing was written",
     )
@@ -167,9 +164,8 @@ pub fn outside(flow_name: &str, row: &str, predicate: &str, values: &str) -> Eng
 
 /// `on_cast_error: fail`: `miss`, a value of batch row `row` (e.g. "row 3 of `t` version
 /// 2") that does not cast.
-pub fn cast_failed(flow_name: &str, miss: CastMiss, row: &str) -> EngineError {
+pub fn cast_failed(miss: CastMiss, row: &str) -> EngineError {
     EngineError::Cast {
-        flow: flow_name.to_string(),
         source: Box::new(smelt_core::CoreError::CastFailed {
             column: miss.column,
             target: miss.target,
@@ -181,9 +177,9 @@ pub fn cast_failed(flow_name: &str, miss: CastMiss, row: &str) -> EngineError {
 }
 
 /// The batch changed between its check and its write.
-fn changed_batch(what: &str, detail: &str) -> EngineError {
+fn changed_batch(detail: &str) -> EngineError {
     EngineError::user(
-        format!("{what}: the batch changed while it was applied ({detail})"),
+        format!("the batch changed while it was applied ({detail})"),
         "nothing was committed; run again once its files are complete (files should be written under a hidden name and renamed)",
     )
 }
@@ -216,7 +212,6 @@ async fn fill_bounds(
     schema: &SchemaRef,
     reporter: &dyn Reporter,
 ) -> Result<String> {
-    let what = format!("flow `{flow_name}`");
     let (tz, dialect) = (
         flow.tz.as_deref(),
         crate::flow::apply::core_dialect(flow.cast_dialect),
@@ -229,7 +224,7 @@ async fn fill_bounds(
         for h in &holes {
             let field = schema
                 .field_with_name(&h.column)
-                .map_err(|_| unknown_bound(flow_name, flow, h))?;
+                .map_err(|_| unknown_bound(flow, h))?;
             let ty = field.data_type();
             accumulators.push(if h.max {
                 Box::new(MaxAccumulator::try_new(ty)?)
@@ -238,7 +233,7 @@ async fn fill_bounds(
             });
         }
         let mut sink = |rows: RecordBatch, _: Origin<'_>| -> Result<()> {
-            let cast = cast_to_in(&rows, schema, tz, &what, dialect)?;
+            let cast = cast_to_in(&rows, schema, tz, dialect)?;
             for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
                 let column = cast
                     .batch
@@ -252,7 +247,7 @@ async fn fill_bounds(
         for (h, acc) in holes.iter().zip(accumulators.iter_mut()) {
             let value = acc.evaluate()?;
             if value.is_null() {
-                return Err(empty_bound(flow_name, h));
+                return Err(empty_bound(h));
             }
             text = text.replace(&h.text, &literal(&value)?);
         }
@@ -274,21 +269,20 @@ pub async fn run_replace_where(
         ctx,
         reporter,
     } = run;
-    let what = format!("flow `{flow_name}`");
     let mut report = FlowReport {
         mode: ReadMode::Batch,
         to_version: watermark.version,
         silver_version: target.version(),
         ..run.report()
     };
-    let schema = target_schema(flow_name, flow, target.schema())?;
+    let schema = target_schema(flow, target.schema())?;
     let tz = flow.tz.as_deref();
     let dialect = crate::flow::apply::core_dialect(flow.cast_dialect);
 
     // Pass 1: the batch's bounds, for the placeholders.
     let started = Instant::now();
     let text = fill_bounds(flow_name, flow, batch, &schema, reporter).await?;
-    let predicate = Predicate::compile(&text, &schema, &format!("{what}: `predicate`"))?;
+    let predicate = Predicate::compile(&text, &schema, "`predicate`")?;
     report.predicate = Some(text.clone());
     if ctx.dry_run {
         report.status = ReportStatus::Planned;
@@ -302,11 +296,10 @@ pub async fn run_replace_where(
     let mut held = Some(Buffered::default());
     let mut read = 0;
     let mut check = |rows: RecordBatch, origin: Origin<'_>| -> Result<RecordBatch> {
-        let cast = cast_to_in(&rows, &schema, tz, &what, dialect)?;
+        let cast = cast_to_in(&rows, &schema, tz, dialect)?;
         if let (OnCastError::Fail, Some(miss)) = (flow.on_cast_error, cast.first) {
             let row = origin.rows[miss.row];
             return Err(cast_failed(
-                flow_name,
                 miss,
                 &format!("row {row} of {}", origin.source),
             ));
@@ -314,7 +307,7 @@ pub async fn run_replace_where(
         let pass = predicate.evaluate(&cast.batch)?;
         if let Some(i) = (0..pass.len()).find(|&i| !pass.value(i)) {
             let row = format!("row {} of {}", origin.rows[i], origin.source);
-            return Err(outside(flow_name, &row, &text, &describe(&cast.batch, i)));
+            return Err(outside(&row, &text, &describe(&cast.batch, i)));
         }
         for (c, n) in &cast.failures {
             *report.cast_failures.entry(c.clone()).or_default() += n;
@@ -347,12 +340,12 @@ pub async fn run_replace_where(
             let mut again = 0;
             let mut sink = |rows: RecordBatch, origin: Origin<'_>| -> Result<()> {
                 again += rows.num_rows();
-                let cast = cast_to_in(&rows, &schema, tz, &what, dialect)?;
+                let cast = cast_to_in(&rows, &schema, tz, dialect)?;
                 let pass = predicate.evaluate(&cast.batch)?;
                 if cast.first.is_some() && flow.on_cast_error == OnCastError::Fail
                     || pass.true_count() < pass.len()
                 {
-                    return Err(changed_batch(&what, origin.source));
+                    return Err(changed_batch(origin.source));
                 }
                 if buffer.push(cast.batch) {
                     block_on(buffer.flush(target))?;
@@ -361,7 +354,7 @@ pub async fn run_replace_where(
             };
             batch.read(&mut sink).await?;
             if again != read {
-                return Err(changed_batch(&what, &format!("{again} rows, not {read}")));
+                return Err(changed_batch(&format!("{again} rows, not {read}")));
             }
             buffer
         }
@@ -415,17 +408,13 @@ pub fn watermark(
 }
 
 /// The columns a replace_where flow writes: the target's, else its DDL's.
-pub fn target_schema(
-    flow_name: &str,
-    flow: &ReplaceWhereFlow,
-    existing: Option<SchemaRef>,
-) -> Result<SchemaRef> {
+pub fn target_schema(flow: &ReplaceWhereFlow, existing: Option<SchemaRef>) -> Result<SchemaRef> {
     match (existing, &flow.target) {
         (Some(s), _) => Ok(s),
         (None, Some(def)) => Ok(crate::schema::arrow_schema(def)),
         (None, None) => Err(EngineError::user(
             format!(
-                "flow `{flow_name}`: `{}` does not exist and the flow has no `schema:`",
+                "`{}` does not exist and the flow has no `schema:`",
                 flow.into
             ),
             "add `schema: <CREATE TABLE file>` to the flow, or create the table first",

@@ -43,13 +43,13 @@ impl ReplaceWhere<'_> {
         if exported && cx.files.landing_missing(files) {
             return Ok(up_to_date(applied.unwrap_or(0)));
         }
-        let landing = cx.files.landing(name, files)?;
+        let landing = cx.files.landing(files)?;
         let loaded = if ctx.full_refresh {
             Default::default()
         } else {
             loaded_files(target).await?
         };
-        let listing = plan_files(name, files, &*landing, &loaded, false).await?;
+        let listing = plan_files(files, &*landing, &loaded, false).await?;
         if listing.to_load.is_empty() {
             return Ok(up_to_date(applied.unwrap_or(0)));
         }
@@ -101,15 +101,11 @@ impl FlowRunner for ReplaceWhere<'_> {
         let mut problems: Vec<EngineError> = Vec::new();
         if let ReplaceSource::Files(files) = &self.spec.from {
             let exported = self.exported(cx.pipeline);
-            problems.extend(
-                landing_problem(cx, &self.flow.name, files, &self.spec.into, exported).await,
-            );
+            problems.extend(landing_problem(cx, files, &self.spec.into, exported).await);
         }
         // Opened as a run opens it: a table smelt must not write is a problem too.
         match cx.lake.table(&self.spec.into, TableRole::Target).await {
-            Ok(target) => {
-                problems.extend(target_schema(&self.flow.name, self.spec, target.schema()).err())
-            }
+            Ok(target) => problems.extend(target_schema(self.spec, target.schema()).err()),
             Err(e) => problems.push(e),
         }
         problems
