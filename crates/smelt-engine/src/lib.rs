@@ -4,7 +4,8 @@
 //!
 //! [`run::run`] owns a run: the flows in dependency order ([`dag`]), replay windows,
 //! the event-log row a crash lost, the event log, stopping at the first failure. Each
-//! flow kind has one runner (`flow/`: run, check, status), built in one place.
+//! flow kind has one folder ([`flow`]`::<kind>`: its runner — run, check, status — and
+//! its steps), its runner built in one place.
 //! [`validate::validate`] collects every problem of the selected flows;
 //! [`status::status`] owns `smelt status`; [`maintain`] owns `smelt optimize` and
 //! `smelt vacuum`. The CLI resolves settings, builds the adapters
@@ -12,7 +13,7 @@
 //! (Delta: `smelt-delta`) gives change sources and tables by role; [`ports::FileStores`]
 //! (`smelt-ingest`) gives landing folders to read and export targets to write.
 //!
-//! The data path of an apply flow ([`apply`]):
+//! The data path of an apply flow ([`flow::apply`]):
 //!
 //! ```text
 //!  Lake::source ──► ChangeSource::read (stream) ──► cast + classify + expectations
