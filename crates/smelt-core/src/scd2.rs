@@ -14,7 +14,7 @@
 //! arriving later with an older sequence ends at it.
 
 use arrow::array::{Array, ArrayRef, BooleanArray};
-use arrow::row::Rows;
+use arrow::row::{Row, Rows};
 
 use crate::dedupe::encode as encode_rows;
 use crate::{CoreError, Result};
@@ -140,6 +140,31 @@ impl Event {
 
 /// Plans an SCD type 2 apply; see the module documentation.
 pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
+    check_lengths(input)?;
+    let enc = Encoded::new(input)?;
+    let mut events = stored_events(input, &enc);
+    let mut has_stored = vec![false; input.keys];
+    for &k in input.stored_key {
+        has_stored[k as usize] = true;
+    }
+    let has_change = add_change_events(input, &mut events);
+
+    let mut plan = Scd2Plan {
+        rewrite: vec![false; input.keys],
+        ..Scd2Plan::default()
+    };
+    for (k, evs) in events.into_iter().enumerate() {
+        if !has_change[k] {
+            continue;
+        }
+        plan_key(input, &enc, k, evs, has_stored[k], &mut plan);
+    }
+    Ok(plan)
+}
+
+/// Checks that the inputs of [`plan_scd2`] agree: every column as long as its keys, as many
+/// change data columns as stored ones, and every tracked column one of them.
+fn check_lengths(input: &Scd2Input<'_>) -> Result<()> {
     let s = input.stored_key.len();
     let c = input.change_key.len();
     if input.stored_start.len() != s
@@ -155,53 +180,118 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
             "plan_scd2 inputs differ in length".into(),
         ));
     }
-    // One row encoding for every sequence value: stored starts, stored ends, changes,
-    // tombstones, stored in-place updates.
-    let t = input.tomb_key.len();
-    let seqs = encode(&[
-        input.stored_start.as_ref(),
-        input.stored_end.as_ref(),
-        input.change_seq.as_ref(),
-        input.tomb_seq.as_ref(),
-        input.stored_last.as_ref(),
-    ])?;
-    let seq_row = |f: SeqFrom| match f {
-        SeqFrom::StoredStart(i) => seqs.row(i as usize),
-        SeqFrom::StoredEnd(i) => seqs.row(s + i as usize),
-        SeqFrom::Change(i) => seqs.row(2 * s + i as usize),
-        SeqFrom::Tombstone(i) => seqs.row(2 * s + c + i as usize),
-        SeqFrom::StoredLast(i) => seqs.row(2 * s + c + t + i as usize),
-    };
-    // Row encodings of the tracked columns and of all data columns, stored rows first.
-    let encode_data = |columns: &[usize]| -> Result<Option<Rows>> {
-        if columns.is_empty() {
-            return Ok(None);
-        }
-        let mut all = Vec::with_capacity(columns.len());
-        for &c in columns {
-            all.push(arrow::compute::concat(&[
-                input.stored_data[c].as_ref(),
-                input.change_data[c].as_ref(),
-            ])?);
-        }
-        encode_rows(&all)
-    };
-    let tracked = encode_data(input.tracked)?;
-    let every: Vec<usize> = (0..input.stored_data.len()).collect();
-    let data = encode_data(&every)?;
-    let same = |rows: &Option<Rows>, a: From, b: From| match rows {
-        None => true,
-        Some(rows) => {
-            let at = |f: From| match f {
-                From::Stored(i) => rows.row(i as usize),
-                From::Change(i) => rows.row(s + i as usize),
-            };
-            at(a) == at(b)
-        }
-    };
-    let same_tracked = |a: From, b: From| same(&tracked, a, b);
-    let seq_of = |f: Option<SeqFrom>| f.map(&seq_row);
+    Ok(())
+}
 
+/// The row encodings the plan compares values in: every sequence value, and the tracked
+/// and all data columns of the stored versions and the changes.
+struct Encoded {
+    /// Number of stored versions.
+    stored: usize,
+    /// Number of changes.
+    changes: usize,
+    /// Number of stored tombstones.
+    tombs: usize,
+    /// Every sequence value: stored starts, stored ends, changes, tombstones, stored
+    /// in-place updates.
+    seqs: Rows,
+    /// The tracked columns, stored rows first (`None`: no column is tracked).
+    tracked: Option<Rows>,
+    /// All data columns, stored rows first (`None`: there is no data column).
+    data: Option<Rows>,
+}
+
+impl Encoded {
+    /// Encodes the sequence values and the data columns of `input` (its lengths checked).
+    fn new(input: &Scd2Input<'_>) -> Result<Self> {
+        let s = input.stored_key.len();
+        let c = input.change_key.len();
+        // One row encoding for every sequence value: stored starts, stored ends, changes,
+        // tombstones, stored in-place updates.
+        let t = input.tomb_key.len();
+        let seqs = encode(&[
+            input.stored_start.as_ref(),
+            input.stored_end.as_ref(),
+            input.change_seq.as_ref(),
+            input.tomb_seq.as_ref(),
+            input.stored_last.as_ref(),
+        ])?;
+        // Row encodings of the tracked columns and of all data columns, stored rows first.
+        let tracked = encode_data(input, input.tracked)?;
+        let every: Vec<usize> = (0..input.stored_data.len()).collect();
+        let data = encode_data(input, &every)?;
+        Ok(Encoded {
+            stored: s,
+            changes: c,
+            tombs: t,
+            seqs,
+            tracked,
+            data,
+        })
+    }
+
+    /// The encoded sequence value `f`.
+    fn seq_row(&self, f: SeqFrom) -> Row<'_> {
+        let (s, c, t) = (self.stored, self.changes, self.tombs);
+        match f {
+            SeqFrom::StoredStart(i) => self.seqs.row(i as usize),
+            SeqFrom::StoredEnd(i) => self.seqs.row(s + i as usize),
+            SeqFrom::Change(i) => self.seqs.row(2 * s + i as usize),
+            SeqFrom::Tombstone(i) => self.seqs.row(2 * s + c + i as usize),
+            SeqFrom::StoredLast(i) => self.seqs.row(2 * s + c + t + i as usize),
+        }
+    }
+
+    /// The encoded sequence value `f`, if there is one.
+    fn seq_of(&self, f: Option<SeqFrom>) -> Option<Row<'_>> {
+        f.map(|f| self.seq_row(f))
+    }
+
+    /// Whether the rows `a` and `b` are equal in `rows` (always, when there is no column).
+    fn same(&self, rows: &Option<Rows>, a: From, b: From) -> bool {
+        match rows {
+            None => true,
+            Some(rows) => {
+                let at = |f: From| match f {
+                    From::Stored(i) => rows.row(i as usize),
+                    From::Change(i) => rows.row(self.stored + i as usize),
+                };
+                at(a) == at(b)
+            }
+        }
+    }
+
+    /// Whether the rows `a` and `b` are equal in the tracked columns.
+    fn same_tracked(&self, a: From, b: From) -> bool {
+        self.same(&self.tracked, a, b)
+    }
+
+    /// Whether the rows `a` and `b` are equal in every data column.
+    fn same_data(&self, a: From, b: From) -> bool {
+        self.same(&self.data, a, b)
+    }
+}
+
+/// One row encoding of the data `columns` of the stored versions, then of the changes
+/// (`None` when `columns` is empty).
+fn encode_data(input: &Scd2Input<'_>, columns: &[usize]) -> Result<Option<Rows>> {
+    if columns.is_empty() {
+        return Ok(None);
+    }
+    let mut all = Vec::with_capacity(columns.len());
+    for &c in columns {
+        all.push(arrow::compute::concat(&[
+            input.stored_data[c].as_ref(),
+            input.change_data[c].as_ref(),
+        ])?);
+    }
+    encode_rows(&all)
+}
+
+/// The events of the stored history, per key group: an upsert at every stored version's
+/// start (and at an in-place update inside it), a delete at every stored version end that
+/// no stored version starts at, and a delete at every stored tombstone.
+fn stored_events(input: &Scd2Input<'_>, enc: &Encoded) -> Vec<Vec<Event>> {
     let mut events: Vec<Vec<Event>> = vec![Vec::new(); input.keys];
     for (i, &k) in input.stored_key.iter().enumerate() {
         events[k as usize].push(Event::Upsert {
@@ -212,9 +302,9 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         // which the fold merges back unless a change now falls between the two.
         let last = SeqFrom::StoredLast(i as u32);
         let inside = !input.stored_last.is_null(i)
-            && seq_row(last) > seq_row(SeqFrom::StoredStart(i as u32))
+            && enc.seq_row(last) > enc.seq_row(SeqFrom::StoredStart(i as u32))
             && (input.stored_end.is_null(i)
-                || seq_row(last) < seq_row(SeqFrom::StoredEnd(i as u32)));
+                || enc.seq_row(last) < enc.seq_row(SeqFrom::StoredEnd(i as u32)));
         if inside {
             events[k as usize].push(Event::Upsert {
                 seq: last,
@@ -227,7 +317,7 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
             continue;
         }
         // A closed version that no stored version follows was closed by a delete.
-        let end = seq_row(SeqFrom::StoredEnd(i as u32));
+        let end = enc.seq_row(SeqFrom::StoredEnd(i as u32));
         let followed = events[k as usize].iter().any(|e| {
             matches!(
                 e,
@@ -235,7 +325,7 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
                     seq: SeqFrom::StoredStart(_),
                     ..
                 }
-            ) && seq_row(e.seq()) == end
+            ) && enc.seq_row(e.seq()) == end
         });
         if !followed {
             events[k as usize].push(Event::Delete {
@@ -250,10 +340,12 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
             tomb: true,
         });
     }
-    let mut has_stored = vec![false; input.keys];
-    for &k in input.stored_key {
-        has_stored[k as usize] = true;
-    }
+    events
+}
+
+/// Adds this run's changes to `events`, in input order: a delete or an upsert each.
+/// Returns, per key group, whether it has a change.
+fn add_change_events(input: &Scd2Input<'_>, events: &mut [Vec<Event>]) -> Vec<bool> {
     let mut has_change = vec![false; input.keys];
     for (i, &k) in input.change_key.iter().enumerate() {
         let seq = SeqFrom::Change(i as u32);
@@ -267,151 +359,180 @@ pub fn plan_scd2(input: &Scd2Input<'_>) -> Result<Scd2Plan> {
         });
         has_change[k as usize] = true;
     }
+    has_change
+}
 
-    let mut plan = Scd2Plan {
-        rewrite: vec![false; input.keys],
-        ..Scd2Plan::default()
-    };
-    for (k, mut evs) in events.into_iter().enumerate() {
-        if !has_change[k] {
-            continue;
-        }
-        // By sequence; on ties stored events first, then changes in input order (stable).
-        evs.sort_by(|a, b| {
-            seq_row(a.seq())
-                .cmp(&seq_row(b.seq()))
-                .then(b.is_stored().cmp(&a.is_stored()))
-        });
-        // Per sequence value keep the stored events, else the last change.
-        let mut kept: Vec<Event> = Vec::with_capacity(evs.len());
-        let mut dropped = 0;
-        let mut conflict = false;
-        for e in evs {
-            if let Some(last) = kept.last_mut()
-                && seq_row(last.seq()) == seq_row(e.seq())
-            {
-                if last.is_stored() && e.is_stored() {
-                    // A stored delete twice (a version end and a tombstone of one
-                    // sequence): one delete, held by a tombstone if either is. A tombstone
-                    // at a stored version's start: the history wins.
-                    if let (Event::Delete { tomb, .. }, Event::Delete { tomb: t, .. }) =
-                        (&mut *last, e)
-                    {
-                        *tomb |= t;
-                        continue;
-                    }
-                    if matches!(e, Event::Delete { tomb: true, .. }) {
-                        continue;
-                    }
-                }
-                if last.is_stored() && !e.is_stored() {
-                    dropped += 1;
+/// Rebuilds the history of key group `k`, which this run changes, from its events `evs`,
+/// into `plan`: its versions when they differ from the stored ones, and its counts.
+/// `stored_before`: the key has stored versions.
+fn plan_key(
+    input: &Scd2Input<'_>,
+    enc: &Encoded,
+    k: usize,
+    evs: Vec<Event>,
+    stored_before: bool,
+    plan: &mut Scd2Plan,
+) {
+    let kept = keep_one_per_sequence(enc, evs, plan);
+    if kept.iter().all(Event::is_stored) {
+        return; // every change of the key was a replay
+    }
+    let changes_kept = kept.iter().filter(|e| !e.is_stored()).count();
+    let deleted_before = plan.deleted;
+    let (out, tomb_changes) = fold_versions(enc, k, kept, plan);
+    let deleted_here = plan.deleted - deleted_before;
+    // Changes that leave every stored version as it was (e.g. a replayed in-place
+    // update) rewrite nothing.
+    if stored_unchanged(input, enc, k, &out) {
+        plan.stale += changes_kept - tomb_changes;
+        plan.deleted -= deleted_here;
+        return;
+    }
+    plan.rewrite[k] = true;
+    if stored_before {
+        plan.updated += 1;
+    } else {
+        plan.inserted += 1;
+    }
+    plan.versions.extend(out);
+}
+
+/// Sorts the events of one key by sequence and keeps one event per sequence value: the
+/// stored ones, else the last change. Adds the changes dropped to `plan.stale`, and the
+/// key to `plan.sequence_conflicts` when two changes of one sequence differ.
+fn keep_one_per_sequence(enc: &Encoded, mut evs: Vec<Event>, plan: &mut Scd2Plan) -> Vec<Event> {
+    // By sequence; on ties stored events first, then changes in input order (stable).
+    evs.sort_by(|a, b| {
+        enc.seq_row(a.seq())
+            .cmp(&enc.seq_row(b.seq()))
+            .then(b.is_stored().cmp(&a.is_stored()))
+    });
+    // Per sequence value keep the stored events, else the last change.
+    let mut kept: Vec<Event> = Vec::with_capacity(evs.len());
+    let mut dropped = 0;
+    let mut conflict = false;
+    for e in evs {
+        if let Some(last) = kept.last_mut()
+            && enc.seq_row(last.seq()) == enc.seq_row(e.seq())
+        {
+            if last.is_stored() && e.is_stored() {
+                // A stored delete twice (a version end and a tombstone of one
+                // sequence): one delete, held by a tombstone if either is. A tombstone
+                // at a stored version's start: the history wins.
+                if let (Event::Delete { tomb, .. }, Event::Delete { tomb: t, .. }) = (&mut *last, e)
+                {
+                    *tomb |= t;
                     continue;
                 }
-                if !last.is_stored() && !e.is_stored() {
-                    let differs = match (*last, e) {
-                        (Event::Upsert { data: a, .. }, Event::Upsert { data: b, .. }) => {
-                            !same(&data, a, b)
-                        }
-                        (Event::Delete { .. }, Event::Delete { .. }) => false,
-                        _ => true,
-                    };
-                    conflict |= differs;
-                    dropped += 1;
-                    kept.pop();
+                if matches!(e, Event::Delete { tomb: true, .. }) {
+                    continue;
                 }
             }
-            kept.push(e);
-        }
-        plan.stale += dropped;
-        plan.sequence_conflicts += usize::from(conflict);
-        if kept.iter().all(Event::is_stored) {
-            continue; // every change of the key was a replay
-        }
-        let changes_kept = kept.iter().filter(|e| !e.is_stored()).count();
-        let deleted_before = plan.deleted;
-        let stored_before = has_stored[k];
-        // Changes that only leave a tombstone (they are not stale).
-        let mut tomb_changes = 0;
-        let mut open: Option<Version> = None;
-        let mut out = Vec::new();
-        for e in kept {
-            match e {
-                Event::Upsert { seq, data } => {
-                    if let Some(v) = open.as_mut()
-                        && same_tracked(v.data, data)
-                    {
-                        v.data = data;
-                        continue;
+            if last.is_stored() && !e.is_stored() {
+                dropped += 1;
+                continue;
+            }
+            if !last.is_stored() && !e.is_stored() {
+                let differs = match (*last, e) {
+                    (Event::Upsert { data: a, .. }, Event::Upsert { data: b, .. }) => {
+                        !enc.same_data(a, b)
                     }
-                    if let Some(mut v) = open.take() {
-                        v.end = Some(seq);
-                        out.push(v);
-                    }
-                    open = Some(Version {
-                        key: k as u32,
-                        data,
-                        start: seq,
-                        end: None,
-                    });
-                }
-                Event::Delete { seq, tomb } => match open.take() {
-                    Some(mut v) => {
-                        v.end = Some(seq);
-                        out.push(v);
-                        if !e.is_stored() {
-                            plan.deleted += 1;
-                        }
-                    }
-                    // Closes nothing: kept as a tombstone, unless one holds it already.
-                    None if !tomb => {
-                        plan.tombstones.push((k as u32, seq));
-                        if !e.is_stored() {
-                            tomb_changes += 1;
-                        }
-                    }
-                    None => {}
-                },
+                    (Event::Delete { .. }, Event::Delete { .. }) => false,
+                    _ => true,
+                };
+                conflict |= differs;
+                dropped += 1;
+                kept.pop();
             }
         }
-        out.extend(open);
-        let deleted_here = plan.deleted - deleted_before;
-        // Changes that leave every stored version as it was (e.g. a replayed in-place
-        // update) rewrite nothing.
-        let stored_versions: Vec<Version> = input
-            .stored_key
-            .iter()
-            .enumerate()
-            .filter(|(_, key)| **key as usize == k)
-            .map(|(i, _)| Version {
-                key: k as u32,
-                data: From::Stored(i as u32),
-                start: SeqFrom::StoredStart(i as u32),
-                end: (!input.stored_end.is_null(i)).then_some(SeqFrom::StoredEnd(i as u32)),
-            })
-            .collect();
-        let unchanged = stored_versions.len() == out.len()
-            && out.iter().all(|v| {
-                stored_versions.iter().any(|st| {
-                    seq_row(st.start) == seq_row(v.start)
-                        && seq_of(st.end) == seq_of(v.end)
-                        && same(&data, st.data, v.data)
-                })
-            });
-        if unchanged {
-            plan.stale += changes_kept - tomb_changes;
-            plan.deleted -= deleted_here;
-            continue;
-        }
-        plan.rewrite[k] = true;
-        if stored_before {
-            plan.updated += 1;
-        } else {
-            plan.inserted += 1;
-        }
-        plan.versions.extend(out);
+        kept.push(e);
     }
-    Ok(plan)
+    plan.stale += dropped;
+    plan.sequence_conflicts += usize::from(conflict);
+    kept
+}
+
+/// Folds the kept events of key group `k`, in sequence order, into its versions: an upsert
+/// equal to the open version in the tracked columns updates it in place, another upsert
+/// closes it and opens a new one, a delete closes it. Adds the versions a change deletes
+/// to `plan.deleted`, and a delete that closes nothing (and no stored tombstone holds) to
+/// `plan.tombstones`. Returns the versions and how many changes only left a tombstone.
+fn fold_versions(
+    enc: &Encoded,
+    k: usize,
+    kept: Vec<Event>,
+    plan: &mut Scd2Plan,
+) -> (Vec<Version>, usize) {
+    // Changes that only leave a tombstone (they are not stale).
+    let mut tomb_changes = 0;
+    let mut open: Option<Version> = None;
+    let mut out = Vec::new();
+    for e in kept {
+        match e {
+            Event::Upsert { seq, data } => {
+                if let Some(v) = open.as_mut()
+                    && enc.same_tracked(v.data, data)
+                {
+                    v.data = data;
+                    continue;
+                }
+                if let Some(mut v) = open.take() {
+                    v.end = Some(seq);
+                    out.push(v);
+                }
+                open = Some(Version {
+                    key: k as u32,
+                    data,
+                    start: seq,
+                    end: None,
+                });
+            }
+            Event::Delete { seq, tomb } => match open.take() {
+                Some(mut v) => {
+                    v.end = Some(seq);
+                    out.push(v);
+                    if !e.is_stored() {
+                        plan.deleted += 1;
+                    }
+                }
+                // Closes nothing: kept as a tombstone, unless one holds it already.
+                None if !tomb => {
+                    plan.tombstones.push((k as u32, seq));
+                    if !e.is_stored() {
+                        tomb_changes += 1;
+                    }
+                }
+                None => {}
+            },
+        }
+    }
+    out.extend(open);
+    (out, tomb_changes)
+}
+
+/// Whether the versions `out` rebuilt for key group `k` are its stored versions as they
+/// were: as many, each with the start, end and data of a stored one.
+fn stored_unchanged(input: &Scd2Input<'_>, enc: &Encoded, k: usize, out: &[Version]) -> bool {
+    let stored_versions: Vec<Version> = input
+        .stored_key
+        .iter()
+        .enumerate()
+        .filter(|(_, key)| **key as usize == k)
+        .map(|(i, _)| Version {
+            key: k as u32,
+            data: From::Stored(i as u32),
+            start: SeqFrom::StoredStart(i as u32),
+            end: (!input.stored_end.is_null(i)).then_some(SeqFrom::StoredEnd(i as u32)),
+        })
+        .collect();
+    stored_versions.len() == out.len()
+        && out.iter().all(|v| {
+            stored_versions.iter().any(|st| {
+                enc.seq_row(st.start) == enc.seq_row(v.start)
+                    && enc.seq_of(st.end) == enc.seq_of(v.end)
+                    && enc.same_data(st.data, v.data)
+            })
+        })
 }
 
 /// One row encoding of the values of `columns` (same type), one after another.

@@ -17,7 +17,7 @@ use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjectPath;
 use serde::{Deserialize, Serialize};
-use smelt_engine::ports::Watermark;
+use smelt_engine::ports::{Watermark, keys};
 use smelt_spec::TableName;
 
 use crate::error::{Context, Error, Result};
@@ -289,8 +289,8 @@ async fn logged(table: &DeltaTable, name: &TableName, key: &str) -> Result<Vec<E
                 .and_then(|m| serde_json::from_str(m).ok());
             let entry = |info: &serde_json::Map<String, serde_json::Value>| {
                 Some(Entry {
-                    app: info.get("smelt.flow")?.as_str()?.to_string(),
-                    number: info.get("smelt.source_version")?.as_i64()?,
+                    app: info.get(keys::FLOW)?.as_str()?.to_string(),
+                    number: info.get(keys::SOURCE_VERSION)?.as_i64()?,
                     version,
                     value: info.get(key)?.as_str()?.to_string(),
                 })

@@ -5,7 +5,8 @@
 //! * [`source::DeltaSource`]: bronze changes — added files of append commits, change data
 //!   files of rewriting commits, rows deleted by deletion vectors, or the snapshot from the
 //!   last checkpoint — in commit, file and row order, for tables written by any engine.
-//! * [`silver::DeltaSilver`]: silver lookups and smelt's copy-on-write merge: staged rows,
+//! * [`table::DeltaLakeTable`]: a table smelt writes (silver, tombstones, rejects, bronze,
+//!   targets): lookups and smelt's copy-on-write merge: staged rows,
 //!   rewritten files, change data and the watermark (`txn` action) in one commit.
 //! * [`event_log`]: one row per flow run in `_smelt.event_log`.
 //! * [`Lake`] implements the engine's `Lake` and `EventLog` ports.
@@ -22,9 +23,9 @@ mod ledger;
 mod mapping;
 mod parquet;
 mod ports;
-pub mod silver;
 pub mod source;
 pub mod sql;
+pub mod table;
 
 pub use error::{Error, Result};
 pub use lake::Lake;

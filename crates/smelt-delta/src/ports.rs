@@ -3,13 +3,13 @@
 //! decides how its table is opened (what a source reads, what a write may compact).
 
 use async_trait::async_trait;
-use smelt_engine::ports::{ChangeSource, EventLog, SilverTable, SourceOptions, TableRole};
+use smelt_engine::ports::{ChangeSource, EventLog, LakeTable, SourceOptions, TableRole, TableView};
 use smelt_engine::report::FlowEvent;
 use smelt_spec::TableName;
 
 use crate::Lake;
-use crate::silver::DeltaSilver;
 use crate::source::DeltaSource;
+use crate::table::DeltaLakeTable;
 
 #[async_trait]
 impl smelt_engine::ports::Lake for Lake {
@@ -28,8 +28,8 @@ impl smelt_engine::ports::Lake for Lake {
         &self,
         name: &TableName,
         role: TableRole,
-    ) -> smelt_engine::Result<Box<dyn SilverTable>> {
-        let table = DeltaSilver::open_for_write(self, name).await?;
+    ) -> smelt_engine::Result<Box<dyn LakeTable>> {
+        let table = DeltaLakeTable::open_for_write(self, name).await?;
         Ok(Box::new(match role {
             // Bronze files keep the order they were loaded in: the row order downstream
             // flows read.
@@ -40,8 +40,8 @@ impl smelt_engine::ports::Lake for Lake {
         }))
     }
 
-    async fn inspect(&self, name: &TableName) -> smelt_engine::Result<Box<dyn SilverTable>> {
-        Ok(Box::new(DeltaSilver::open(self, name).await?))
+    async fn inspect(&self, name: &TableName) -> smelt_engine::Result<Box<dyn TableView>> {
+        Ok(Box::new(DeltaLakeTable::open(self, name).await?))
     }
 
     fn event_log(&self) -> &dyn EventLog {

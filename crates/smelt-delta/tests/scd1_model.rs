@@ -32,11 +32,11 @@ use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use proptest::prelude::*;
 use smelt_delta::Lake;
-use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
+use smelt_delta::table::DeltaLakeTable;
 use smelt_engine::flow::FlowRun;
 use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
-use smelt_engine::ports::{Silent, SilverTable};
+use smelt_engine::ports::{LakeTable, Silent};
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReportStatus};
 use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
@@ -254,20 +254,20 @@ struct How {
 /// `None` for a run that crashed.
 async fn run(lake: &Lake, flow: &ApplyFlow, how: How) -> Option<FlowReport> {
     let source = DeltaSource::open(lake, &flow.from).await.unwrap();
-    let silver = DeltaSilver::open(lake, &flow.into).await.unwrap();
+    let silver = DeltaLakeTable::open(lake, &flow.into).await.unwrap();
     let mut crashing;
     let mut plain;
-    let silver: &mut dyn SilverTable = if how.crash {
+    let silver: &mut dyn LakeTable = if how.crash {
         crashing = support::CrashOnCommit(silver);
         &mut crashing
     } else {
         plain = silver;
         &mut plain
     };
-    let mut tombstones = DeltaSilver::open(lake, &tombstone_table(&flow.into))
+    let mut tombstones = DeltaLakeTable::open(lake, &tombstone_table(&flow.into))
         .await
         .unwrap();
-    let mut rejects = DeltaSilver::open(lake, &rejects_table(&flow.into))
+    let mut rejects = DeltaLakeTable::open(lake, &rejects_table(&flow.into))
         .await
         .unwrap();
     let mut ctx = RunContext::new(false, how.full_refresh);

@@ -14,11 +14,11 @@ use arrow::array::{Array, AsArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use proptest::prelude::*;
 use smelt_delta::Lake;
-use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
+use smelt_delta::table::DeltaLakeTable;
 use smelt_engine::flow::FlowRun;
 use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
-use smelt_engine::ports::{Silent, SilverTable};
+use smelt_engine::ports::{LakeTable, Silent};
 use smelt_engine::rejects::rejects_table;
 use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
 
@@ -134,20 +134,20 @@ async fn run_or_crash(
     crash: bool,
 ) {
     let source = DeltaSource::open(lake, &flow.from).await.unwrap();
-    let silver = DeltaSilver::open(lake, &flow.into).await.unwrap();
+    let silver = DeltaLakeTable::open(lake, &flow.into).await.unwrap();
     let mut crashing;
     let mut plain;
-    let silver: &mut dyn SilverTable = if crash {
+    let silver: &mut dyn LakeTable = if crash {
         crashing = support::CrashOnCommit(silver);
         &mut crashing
     } else {
         plain = silver;
         &mut plain
     };
-    let mut tombstones = DeltaSilver::open(lake, &tombstone_table(&flow.into))
+    let mut tombstones = DeltaLakeTable::open(lake, &tombstone_table(&flow.into))
         .await
         .unwrap();
-    let mut rejects = DeltaSilver::open(lake, &rejects_table(&flow.into))
+    let mut rejects = DeltaLakeTable::open(lake, &rejects_table(&flow.into))
         .await
         .unwrap();
     let mut ctx = RunContext::new(false, full_refresh);

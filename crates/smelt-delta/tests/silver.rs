@@ -1,4 +1,4 @@
-//! The copy-on-write upsert of `DeltaSilver` against real Delta tables: only files holding
+//! The copy-on-write upsert of `DeltaLakeTable` against real Delta tables: only files holding
 //! a written key are rewritten, nothing is duplicated or lost, the change data feed says
 //! what changed, and the watermark lands in the same commit.
 
@@ -9,10 +9,10 @@ use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, String
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use futures::TryStreamExt;
 use smelt_delta::Lake;
-use smelt_delta::silver::DeltaSilver;
 use smelt_delta::source::DeltaSource;
+use smelt_delta::table::DeltaLakeTable;
 use smelt_engine::ports::{
-    Aligned, ChangeSource, KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats,
+    Aligned, ChangeSource, KeyedTable, TableSink, TableView, Watermark, WatermarkStore, WriteStats,
 };
 use smelt_spec::TableName;
 
@@ -57,7 +57,7 @@ fn name() -> TableName {
 }
 
 /// Stages `ids` with value `val` (`replaces[i]`: id i is stored already).
-async fn stage(silver: &mut DeltaSilver, ids: &[i64], val: &str, replaces: &[bool]) {
+async fn stage(silver: &mut DeltaLakeTable, ids: &[i64], val: &str, replaces: &[bool]) {
     silver
         .stage(
             rows(ids, val),
@@ -70,7 +70,7 @@ async fn stage(silver: &mut DeltaSilver, ids: &[i64], val: &str, replaces: &[boo
 
 /// Stages `ids` with value `val` (`replaces[i]`: id i is stored already) and commits.
 async fn write(
-    silver: &mut DeltaSilver,
+    silver: &mut DeltaLakeTable,
     ids: &[i64],
     val: &str,
     replaces: &[bool],
@@ -84,7 +84,7 @@ async fn write(
 }
 
 /// A fresh lake with the silver table created but not committed yet.
-async fn new_silver() -> (tempfile::TempDir, Lake, DeltaSilver) {
+async fn new_silver() -> (tempfile::TempDir, Lake, DeltaLakeTable) {
     let dir = tempfile::tempdir().unwrap();
     let lake = Lake::new(dir.path()).unwrap();
     let mut silver = open(&lake).await;
@@ -92,8 +92,8 @@ async fn new_silver() -> (tempfile::TempDir, Lake, DeltaSilver) {
     (dir, lake, silver)
 }
 
-async fn open(lake: &Lake) -> DeltaSilver {
-    DeltaSilver::open(lake, &name())
+async fn open(lake: &Lake) -> DeltaLakeTable {
+    DeltaLakeTable::open(lake, &name())
         .await
         .unwrap()
         .with_rows_per_file(100)
@@ -396,7 +396,7 @@ async fn deletes_remove_rows_in_the_same_commit_with_delete_change_data() {
 async fn data_files_are_committed_in_row_order() {
     let dir = tempfile::tempdir().unwrap();
     let lake = Lake::new(dir.path()).unwrap();
-    let mut table = DeltaSilver::open(&lake, &name())
+    let mut table = DeltaLakeTable::open(&lake, &name())
         .await
         .unwrap()
         .without_compaction()

@@ -17,7 +17,7 @@ use layout::topo::layout::VisualGraph;
 
 use crate::escape;
 use crate::model::Docs;
-use crate::page::anchor;
+use crate::model::anchor;
 
 /// The font size of the labels (px).
 const FONT: usize = 14;

@@ -142,3 +142,18 @@ pub struct VersionDoc {
     pub timestamp: String,
     pub operation: String,
 }
+
+/// The id of the section of `name`, of `kind` (`flow`, `table`).
+pub fn anchor(kind: &str, name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{kind}-{safe}")
+}

@@ -6,25 +6,10 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::charts;
 use crate::graph;
-use crate::model::{Docs, FlowDoc, RunDoc, TableDoc};
+use crate::model::{Docs, FlowDoc, RunDoc, TableDoc, anchor};
 
 /// The page's style.
 const STYLE: &str = include_str!("page.css");
-
-/// The id of the section of `name`, of `kind` (`flow`, `table`).
-pub fn anchor(kind: &str, name: &str) -> String {
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("{kind}-{safe}")
-}
 
 /// The page of `docs`.
 pub fn render(docs: &Docs) -> String {

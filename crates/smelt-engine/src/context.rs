@@ -1,7 +1,8 @@
-//! The settings of one run ([`RunContext`]), shared by every flow of it, and the watermark
-//! id of a flow ([`app_id`]).
+//! The one settings type of a run ([`RunContext`]: its id and time, and what the command
+//! line asked), shared by every flow of it, and the watermark id of a flow ([`app_id`]).
 
-/// Settings shared by every flow of one run.
+/// A run's settings, shared by every flow of it: what the command line asked (`smelt run`,
+/// `smelt plan`), its id and its time.
 #[derive(Debug, Clone)]
 pub struct RunContext {
     /// Unique id of the run.
@@ -16,9 +17,16 @@ pub struct RunContext {
     /// source's version, whatever the watermark says. Safe because of the guard. The
     /// watermark moves forward only when the window leaves no gap after it.
     pub replay_after: Option<i64>,
-    /// Memory the run may use for changes in flight, in bytes; `None`: no limit. Larger
-    /// change sets are applied in key partitions spilled to local disk.
+    /// Memory the run may use for changes in flight, in bytes (`--memory-limit`; by
+    /// default half the machine's); `None`: no limit. Larger change sets are applied in
+    /// key partitions spilled to local disk.
     pub memory_limit: Option<u64>,
+    /// Replay the source versions committed since this instant (`--since`).
+    pub since: Option<String>,
+    /// … up to this instant (`--until`).
+    pub until: Option<String>,
+    /// Time zone of `since`/`until` without one (`--tz`).
+    pub tz: Option<String>,
 }
 
 impl RunContext {
@@ -31,6 +39,9 @@ impl RunContext {
             full_refresh,
             replay_after: None,
             memory_limit: default_memory_limit(),
+            since: None,
+            until: None,
+            tz: None,
         }
     }
 }

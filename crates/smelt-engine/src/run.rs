@@ -10,23 +10,6 @@ use crate::report::{FlowEvent, FlowReport, ReportKind, ReportStatus};
 use crate::window::parse_instant;
 use crate::{EngineError, Result, failpoint};
 
-/// How a run runs, as resolved from the command line.
-#[derive(Debug, Clone, Default)]
-pub struct RunSettings {
-    /// Plan only: compute the reports, write nothing (`smelt plan`).
-    pub dry_run: bool,
-    /// Ignore the watermarks and rebuild from the sources' snapshots.
-    pub full_refresh: bool,
-    /// Replay the source versions committed since this instant (`--since`).
-    pub since: Option<String>,
-    /// … up to this instant (`--until`).
-    pub until: Option<String>,
-    /// Time zone of `since`/`until` without one (`--tz`).
-    pub tz: Option<String>,
-    /// Memory for changes in flight, bytes (`--memory-limit`); `None`: the default.
-    pub memory_limit: Option<u64>,
-}
-
 /// What a run did.
 #[derive(Debug)]
 pub struct RunOutcome {
@@ -41,7 +24,7 @@ pub struct RunOutcome {
 
 /// Checks `--since`/`--until` before any flow runs: a window that does not parse, or one
 /// asked of flows that cannot replay one (all but apply flows), is a usage error.
-pub fn check_window(settings: &RunSettings, flows: &[&Flow], now_us: i64) -> Result<()> {
+pub fn check_window(settings: &RunContext, flows: &[&Flow], now_us: i64) -> Result<()> {
     for (option, value) in [("--since", &settings.since), ("--until", &settings.until)] {
         if let Some(value) = value {
             parse_instant(value, settings.tz.as_deref(), now_us, option)?;
@@ -101,7 +84,6 @@ struct Embedded<'a> {
     pipeline: &'a Pipeline,
     lake: &'a dyn Lake,
     files: &'a dyn FileStores,
-    settings: &'a RunSettings,
 }
 
 #[async_trait::async_trait]
@@ -117,7 +99,6 @@ impl Executor for Embedded<'_> {
             pipeline: self.pipeline,
             lake: self.lake,
             files: self.files,
-            settings: self.settings,
             ctx,
             reporter,
         };
@@ -137,16 +118,15 @@ pub async fn run(
     flows: &[&Flow],
     lake: &dyn Lake,
     files: &dyn FileStores,
-    settings: &RunSettings,
+    ctx: RunContext,
     reporter: &dyn Reporter,
 ) -> Result<RunOutcome> {
     let embedded = Embedded {
         pipeline,
         lake,
         files,
-        settings,
     };
-    run_on(flows, &embedded, settings, reporter).await
+    run_on(flows, &embedded, ctx, reporter).await
 }
 
 /// Runs (or plans) `flows` on `executor`: dependency order, the first failure stops the
@@ -154,15 +134,11 @@ pub async fn run(
 pub async fn run_on(
     flows: &[&Flow],
     executor: &dyn Executor,
-    settings: &RunSettings,
+    ctx: RunContext,
     reporter: &dyn Reporter,
 ) -> Result<RunOutcome> {
     let flows = crate::dag::run_order(flows)?;
-    let mut ctx = RunContext::new(settings.dry_run, settings.full_refresh);
-    check_window(settings, &flows, ctx.run_timestamp_us)?;
-    if settings.memory_limit.is_some() {
-        ctx.memory_limit = settings.memory_limit;
-    }
+    check_window(&ctx, &flows, ctx.run_timestamp_us)?;
     let mut reports = Vec::new();
     let mut events = Vec::new();
     let mut failed = None;
@@ -208,7 +184,7 @@ pub async fn run_on(
             }
         }
     }
-    if !settings.dry_run {
+    if !ctx.dry_run {
         failpoint("before_event_log")?;
         if let Err(e) = executor.event_log().append(&events).await {
             reporter.warn(&format!(
@@ -226,7 +202,7 @@ pub async fn run_on(
 /// The source versions of a replay window: read after the first, up to the second.
 pub(crate) async fn window(
     source: &dyn crate::ports::ChangeSource,
-    settings: &RunSettings,
+    settings: &RunContext,
     since: &str,
     now_us: i64,
 ) -> Result<(i64, i64)> {

@@ -10,7 +10,7 @@ use arrow::util::display::array_value_to_string;
 use smelt_core::cast::cast_columns_in;
 use smelt_core::dialect::CastDialect;
 
-use crate::ports::{SilverTable, Watermark, WriteStats};
+use crate::ports::{LakeTable, Watermark, WriteStats};
 use crate::report::{FlowReport, ReportStatus};
 use crate::{EngineError, Result, failpoint};
 
@@ -42,7 +42,7 @@ impl Buffered {
     }
 
     /// Stages the buffered rows in `table` (as new rows).
-    pub async fn flush(&mut self, table: &mut dyn SilverTable) -> Result<()> {
+    pub async fn flush(&mut self, table: &mut dyn LakeTable) -> Result<()> {
         if self.batches.is_empty() {
             return Ok(());
         }
@@ -140,7 +140,7 @@ pub fn cast_to_in(
 /// so far) goes into the commit info beside `watermark`, so that the event-log row a crash
 /// loses can be recovered from the table; the commit's counts go into `report`.
 pub async fn commit_with_report(
-    table: &mut dyn SilverTable,
+    table: &mut dyn LakeTable,
     keys: &[String],
     mut watermark: Watermark,
     report: &mut FlowReport,
@@ -162,7 +162,7 @@ pub async fn commit_with_report(
 /// the failpoint is `before_target_commit`, and the rows the commit removed are the
 /// report's `rows_replaced`.
 pub async fn commit_report(
-    target: &mut dyn SilverTable,
+    target: &mut dyn LakeTable,
     watermark: Watermark,
     mut report: FlowReport,
     read: (&str, u64),

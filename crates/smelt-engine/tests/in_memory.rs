@@ -14,7 +14,8 @@ use smelt_core::change::metadata_fields;
 use smelt_engine::flow::FlowRun;
 use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply};
 use smelt_engine::ports::{
-    ChangeSet, ChangeSource, KeyedTable, Silent, TableSink, Watermark, WatermarkStore, WriteStats,
+    ChangeSet, ChangeSource, KeyedTable, Silent, TableSink, TableView, Watermark, WatermarkStore,
+    WriteStats,
 };
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{FlowKind, Pipeline, TableName};
@@ -129,8 +130,7 @@ impl WatermarkStore for MemSilver {
     }
 }
 
-#[async_trait]
-impl TableSink for MemSilver {
+impl TableView for MemSilver {
     fn table(&self) -> &TableName {
         self.name.as_ref().unwrap()
     }
@@ -142,7 +142,10 @@ impl TableSink for MemSilver {
     fn version(&self) -> Option<i64> {
         (self.commits > 0).then(|| self.commits - 1)
     }
+}
 
+#[async_trait]
+impl TableSink for MemSilver {
     async fn create(&mut self, schema: SchemaRef) -> Result<()> {
         self.schema = Some(schema);
         Ok(())

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
-use arrow::compute::{concat_batches, filter_record_batch, is_not_null};
+use arrow::compute::{concat_batches, is_not_null};
 use arrow::datatypes::SchemaRef;
 use futures::{StreamExt, TryStreamExt, stream};
 use iceberg::arrow::ArrowReaderBuilder;
@@ -123,54 +123,6 @@ pub(crate) fn matches(
         )
     })?;
     Ok(is_not_null(&positions)?)
-}
-
-/// The stored rows whose key is one of `lookup`'s, with `columns`.
-pub(crate) async fn lookup(
-    name: &TableName,
-    table: &Table,
-    schema: &SchemaRef,
-    lookup: &RecordBatch,
-    columns: &[String],
-) -> Result<RecordBatch> {
-    let keys: Vec<String> = lookup
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    let index =
-        KeyIndex::new(lookup.columns()).map_err(|e| Error::user(e.to_string(), "check `keys`"))?;
-    // Only the key columns and those asked for are read, in the table's order.
-    let read: Vec<usize> = (0..schema.fields().len())
-        .filter(|&i| {
-            let n = schema.field(i).name();
-            keys.contains(n) || columns.contains(n)
-        })
-        .collect();
-    let read_schema: SchemaRef = Arc::new(schema.project(&read)?);
-    let names: Vec<String> = read_schema
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .filter(|n| committed(table, n))
-        .collect();
-    let projection: Vec<usize> = columns
-        .iter()
-        .map(|c| read_schema.index_of(c))
-        .collect::<std::result::Result<_, _>>()?;
-    let out_schema: SchemaRef = Arc::new(read_schema.project(&projection)?);
-    let mut found = Vec::new();
-    for file in crate::deletes::live_files(name, table, Some(&names)).await? {
-        for batch in crate::deletes::read_live(name, table, file, &read_schema).await? {
-            let hit = matches(&index, &batch, &keys)?;
-            if hit.true_count() == 0 {
-                continue;
-            }
-            found.push(filter_record_batch(&batch, &hit)?.project(&projection)?);
-        }
-    }
-    Ok(concat_batches(&out_schema, &found)?)
 }
 
 /// An index of the keys in `batches` (key columns only), `None` when there are none.

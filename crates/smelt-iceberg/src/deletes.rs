@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{BooleanArray, BooleanBufferBuilder, RecordBatch};
+use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::SchemaRef;
 use arrow58_array::cast::AsArray;
 use arrow58_array::types::Int64Type;
@@ -490,6 +491,54 @@ pub(crate) async fn write(
     Ok(Some(file.build().map_err(|e| {
         Error::Internal(format!("a position-delete file entry: {e}"))
     })?))
+}
+
+/// The stored rows whose key is one of `lookup`'s, with `columns`.
+pub(crate) async fn lookup(
+    name: &TableName,
+    table: &Table,
+    schema: &SchemaRef,
+    lookup: &RecordBatch,
+    columns: &[String],
+) -> Result<RecordBatch> {
+    let keys: Vec<String> = lookup
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let index =
+        KeyIndex::new(lookup.columns()).map_err(|e| Error::user(e.to_string(), "check `keys`"))?;
+    // Only the key columns and those asked for are read, in the table's order.
+    let read: Vec<usize> = (0..schema.fields().len())
+        .filter(|&i| {
+            let n = schema.field(i).name();
+            keys.contains(n) || columns.contains(n)
+        })
+        .collect();
+    let read_schema: SchemaRef = Arc::new(schema.project(&read)?);
+    let names: Vec<String> = read_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|n| cow::committed(table, n))
+        .collect();
+    let projection: Vec<usize> = columns
+        .iter()
+        .map(|c| read_schema.index_of(c))
+        .collect::<std::result::Result<_, _>>()?;
+    let out_schema: SchemaRef = Arc::new(read_schema.project(&projection)?);
+    let mut found = Vec::new();
+    for file in live_files(name, table, Some(&names)).await? {
+        for batch in read_live(name, table, file, &read_schema).await? {
+            let hit = cow::matches(&index, &batch, &keys)?;
+            if hit.true_count() == 0 {
+                continue;
+            }
+            found.push(filter_record_batch(&batch, &hit)?.project(&projection)?);
+        }
+    }
+    Ok(concat_batches(&out_schema, &found)?)
 }
 
 #[cfg(test)]

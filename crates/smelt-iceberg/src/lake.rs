@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use smelt_engine::ports::{ChangeSource, EventLog, Lake, SilverTable, SourceOptions, TableRole};
+use smelt_engine::ports::{
+    ChangeSource, EventLog, Lake, LakeTable, SourceOptions, TableRole, TableView,
+};
 use smelt_engine::report::FlowEvent;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::TableName;
@@ -64,13 +66,13 @@ impl Lake for IcebergLake {
         )?))
     }
 
-    async fn table(&self, name: &TableName, _role: TableRole) -> Result<Box<dyn SilverTable>> {
+    async fn table(&self, name: &TableName, _role: TableRole) -> Result<Box<dyn LakeTable>> {
         // Every role, bronze included: an ingest flow's file ledger is kept beside the
         // table (`ledger`), where snapshot expiry cannot lose it.
         Ok(Box::new(self.open(name).await?))
     }
 
-    async fn inspect(&self, name: &TableName) -> Result<Box<dyn SilverTable>> {
+    async fn inspect(&self, name: &TableName) -> Result<Box<dyn TableView>> {
         Ok(Box::new(self.open(name).await?))
     }
 

@@ -62,7 +62,7 @@ pub(crate) async fn read(
 
 /// The entries of `key` in the summaries of the snapshots of the main branch.
 fn in_summaries(table: &Table, key: &str) -> Vec<Entry> {
-    let summary_key = format!("{}{key}", crate::table::EXTRA);
+    let summary_key = format!("{}{key}", smelt_engine::ports::keys::EXTRA);
     let metadata = table.metadata_ref();
     let Some(current) = metadata.current_snapshot_id() else {
         return Vec::new();
@@ -73,7 +73,7 @@ fn in_summaries(table: &Table, key: &str) -> Vec<Entry> {
             let value = summary.get(&summary_key)?.clone();
             let app = summary
                 .keys()
-                .find_map(|k| k.strip_prefix(crate::table::WATERMARK))
+                .find_map(|k| k.strip_prefix(smelt_engine::ports::keys::WATERMARK))
                 .unwrap_or_default()
                 .to_string();
             Some(Entry {

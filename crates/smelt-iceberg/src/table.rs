@@ -24,7 +24,7 @@ use iceberg::writer::file_writer::location_generator::{
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use smelt_engine::ports::{KeyedTable, TableSink, Watermark, WriteStats};
+use smelt_engine::ports::{KeyedTable, TableSink, TableView, Watermark, WriteStats};
 use smelt_engine::predicate::Predicate;
 use smelt_engine::{EngineError, Result as EngineResult};
 use smelt_spec::TableName;
@@ -39,7 +39,7 @@ use crate::snapshot::{Change, commit};
 
 mod watermark;
 
-pub(crate) use watermark::{EXTRA, WATERMARK};
+use smelt_engine::ports::keys::WATERMARK;
 
 /// An Iceberg table an append flow writes.
 pub struct IcebergTable {
@@ -267,7 +267,7 @@ fn schemas(name: &TableName, table: &Table) -> Result<Schemas> {
 }
 
 #[async_trait]
-impl TableSink for IcebergTable {
+impl TableView for IcebergTable {
     fn table(&self) -> &TableName {
         &self.name
     }
@@ -284,6 +284,27 @@ impl TableSink for IcebergTable {
         })
     }
 
+    async fn deleted_rows(&self) -> EngineResult<Option<(u64, u64)>> {
+        // As the snapshot summary counts them (position deletes; equality deletes say no
+        // row count).
+        let Some(snapshot) = self
+            .table
+            .as_ref()
+            .and_then(|t| t.metadata().current_snapshot())
+        else {
+            return Ok(None);
+        };
+        let summary = &snapshot.summary().additional_properties;
+        let count = |k: &str| summary.get(k).and_then(|v| v.parse::<u64>().ok());
+        Ok(count("total-records").map(|rows| {
+            let deleted = count("total-position-deletes").unwrap_or(0);
+            (deleted.min(rows), rows)
+        }))
+    }
+}
+
+#[async_trait]
+impl TableSink for IcebergTable {
     async fn create(&mut self, schema: SchemaRef) -> EngineResult<()> {
         let arrow58 = bridge::schema_to_58(&schema).map_err(Error::from)?;
         let iceberg_schema = iceberg::arrow::arrow_schema_to_schema_auto_assign_ids(&arrow58)
@@ -372,24 +393,6 @@ impl TableSink for IcebergTable {
             crate::ledger::read(self.catalog.storage(), &table, key).await?;
         }
         Ok(WriteStats { version, ..stats })
-    }
-
-    async fn deleted_rows(&self) -> EngineResult<Option<(u64, u64)>> {
-        // As the snapshot summary counts them (position deletes; equality deletes say no
-        // row count).
-        let Some(snapshot) = self
-            .table
-            .as_ref()
-            .and_then(|t| t.metadata().current_snapshot())
-        else {
-            return Ok(None);
-        };
-        let summary = &snapshot.summary().additional_properties;
-        let count = |k: &str| summary.get(k).and_then(|v| v.parse::<u64>().ok());
-        Ok(count("total-records").map(|rows| {
-            let deleted = count("total-position-deletes").unwrap_or(0);
-            (deleted.min(rows), rows)
-        }))
     }
 
     fn property(&self, key: &str) -> Option<String> {
@@ -490,7 +493,7 @@ impl KeyedTable for IcebergTable {
                 self.name
             )));
         };
-        Ok(cow::lookup(&self.name, table, &schema.plain, &keys, columns).await?)
+        Ok(crate::deletes::lookup(&self.name, table, &schema.plain, &keys, columns).await?)
     }
 
     async fn stage_deletes(&mut self, keys: RecordBatch) -> EngineResult<()> {

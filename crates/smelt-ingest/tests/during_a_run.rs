@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use smelt_delta::Lake;
-use smelt_delta::silver::DeltaSilver;
+use smelt_delta::table::DeltaLakeTable;
 use smelt_engine::flow::FlowRun;
 use smelt_engine::flow::apply::RunContext;
 use smelt_engine::flow::ingest::{IngestTables, run_ingest};
@@ -52,11 +52,11 @@ async fn files_added_or_growing_during_a_run_wait_for_the_next() {
         done: AtomicBool::new(false),
     };
     let run = async |reporter: &dyn Reporter| {
-        let mut bronze = DeltaSilver::open(&lake, &flow.into)
+        let mut bronze = DeltaLakeTable::open(&lake, &flow.into)
             .await
             .unwrap()
             .without_compaction();
-        let mut rejects = DeltaSilver::open(&lake, &rejects_table(&flow.into))
+        let mut rejects = DeltaLakeTable::open(&lake, &rejects_table(&flow.into))
             .await
             .unwrap();
         let tables = IngestTables {

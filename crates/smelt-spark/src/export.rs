@@ -20,11 +20,11 @@ use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{ChangedBy, ColumnType, Compression, ExportFlow};
 
+use crate::commits::{last_commit, schema_of};
 use crate::ingest::absolute;
 use crate::places::Places;
 use crate::replace::sql::literal;
 use crate::rows::{self, Source};
-use crate::scd1::discover::{last_commit, schema_of};
 use crate::scd1::read::Span;
 use crate::session::{Mode, Session};
 use crate::sql::{delta_path, ident, string_literal};

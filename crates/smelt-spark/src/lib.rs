@@ -20,6 +20,7 @@
 
 mod append;
 pub mod client;
+mod commits;
 pub mod engine;
 mod error;
 mod event_log;
@@ -30,7 +31,6 @@ pub mod places;
 mod replace;
 mod rows;
 mod scd1;
-mod scd2;
 pub mod session;
 pub mod sql;
 pub mod support;

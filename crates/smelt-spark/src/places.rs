@@ -45,7 +45,7 @@ impl Places {
     /// `table` in Spark SQL: ``delta.`<location>` ``, or an Iceberg table by its name.
     pub fn sql(&self, table: &TableName) -> String {
         match table.catalog {
-            Some(_) => crate::iceberg::table_sql(table),
+            Some(_) => crate::sql::table_sql(table),
             None => delta_path(&self.location(table)),
         }
     }

@@ -36,6 +36,16 @@ pub fn delta_path(location: &str) -> String {
     format!("delta.{}", ident(location))
 }
 
+/// `table` in Spark SQL: ``​`catalog`.`namespace`.`table`​``.
+pub fn table_sql(table: &smelt_spec::TableName) -> String {
+    format!(
+        "{}.{}.{}",
+        ident(table.catalog.as_deref().unwrap_or_default()),
+        ident(&table.schema),
+        ident(&table.table)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

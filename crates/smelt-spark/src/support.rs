@@ -2,7 +2,7 @@
 //! before anything runs (never run embedded instead without a word).
 
 use smelt_engine::EngineError;
-use smelt_engine::run::RunSettings;
+use smelt_engine::context::RunContext;
 use smelt_spec::COMMIT_TIMESTAMP;
 use smelt_spec::{
     ApplyFlow, CastDialect, FileFormat, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
@@ -10,7 +10,7 @@ use smelt_spec::{
 };
 
 /// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
-pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunSettings) -> Vec<EngineError> {
+pub fn refusals(pipeline: &Pipeline, flow: &Flow, settings: &RunContext) -> Vec<EngineError> {
     let mut out = Vec::new();
     let mut refuse = |what: String, hint: &str| {
         out.push(EngineError::user(
@@ -145,10 +145,14 @@ mod tests {
             "lake: l\nflows:\n  f:\n    apply:\n      from: b.t\n      into: s.t\n      keys: [k]\n{apply}"
         );
         let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
-        refusals(&pipeline, &pipeline.flows[0], &RunSettings::default())
-            .iter()
-            .map(|e| e.to_string())
-            .collect()
+        refusals(
+            &pipeline,
+            &pipeline.flows[0],
+            &RunContext::new(false, false),
+        )
+        .iter()
+        .map(|e| e.to_string())
+        .collect()
     }
 
     #[test]
@@ -158,10 +162,14 @@ mod tests {
                 "lake: l\nflows:\n  r:\n    replace_where:\n      from: {from}\n      into: s.t\n      predicate: x > 1\n"
             );
             let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
-            refusals(&pipeline, &pipeline.flows[0], &RunSettings::default())
-                .iter()
-                .map(|e| e.to_string())
-                .collect()
+            refusals(
+                &pipeline,
+                &pipeline.flows[0],
+                &RunContext::new(false, false),
+            )
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
         };
         assert_eq!(refused("b.t"), Vec::<String>::new());
         assert_eq!(
@@ -204,10 +212,14 @@ mod tests {
                 }
             );
             let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
-            refusals(&pipeline, &pipeline.flows[0], &RunSettings::default())
-                .iter()
-                .map(|e| e.to_string())
-                .collect()
+            refusals(
+                &pipeline,
+                &pipeline.flows[0],
+                &RunContext::new(false, false),
+            )
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
         };
         let append = "  a:\n    append:\n      from: ice.ns.input\n      into: ice.ns.out\n";
         assert_eq!(refused("sql", append), Vec::<String>::new());
@@ -249,10 +261,14 @@ mod tests {
         let refused = |rest: &str| -> Vec<String> {
             let yaml = format!("lake: l\nflows:\n  i:\n    ingest:\n      into: b.t\n{rest}");
             let pipeline = Pipeline::from_str(&yaml, "smelt.yaml".as_ref()).unwrap();
-            refusals(&pipeline, &pipeline.flows[0], &RunSettings::default())
-                .iter()
-                .map(|e| e.to_string())
-                .collect()
+            refusals(
+                &pipeline,
+                &pipeline.flows[0],
+                &RunContext::new(false, false),
+            )
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
         };
         assert_eq!(
             refused("      from: ./in/*.tbl\n      format: csv\n      sep: \"|\"\n"),

@@ -7,9 +7,9 @@ use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{CastDialect, ColumnType, TableDef, TableName};
 
+use crate::commits::{Last, check_bronze, last_commit, schema_of, txn_of};
 use crate::iceberg::{Meta, meta};
 use crate::places::Places;
-use crate::scd1::discover::{Last, check_bronze, last_commit, schema_of, txn_of};
 use crate::scd1::stage::cast;
 use crate::session::Session;
 use crate::sql::ident;

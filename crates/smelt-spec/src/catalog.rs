@@ -5,10 +5,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::check::check_lake_url;
 use crate::error::{SpecError, did_you_mean};
-use crate::load::check_lake_url;
 use crate::locate::line_of;
-use crate::model::Flow;
 use crate::ordered::Ordered;
 
 /// An Iceberg catalog named under `catalogs:`.
@@ -236,47 +235,6 @@ fn sqlite_uri(uri: &str, dir: &Path) -> Result<String, String> {
         Some(q) => format!("sqlite://{}?{q}", abs.display()),
         None => format!("sqlite://{}", abs.display()),
     })
-}
-
-/// Errors for flows whose tables name a catalog that `catalogs:` does not define.
-pub(crate) fn check_catalog_names(
-    path: &Path,
-    text: &str,
-    flows: &[Flow],
-    catalogs: &[Catalog],
-    errors: &mut Vec<SpecError>,
-) {
-    for flow in flows {
-        let kind = flow.kind_name();
-        for (leaf, table) in [("from", flow.reads()), ("into", flow.writes())] {
-            let Some(catalog) = table.and_then(|t| t.catalog.as_deref()) else {
-                continue;
-            };
-            if catalogs.iter().any(|c| c.name == catalog) {
-                continue;
-            }
-            let names: Vec<&str> = catalogs.iter().map(|c| c.name.as_str()).collect();
-            let hint = did_you_mean(catalog, names.iter().copied())
-                .map(|c| format!("did you mean `{c}`?"))
-                .unwrap_or_else(|| {
-                format!(
-                    "define it under `catalogs:` (e.g. `catalogs: {{{catalog}: {{type: sql, uri: sqlite:catalog.db, warehouse: ./warehouse}}}}`), or write the Delta table as `schema.table`"
-                )
-            });
-            errors.push(
-                SpecError::new(
-                    path,
-                    format!("flows.{}.{kind}.{leaf}", flow.name),
-                    format!(
-                        "`{}` names catalog `{catalog}`, which `catalogs:` does not define",
-                        table.map(ToString::to_string).unwrap_or_default()
-                    ),
-                )
-                .at(line_of(text, &["flows", &flow.name, kind, leaf]))
-                .hint(&hint),
-            );
-        }
-    }
 }
 
 #[cfg(test)]

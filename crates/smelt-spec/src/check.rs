@@ -176,6 +176,21 @@ pub(crate) fn pick_columns(
     }
 }
 
+/// URL schemes of the stores tables can be on (landings and exports also take `http(s)`).
+pub(crate) const STORE_SCHEMES: [&str; 9] = [
+    "file", "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss",
+];
+
+/// Whether `url` is a lake location smelt can open: a URL of a store delta-rs writes to.
+pub fn check_lake_url(url: &str) -> std::result::Result<(), String> {
+    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or_default();
+    if !STORE_SCHEMES.contains(&scheme) {
+        return Err(format!("`{scheme}://` is not a storage a lake can be on"));
+    }
+    url::Url::parse(url).map_err(|e| format!("`{url}` is not a valid URL: {e}"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -201,40 +201,84 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
                 .hint("name tables `schema.table`, e.g. `silver.product2`"),
         );
     }
-    let mut columns = Vec::new();
     let mut primary_key = Vec::new();
-    for col in &c.columns {
-        let type_text = col.data_type.to_string();
-        let Some(ty) = ColumnType::parse(&type_text) else {
-            errors.push(
-                SpecError::new(file, col.name.value.clone(), format!("unknown type `{type_text}` for column `{}`", col.name.value))
-                    .at(Some(span_line(col.name.span.start.line)))
-                    .hint("use STRING, BOOL, INT64, INT, SMALLINT, FLOAT64, FLOAT, NUMERIC, DECIMAL(p,s), DATE, TIMESTAMP, DATETIME or BYTES"),
-            );
-            continue;
-        };
-        let mut nullable = true;
-        for opt in &col.options {
-            match &opt.option {
-                ColumnOption::NotNull => nullable = false,
-                ColumnOption::PrimaryKey(_) => {
-                    nullable = false;
-                    primary_key.push(col.name.value.clone());
-                }
-                ColumnOption::Null => {}
-                other => errors.push(
-                    SpecError::new(file, col.name.value.clone(), format!("`{}`: column `{}`: `{other}` is not supported", c.name, col.name.value))
-                        .at(Some(span_line(col.name.span.start.line)))
-                        .hint("smelt's columns take a type, NOT NULL and PRIMARY KEY; drop the rest (defaults, generated values, checks, comments)"),
-                ),
-            }
+    let mut columns: Vec<ColumnDef> = c
+        .columns
+        .iter()
+        .filter_map(|col| column_def(c, col, file, &mut errors, &mut primary_key))
+        .collect();
+    constraint_keys(c, file, &mut errors, &mut primary_key);
+    for k in &primary_key {
+        if let Some(c) = columns.iter_mut().find(|c| &c.name == k) {
+            c.nullable = false;
         }
-        columns.push(ColumnDef {
-            name: col.name.value.clone(),
-            ty,
-            nullable,
-        });
     }
+    let change_feed = change_feed_in(&c.table_options);
+    refuse_clauses(c, file, &mut errors);
+    refuse_options(c, file, &mut errors);
+    if !errors.is_empty() {
+        return Err(SpecErrors(errors));
+    }
+    Ok(TableDef {
+        bigquery_types: bigquery_types(c),
+        name: name.expect("checked above"),
+        columns,
+        primary_key,
+        change_feed,
+        or_replace: c.or_replace,
+        if_not_exists: c.if_not_exists,
+    })
+}
+
+/// The definition of column `col` of table `c`, the column's name added to
+/// `primary_key` when it says PRIMARY KEY; `None` for an unknown type.
+fn column_def(
+    c: &CreateTable,
+    col: &sqlparser::ast::ColumnDef,
+    file: &Path,
+    errors: &mut Vec<SpecError>,
+    primary_key: &mut Vec<String>,
+) -> Option<ColumnDef> {
+    let type_text = col.data_type.to_string();
+    let Some(ty) = ColumnType::parse(&type_text) else {
+        errors.push(
+            SpecError::new(file, col.name.value.clone(), format!("unknown type `{type_text}` for column `{}`", col.name.value))
+                .at(Some(span_line(col.name.span.start.line)))
+                .hint("use STRING, BOOL, INT64, INT, SMALLINT, FLOAT64, FLOAT, NUMERIC, DECIMAL(p,s), DATE, TIMESTAMP, DATETIME or BYTES"),
+        );
+        return None;
+    };
+    let mut nullable = true;
+    for opt in &col.options {
+        match &opt.option {
+            ColumnOption::NotNull => nullable = false,
+            ColumnOption::PrimaryKey(_) => {
+                nullable = false;
+                primary_key.push(col.name.value.clone());
+            }
+            ColumnOption::Null => {}
+            other => errors.push(
+                SpecError::new(file, col.name.value.clone(), format!("`{}`: column `{}`: `{other}` is not supported", c.name, col.name.value))
+                    .at(Some(span_line(col.name.span.start.line)))
+                    .hint("smelt's columns take a type, NOT NULL and PRIMARY KEY; drop the rest (defaults, generated values, checks, comments)"),
+            ),
+        }
+    }
+    Some(ColumnDef {
+        name: col.name.value.clone(),
+        ty,
+        nullable,
+    })
+}
+
+/// Adds the columns of `PRIMARY KEY (…)` constraints to `primary_key`, reporting those
+/// that are not columns of the table.
+fn constraint_keys(
+    c: &CreateTable,
+    file: &Path,
+    errors: &mut Vec<SpecError>,
+    primary_key: &mut Vec<String>,
+) {
     for constraint in &c.constraints {
         if let TableConstraint::PrimaryKey(pk) = constraint {
             for ic in &pk.columns {
@@ -254,13 +298,11 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
             }
         }
     }
-    for k in &primary_key {
-        if let Some(c) = columns.iter_mut().find(|c| &c.name == k) {
-            c.nullable = false;
-        }
-    }
-    let change_feed = change_feed_in(&c.table_options);
-    // Clauses smelt does not carry out are refused, never dropped.
+}
+
+/// Reports the clauses smelt does not carry out (refused, never dropped): the table's
+/// kind, location and storage, then its partitioning and clustering.
+fn refuse_clauses(c: &CreateTable, file: &Path, errors: &mut Vec<SpecError>) {
     let line = Some(span_line(c.name.span().start.line));
     let layout = [
         (
@@ -311,6 +353,11 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
                 .hint("drop the clause; smelt skips files by their statistics, and `smelt optimize` compacts them"),
         );
     }
+}
+
+/// Reports the table options smelt does not carry out.
+fn refuse_options(c: &CreateTable, file: &Path, errors: &mut Vec<SpecError>) {
+    let line = Some(span_line(c.name.span().start.line));
     for (key, value) in options_of(&c.table_options) {
         if !understood_option(&key, &value) {
             let option = if value.is_empty() {
@@ -325,10 +372,12 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
             );
         }
     }
-    if !errors.is_empty() {
-        return Err(SpecErrors(errors));
-    }
-    let bigquery_types = c.columns.iter().any(|col| {
+}
+
+/// Whether some column has a type name only BigQuery spells so (see
+/// [`TableDef::bigquery_types`]).
+fn bigquery_types(c: &CreateTable) -> bool {
+    c.columns.iter().any(|col| {
         matches!(
             col.data_type,
             sqlparser::ast::DataType::Int64
@@ -338,15 +387,6 @@ pub fn table_def(c: &CreateTable, file: &Path) -> Result<TableDef> {
                 | sqlparser::ast::DataType::Bytes(_)
                 | sqlparser::ast::DataType::Datetime(_)
         )
-    });
-    Ok(TableDef {
-        bigquery_types,
-        name: name.expect("checked above"),
-        columns,
-        primary_key,
-        change_feed,
-        or_replace: c.or_replace,
-        if_not_exists: c.if_not_exists,
     })
 }
 

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::check::Checks;
 use crate::ddl::TableName;
 use crate::error::SpecError;
-use crate::locate::line_of;
 pub use crate::policy::OnChangedFile;
 
 /// The file formats an ingest flow reads.
@@ -251,65 +251,105 @@ fn split_glob(from: &str) -> (String, Option<String>) {
     }
 }
 
+/// Validates the `ingest` block of flow `name`: the flow, or `None` with every problem
+/// in `errors`.
 pub(crate) fn ingest_flow(
     path: &Path,
     dir: &Path,
     text: &str,
     name: &str,
-    raw: RawIngest,
+    mut raw: RawIngest,
     errors: &mut Vec<SpecError>,
 ) -> Option<IngestFlow> {
-    let at = |leaf: &str| line_of(text, &["flows", name, "ingest", leaf]);
-    let field = |leaf: &str| format!("flows.{name}.ingest.{leaf}");
     let before = errors.len();
-    let mut error = |leaf: &str, message: String, hint: &str| {
-        errors.push(
-            SpecError::new(path, field(leaf), message)
-                .at(at(leaf))
-                .hint(hint),
-        )
+    let mut c = Checks {
+        path,
+        text,
+        flow: name,
+        kind: "ingest",
+        errors,
     };
-
     let into = TableName::parse(&raw.into);
     if into.is_none() {
-        error(
+        c.error(
             "into",
             format!("`{}` is not a table name", raw.into),
             "write tables as `schema.table`, e.g. `bronze.part`",
         );
     }
     let (folder, pattern) = split_glob(&raw.from);
-    let url = match folder.split_once("://") {
-        None => None,
-        Some((scheme, _)) => {
-            let known =
-                crate::load::STORE_SCHEMES.contains(&scheme) || matches!(scheme, "http" | "https");
-            if !known {
-                error(
-                    "from",
-                    format!("`{scheme}://` is not a storage smelt can list"),
-                    "use a local folder, or a `file://`, `s3://`, `gs://`, `az://`, `abfss://` or `https://` URL",
-                );
-            } else if url::Url::parse(&folder).is_err() {
-                error(
-                    "from",
-                    format!("`{folder}` is not a valid URL"),
-                    "write it as `s3://bucket/folder/*.csv`, or `file:///absolute/folder`",
-                );
-            }
-            Some(folder.clone())
-        }
+    let url = storage_url(&mut c, &folder);
+    check_pattern(&mut c, pattern.as_deref());
+    let csv = csv_layout(&mut c, &mut raw);
+    if raw.max_files_per_run == Some(0) {
+        c.error(
+            "max_files_per_run",
+            "`max_files_per_run` is 0: no file would ever load",
+            "use a positive number, or remove it to load every new file",
+        );
+    }
+    let flow = IngestFlow {
+        from: raw.from,
+        folder: if url.is_some() {
+            PathBuf::new()
+        } else {
+            dir.join(&folder)
+        },
+        url,
+        pattern,
+        // A bad name is reported above; the other checks still run.
+        into: into.clone().unwrap_or(TableName::new("", "")),
+        format: raw.format,
+        csv,
+        infer_types: raw.infer_types,
+        audit: audit_columns(raw.audit),
+        rescued_data: name_or(raw.rescued_data, Some("_rescued_data"), "_rescued_data"),
+        schema_evolution: raw.schema_evolution.unwrap_or_default(),
+        on_changed_file: raw.on_changed_file.unwrap_or_default(),
+        max_files_per_run: raw.max_files_per_run,
     };
-    if let Some(p) = &pattern
+    check_added_columns(&mut c, &flow);
+    (c.errors.len() == before && into.is_some()).then_some(flow)
+}
+
+/// The URL `folder` is when it has a scheme (`s3://…`), checking smelt can list that
+/// storage; `None` for a local folder.
+fn storage_url(c: &mut Checks<'_>, folder: &str) -> Option<String> {
+    let (scheme, _) = folder.split_once("://")?;
+    let known = crate::check::STORE_SCHEMES.contains(&scheme) || matches!(scheme, "http" | "https");
+    if !known {
+        c.error(
+            "from",
+            format!("`{scheme}://` is not a storage smelt can list"),
+            "use a local folder, or a `file://`, `s3://`, `gs://`, `az://`, `abfss://` or `https://` URL",
+        );
+    } else if url::Url::parse(folder).is_err() {
+        c.error(
+            "from",
+            format!("`{folder}` is not a valid URL"),
+            "write it as `s3://bucket/folder/*.csv`, or `file:///absolute/folder`",
+        );
+    }
+    Some(folder.to_string())
+}
+
+/// Checks the pattern part of `from` is a valid glob.
+fn check_pattern(c: &mut Checks<'_>, pattern: Option<&str>) {
+    if let Some(p) = pattern
         && let Err(e) = glob::Pattern::new(p)
     {
-        error(
+        c.error(
             "from",
             format!("`{p}` is not a valid pattern: {e}"),
             "use `*` for any name, `**` for any folders, e.g. `landing/**/*.csv`",
         );
     }
+}
 
+/// The CSV layout the options give (taking them out of `raw`), checking them: CSV
+/// options on another format, separator and quote characters, the encoding, an empty
+/// column list.
+fn csv_layout(c: &mut Checks<'_>, raw: &mut RawIngest) -> CsvLayout {
     let csv_only = [
         ("header", raw.header.is_some()),
         ("sep", raw.sep.is_some()),
@@ -322,7 +362,7 @@ pub(crate) fn ingest_flow(
     if raw.format != FileFormat::Csv {
         for (leaf, set) in csv_only {
             if set {
-                error(
+                c.error(
                     leaf,
                     format!("`{leaf}` applies to CSV files only"),
                     "remove it, or set `format: csv`",
@@ -330,48 +370,63 @@ pub(crate) fn ingest_flow(
             }
         }
     }
-    let mut byte = |leaf: &str, value: Option<String>, default: Option<u8>| match value {
-        None => default,
-        Some(v) if v.len() == 1 && v.is_ascii() => Some(v.as_bytes()[0]),
-        Some(v) => {
-            error(
-                leaf,
-                format!("`{leaf}` must be one ASCII character, not `{v}`"),
-                "quote it, e.g. `sep: \"|\"` or `sep: \"\\t\"`",
-            );
-            default
-        }
-    };
     let defaults = CsvLayout::default();
-    let sep = byte("sep", raw.sep, Some(defaults.sep)).unwrap_or(b',');
-    let quote = byte("quote", raw.quote, Some(defaults.quote)).unwrap_or(b'"');
-    let escape = byte("escape", raw.escape, None);
-    let encoding = raw.encoding.unwrap_or(defaults.encoding);
+    let sep = csv_byte(c, "sep", raw.sep.take(), Some(defaults.sep)).unwrap_or(b',');
+    let quote = csv_byte(c, "quote", raw.quote.take(), Some(defaults.quote)).unwrap_or(b'"');
+    let escape = csv_byte(c, "escape", raw.escape.take(), None);
+    let encoding = raw.encoding.take().unwrap_or(defaults.encoding);
     if encoding_rs::Encoding::for_label(encoding.as_bytes()).is_none() {
-        error(
+        c.error(
             "encoding",
             format!("`{encoding}` is not a text encoding"),
             "use a WHATWG label such as `utf-8`, `shift_jis`, `euc-jp`, `windows-1252` or `utf-16le`",
         );
     }
     if raw.columns.as_ref().is_some_and(Vec::is_empty) {
-        error(
+        c.error(
             "columns",
-            "`columns` is empty".into(),
+            "`columns` is empty",
             "name every column of the file, in order, or remove the option",
         );
     }
-    if raw.max_files_per_run == Some(0) {
-        error(
-            "max_files_per_run",
-            "`max_files_per_run` is 0: no file would ever load".into(),
-            "use a positive number, or remove it to load every new file",
-        );
+    CsvLayout {
+        header: raw.header.unwrap_or(defaults.header),
+        sep,
+        quote,
+        escape,
+        encoding,
+        columns: raw.columns.take(),
+        null_value: raw.null_value.take(),
     }
+}
 
-    let audit_raw = raw.audit.unwrap_or_default();
+/// The one-character option `leaf` as a byte (`default` when unset or not one ASCII
+/// character, the latter reported).
+fn csv_byte(
+    c: &mut Checks<'_>,
+    leaf: &str,
+    value: Option<String>,
+    default: Option<u8>,
+) -> Option<u8> {
+    match value {
+        None => default,
+        Some(v) if v.len() == 1 && v.is_ascii() => Some(v.as_bytes()[0]),
+        Some(v) => {
+            c.error(
+                leaf,
+                format!("`{leaf}` must be one ASCII character, not `{v}`"),
+                "quote it, e.g. `sep: \"|\"` or `sep: \"\\t\"`",
+            );
+            default
+        }
+    }
+}
+
+/// The audit column names the `audit` option gives.
+fn audit_columns(raw: Option<RawIngestAudit>) -> IngestAudit {
+    let audit_raw = raw.unwrap_or_default();
     let dflt = IngestAudit::default();
-    let audit = IngestAudit {
+    IngestAudit {
         datasource: name_or(
             audit_raw.datasource,
             dflt.datasource.as_deref(),
@@ -384,64 +439,42 @@ pub(crate) fn ingest_flow(
         ),
         // Opt-in: unset is off.
         file_row: name_or(audit_raw.file_row, None, "_file_row"),
-    };
-    let rescued_data = name_or(raw.rescued_data, Some("_rescued_data"), "_rescued_data");
-    let flow = IngestFlow {
-        from: raw.from.clone(),
-        folder: if url.is_some() {
-            PathBuf::new()
-        } else {
-            dir.join(&folder)
-        },
-        url,
-        pattern,
-        // A bad name is reported above; the other checks still run.
-        into: into.clone().unwrap_or(TableName::new("", "")),
-        format: raw.format,
-        csv: CsvLayout {
-            header: raw.header.unwrap_or(defaults.header),
-            sep,
-            quote,
-            escape,
-            encoding,
-            columns: raw.columns,
-            null_value: raw.null_value,
-        },
-        infer_types: raw.infer_types,
-        audit,
-        rescued_data,
-        schema_evolution: raw.schema_evolution.unwrap_or_default(),
-        on_changed_file: raw.on_changed_file.unwrap_or_default(),
-        max_files_per_run: raw.max_files_per_run,
-    };
+    }
+}
+
+/// Checks the columns the flow adds: `schema_evolution: rescue` needs the rescued-data
+/// column, and no audit or rescued-data column may share a name with another or with a
+/// file column.
+fn check_added_columns(c: &mut Checks<'_>, flow: &IngestFlow) {
     if flow.schema_evolution == IngestEvolution::Rescue && flow.rescued_data.is_none() {
-        errors.push(
-            SpecError::new(
-                path,
-                field("schema_evolution"),
-                "`schema_evolution: rescue` keeps new columns in the rescued-data column, which `rescued_data: false` turns off",
-            )
-            .at(at("schema_evolution"))
-            .hint("name a rescued-data column (`rescued_data: _rescued_data`), or use `add_new_columns` or `fail`"),
-        );
+        let e = SpecError::new(
+            c.path,
+            c.field("schema_evolution"),
+            "`schema_evolution: rescue` keeps new columns in the rescued-data column, which `rescued_data: false` turns off",
+        )
+        .at(c.at("schema_evolution"))
+        .hint("name a rescued-data column (`rescued_data: _rescued_data`), or use `add_new_columns` or `fail`");
+        c.errors.push(e);
     }
     let own = flow.own_columns();
-    for (i, c) in own.iter().enumerate() {
-        let named_twice = own[..i].contains(c)
+    for (i, col) in own.iter().enumerate() {
+        let named_twice = own[..i].contains(col)
             || flow
                 .csv
                 .columns
                 .as_ref()
-                .is_some_and(|cols| cols.iter().any(|x| x == c));
+                .is_some_and(|cols| cols.iter().any(|x| x == col));
         if named_twice {
-            errors.push(
-                SpecError::new(path, field("audit"), format!("column `{c}` is named twice"))
-                    .at(at("audit").or(at("ingest")))
-                    .hint("give the audit, rescued-data and file columns different names"),
-            );
+            let e = SpecError::new(
+                c.path,
+                c.field("audit"),
+                format!("column `{col}` is named twice"),
+            )
+            .at(c.at("audit").or(c.at("ingest")))
+            .hint("give the audit, rescued-data and file columns different names");
+            c.errors.push(e);
         }
     }
-    (errors.len() == before && into.is_some()).then_some(flow)
 }
 
 #[cfg(test)]

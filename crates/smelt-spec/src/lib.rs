@@ -25,7 +25,7 @@ mod error;
 mod export;
 pub mod ingest;
 mod load;
-pub use load::check_lake_url;
+pub use check::check_lake_url;
 mod locate;
 mod model;
 mod name;

@@ -18,7 +18,8 @@ use serde::Deserialize;
 
 use crate::append::{RawAppend, append_flow};
 use crate::apply::{RawApply, apply_flow};
-use crate::catalog::{RawCatalog, catalogs, check_catalog_names};
+use crate::catalog::{Catalog, RawCatalog, catalogs};
+use crate::check::check_lake_url;
 use crate::ddl::TableName;
 use crate::error::{Result, SpecError, SpecErrors, did_you_mean};
 use crate::export::{RawExport, export_flow, same_place};
@@ -411,19 +412,45 @@ fn shortest_cycle(start: usize, downstream: &[Vec<usize>]) -> Option<Vec<usize>>
     None
 }
 
-/// URL schemes of the stores tables can be on (landings and exports also take `http(s)`).
-pub(crate) const STORE_SCHEMES: [&str; 9] = [
-    "file", "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss",
-];
-
-/// Whether `url` is a lake location smelt can open: a URL of a store delta-rs writes to.
-pub fn check_lake_url(url: &str) -> std::result::Result<(), String> {
-    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or_default();
-    if !STORE_SCHEMES.contains(&scheme) {
-        return Err(format!("`{scheme}://` is not a storage a lake can be on"));
+/// Errors for flows whose tables name a catalog that `catalogs:` does not define.
+pub(crate) fn check_catalog_names(
+    path: &Path,
+    text: &str,
+    flows: &[Flow],
+    catalogs: &[Catalog],
+    errors: &mut Vec<SpecError>,
+) {
+    for flow in flows {
+        let kind = flow.kind_name();
+        for (leaf, table) in [("from", flow.reads()), ("into", flow.writes())] {
+            let Some(catalog) = table.and_then(|t| t.catalog.as_deref()) else {
+                continue;
+            };
+            if catalogs.iter().any(|c| c.name == catalog) {
+                continue;
+            }
+            let names: Vec<&str> = catalogs.iter().map(|c| c.name.as_str()).collect();
+            let hint = did_you_mean(catalog, names.iter().copied())
+                .map(|c| format!("did you mean `{c}`?"))
+                .unwrap_or_else(|| {
+                format!(
+                    "define it under `catalogs:` (e.g. `catalogs: {{{catalog}: {{type: sql, uri: sqlite:catalog.db, warehouse: ./warehouse}}}}`), or write the Delta table as `schema.table`"
+                )
+            });
+            errors.push(
+                SpecError::new(
+                    path,
+                    format!("flows.{}.{kind}.{leaf}", flow.name),
+                    format!(
+                        "`{}` names catalog `{catalog}`, which `catalogs:` does not define",
+                        table.map(ToString::to_string).unwrap_or_default()
+                    ),
+                )
+                .at(line_of(text, &["flows", &flow.name, kind, leaf]))
+                .hint(&hint),
+            );
+        }
     }
-    url::Url::parse(url).map_err(|e| format!("`{url}` is not a valid URL: {e}"))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `smelt run` and `smelt plan`: settings → the engine's run → reports.
 
-use smelt_engine::run::{RunSettings, check_window};
+use smelt_engine::context::RunContext;
+use smelt_engine::run::check_window;
 use smelt_ingest::Files;
 
 use super::{load_pipeline, open_lakes, select};
@@ -9,15 +10,15 @@ use crate::failure::Failure;
 use crate::printer::Progress;
 
 /// The run settings of the command line.
-fn settings(args: &RunArgs, dry_run: bool) -> RunSettings {
-    RunSettings {
-        dry_run,
-        full_refresh: args.full_refresh,
-        since: args.since.clone(),
-        until: args.until.clone(),
-        tz: args.tz.clone(),
-        memory_limit: args.memory_limit,
+fn settings(args: &RunArgs, dry_run: bool) -> RunContext {
+    let mut ctx = RunContext::new(dry_run, args.full_refresh);
+    ctx.since = args.since.clone();
+    ctx.until = args.until.clone();
+    ctx.tz = args.tz.clone();
+    if args.memory_limit.is_some() {
+        ctx.memory_limit = args.memory_limit;
     }
+    ctx
 }
 
 /// Runs (or plans) the selected flows in dependency order (file order otherwise); stops at
@@ -39,7 +40,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
             if !problems.is_empty() {
                 return Err(super::validate::report(&problems));
             }
-            let outcome = smelt_engine::run::run_on(&flows, &engine, &settings, &progress).await;
+            let outcome = smelt_engine::run::run_on(&flows, &engine, settings, &progress).await;
             engine.close().await;
             outcome?
         }
@@ -50,7 +51,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
             if dry_run {
                 super::validate::check(global, &pipeline, &flows).await?;
             }
-            smelt_engine::run::run(&pipeline, &flows, &lake, &Files, &settings, &progress).await?
+            smelt_engine::run::run(&pipeline, &flows, &lake, &Files, settings, &progress).await?
         }
     };
     let (run_id, reports) = (outcome.run_id, outcome.reports);
@@ -77,9 +78,4 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
         );
     }
     Ok(0)
-}
-
-/// `flows` in dependency order (file order otherwise).
-pub fn ordered<'a>(flows: &[&'a smelt_spec::Flow]) -> Result<Vec<&'a smelt_spec::Flow>, Failure> {
-    Ok(smelt_engine::dag::run_order(flows)?)
 }

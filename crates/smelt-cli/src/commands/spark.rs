@@ -2,7 +2,6 @@
 //! and `smelt compile`.
 
 use smelt_engine::context::RunContext;
-use smelt_engine::run::RunSettings;
 use smelt_spark::SparkEngine;
 use smelt_spec::{Engine, Pipeline};
 
@@ -52,7 +51,7 @@ fn no_url(pipeline: &Pipeline) -> Failure {
 pub async fn connect(
     url: &str,
     pipeline: &Pipeline,
-    settings: &RunSettings,
+    settings: &RunContext,
 ) -> Result<SparkEngine, Failure> {
     Ok(SparkEngine::connect(url, pipeline, settings).await?)
 }
@@ -67,15 +66,15 @@ pub async fn compile(global: &GlobalArgs, args: &CompileArgs) -> Result<u8, Fail
             Some("add `engine: spark` and `connect:` to the pipeline file, or pass `--engine sc://…`".into()),
         ));
     };
-    let settings = RunSettings::default();
-    let engine = connect(&url, &pipeline, &settings).await?;
+    let ctx = RunContext::new(true, false);
+    let engine = connect(&url, &pipeline, &ctx).await?;
     let problems = engine.check(&flows).await;
     if let Some(p) = problems.into_iter().next() {
         return Err(Failure::from(p.error));
     }
     let ctx = RunContext::new(true, false);
     let mut all = Vec::new();
-    for flow in crate::commands::run::ordered(&flows)? {
+    for flow in smelt_engine::dag::run_order(&flows)? {
         let statements = engine.compile(flow, &ctx).await?;
         all.push((flow.name.clone(), statements));
     }

@@ -1,7 +1,7 @@
 //! `smelt status`: watermark, bronze version and lag per flow, read embedded or through the
 //! Spark engine's cluster.
 
-use smelt_engine::run::RunSettings;
+use smelt_engine::context::RunContext;
 use smelt_ingest::Files;
 
 use super::{load_pipeline, open_lakes, select};
@@ -14,7 +14,8 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
     let flows = select(&pipeline, &args.flows)?;
     let rows = match super::spark::remote(global, &pipeline)? {
         Some(url) => {
-            let engine = super::spark::connect(&url, &pipeline, &RunSettings::default()).await?;
+            let engine =
+                super::spark::connect(&url, &pipeline, &RunContext::new(true, false)).await?;
             let rows = engine.status(&flows).await;
             engine.close().await;
             rows

@@ -33,8 +33,8 @@ pub async fn check(
 ) -> Result<(), Failure> {
     let problems = match super::spark::remote(global, pipeline)? {
         Some(url) => {
-            let settings = smelt_engine::run::RunSettings::default();
-            let engine = super::spark::connect(&url, pipeline, &settings).await?;
+            let ctx = smelt_engine::context::RunContext::new(true, false);
+            let engine = super::spark::connect(&url, pipeline, &ctx).await?;
             let problems = engine.check(flows).await;
             engine.close().await;
             problems

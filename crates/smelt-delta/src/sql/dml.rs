@@ -10,10 +10,11 @@ use std::ops::ControlFlow;
 use deltalake::DeltaTable;
 use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::ast::{
-    Assignment, AssignmentTarget, Delete, Expr, FromTable, Ident, Merge, MergeAction,
-    MergeClauseKind, MergeInsertKind, ObjectName, TableFactor, TableWithJoins, Update,
-    visit_expressions_mut,
+    Assignment, AssignmentTarget, Delete, Expr, FromTable, Ident, Merge, MergeAction, MergeClause,
+    MergeClauseKind, MergeInsertExpr, MergeInsertKind, MergeUpdateExpr, ObjectName, TableFactor,
+    TableWithJoins, Update, visit_expressions_mut,
 };
+use deltalake::operations::merge::{MergeBuilder, UpdateBuilder};
 
 use super::dialect::respell_columns;
 use super::{SqlOutput, dataframe, table_name};
@@ -123,22 +124,7 @@ pub(super) async fn merge(
             "query the table after the MERGE",
         ));
     }
-    let TableFactor::Table {
-        name: target,
-        alias,
-        ..
-    } = &merge.table
-    else {
-        return Err(Error::user(
-            format!("MERGE into `{}`: the target must be a table", merge.table),
-            "MERGE INTO schema.table [AS alias] USING …",
-        ));
-    };
-    let name = table_name(target)?;
-    let target_alias = alias
-        .as_ref()
-        .map(|a| a.name.value.clone())
-        .unwrap_or_else(|| name.table.clone());
+    let (name, target_alias) = merge_target(&merge.table)?;
     let (source, source_alias) = source(lake, catalogs, ctx, merge.source, spark).await?;
     let table = writable(lake, &name, "MERGE").await?;
     let target_columns = columns_of(&table, &name)?;
@@ -152,48 +138,73 @@ pub(super) async fn merge(
         .merge(source, merge.on.to_string())
         .with_source_alias(source_alias.clone())
         .with_target_alias(target_alias.clone());
-    let own = qualifiers(&name, Some(&Ident::new(&target_alias)));
-    // The pairs of `UPDATE SET *` / `INSERT *`: every target column from the source
-    // column of that name.
-    let all = || -> Result<Vec<(String, String)>> {
-        target_columns
-            .iter()
-            .map(|c| {
-                if source_columns.contains(c) {
-                    Ok((c.clone(), qualified(&source_alias, c)))
-                } else {
-                    Err(Error::user(
-                        format!(
-                            "MERGE into `{name}`: the source has no column `{c}` for `*` / ROW"
-                        ),
-                        "list the columns: UPDATE SET c = s.c, … / INSERT (c, …) VALUES (s.c, …)",
-                    ))
-                }
-            })
-            .collect()
+    let scope = MergeScope {
+        own: qualifiers(&name, Some(&Ident::new(&target_alias))),
+        name,
+        target_columns,
+        source_columns,
+        source_alias,
     };
     for clause in merge.clauses {
+        builder = scope.add_clause(builder, clause)?;
+    }
+    let name = &scope.name;
+    let (_, metrics) = builder.await.context(|| format!("merging into `{name}`"))?;
+    Ok(SqlOutput::Message(format!(
+        "merged into {name}: {} inserted, {} updated, {} deleted",
+        metrics.num_target_rows_inserted,
+        metrics.num_target_rows_updated,
+        metrics.num_target_rows_deleted
+    )))
+}
+
+/// The table a MERGE changes and the name its rows go by (its alias, else its table name).
+fn merge_target(table: &TableFactor) -> Result<(smelt_spec::TableName, String)> {
+    let TableFactor::Table {
+        name: target,
+        alias,
+        ..
+    } = table
+    else {
+        return Err(Error::user(
+            format!("MERGE into `{table}`: the target must be a table"),
+            "MERGE INTO schema.table [AS alias] USING …",
+        ));
+    };
+    let name = table_name(target)?;
+    let target_alias = alias
+        .as_ref()
+        .map(|a| a.name.value.clone())
+        .unwrap_or_else(|| name.table.clone());
+    Ok((name, target_alias))
+}
+
+/// What a MERGE's `WHEN …` clauses are read against: the target, its columns and
+/// qualifiers, and the source's columns and name.
+struct MergeScope {
+    /// The target table.
+    name: smelt_spec::TableName,
+    /// The target's columns.
+    target_columns: Vec<String>,
+    /// The source's columns.
+    source_columns: Vec<String>,
+    /// The name the source's rows go by.
+    source_alias: String,
+    /// The names the target's columns may be qualified with.
+    own: Vec<Vec<String>>,
+}
+
+impl MergeScope {
+    /// Adds one `WHEN … THEN …` clause to `builder`.
+    fn add_clause(&self, builder: MergeBuilder, clause: MergeClause) -> Result<MergeBuilder> {
         let predicate = clause.predicate.map(|p| p.to_string());
-        builder = match (clause.clause_kind, clause.action) {
-            (kind, MergeAction::Update(update)) if kind != MergeClauseKind::NotMatched
-                && kind != MergeClauseKind::NotMatchedByTarget =>
+        let added = match (clause.clause_kind, clause.action) {
+            (kind, MergeAction::Update(update))
+                if kind != MergeClauseKind::NotMatched
+                    && kind != MergeClauseKind::NotMatchedByTarget =>
             {
-                if update.update_predicate.is_some() || update.delete_predicate.is_some() {
-                    return Err(Error::user(
-                        "MERGE … UPDATE SET … WHERE / DELETE WHERE is not supported by smelt sql",
-                        "put the condition after WHEN MATCHED AND …",
-                    ));
-                }
-                let mut pairs = Vec::new();
-                for a in update.assignments {
-                    let col = column(&a.target, &own, &target_columns, "MERGE … UPDATE");
-                    if matches!(&a.target, AssignmentTarget::ColumnName(n) if n.to_string() == SET_ALL) {
-                        pairs.extend(all()?);
-                    } else {
-                        pairs.push((col?, a.value.to_string()));
-                    }
-                }
-                let set = move |mut u: deltalake::operations::merge::UpdateBuilder| {
+                let pairs = self.update_pairs(update)?;
+                let set = move |mut u: UpdateBuilder| {
                     if let Some(p) = predicate {
                         u = u.predicate(p);
                     }
@@ -223,46 +234,7 @@ pub(super) async fn merge(
                 MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget,
                 MergeAction::Insert(insert),
             ) => {
-                if insert.insert_predicate.is_some() {
-                    return Err(Error::user(
-                        "MERGE … INSERT … WHERE is not supported by smelt sql",
-                        "put the condition after WHEN NOT MATCHED AND …",
-                    ));
-                }
-                let pairs = match insert.kind {
-                    MergeInsertKind::Row => all()?,
-                    MergeInsertKind::Values(values) => {
-                        let columns: Vec<String> = if insert.columns.is_empty() {
-                            target_columns.clone()
-                        } else {
-                            insert
-                                .columns
-                                .iter()
-                                .map(|c| spelled(&last_part(c), &target_columns))
-                                .collect()
-                        };
-                        let [row] = values.rows.as_slice() else {
-                            return Err(Error::user(
-                                "MERGE … INSERT takes one row of VALUES",
-                                "write INSERT (columns) VALUES (expressions)",
-                            ));
-                        };
-                        if row.len() != columns.len() {
-                            return Err(Error::user(
-                                format!(
-                                    "MERGE into `{name}`: INSERT lists {} columns and {} values",
-                                    columns.len(),
-                                    row.len()
-                                ),
-                                "give one value per column",
-                            ));
-                        }
-                        columns
-                            .into_iter()
-                            .zip(row.iter().map(|v| v.to_string()))
-                            .collect()
-                    }
-                };
+                let pairs = self.insert_pairs(insert)?;
                 builder.when_not_matched_insert(|mut i| {
                     if let Some(p) = predicate {
                         i = i.predicate(p);
@@ -279,16 +251,94 @@ pub(super) async fn merge(
                     "WHEN MATCHED takes UPDATE or DELETE, WHEN NOT MATCHED takes INSERT, WHEN NOT MATCHED BY SOURCE takes UPDATE or DELETE",
                 ));
             }
-        }
-        .context(|| format!("merging into `{name}`"))?;
+        };
+        added.context(|| format!("merging into `{}`", self.name))
     }
-    let (_, metrics) = builder.await.context(|| format!("merging into `{name}`"))?;
-    Ok(SqlOutput::Message(format!(
-        "merged into {name}: {} inserted, {} updated, {} deleted",
-        metrics.num_target_rows_inserted,
-        metrics.num_target_rows_updated,
-        metrics.num_target_rows_deleted
-    )))
+
+    /// The `(column, value)` pairs of `UPDATE SET …`; `SET *` stands for every column.
+    fn update_pairs(&self, update: MergeUpdateExpr) -> Result<Vec<(String, String)>> {
+        if update.update_predicate.is_some() || update.delete_predicate.is_some() {
+            return Err(Error::user(
+                "MERGE … UPDATE SET … WHERE / DELETE WHERE is not supported by smelt sql",
+                "put the condition after WHEN MATCHED AND …",
+            ));
+        }
+        let mut pairs = Vec::new();
+        for a in update.assignments {
+            let col = column(&a.target, &self.own, &self.target_columns, "MERGE … UPDATE");
+            if matches!(&a.target, AssignmentTarget::ColumnName(n) if n.to_string() == SET_ALL) {
+                pairs.extend(self.all()?);
+            } else {
+                pairs.push((col?, a.value.to_string()));
+            }
+        }
+        Ok(pairs)
+    }
+
+    /// The `(column, value)` pairs of `INSERT (…) VALUES (…)` or `INSERT ROW` / `INSERT *`.
+    fn insert_pairs(&self, insert: MergeInsertExpr) -> Result<Vec<(String, String)>> {
+        if insert.insert_predicate.is_some() {
+            return Err(Error::user(
+                "MERGE … INSERT … WHERE is not supported by smelt sql",
+                "put the condition after WHEN NOT MATCHED AND …",
+            ));
+        }
+        let values = match insert.kind {
+            MergeInsertKind::Row => return self.all(),
+            MergeInsertKind::Values(values) => values,
+        };
+        let columns: Vec<String> = if insert.columns.is_empty() {
+            self.target_columns.clone()
+        } else {
+            insert
+                .columns
+                .iter()
+                .map(|c| spelled(&last_part(c), &self.target_columns))
+                .collect()
+        };
+        let [row] = values.rows.as_slice() else {
+            return Err(Error::user(
+                "MERGE … INSERT takes one row of VALUES",
+                "write INSERT (columns) VALUES (expressions)",
+            ));
+        };
+        if row.len() != columns.len() {
+            return Err(Error::user(
+                format!(
+                    "MERGE into `{}`: INSERT lists {} columns and {} values",
+                    self.name,
+                    columns.len(),
+                    row.len()
+                ),
+                "give one value per column",
+            ));
+        }
+        Ok(columns
+            .into_iter()
+            .zip(row.iter().map(|v| v.to_string()))
+            .collect())
+    }
+
+    /// The pairs of `UPDATE SET *` / `INSERT *`: every target column from the source
+    /// column of that name.
+    fn all(&self) -> Result<Vec<(String, String)>> {
+        let name = &self.name;
+        self.target_columns
+            .iter()
+            .map(|c| {
+                if self.source_columns.contains(c) {
+                    Ok((c.clone(), qualified(&self.source_alias, c)))
+                } else {
+                    Err(Error::user(
+                        format!(
+                            "MERGE into `{name}`: the source has no column `{c}` for `*` / ROW"
+                        ),
+                        "list the columns: UPDATE SET c = s.c, … / INSERT (c, …) VALUES (s.c, …)",
+                    ))
+                }
+            })
+            .collect()
+    }
 }
 
 /// The rows a MERGE reads (a table or a query, through the same session as `smelt sql`'s

@@ -4,8 +4,10 @@
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::{Field, SchemaRef};
 use smelt_delta::Lake;
-use smelt_delta::silver::DeltaSilver;
-use smelt_engine::ports::{KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats};
+use smelt_delta::table::DeltaLakeTable;
+use smelt_engine::ports::{
+    KeyedTable, TableSink, TableView, Watermark, WatermarkStore, WriteStats,
+};
 use smelt_spec::TableName;
 
 /// Commits `batch` (of `schema`) to bronze table `b.t` as bronze commit `commit`, creating
@@ -13,7 +15,7 @@ use smelt_spec::TableName;
 pub async fn commit_bronze(lake: &Lake, schema: SchemaRef, batch: RecordBatch, commit: i64) {
     let rows = batch.num_rows();
     let name = TableName::parse("b.t").unwrap();
-    let mut bronze = DeltaSilver::open(lake, &name)
+    let mut bronze = DeltaLakeTable::open(lake, &name)
         .await
         .unwrap()
         .without_compaction();
@@ -36,7 +38,7 @@ pub async fn commit_bronze(lake: &Lake, schema: SchemaRef, batch: RecordBatch, c
 }
 
 /// A silver table whose commit fails (the process dies after the tombstones commit).
-pub struct CrashOnCommit(pub DeltaSilver);
+pub struct CrashOnCommit(pub DeltaLakeTable);
 
 #[async_trait::async_trait]
 impl WatermarkStore for CrashOnCommit {
@@ -49,8 +51,7 @@ impl WatermarkStore for CrashOnCommit {
     }
 }
 
-#[async_trait::async_trait]
-impl TableSink for CrashOnCommit {
+impl TableView for CrashOnCommit {
     fn table(&self) -> &TableName {
         self.0.table()
     }
@@ -62,7 +63,10 @@ impl TableSink for CrashOnCommit {
     fn version(&self) -> Option<i64> {
         self.0.version()
     }
+}
 
+#[async_trait::async_trait]
+impl TableSink for CrashOnCommit {
     async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
         self.0.create(schema).await
     }

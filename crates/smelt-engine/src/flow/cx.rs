@@ -7,14 +7,12 @@ use smelt_spec::{AppendFlow, ApplyFlow, ExportFlow, IngestFlow, Pipeline, Replac
 use crate::context::RunContext;
 use crate::ports::{FileStores, Lake, Reporter};
 use crate::report::{FlowReport, ReportKind, ReportStatus};
-use crate::run::RunSettings;
 
 /// What a flow of a run reads and writes through, and the run's settings.
 pub(crate) struct FlowCx<'a> {
     pub(crate) pipeline: &'a Pipeline,
     pub(crate) lake: &'a dyn Lake,
     pub(crate) files: &'a dyn FileStores,
-    pub(crate) settings: &'a RunSettings,
     pub(crate) ctx: &'a RunContext,
     pub(crate) reporter: &'a dyn Reporter,
 }

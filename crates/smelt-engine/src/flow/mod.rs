@@ -8,6 +8,7 @@ mod cx;
 pub mod export;
 pub mod ingest;
 pub mod replace_where;
+pub mod status;
 
 pub(crate) use cx::{FlowCx, LakeCx};
 pub use cx::{FlowRun, FlowSpec, report_head};
@@ -16,10 +17,10 @@ use async_trait::async_trait;
 use smelt_spec::{Flow, FlowKind, IngestFlow, TableName};
 
 use crate::flow::ingest::ledger::files_waiting;
-use crate::ports::{ChangeSource, Lake, LastCommit, SilverTable};
+use crate::ports::{ChangeSource, Lake, LakeTable, LastCommit};
 use crate::report::{FlowEvent, FlowReport};
-use crate::status::FlowStatus;
 use crate::{EngineError, Result};
+use status::FlowStatus;
 
 /// Runs, checks and inspects one flow.
 #[async_trait]
@@ -42,7 +43,7 @@ pub(crate) trait FlowRunner: Send + Sync {
     /// Fills the flow's watermark, written-table version and last run into `row`.
     async fn status(&self, cx: &LakeCx<'_>, row: &mut FlowStatus) -> Result<()> {
         match self.output() {
-            Some(table) => crate::status::of_written_table(cx, table, self.landing(), row).await,
+            Some(table) => status::of_written_table(cx, table, self.landing(), row).await,
             None => Ok(()),
         }
     }
@@ -66,7 +67,7 @@ impl FlowCx<'_> {
     pub(crate) async fn recover_event(
         &self,
         flow: &str,
-        table: &dyn SilverTable,
+        table: &dyn LakeTable,
         events: &mut Vec<FlowEvent>,
     ) {
         if self.ctx.dry_run {

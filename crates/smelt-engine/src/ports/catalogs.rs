@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use smelt_spec::TableName;
 
-use super::{ChangeSource, EventLog, Lake, SilverTable, SourceOptions, TableRole};
+use super::{ChangeSource, EventLog, Lake, LakeTable, SourceOptions, TableRole, TableView};
 use crate::{EngineError, Result};
 
 /// Routes each table to the lake that holds it: a name with a catalog to that catalog's
@@ -56,11 +56,11 @@ impl Lake for Catalogs<'_> {
         self.route(name)?.source(name, options).await
     }
 
-    async fn table(&self, name: &TableName, role: TableRole) -> Result<Box<dyn SilverTable>> {
+    async fn table(&self, name: &TableName, role: TableRole) -> Result<Box<dyn LakeTable>> {
         self.route(name)?.table(name, role).await
     }
 
-    async fn inspect(&self, name: &TableName) -> Result<Box<dyn SilverTable>> {
+    async fn inspect(&self, name: &TableName) -> Result<Box<dyn TableView>> {
         self.route(name)?.inspect(name).await
     }
 

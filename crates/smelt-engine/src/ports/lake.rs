@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use smelt_spec::TableName;
 
-use super::{ChangeSource, EventLog, SilverTable};
+use super::{ChangeSource, EventLog, LakeTable, TableView};
 use crate::Result;
 
 /// What a flow writes a table as: the adapter picks its write policy from it.
@@ -42,9 +42,9 @@ pub trait Lake: Send + Sync {
     ) -> Result<Box<dyn ChangeSource>>;
     /// Table `name`, to write as `role` (it may not exist yet). Fails when the table has
     /// features a write would break.
-    async fn table(&self, name: &TableName, role: TableRole) -> Result<Box<dyn SilverTable>>;
-    /// Table `name`, to inspect (`smelt status`); never written.
-    async fn inspect(&self, name: &TableName) -> Result<Box<dyn SilverTable>>;
+    async fn table(&self, name: &TableName, role: TableRole) -> Result<Box<dyn LakeTable>>;
+    /// Table `name`, to inspect (`smelt status`, a check): read-only.
+    async fn inspect(&self, name: &TableName) -> Result<Box<dyn TableView>>;
     /// The run event log.
     fn event_log(&self) -> &dyn EventLog;
 }

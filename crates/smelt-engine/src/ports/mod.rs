@@ -4,17 +4,20 @@
 //! * [`Lake`]: where tables live — change sources, tables by role, the event log;
 //!   [`Catalogs`] routes each table to the lake of its format (Delta, a named catalog).
 //! * [`ChangeSource`]: a table's changes, in commit, file and row order.
-//! * [`TableSink`], [`KeyedTable`], [`WatermarkStore`]: a table a flow writes, with its
-//!   watermark; [`SilverTable`] is all three.
+//! * [`TableView`] (read-only: what `Lake::inspect` gives), [`TableSink`], [`KeyedTable`],
+//!   [`WatermarkStore`]: a table a flow writes, with its watermark; [`LakeTable`] is all
+//!   of them (what `Lake::table` gives).
 //! * [`FileStores`]: landing folders ([`Landing`]: list, read as batches) and export
 //!   targets ([`ExportTarget`]), implemented by `smelt-ingest`.
 //! * [`Reporter`]: progress and warnings, drawn by the CLI.
+//! * [`keys`]: the keys smelt writes beside a commit, for every adapter.
 //! * [`OptimizePolicy`], [`VacuumPlan`]: table maintenance asked of a [`TableSink`].
 
 mod aligned;
 mod catalogs;
 mod event_log;
 mod files;
+pub mod keys;
 mod lake;
 mod maintain;
 mod reporter;
@@ -33,6 +36,6 @@ pub use maintain::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
 pub use reporter::{Reporter, Silent};
 pub use source::{ChangeSet, ChangeSource};
 pub use table::{
-    KeyedTable, LastCommit, SilverTable, TableSink, Watermark, WatermarkSource, WatermarkStore,
-    WriteStats,
+    KeyedTable, LakeTable, LastCommit, TableSink, TableView, Watermark, WatermarkSource,
+    WatermarkStore, WriteStats,
 };

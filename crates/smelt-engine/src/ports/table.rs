@@ -54,6 +54,16 @@ pub struct WatermarkSource {
     pub snapshot_id: Option<i64>,
 }
 
+impl WatermarkSource {
+    /// Version `version` of `source`.
+    pub fn of(source: &dyn super::ChangeSource, version: i64) -> Self {
+        Self {
+            table: source.table().to_string(),
+            snapshot_id: source.snapshot_id(version),
+        }
+    }
+}
+
 /// The last commit of a table, as the event log and `smelt status` need it.
 #[derive(Debug, Clone)]
 pub struct LastCommit {
@@ -82,18 +92,30 @@ pub trait WatermarkStore: Send + Sync {
     }
 }
 
-/// A table a flow writes: an ingest flow's bronze, an append or replace_where target, a
-/// rejects table. Rows are staged, then made visible with the watermark in one commit.
-/// The extra abilities (properties, schema changes, overwrites, deletes by predicate,
-/// expiry) are defaulted to "not supported", for formats that lack them.
+/// A table as inspection sees it (`smelt status`, a check): what it is, its schema and
+/// version, its watermarks and ledgers. Read-only.
 #[async_trait]
-pub trait TableSink: WatermarkStore {
+pub trait TableView: WatermarkStore {
     /// The table.
     fn table(&self) -> &TableName;
     /// Its schema, `None` when it does not exist yet.
     fn schema(&self) -> Option<SchemaRef>;
     /// Its version, `None` when it does not exist yet.
     fn version(&self) -> Option<i64>;
+    /// The rows its data files hold that are marked deleted (Delta deletion vectors,
+    /// Iceberg position deletes), and all the rows its data files hold; `None` when the
+    /// format does not say.
+    async fn deleted_rows(&self) -> Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
+}
+
+/// A table a flow writes: an ingest flow's bronze, an append or replace_where target, a
+/// rejects table. Rows are staged, then made visible with the watermark in one commit.
+/// The extra abilities (properties, schema changes, overwrites, deletes by predicate,
+/// expiry) are defaulted to "not supported", for formats that lack them.
+#[async_trait]
+pub trait TableSink: TableView {
     /// Creates the table (change feed on).
     async fn create(&mut self, schema: SchemaRef) -> Result<()>;
     /// Writes `rows` (the table's schema, keys `keys`), invisible until [`commit`]. A run
@@ -114,12 +136,6 @@ pub trait TableSink: WatermarkStore {
     /// the deleted ones — and records `watermark`, in one commit. With nothing staged,
     /// commits the watermark alone.
     async fn commit(&mut self, keys: &[String], watermark: &Watermark) -> Result<WriteStats>;
-    /// The rows its data files hold that are marked deleted (Delta deletion vectors,
-    /// Iceberg position deletes), and all the rows its data files hold; `None` when the
-    /// format does not say.
-    async fn deleted_rows(&self) -> Result<Option<(u64, u64)>> {
-        Ok(None)
-    }
     /// A table property (Delta: the table configuration), `None` when unset.
     fn property(&self, key: &str) -> Option<String> {
         let _ = key;
@@ -212,9 +228,9 @@ pub trait KeyedTable: TableSink {
 /// Every ability a flow may use on a table it writes: what [`Lake::table`] returns.
 ///
 /// [`Lake::table`]: crate::ports::Lake::table
-pub trait SilverTable: KeyedTable {}
+pub trait LakeTable: KeyedTable {}
 
-impl<T: KeyedTable + ?Sized> SilverTable for T {}
+impl<T: KeyedTable + ?Sized> LakeTable for T {}
 
 /// The error of an ability a table format lacks.
 fn unsupported(table: &TableName, what: &str) -> crate::EngineError {

@@ -5,22 +5,12 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
+use smelt_engine::ports::keys::{LEGACY_ICEBERG_RUN_ID, REPORT, RUN_ID};
 use smelt_engine::ports::{LastCommit, Watermark, WatermarkStore};
 use smelt_engine::{EngineError, Result as EngineResult};
 
 use super::IcebergTable;
-
-/// Summary and property key prefix of a flow's watermark.
-pub(crate) const WATERMARK: &str = "smelt.watermark.";
-/// Summary key prefixes of the table a flow read, and of its snapshot id read up to.
-const SOURCE: &str = "smelt.source.";
-const SOURCE_SNAPSHOT: &str = "smelt.source-snapshot-id.";
-/// Summary key of the run id.
-const RUN_ID: &str = "smelt.run-id";
-/// Summary key of the flow's report.
-const REPORT: &str = "smelt.report";
-/// Summary key prefix of extra commit entries.
-pub(crate) const EXTRA: &str = "smelt.extra.";
+use smelt_engine::ports::keys::{EXTRA, SOURCE, SOURCE_SNAPSHOT, WATERMARK};
 
 /// The snapshot summary entries of a commit with `watermark`.
 pub(super) fn summary(watermark: &Watermark) -> HashMap<String, String> {
@@ -108,7 +98,10 @@ impl WatermarkStore for IcebergTable {
         let summary = &snapshot.summary().additional_properties;
         Ok(Some(LastCommit {
             at_ms: snapshot.timestamp_ms(),
-            run_id: summary.get(RUN_ID).cloned(),
+            run_id: summary
+                .get(RUN_ID)
+                .or_else(|| summary.get(LEGACY_ICEBERG_RUN_ID))
+                .cloned(),
             report: summary.get(REPORT).cloned(),
         }))
     }

@@ -4,9 +4,10 @@
 
 use async_trait::async_trait;
 use smelt_engine::context::RunContext;
+use smelt_engine::ports::keys;
 use smelt_engine::ports::{EventLog, Reporter};
 use smelt_engine::report::{FlowEvent, FlowReport};
-use smelt_engine::run::{Executor, RunSettings};
+use smelt_engine::run::Executor;
 use smelt_engine::validate::Problem;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{
@@ -15,11 +16,11 @@ use smelt_spec::{
 
 use crate::append::{self, Append};
 use crate::client::Spark;
+use crate::commits::Last;
 use crate::export::{self, Export};
 use crate::ingest::{self, Ingest};
 use crate::places::Places;
 use crate::replace::{self, Replace};
-use crate::scd1::discover::Last;
 use crate::scd1::{Scd1, VIEWS, discover};
 use crate::session::{Mode, Session, Statement};
 use crate::support::refusals;
@@ -55,12 +56,13 @@ pub struct SparkEngine {
     spark: Spark,
     pipeline: Pipeline,
     places: Places,
-    settings: RunSettings,
+    /// The settings of the run it connected for (what it refuses depends on them).
+    settings: RunContext,
 }
 
 impl SparkEngine {
     /// Connects to the cluster at `url` for `pipeline`'s flows, run with `settings`.
-    pub async fn connect(url: &str, pipeline: &Pipeline, settings: &RunSettings) -> Result<Self> {
+    pub async fn connect(url: &str, pipeline: &Pipeline, settings: &RunContext) -> Result<Self> {
         let spark = Spark::connect(url).await?;
         crate::iceberg::register_catalogs(&spark, pipeline).await?;
         Ok(Self {
@@ -235,7 +237,7 @@ impl SparkEngine {
     /// a view before those it reads (Spark would otherwise cache again every cache over a
     /// view dropped, reading the tables again).
     async fn drop_views(&self, s: &Session<'_>) {
-        let views = crate::scd2::VIEWS
+        let views = crate::scd1::scd2::VIEWS
             .iter()
             .chain([
                 &append::VIEW,
@@ -277,7 +279,7 @@ impl SparkEngine {
             return;
         };
         let (Some(run_id), Some(report)) =
-            (meta["smelt.run_id"].as_str(), meta["smelt.report"].as_str())
+            (meta[keys::RUN_ID].as_str(), meta[keys::REPORT].as_str())
         else {
             return;
         };

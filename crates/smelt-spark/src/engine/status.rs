@@ -2,6 +2,7 @@
 
 use smelt_engine::Result;
 use smelt_engine::context::RunContext;
+use smelt_engine::ports::keys;
 use smelt_engine::status::{FlowStatus, utc_text};
 use smelt_spec::{Flow, TableName};
 
@@ -114,7 +115,7 @@ impl SparkEngine {
                             .metadata
                             .as_deref()
                             .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-                            .and_then(|m| m["smelt.run_id"].as_str().map(str::to_string));
+                            .and_then(|m| m[keys::RUN_ID].as_str().map(str::to_string));
                     }
                     None => self.last_run(into, row).await?,
                 }
@@ -142,7 +143,7 @@ impl SparkEngine {
                 .unwrap_or_default()
         };
         let maintenance = |i: usize| {
-            json(i).get("smelt.operation").is_some()
+            json(i).get(keys::OPERATION).is_some()
                 || matches!(
                     ops[i].as_deref(),
                     Some("OPTIMIZE" | "VACUUM START" | "VACUUM END")
@@ -153,7 +154,7 @@ impl SparkEngine {
             return Ok(());
         };
         row.last_run_at = at[i].and_then(|us| utc_text(us.div_euclid(1000)));
-        row.last_run_id = json(i)["smelt.run_id"].as_str().map(str::to_string);
+        row.last_run_id = json(i)[keys::RUN_ID].as_str().map(str::to_string);
         Ok(())
     }
 }

@@ -10,11 +10,12 @@ pub(crate) mod rows;
 use std::collections::BTreeMap;
 
 use smelt_engine::context::app_id;
+use smelt_engine::ports::keys;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{CatalogKind, Pipeline, TableName};
 
 use crate::client::Spark;
-use crate::scd1::discover::Last;
+use crate::commits::Last;
 use crate::session::Session;
 use crate::sql::{ident, string_literal};
 
@@ -23,7 +24,7 @@ pub(crate) const SNAPSHOT_PROPERTY: &str = "spark.sql.iceberg.snapshot-property.
 
 /// The key of flow `flow`'s watermark (the embedded engine's).
 pub(crate) fn watermark_key(flow: &str) -> String {
-    format!("smelt.watermark.{}", app_id(flow))
+    format!("{}{}", keys::WATERMARK, app_id(flow))
 }
 
 /// The session confs that make `catalog` a Spark catalog of Iceberg's runtime: a `sql`
@@ -103,16 +104,6 @@ pub(crate) async fn written(s: &Session<'_>, table: &str) -> Result<Option<Meta>
         return Ok(None);
     }
     meta(s, "read the written table's snapshot", table).await
-}
-
-/// `table` in Spark SQL: ``​`catalog`.`namespace`.`table`​``.
-pub(crate) fn table_sql(table: &TableName) -> String {
-    format!(
-        "{}.{}.{}",
-        ident(table.catalog.as_deref().unwrap_or_default()),
-        ident(&table.schema),
-        ident(&table.table)
-    )
 }
 
 /// `CREATE NAMESPACE IF NOT EXISTS` for `table`'s namespace.
@@ -198,9 +189,13 @@ impl Meta {
     pub(crate) fn last(&self) -> Last {
         let current = self.current.and_then(|id| self.snapshot(id));
         let metadata = current.and_then(|s| {
-            let run_id = s.summary.get("smelt.run-id")?;
-            let report = s.summary.get("smelt.report")?;
-            Some(serde_json::json!({"smelt.run_id": run_id, "smelt.report": report}).to_string())
+            let run_id = (s.summary.get(keys::RUN_ID))
+                .or_else(|| s.summary.get(keys::LEGACY_ICEBERG_RUN_ID))?;
+            let report = s.summary.get(keys::REPORT)?;
+            let mut meta = serde_json::json!({});
+            meta[keys::RUN_ID] = run_id.as_str().into();
+            meta[keys::REPORT] = report.as_str().into();
+            Some(meta.to_string())
         });
         Last {
             version: self.version(),
@@ -301,12 +296,12 @@ pub(crate) fn summary_confs(
     let app = app_id(flow);
     let mut out = vec![
         (watermark_key(flow), v.to_string()),
-        ("smelt.run-id".to_string(), run_id.to_string()),
-        ("smelt.report".to_string(), report.to_string()),
-        (format!("smelt.source.{app}"), source.0.to_string()),
+        (keys::RUN_ID.to_string(), run_id.to_string()),
+        (keys::REPORT.to_string(), report.to_string()),
+        (format!("{}{app}", keys::SOURCE), source.0.to_string()),
     ];
     if let Some(id) = source.1 {
-        out.push((format!("smelt.source-snapshot-id.{app}"), id.to_string()));
+        out.push((format!("{}{app}", keys::SOURCE_SNAPSHOT), id.to_string()));
     }
     out.into_iter()
         .map(|(k, v)| (format!("{SNAPSHOT_PROPERTY}{k}"), v))

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use arrow::datatypes::SchemaRef;
-use smelt_engine::flow::ingest::load::FIX_FILE;
+use smelt_engine::flow::ingest::FIX_FILE;
 use smelt_engine::ports::LandingFile;
 use smelt_engine::{EngineError, Result};
 use smelt_ingest::csv::column_names;

@@ -4,8 +4,6 @@
 //! (Spark's JSON parser and serde's agree: `2.50` is `2.5`, `1e3` is `1000.0`), objects and
 //! arrays as compact JSON with their keys sorted (a variant's JSON, as serde's maps sort).
 
-use crate::sql::string_literal;
-
 use super::sql::{
     FILES, Input, LINES, META, NO_ENTRY, Own, Plan, ROWS, partition_columns, rescued_entries,
     row_number,
@@ -37,15 +35,6 @@ pub(crate) fn keys_query() -> String {
     )
 }
 
-/// The value of key `name` of a row, as text.
-pub(crate) fn value(name: &str) -> String {
-    let key = string_literal(name);
-    format!(
-        "CASE WHEN schema_of_variant(try_element_at(__vm, {key})) RLIKE '^(OBJECT|ARRAY)' \
-         THEN to_json(try_element_at(__vm, {key})) ELSE try_element_at(__sm, {key}) END"
-    )
-}
-
 /// The rows view: every line with its file's URL and time, its values by key (`__sm`,
 /// `__vm`; a key written twice: its last value, the session's `LAST_WIN` dedup policy
 /// rebuilding the map), why it is malformed (`__reason`) and its rescued data as JSON.
@@ -71,7 +60,7 @@ mod tests {
 
     #[test]
     fn objects_and_arrays_are_sorted_json_other_values_text() {
-        let v = value("a'b");
+        let v = super::super::sql::json_value("a'b");
         assert!(v.contains("try_element_at(__vm, 'a\\'b')"), "{v}");
         assert!(v.ends_with("ELSE try_element_at(__sm, 'a\\'b') END"), "{v}");
         assert!(keys_query().contains("ORDER BY __i, min(struct(__line, pos))"));

@@ -12,9 +12,10 @@
 use std::collections::HashMap;
 
 use arrow::datatypes::{DataType, SchemaRef};
+use smelt_engine::flow::ingest::FIX_FILE;
 use smelt_engine::flow::ingest::LOG_CLEANUP;
 use smelt_engine::flow::ingest::ledger::{files_entry, plan_found};
-use smelt_engine::flow::ingest::load::{BronzeAt, FIX_FILE, MAX_MALFORMED, ingest_report};
+use smelt_engine::flow::ingest::load::{BronzeAt, MAX_MALFORMED, ingest_report};
 use smelt_engine::flow::ingest::rejects::INGEST_BATCH;
 use smelt_engine::ports::LandingFile;
 use smelt_engine::rejects::rejects_table;
@@ -22,9 +23,9 @@ use smelt_engine::report::{FlowReport, ReportStatus};
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{FileFormat, IngestEvolution, IngestFlow};
 
+use crate::commits::schema_of;
 use crate::places::Places;
 use crate::scd1::create_table;
-use crate::scd1::discover::schema_of;
 use crate::scd1::write::{self, commit_metadata_with};
 use crate::session::{Mode, Session};
 

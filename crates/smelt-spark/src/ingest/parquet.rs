@@ -226,11 +226,6 @@ pub(crate) fn changed_query(files: &str) -> String {
     )
 }
 
-/// The value of column `name` of a row, as text.
-pub(crate) fn value(name: &str) -> String {
-    format!("try_element_at(__pm, {})", string_literal(name))
-}
-
 /// The rows view: every row with its file's URL and time and its rescued data as JSON
 /// (a Parquet row is never malformed).
 pub(crate) fn rows_view(plan: &Plan, own: Own<'_>) -> String {

@@ -329,8 +329,8 @@ fn input_value(plan: &Plan, group: &Group, name: &str, input: Input<'_>) -> Opti
     if let Some(p) = group.names.iter().position(|n| n == name) {
         return Some(match input {
             Input::Csv(layout) => nulled(format!("try_element_at(__f, {})", p + 1), layout),
-            Input::Json => super::json::value(name),
-            Input::Parquet => super::parquet::value(name),
+            Input::Json => json_value(name),
+            Input::Parquet => parquet_value(name),
         });
     }
     if group.partitions.iter().any(|k| k == name) {
@@ -489,6 +489,20 @@ pub(crate) fn rejects_select(of: &RejectsOf<'_>) -> String {
         of.batch,
         of.run_us,
     )
+}
+
+/// The value of key `name` of a JSON line, as text.
+pub(super) fn json_value(name: &str) -> String {
+    let key = string_literal(name);
+    format!(
+        "CASE WHEN schema_of_variant(try_element_at(__vm, {key})) RLIKE '^(OBJECT|ARRAY)' \
+         THEN to_json(try_element_at(__vm, {key})) ELSE try_element_at(__sm, {key}) END"
+    )
+}
+
+/// The value of column `name` of a Parquet row, as text.
+pub(super) fn parquet_value(name: &str) -> String {
+    format!("try_element_at(__pm, {})", string_literal(name))
 }
 
 #[cfg(test)]

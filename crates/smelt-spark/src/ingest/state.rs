@@ -7,11 +7,12 @@ use arrow::datatypes::SchemaRef;
 use smelt_engine::Result;
 use smelt_engine::flow::ingest::LOG_CLEANUP;
 use smelt_engine::flow::ingest::ledger::{FILES_KEY, FileStamp, loaded_from};
+use smelt_engine::ports::keys;
 use smelt_engine::rejects::rejects_table;
 use smelt_spec::IngestFlow;
 
+use crate::commits::{Last, last_commit, schema_of, txn_of};
 use crate::places::Places;
-use crate::scd1::discover::{Last, last_commit, schema_of, txn_of};
 use crate::session::Session;
 use crate::sql::{ident, string_literal};
 
@@ -126,11 +127,11 @@ pub(crate) async fn ledger(s: &Session<'_>, location: &str, version: i64) -> Res
                 else {
                     continue;
                 };
-                let app = from_spark("smelt.flow").and_then(|v| v.as_str().map(str::to_string));
+                let app = from_spark(keys::FLOW).and_then(|v| v.as_str().map(str::to_string));
                 (
                     value,
                     app,
-                    from_spark("smelt.source_version").and_then(|v| v.as_i64()),
+                    from_spark(keys::SOURCE_VERSION).and_then(|v| v.as_i64()),
                 )
             }
         };

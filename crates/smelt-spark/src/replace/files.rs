@@ -16,9 +16,9 @@ use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{IngestFlow, ReplaceWhereFlow};
 
+use crate::commits::schema_of;
 use crate::ingest::{self, absolute, ledger};
 use crate::places::Places;
-use crate::scd1::discover::schema_of;
 use crate::scd1::spark_type;
 use crate::session::Session;
 use crate::sql::{ident, string_literal};

@@ -8,11 +8,14 @@
 //!    the cluster; their counts make the report.
 //! 4. The writes ([`write`]): tombstones, then silver with the report, each carrying the
 //!    watermark; then tombstone expiry.
+//!
+//! `scd: 2` ([`scd2`]) is the same run, its stage and writes keeping history.
 
 pub(crate) mod columns;
 pub(crate) mod discover;
 mod fail;
 pub(crate) mod read;
+pub(crate) mod scd2;
 pub(crate) mod shape;
 pub(crate) mod stage;
 pub(crate) mod write;
@@ -124,7 +127,7 @@ impl Scd1<'_> {
             s.setting("SET spark.sql.sources.partitionOverwriteMode=static".to_string())
                 .await?;
         }
-        crate::scd2::keep_analyzed_views(s, shape.history.is_some()).await?;
+        crate::scd1::scd2::keep_analyzed_views(s, shape.history.is_some()).await?;
         let files = self.read_changes(s, state, span, &mut report).await?;
         report.files_read = files.0;
         report.bytes_read = files.1;
@@ -144,7 +147,7 @@ impl Scd1<'_> {
         };
         match shape.history.is_some() {
             true => {
-                let stored = crate::scd2::Stored {
+                let stored = crate::scd1::scd2::Stored {
                     silver: targets.silver,
                     tombstones: targets.tombstones,
                     replayed_through: state.tombstones_txn.filter(|_| targets.replayed),
@@ -345,7 +348,7 @@ impl Scd1<'_> {
             )
             .await?;
             let sql = match shape.history {
-                Some(_) => crate::scd2::write::overwrite_tombstones(&tombs, shape, run_us),
+                Some(_) => crate::scd1::scd2::write::overwrite_tombstones(&tombs, shape, run_us),
                 None => write::overwrite_tombstones(&tombs, shape, run_us),
             };
             s.write(
@@ -534,7 +537,7 @@ impl Scd1<'_> {
             .await?;
             let run_us = self.ctx.run_timestamp_us;
             let sql = match shape.history {
-                Some(_) => crate::scd2::write::merge_tombstones(&tombs, shape, run_us),
+                Some(_) => crate::scd1::scd2::write::merge_tombstones(&tombs, shape, run_us),
                 None => write::merge_tombstones(&tombs, shape, run_us),
             };
             s.write(Some("before_spark_tombstones"), "write the tombstones", sql)
@@ -555,8 +558,8 @@ impl Scd1<'_> {
         let sql = match (rebuild, &shape.history) {
             (true, None) => write::overwrite_silver(&silver, shape),
             (false, None) => write::merge_silver(&silver, shape),
-            (true, Some(_)) => crate::scd2::write::overwrite_silver(&silver, shape, run_us),
-            (false, Some(_)) => crate::scd2::write::merge_silver(&silver, shape, run_us),
+            (true, Some(_)) => crate::scd1::scd2::write::overwrite_silver(&silver, shape, run_us),
+            (false, Some(_)) => crate::scd1::scd2::write::merge_silver(&silver, shape, run_us),
         };
         s.write(Some("before_spark_silver"), "merge into silver", sql)
             .await?;

@@ -5,6 +5,7 @@
 //! embedded; tombstone expiry after, in a commit of its own.
 
 use smelt_engine::context::app_id;
+use smelt_engine::ports::keys;
 use smelt_engine::report::FlowReport;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{ApplyFlow, OnCastError, OnViolation};
@@ -121,12 +122,11 @@ pub(crate) fn commit_metadata_with(
     extra: &[(&str, &str)],
 ) -> Result<String> {
     let report = serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?;
-    let mut meta = serde_json::json!({
-        "smelt.run_id": run_id,
-        "smelt.flow": app_id(flow),
-        "smelt.source_version": source_version,
-        "smelt.report": report,
-    });
+    let mut meta = serde_json::json!({});
+    meta[keys::RUN_ID] = run_id.into();
+    meta[keys::FLOW] = app_id(flow).into();
+    meta[keys::SOURCE_VERSION] = source_version.into();
+    meta[keys::REPORT] = report.into();
     for (key, value) in extra {
         meta[*key] = serde_json::Value::from(*value);
     }

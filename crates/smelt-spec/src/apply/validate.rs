@@ -6,8 +6,8 @@ use super::{
     ApplyFlow, AuditColumns, COMMIT_TIMESTAMP, CastDialect, RawApply, with_audit_columns,
     with_history_columns,
 };
-use crate::check::{parse_duration, pick_columns, read_table_def, valid_zone};
-use crate::ddl::{ColumnType, TableName};
+use crate::check::{Checks, parse_duration, pick_columns, read_table_def};
+use crate::ddl::{ColumnType, TableDef, TableName};
 use crate::error::{SpecError, did_you_mean};
 use crate::locate::line_of;
 use crate::policy::{OnSequenceConflict, OptimizeMode, UpdateColumns};
@@ -17,364 +17,66 @@ pub(crate) fn apply_flow(
     dir: &Path,
     text: &str,
     name: &str,
-    raw: RawApply,
+    mut raw: RawApply,
     errors: &mut Vec<SpecError>,
 ) -> Option<ApplyFlow> {
-    let name_of_flow = name;
-    let at = |leaf: &str| line_of(text, &["flows", name, "apply", leaf]);
-    let field = |leaf: &str| format!("flows.{name}.apply.{leaf}");
     let before = errors.len();
-
-    let mut table = |leaf: &str, value: &str| match TableName::parse(value) {
-        Some(t) => Some(t),
-        None => {
-            errors.push(
-                SpecError::new(path, field(leaf), format!("`{value}` is not a table name"))
-                    .at(at(leaf))
-                    .hint("write tables as `schema.table`, e.g. `bronze.product2`"),
-            );
-            None
-        }
+    let mut c = Checks {
+        path,
+        text,
+        flow: name,
+        kind: "apply",
+        errors,
     };
-    let from = table("from", &raw.from);
-    let into = table("into", &raw.into);
-
+    let hint = "write tables as `schema.table`, e.g. `bronze.product2`";
+    let from = table(&mut c, "from", &raw.from, hint);
+    let into = table(&mut c, "into", &raw.into, hint);
     let scd = raw.scd.unwrap_or(1);
-    if !matches!(scd, 1 | 2) {
-        errors.push(
-            SpecError::new(path, field("scd"), format!("there is no SCD type {scd}"))
-                .at(at("scd"))
-                .hint("use `scd: 1` (one row per key) or `scd: 2` (history)"),
-        );
-    }
-    if scd != 2 && (raw.track_history.is_some() || raw.track_history_except.is_some()) {
-        errors.push(
-            SpecError::new(
-                path,
-                field("track_history"),
-                "`track_history` needs `scd: 2`",
-            )
-            .at(at("track_history").or(at("track_history_except")))
-            .hint("add `scd: 2`, or remove the option"),
-        );
-    }
-
-    let audit = match raw.audit {
-        Some(a) => {
-            if scd == 2 && a.update_timestamp_on.is_some() {
-                errors.push(
-                    SpecError::new(path, field("audit"), "`audit.update_timestamp_on` applies to `scd: 1`; `scd: 2` stamps every version it writes")
-                        .at(at("audit"))
-                        .hint("remove `update_timestamp_on`"),
-                );
-            }
-            if a.update_timestamp.is_none() && a.update_timestamp_on.is_some() {
-                errors.push(
-                    SpecError::new(path, field("audit"), "`audit.update_timestamp_on` is set but `audit.update_timestamp` is off: there is no stamp to set")
-                        .at(at("audit"))
-                        .hint("name the column with `update_timestamp:`, or remove `update_timestamp_on`"),
-                );
-            }
-            AuditColumns {
-                ingest_timestamp: a.ingest_timestamp,
-                update_timestamp: a.update_timestamp,
-                update_timestamp_on: a.update_timestamp_on.unwrap_or_default(),
-            }
-        }
-        None => AuditColumns::default(),
-    };
+    check_scd(&mut c, scd, &raw);
+    let audit = audit_columns(&mut c, scd, raw.audit.take());
 
     let schema_file = raw.schema.as_ref().map(|s| dir.join(s));
-    let mut silver = None;
-    let errors_before_schema = errors.len();
-    if let Some(file) = &schema_file
-        && let Some(def) = read_table_def(path, file, &field("schema"), at("schema"), errors)
-    {
-        silver = Some(with_audit_columns(
-            def,
-            &audit,
-            path,
-            &field("audit"),
-            at("audit"),
-            errors,
-        ));
-    }
-
-    let keys = match (raw.keys, &silver) {
-        (Some(k), _) if k.is_empty() => {
-            errors.push(
-                SpecError::new(path, field("keys"), "`keys` is empty")
-                    .at(at("keys"))
-                    .hint("list the primary key columns, e.g. `keys: [Id]`"),
-            );
-            k
-        }
-        (Some(k), _) => k,
-        (None, Some(def)) if !def.primary_key.is_empty() => def.primary_key.clone(),
-        (None, _) if errors.len() > errors_before_schema => Vec::new(), // the DDL already failed
-        (None, _) => {
-            errors.push(
-                SpecError::new(
-                    path,
-                    field("keys"),
-                    "no key: `keys` is not set and the table definition has no PRIMARY KEY",
-                )
-                .at(at("apply"))
-                .hint("add `keys: [Id]` or `PRIMARY KEY (Id) NOT ENFORCED` to the CREATE TABLE"),
-            );
-            Vec::new()
-        }
-    };
+    let errors_before_schema = c.errors.len();
+    let silver = schema_file.as_ref().and_then(|file| {
+        let def = read_table_def(path, file, &c.field("schema"), c.at("schema"), c.errors)?;
+        let (field, at) = (c.field("audit"), c.at("audit"));
+        Some(with_audit_columns(def, &audit, path, &field, at, c.errors))
+    });
+    let ddl_failed = c.errors.len() > errors_before_schema;
+    let keys = keys(&mut c, raw.keys.take(), silver.as_ref(), ddl_failed);
 
     let sequence_by = raw
         .sequence_by
+        .take()
         .unwrap_or_else(|| vec![COMMIT_TIMESTAMP.to_string()]);
-    if scd == 2 && sequence_by.len() != 1 {
-        errors.push(
-            SpecError::new(
-                path,
-                field("sequence_by"),
-                "`scd: 2` needs exactly one `sequence_by` column: it becomes __START_AT and __END_AT",
-            )
-            .at(at("sequence_by"))
-            .hint("sequence by one column, e.g. `sequence_by: [SystemModstamp]`"),
-        );
-    }
-    // A truncate empties silver whole, which is right only when nothing stored can be newer
-    // than it: when changes are ordered by bronze commit time.
-    if raw.apply_as_truncates.is_some() && sequence_by != [COMMIT_TIMESTAMP] {
-        errors.push(
-            SpecError::new(
-                path,
-                field("apply_as_truncates"),
-                "`apply_as_truncates` needs `sequence_by: [_commit_timestamp]`: with another sequence a late truncate would erase newer rows",
-            )
-            .at(at("apply_as_truncates"))
-            .hint("sequence by `_commit_timestamp`, or turn truncates into deletes of each key"),
-        );
-    }
+    check_sequence(&mut c, scd, &sequence_by, &raw, &audit);
     let history = pick_columns(
-        raw.track_history,
-        raw.track_history_except,
+        raw.track_history.take(),
+        raw.track_history_except.take(),
         ("track_history", "track_history_except"),
         "keep one: the columns whose change starts a new version, or the columns whose change does not",
         (path, text, name),
-        errors,
+        c.errors,
     );
-    let silver = match silver {
-        Some(def) if scd == 2 && sequence_by.len() == 1 => {
-            let ty = if sequence_by[0] == COMMIT_TIMESTAMP {
-                Some(ColumnType::Timestamp)
-            } else {
-                def.columns
-                    .iter()
-                    .find(|c| c.name == sequence_by[0])
-                    .map(|c| c.ty)
-            };
-            ty.map(|ty| with_history_columns(def.clone(), ty))
-                .or(Some(def))
-        }
-        other => other,
-    };
-    if sequence_by.iter().any(|s| s == COMMIT_TIMESTAMP) && audit.ingest_timestamp.is_none() {
-        errors.push(
-            SpecError::new(path, field("sequence_by"), "`_commit_timestamp` orders the changes but `audit.ingest_timestamp` is off, so silver could not store it for the guard")
-                .at(at("sequence_by"))
-                .hint("keep `audit.ingest_timestamp`, or sequence by a silver column such as `LastModifiedDate`"),
-        );
-    }
-
+    let silver = silver.map(|def| history_columns(def, scd, &sequence_by));
     if let Some(def) = &silver {
-        let names: Vec<&str> = def.columns.iter().map(|c| c.name.as_str()).collect();
-        let mut check = |leaf: &str, col: &str, what: &str| {
-            if !names.contains(&col) {
-                let mut e = SpecError::new(
-                    path,
-                    field(leaf),
-                    format!(
-                        "unknown {what} column `{col}`: table `{}` has no such column",
-                        def.name
-                    ),
-                )
-                .at(at(leaf));
-                e = match did_you_mean(col, names.iter().copied()) {
-                    Some(near) => e.hint(format!("did you mean `{near}`?")),
-                    None => e.hint(format!("columns are: {}", names.join(", "))),
-                };
-                errors.push(e);
-            }
-        };
-        for k in &keys {
-            check("keys", k, "key");
-        }
-        for c in match &history {
-            UpdateColumns::Only(c) => c.as_slice(),
-            UpdateColumns::Except(c) => c.as_slice(),
-            UpdateColumns::All => &[],
-        } {
-            check(
-                if matches!(history, UpdateColumns::Only(_)) {
-                    "track_history"
-                } else {
-                    "track_history_except"
-                },
-                c,
-                "history",
-            );
-        }
-        for s in &sequence_by {
-            if s != COMMIT_TIMESTAMP {
-                check("sequence_by", s, "sequence");
-            }
-        }
+        check_named_columns(&mut c, def, &keys, &history, &sequence_by);
     }
-
-    let tz = raw.tz;
-    if let Some(zone) = &tz
-        && !valid_zone(zone)
-    {
-        errors.push(
-            SpecError::new(path, field("tz"), format!("unknown time zone `{zone}`"))
-                .at(at("tz"))
-                .hint("use an IANA name such as `Asia/Tokyo` or an offset such as `+09:00`"),
-        );
-    }
-
-    for (name, predicate) in &raw.expect.0 {
-        if predicate.trim().is_empty() {
-            errors.push(
-                SpecError::new(
-                    path,
-                    field(&format!("expect.{name}")),
-                    format!("expectation `{name}` is empty"),
-                )
-                .at(line_of(
-                    text,
-                    &["flows", name_of_flow, "apply", "expect", name],
-                ))
-                .hint("write a SQL predicate over silver columns, e.g. `Name IS NOT NULL`"),
-            );
-        }
-    }
-    if raw.optimize == Some(OptimizeMode::Auto)
-        && into.as_ref().is_some_and(|t| t.catalog.is_some())
-    {
-        errors.push(
-            SpecError::new(
-                path,
-                field("optimize"),
-                format!(
-                    "`optimize: auto` works with Delta tables only: smelt does not compact Iceberg tables such as `{}` yet",
-                    raw.into
-                ),
-            )
-            .at(at("optimize"))
-            .hint("remove `optimize: auto`, and compact the table with Spark's `rewrite_data_files` procedure"),
-        );
-    }
-    if scd == 2 && raw.on_sequence_conflict == Some(OnSequenceConflict::Quarantine) {
-        errors.push(
-            SpecError::new(
-                path,
-                field("on_sequence_conflict"),
-                "`on_sequence_conflict: quarantine` works with `scd: 1` only",
-            )
-            .at(at("on_sequence_conflict"))
-            .hint("with `scd: 2` use `last` (the later change is kept) or `fail`"),
-        );
-    }
-    if scd == 2 && raw.apply_as_truncates.is_some() {
-        errors.push(
-            SpecError::new(
-                path,
-                field("apply_as_truncates"),
-                "`apply_as_truncates` works with `scd: 1` only: a truncate would erase history",
-            )
-            .at(at("apply_as_truncates"))
-            .hint("use `apply_as_deletes` to close versions, or `scd: 1`"),
-        );
-    }
-    for (leaf, predicate) in [
-        ("apply_as_deletes", &raw.apply_as_deletes),
-        ("apply_as_truncates", &raw.apply_as_truncates),
-        ("where", &raw.filter),
-    ] {
-        if predicate.as_deref().is_some_and(|p| p.trim().is_empty()) {
-            errors.push(
-                SpecError::new(path, field(leaf), format!("`{leaf}` is empty"))
-                    .at(at(leaf))
-                    .hint("write a SQL predicate, e.g. `IsDeleted = 'true'`"),
-            );
-        }
-    }
+    c.zone("tz", &raw.tz);
+    check_options(&mut c, scd, &raw, into.as_ref());
 
     let update_columns = pick_columns(
-        raw.column_list,
-        raw.except_column_list,
+        raw.column_list.take(),
+        raw.except_column_list.take(),
         ("column_list", "except_column_list"),
         "keep one: the columns an update sets, or the columns it leaves alone",
         (path, text, name),
-        errors,
+        c.errors,
     );
-    let (list_leaf, listed) = match &update_columns {
-        UpdateColumns::Only(c) => ("column_list", c.as_slice()),
-        UpdateColumns::Except(c) => ("except_column_list", c.as_slice()),
-        UpdateColumns::All => ("column_list", &[][..]),
-    };
-    for c in listed {
-        if keys.contains(c) {
-            errors.push(
-                SpecError::new(
-                    path,
-                    field(list_leaf),
-                    format!("key column `{c}` cannot be listed: keys never change"),
-                )
-                .at(at(list_leaf))
-                .hint("list only non-key columns"),
-            );
-        }
-    }
-    if let Some(def) = &silver {
-        let names: Vec<&str> = def.columns.iter().map(|c| c.name.as_str()).collect();
-        for c in listed {
-            if !names.contains(&c.as_str()) {
-                let e = SpecError::new(
-                    path,
-                    field(list_leaf),
-                    format!(
-                        "unknown column `{c}`: table `{}` has no such column",
-                        def.name
-                    ),
-                )
-                .at(at(list_leaf));
-                errors.push(match did_you_mean(c, names.iter().copied()) {
-                    Some(near) => e.hint(format!("did you mean `{near}`?")),
-                    None => e.hint(format!("columns are: {}", names.join(", "))),
-                });
-            }
-        }
-    }
+    check_update_columns(&mut c, &update_columns, &keys, silver.as_ref());
+    let tombstone_retention = tombstone_retention(&mut c, raw.tombstone_retention.as_deref());
 
-    let tombstone_retention = match raw.tombstone_retention.as_deref() {
-        None | Some("forever") => None,
-        Some(text) => match parse_duration(text) {
-            Some(d) => Some(d),
-            None => {
-                errors.push(
-                    SpecError::new(
-                        path,
-                        field("tombstone_retention"),
-                        format!("`{text}` is not a duration"),
-                    )
-                    .at(at("tombstone_retention"))
-                    .hint("write `forever` (the default) or a number with a unit: `90d`, `12h`, `30m`"),
-                );
-                None
-            }
-        },
-    };
-
-    if errors.len() > before {
+    if c.errors.len() > before {
         return None;
     }
     let cast_dialect = raw.cast_dialect.unwrap_or(match &silver {
@@ -391,7 +93,7 @@ pub(crate) fn apply_flow(
         audit,
         on_cast_error: raw.on_cast_error.unwrap_or_default(),
         cast_dialect,
-        tz,
+        tz: raw.tz,
         apply_as_deletes: raw.apply_as_deletes,
         apply_as_truncates: raw.apply_as_truncates,
         source_deletes: raw.source_deletes.unwrap_or_default(),
@@ -409,6 +111,339 @@ pub(crate) fn apply_flow(
         write_mode: raw.write_mode.unwrap_or_default(),
         optimize: raw.optimize.unwrap_or_default(),
     })
+}
+
+/// `value` of option `leaf` as a table name.
+fn table(c: &mut Checks<'_>, leaf: &str, value: &str, hint: &str) -> Option<TableName> {
+    let t = TableName::parse(value);
+    if t.is_none() {
+        let e = SpecError::new(
+            c.path,
+            c.field(leaf),
+            format!("`{value}` is not a table name"),
+        )
+        .at(c.at(leaf))
+        .hint(hint);
+        c.errors.push(e);
+    }
+    t
+}
+
+/// Pushes an error on option `leaf`, at `line`.
+fn push(
+    c: &mut Checks<'_>,
+    leaf: &str,
+    line: Option<usize>,
+    message: impl Into<String>,
+    hint: &str,
+) {
+    let e = SpecError::new(c.path, c.field(leaf), message)
+        .at(line)
+        .hint(hint);
+    c.errors.push(e);
+}
+
+/// Pushes an error on option `leaf`, at its line.
+fn refuse(c: &mut Checks<'_>, leaf: &str, message: impl Into<String>, hint: &str) {
+    let line = c.at(leaf);
+    push(c, leaf, line, message, hint);
+}
+
+/// The SCD type, and the options only SCD2 takes.
+fn check_scd(c: &mut Checks<'_>, scd: u8, raw: &RawApply) {
+    if !matches!(scd, 1 | 2) {
+        refuse(
+            c,
+            "scd",
+            format!("there is no SCD type {scd}"),
+            "use `scd: 1` (one row per key) or `scd: 2` (history)",
+        );
+    }
+    if scd != 2 && (raw.track_history.is_some() || raw.track_history_except.is_some()) {
+        let line = c.at("track_history").or(c.at("track_history_except"));
+        push(
+            c,
+            "track_history",
+            line,
+            "`track_history` needs `scd: 2`",
+            "add `scd: 2`, or remove the option",
+        );
+    }
+}
+
+/// The audit columns, checked against the SCD type.
+fn audit_columns(c: &mut Checks<'_>, scd: u8, audit: Option<super::RawAudit>) -> AuditColumns {
+    let Some(a) = audit else {
+        return AuditColumns::default();
+    };
+    if scd == 2 && a.update_timestamp_on.is_some() {
+        refuse(
+            c,
+            "audit",
+            "`audit.update_timestamp_on` applies to `scd: 1`; `scd: 2` stamps every version it writes",
+            "remove `update_timestamp_on`",
+        );
+    }
+    if a.update_timestamp.is_none() && a.update_timestamp_on.is_some() {
+        refuse(
+            c,
+            "audit",
+            "`audit.update_timestamp_on` is set but `audit.update_timestamp` is off: there is no stamp to set",
+            "name the column with `update_timestamp:`, or remove `update_timestamp_on`",
+        );
+    }
+    AuditColumns {
+        ingest_timestamp: a.ingest_timestamp,
+        update_timestamp: a.update_timestamp,
+        update_timestamp_on: a.update_timestamp_on.unwrap_or_default(),
+    }
+}
+
+/// The key columns: `keys`, else the DDL's primary key (`ddl_failed`: the DDL was refused
+/// already, so its key is not asked for again).
+fn keys(
+    c: &mut Checks<'_>,
+    keys: Option<Vec<String>>,
+    silver: Option<&TableDef>,
+    ddl_failed: bool,
+) -> Vec<String> {
+    match (keys, silver) {
+        (Some(k), _) if k.is_empty() => {
+            refuse(
+                c,
+                "keys",
+                "`keys` is empty",
+                "list the primary key columns, e.g. `keys: [Id]`",
+            );
+            k
+        }
+        (Some(k), _) => k,
+        (None, Some(def)) if !def.primary_key.is_empty() => def.primary_key.clone(),
+        (None, _) if ddl_failed => Vec::new(),
+        (None, _) => {
+            let line = c.at("apply");
+            push(
+                c,
+                "keys",
+                line,
+                "no key: `keys` is not set and the table definition has no PRIMARY KEY",
+                "add `keys: [Id]` or `PRIMARY KEY (Id) NOT ENFORCED` to the CREATE TABLE",
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// `sequence_by` against the SCD type, truncates and the audit columns.
+fn check_sequence(
+    c: &mut Checks<'_>,
+    scd: u8,
+    sequence_by: &[String],
+    raw: &RawApply,
+    audit: &AuditColumns,
+) {
+    if scd == 2 && sequence_by.len() != 1 {
+        refuse(
+            c,
+            "sequence_by",
+            "`scd: 2` needs exactly one `sequence_by` column: it becomes __START_AT and __END_AT",
+            "sequence by one column, e.g. `sequence_by: [SystemModstamp]`",
+        );
+    }
+    // A truncate empties silver whole, which is right only when nothing stored can be newer
+    // than it: when changes are ordered by bronze commit time.
+    if raw.apply_as_truncates.is_some() && sequence_by != [COMMIT_TIMESTAMP] {
+        refuse(
+            c,
+            "apply_as_truncates",
+            "`apply_as_truncates` needs `sequence_by: [_commit_timestamp]`: with another sequence a late truncate would erase newer rows",
+            "sequence by `_commit_timestamp`, or turn truncates into deletes of each key",
+        );
+    }
+    if sequence_by.iter().any(|s| s == COMMIT_TIMESTAMP) && audit.ingest_timestamp.is_none() {
+        refuse(
+            c,
+            "sequence_by",
+            "`_commit_timestamp` orders the changes but `audit.ingest_timestamp` is off, so silver could not store it for the guard",
+            "keep `audit.ingest_timestamp`, or sequence by a silver column such as `LastModifiedDate`",
+        );
+    }
+}
+
+/// An SCD2 silver's DDL with the history columns, typed as its one sequence column.
+fn history_columns(def: TableDef, scd: u8, sequence_by: &[String]) -> TableDef {
+    if scd != 2 || sequence_by.len() != 1 {
+        return def;
+    }
+    let ty = if sequence_by[0] == COMMIT_TIMESTAMP {
+        Some(ColumnType::Timestamp)
+    } else {
+        def.columns
+            .iter()
+            .find(|c| c.name == sequence_by[0])
+            .map(|c| c.ty)
+    };
+    match ty {
+        Some(ty) => with_history_columns(def, ty),
+        None => def,
+    }
+}
+
+/// The error of option `leaf` naming column `col`, which `def` lacks (`message`).
+fn unknown_column(c: &mut Checks<'_>, leaf: &str, col: &str, message: String, def: &TableDef) {
+    let names: Vec<&str> = def.columns.iter().map(|c| c.name.as_str()).collect();
+    let e = SpecError::new(c.path, c.field(leaf), message).at(c.at(leaf));
+    c.errors
+        .push(match did_you_mean(col, names.iter().copied()) {
+            Some(near) => e.hint(format!("did you mean `{near}`?")),
+            None => e.hint(format!("columns are: {}", names.join(", "))),
+        });
+}
+
+/// The key, history and sequence columns are columns of the silver DDL `def`.
+fn check_named_columns(
+    c: &mut Checks<'_>,
+    def: &TableDef,
+    keys: &[String],
+    history: &UpdateColumns,
+    sequence_by: &[String],
+) {
+    let history_leaf = if matches!(history, UpdateColumns::Only(_)) {
+        "track_history"
+    } else {
+        "track_history_except"
+    };
+    let history = match history {
+        UpdateColumns::Only(c) | UpdateColumns::Except(c) => c.as_slice(),
+        UpdateColumns::All => &[],
+    };
+    let named = (keys.iter().map(|k| ("keys", k, "key")))
+        .chain(history.iter().map(|h| (history_leaf, h, "history")))
+        .chain(
+            (sequence_by.iter())
+                .filter(|s| *s != COMMIT_TIMESTAMP)
+                .map(|s| ("sequence_by", s, "sequence")),
+        );
+    for (leaf, col, what) in named {
+        if !def.columns.iter().any(|d| &d.name == col) {
+            let message = format!(
+                "unknown {what} column `{col}`: table `{}` has no such column",
+                def.name
+            );
+            unknown_column(c, leaf, col, message, def);
+        }
+    }
+}
+
+/// Expectations and predicates that are empty, and the options an SCD type or a table
+/// format does not take.
+fn check_options(c: &mut Checks<'_>, scd: u8, raw: &RawApply, into: Option<&TableName>) {
+    for (name, predicate) in &raw.expect.0 {
+        if predicate.trim().is_empty() {
+            let line = line_of(c.text, &["flows", c.flow, "apply", "expect", name]);
+            push(
+                c,
+                &format!("expect.{name}"),
+                line,
+                format!("expectation `{name}` is empty"),
+                "write a SQL predicate over silver columns, e.g. `Name IS NOT NULL`",
+            );
+        }
+    }
+    if raw.optimize == Some(OptimizeMode::Auto) && into.is_some_and(|t| t.catalog.is_some()) {
+        refuse(
+            c,
+            "optimize",
+            format!(
+                "`optimize: auto` works with Delta tables only: smelt does not compact Iceberg tables such as `{}` yet",
+                raw.into
+            ),
+            "remove `optimize: auto`, and compact the table with Spark's `rewrite_data_files` procedure",
+        );
+    }
+    if scd == 2 && raw.on_sequence_conflict == Some(OnSequenceConflict::Quarantine) {
+        refuse(
+            c,
+            "on_sequence_conflict",
+            "`on_sequence_conflict: quarantine` works with `scd: 1` only",
+            "with `scd: 2` use `last` (the later change is kept) or `fail`",
+        );
+    }
+    if scd == 2 && raw.apply_as_truncates.is_some() {
+        refuse(
+            c,
+            "apply_as_truncates",
+            "`apply_as_truncates` works with `scd: 1` only: a truncate would erase history",
+            "use `apply_as_deletes` to close versions, or `scd: 1`",
+        );
+    }
+    for (leaf, predicate) in [
+        ("apply_as_deletes", &raw.apply_as_deletes),
+        ("apply_as_truncates", &raw.apply_as_truncates),
+        ("where", &raw.filter),
+    ] {
+        if predicate.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            refuse(
+                c,
+                leaf,
+                format!("`{leaf}` is empty"),
+                "write a SQL predicate, e.g. `IsDeleted = 'true'`",
+            );
+        }
+    }
+}
+
+/// `column_list` / `except_column_list`: no key, and columns of the silver DDL.
+fn check_update_columns(
+    c: &mut Checks<'_>,
+    update_columns: &UpdateColumns,
+    keys: &[String],
+    silver: Option<&TableDef>,
+) {
+    let (list_leaf, listed) = match update_columns {
+        UpdateColumns::Only(c) => ("column_list", c.as_slice()),
+        UpdateColumns::Except(c) => ("except_column_list", c.as_slice()),
+        UpdateColumns::All => ("column_list", &[][..]),
+    };
+    for col in listed.iter().filter(|col| keys.contains(col)) {
+        refuse(
+            c,
+            list_leaf,
+            format!("key column `{col}` cannot be listed: keys never change"),
+            "list only non-key columns",
+        );
+    }
+    let Some(def) = silver else {
+        return;
+    };
+    for col in listed {
+        if !def.columns.iter().any(|d| &d.name == col) {
+            let message = format!(
+                "unknown column `{col}`: table `{}` has no such column",
+                def.name
+            );
+            unknown_column(c, list_leaf, col, message, def);
+        }
+    }
+}
+
+/// `tombstone_retention`: `forever` (`None`) or a duration.
+fn tombstone_retention(c: &mut Checks<'_>, text: Option<&str>) -> Option<std::time::Duration> {
+    match text {
+        None | Some("forever") => None,
+        Some(text) => {
+            let d = parse_duration(text);
+            if d.is_none() {
+                refuse(
+                    c,
+                    "tombstone_retention",
+                    format!("`{text}` is not a duration"),
+                    "write `forever` (the default) or a number with a unit: `90d`, `12h`, `30m`",
+                );
+            }
+            d
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
 use crate::flow::FlowRun;
 use crate::flow::apply::app_id;
-use crate::ports::{ChangeSource, SilverTable, Watermark, WatermarkSource};
+use crate::ports::{ChangeSource, LakeTable, Watermark, WatermarkSource};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportStatus};
 use crate::stage::{Buffered, CastMiss, cast_to_in, commit_report};
@@ -67,7 +67,7 @@ pub fn rewrite_refused(
 pub async fn run_append(
     run: FlowRun<'_, AppendFlow>,
     source: &dyn ChangeSource,
-    target: &mut dyn SilverTable,
+    target: &mut dyn LakeTable,
 ) -> Result<FlowReport> {
     let FlowRun {
         name: flow_name,
@@ -193,10 +193,7 @@ pub async fn run_append(
         run_id: ctx.run_id.clone(),
         report: None,
         extra: Vec::new(),
-        source: Some(WatermarkSource {
-            table: source.table().to_string(),
-            snapshot_id: source.snapshot_id(v),
-        }),
+        source: Some(WatermarkSource::of(source, v)),
     };
     commit_report(target, watermark, report, ("read and append", read_ms)).await
 }

@@ -14,7 +14,7 @@ use smelt_core::change::{
 use smelt_core::dialect::CastDialect;
 use smelt_spec::{ApplyFlow, OnCastError, OnViolation, SourceDeletes};
 
-use super::schema::is_audit;
+use super::is_audit;
 use crate::predicate::Predicate;
 use crate::rejects::{Reason, Rejects};
 use crate::report::FlowReport;
@@ -155,8 +155,45 @@ impl CastPlan {
         offset: usize,
         sink: &mut CastSink<'_>,
     ) -> Result<RecordBatch> {
-        let report = &mut *sink.report;
-        let first = &mut *sink.first_failure;
+        let Selected {
+            batch,
+            delete,
+            truncate,
+        } = self.select(batch, sink.report)?;
+        let not_upsert = arrow::compute::or(&delete, &truncate)?;
+        let changes = Changes {
+            flow,
+            batch: &batch,
+            offset,
+            not_upsert: &not_upsert,
+        };
+        let (mut columns, quarantined_casts) = self.cast_upserts(&changes, sink)?;
+        columns.push(arrow::compute::cast(
+            changes.raw(COMMIT_TIMESTAMP)?,
+            &timestamp_utc(),
+        )?);
+        columns.push(arrow::compute::cast(
+            changes.raw(COMMIT_VERSION)?,
+            &DataType::Int64,
+        )?);
+        let upsert = arrow::compute::not(&not_upsert)?;
+        columns.push(Arc::new(delete));
+        let cast = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        let left_out = BooleanArray::from(quarantined_casts);
+        let left_out = self.take_truncates(&cast, &truncate, left_out, sink)?;
+        let left_out = self.check_expectations(&cast, &upsert, left_out, &changes, sink)?;
+        if left_out.true_count() > 0 {
+            return Ok(filter_record_batch(
+                &cast,
+                &arrow::compute::not(&left_out)?,
+            )?);
+        }
+        Ok(cast)
+    }
+
+    /// The changes of `batch` that apply (the rest counted in `report` as ignored), with
+    /// which of them are deletes and which truncates.
+    fn select(&self, batch: &RecordBatch, report: &mut FlowReport) -> Result<Selected> {
         let kinds = batch
             .column_by_name(CHANGE_TYPE)
             .ok_or_else(|| EngineError::Internal("change batch without _change_type".into()))?;
@@ -191,70 +228,43 @@ impl CastPlan {
             Some(p) => arrow::compute::and_not(&p.evaluate(&batch)?, &delete)?,
             None => BooleanArray::from(vec![false; batch.num_rows()]),
         };
-        let not_upsert = arrow::compute::or(&delete, &truncate)?;
-        let raw = |name: &str| -> Result<&ArrayRef> {
-            batch
-                .column_by_name(name)
-                .ok_or_else(|| EngineError::Internal(format!("change batch without `{name}`")))
-        };
+        Ok(Selected {
+            batch,
+            delete,
+            truncate,
+        })
+    }
+
+    /// The silver columns of `changes` cast to silver's types, and per change whether a
+    /// cast failure quarantined it. Failures among the upserts are handled by
+    /// [`Changes::cast_failed`].
+    fn cast_upserts(
+        &self,
+        changes: &Changes<'_>,
+        sink: &mut CastSink<'_>,
+    ) -> Result<(Vec<ArrayRef>, Vec<bool>)> {
+        let flow = changes.flow;
         let inputs: Vec<(ArrayRef, DataType)> = self
             .targets
             .iter()
-            .map(|(n, t)| Ok((Arc::clone(raw(n)?), t.clone())))
+            .map(|(n, t)| Ok((Arc::clone(changes.raw(n)?), t.clone())))
             .collect::<Result<_>>()?;
         let dialect = core_dialect(flow.cast_dialect);
         let outputs = cast_columns_in(&inputs, flow.tz.as_deref(), dialect)?;
         let mut columns = Vec::with_capacity(self.targets.len() + 1);
         // Upserts left out of the apply: quarantined or dropped.
-        let mut quarantined_casts = vec![false; batch.num_rows()];
-        let key_of = |row: usize| -> Result<String> {
-            Ok(flow
-                .keys
-                .iter()
-                .map(|k| Ok(format!("{k}={}", array_value_to_string(raw(k)?, row)?)))
-                .collect::<Result<Vec<_>>>()?
-                .join(", "))
-        };
+        let mut quarantined_casts = vec![false; changes.batch.num_rows()];
         for ((name, target), out) in self.targets.iter().zip(outputs) {
-            let failed: Vec<usize> = if not_upsert.true_count() == 0 {
+            let failed: Vec<usize> = if changes.not_upsert.true_count() == 0 {
                 out.failed_rows
             } else {
                 out.failed_rows
                     .into_iter()
-                    .filter(|&r| !not_upsert.value(r))
+                    .filter(|&r| !changes.not_upsert.value(r))
                     .collect()
             };
-            if !failed.is_empty() && flow.on_cast_error == OnCastError::Quarantine {
-                let rows = UInt32Array::from_iter_values(failed.iter().map(|&r| r as u32));
-                let target_type = type_name(target);
-                sink.rejects.add(
-                    &batch,
-                    &rows,
-                    &Reason {
-                        rule: "cast",
-                        column: Some(name),
-                        target_type: Some(&target_type),
-                        reason: &format!("the value cannot be cast to {target_type}"),
-                    },
-                )?;
-                for &r in &failed {
-                    quarantined_casts[r] = true;
-                }
-            }
             if !failed.is_empty() {
-                *report.cast_failures.entry(name.clone()).or_default() += failed.len();
-                if first.is_none() {
-                    let row = failed[0];
-                    let key = key_of(row)?;
-                    *first = Some(CastFailure {
-                        column: name.clone(),
-                        target: type_name(target),
-                        value: array_value_to_string(raw(name)?, row)?,
-                        row: offset + row,
-                        version: array_value_to_string(raw(COMMIT_VERSION)?, row)?,
-                        key,
-                    });
-                }
+                changes.cast_failed(name, target, &failed, &mut quarantined_casts, sink)?;
             }
             columns.push(if out.array.data_type() == target {
                 out.array
@@ -262,52 +272,67 @@ impl CastPlan {
                 arrow::compute::cast(&out.array, target)?
             });
         }
-        columns.push(arrow::compute::cast(
-            raw(COMMIT_TIMESTAMP)?,
-            &timestamp_utc(),
-        )?);
-        columns.push(arrow::compute::cast(
-            raw(COMMIT_VERSION)?,
-            &DataType::Int64,
-        )?);
-        let upsert = arrow::compute::not(&not_upsert)?;
-        columns.push(Arc::new(delete));
-        let cast = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
-        let mut left_out = BooleanArray::from(quarantined_casts);
-        if truncate.true_count() > 0 {
-            let idx = self
-                .sequence
-                .iter()
-                .map(|n| self.schema.index_of(n))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            sink.truncates
-                .push(filter_record_batch(&cast.project(&idx)?, &truncate)?);
-            report.truncates += truncate.true_count();
-            left_out = arrow::compute::or(&left_out, &truncate)?;
+        Ok((columns, quarantined_casts))
+    }
+
+    /// `left_out` with the truncates among `cast` (rows `truncate`) added, having kept
+    /// their sequence columns in the sink and counted them.
+    fn take_truncates(
+        &self,
+        cast: &RecordBatch,
+        truncate: &BooleanArray,
+        left_out: BooleanArray,
+        sink: &mut CastSink<'_>,
+    ) -> Result<BooleanArray> {
+        if truncate.true_count() == 0 {
+            return Ok(left_out);
         }
+        let idx = self
+            .sequence
+            .iter()
+            .map(|n| self.schema.index_of(n))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        sink.truncates
+            .push(filter_record_batch(&cast.project(&idx)?, truncate)?);
+        sink.report.truncates += truncate.true_count();
+        Ok(arrow::compute::or(&left_out, truncate)?)
+    }
+
+    /// Checks the expectations on the upserts of `cast` (`upsert`) not left out yet, as
+    /// `on_violation` says: violations are counted, then warned of, dropped or quarantined
+    /// (both added to `left_out`), or the first kept to fail the run. Returns `left_out`.
+    fn check_expectations(
+        &self,
+        cast: &RecordBatch,
+        upsert: &BooleanArray,
+        mut left_out: BooleanArray,
+        changes: &Changes<'_>,
+        sink: &mut CastSink<'_>,
+    ) -> Result<BooleanArray> {
+        let flow = changes.flow;
         let row_numbers = UInt32Array::from_iter_values(0..cast.num_rows() as u32);
 
         // Expectations hold for upserts (a delete carries only its key and sequence).
         for (name, predicate) in &self.expectations {
-            let holds = predicate.evaluate(&cast)?;
+            let holds = predicate.evaluate(cast)?;
             let violated =
-                arrow::compute::and_not(&arrow::compute::and_not(&upsert, &holds)?, &left_out)?;
+                arrow::compute::and_not(&arrow::compute::and_not(upsert, &holds)?, &left_out)?;
             let count = violated.true_count();
             if count == 0 {
                 continue;
             }
-            *report.expectations.entry(name.clone()).or_default() += count;
+            *sink.report.expectations.entry(name.clone()).or_default() += count;
             let rows = filter(&row_numbers, &violated)?;
             let rows = rows.as_primitive::<arrow::datatypes::UInt32Type>();
             match flow.on_violation {
                 OnViolation::Warn => {}
                 OnViolation::Drop => {
-                    report.dropped += count;
+                    sink.report.dropped += count;
                     left_out = arrow::compute::or(&left_out, &violated)?;
                 }
                 OnViolation::Quarantine => {
                     sink.rejects.add(
-                        &batch,
+                        changes.batch,
                         rows,
                         &Reason {
                             rule: name,
@@ -321,24 +346,104 @@ impl CastPlan {
                 OnViolation::Fail => {
                     if sink.first_violation.is_none() {
                         let r = rows.value(0) as usize;
-                        let key = key_of(r)?;
+                        let key = changes.key_of(r)?;
                         *sink.first_violation = Some(format!(
                             "expectation `{name}` (`{}`) failed for the change of key {key} in bronze `{}` version {}",
                             predicate.text(),
                             flow.from,
-                            array_value_to_string(raw(COMMIT_VERSION)?, r)?
+                            array_value_to_string(changes.raw(COMMIT_VERSION)?, r)?
                         ));
                     }
                 }
             }
         }
-        if left_out.true_count() > 0 {
-            return Ok(filter_record_batch(
-                &cast,
-                &arrow::compute::not(&left_out)?,
-            )?);
+        Ok(left_out)
+    }
+}
+
+/// The changes of a change batch that apply, and what each one is.
+struct Selected {
+    /// The changes, change metadata included.
+    batch: RecordBatch,
+    /// Per change: a delete (from the source, or matching `apply_as_deletes`).
+    delete: BooleanArray,
+    /// Per change: a truncate (an upsert matching `apply_as_truncates`).
+    truncate: BooleanArray,
+}
+
+/// The changes of a change batch that apply, being cast by [`CastPlan::cast`].
+struct Changes<'a> {
+    flow: &'a ApplyFlow,
+    /// The changes as read (bronze columns and change metadata).
+    batch: &'a RecordBatch,
+    /// How many changes the run kept before `batch` (for [`CastFailure::row`]).
+    offset: usize,
+    /// Per change: a delete or a truncate, which needs only its key and sequence.
+    not_upsert: &'a BooleanArray,
+}
+
+impl Changes<'_> {
+    /// Column `name` of the change batch.
+    fn raw(&self, name: &str) -> Result<&ArrayRef> {
+        self.batch
+            .column_by_name(name)
+            .ok_or_else(|| EngineError::Internal(format!("change batch without `{name}`")))
+    }
+
+    /// The key of the change at `row`, as `k=v, …`.
+    fn key_of(&self, row: usize) -> Result<String> {
+        Ok(self
+            .flow
+            .keys
+            .iter()
+            .map(|k| Ok(format!("{k}={}", array_value_to_string(self.raw(k)?, row)?)))
+            .collect::<Result<Vec<_>>>()?
+            .join(", "))
+    }
+
+    /// Handles the upserts at `failed`, whose value of column `name` cannot be cast to
+    /// `target`: quarantined under `on_cast_error: quarantine` (and marked in
+    /// `quarantined`), counted, and the first kept.
+    fn cast_failed(
+        &self,
+        name: &str,
+        target: &DataType,
+        failed: &[usize],
+        quarantined: &mut [bool],
+        sink: &mut CastSink<'_>,
+    ) -> Result<()> {
+        if self.flow.on_cast_error == OnCastError::Quarantine {
+            let rows = UInt32Array::from_iter_values(failed.iter().map(|&r| r as u32));
+            let target_type = type_name(target);
+            sink.rejects.add(
+                self.batch,
+                &rows,
+                &Reason {
+                    rule: "cast",
+                    column: Some(name),
+                    target_type: Some(&target_type),
+                    reason: &format!("the value cannot be cast to {target_type}"),
+                },
+            )?;
+            for &r in failed {
+                quarantined[r] = true;
+            }
         }
-        Ok(cast)
+        let failures = &mut sink.report.cast_failures;
+        *failures.entry(name.to_owned()).or_default() += failed.len();
+        if sink.first_failure.is_none() {
+            let row = failed[0];
+            let key = self.key_of(row)?;
+            *sink.first_failure = Some(CastFailure {
+                column: name.to_owned(),
+                target: type_name(target),
+                value: array_value_to_string(self.raw(name)?, row)?,
+                row: self.offset + row,
+                version: array_value_to_string(self.raw(COMMIT_VERSION)?, row)?,
+                key,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -10,7 +10,7 @@ use arrow::datatypes::SchemaRef;
 use super::scd1::Planned;
 use super::{ApplyCx, ApplyTables};
 use crate::flow::FlowRun;
-use crate::ports::{SilverTable, Watermark};
+use crate::ports::{LakeTable, Watermark};
 use crate::rejects::Rejects;
 use crate::report::FlowReport;
 use crate::stage::commit_with_report;
@@ -22,8 +22,8 @@ use crate::{Result, failpoint};
 pub(super) async fn stage_partition(
     cx: &ApplyCx<'_>,
     planned: Planned,
-    silver: &mut dyn SilverTable,
-    tombstones: &mut dyn SilverTable,
+    silver: &mut dyn LakeTable,
+    tombstones: &mut dyn LakeTable,
     schema: &SchemaRef,
     tomb_schema: &SchemaRef,
 ) -> Result<bool> {

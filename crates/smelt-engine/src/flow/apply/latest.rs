@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{filter, take};
+use arrow::datatypes::Schema;
 use arrow::util::display::array_value_to_string;
 use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
 use smelt_core::dedupe::{Latest, latest_per_key_with_ties, sequence_conflicts};
@@ -122,16 +123,11 @@ impl PartitionWork<'_> {
 
             // NULL in a NOT NULL key column cannot be stored: reject (counted), never
             // half-write.
-            let mut keep = BooleanArray::from(vec![true; winners.len()]);
-            for (k, array) in flow.keys.iter().zip(&key_arrays) {
-                let field = schema.field_with_name(k)?;
-                if !field.is_nullable() {
-                    let valid = take(&arrow::compute::is_not_null(array)?, &winners, None)?;
-                    keep = arrow::compute::and(&keep, valid.as_boolean())?;
-                }
-            }
+            let valid = storable(&flow.keys, &key_arrays, schema)?;
+            let keep = take(&valid, &winners, None)?;
+            let keep = keep.as_boolean();
             report.rejected += winners.len() - keep.true_count();
-            filter(&winners, &keep)?
+            filter(&winners, keep)?
                 .as_primitive::<arrow::datatypes::UInt32Type>()
                 .clone()
         };
@@ -144,4 +140,21 @@ impl PartitionWork<'_> {
         };
         Ok(batch)
     }
+}
+
+/// Which rows can be stored by their keys (`key_arrays`, the columns `keys`): those with no
+/// NULL in a key column `schema` declares NOT NULL. SCD1 and SCD2 reject the others.
+pub(super) fn storable(
+    keys: &[String],
+    key_arrays: &[ArrayRef],
+    schema: &Schema,
+) -> Result<BooleanArray> {
+    let rows = key_arrays.first().map_or(0, |a| a.len());
+    let mut keep = BooleanArray::from(vec![true; rows]);
+    for (k, array) in keys.iter().zip(key_arrays) {
+        if !schema.field_with_name(k)?.is_nullable() {
+            keep = arrow::compute::and(&keep, &arrow::compute::is_not_null(array)?)?;
+        }
+    }
+    Ok(keep)
 }

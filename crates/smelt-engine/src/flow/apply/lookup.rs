@@ -7,14 +7,14 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
 
-use crate::ports::SilverTable;
+use crate::ports::LakeTable;
 use crate::{EngineError, Result};
 
 /// The stored rows of `table` for `keys`, lined up with them: `matched[i]` and the
 /// `wanted` columns (NULL where unmatched), in the types of `table_schema`. No table:
 /// nothing matches.
 pub(super) async fn lookup_aligned(
-    table: Option<&dyn SilverTable>,
+    table: Option<&dyn LakeTable>,
     table_schema: &SchemaRef,
     keys: &[String],
     new_keys: &[ArrayRef],

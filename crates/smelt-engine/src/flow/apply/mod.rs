@@ -20,8 +20,8 @@ pub(crate) use runner::Apply;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::datatypes::{Field, Schema};
-use smelt_spec::{ApplyFlow, OnCastError};
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use smelt_spec::{ApplyFlow, END_AT, OnCastError, START_AT};
 
 mod cast;
 pub(crate) use cast::core_dialect;
@@ -49,24 +49,33 @@ use self::range::{Range, resolve_range};
 use self::read::{CastChanges, read_and_cast};
 use self::scd1::PartitionWork;
 use self::schema::{FlowSchema, resolve_schema, resolve_schema_all};
+use self::spill::PartitionStore;
 use self::tombstones::{check_tombstones, expire_tombstones, tombstone_schema};
 use self::truncate::resolve_truncates;
 use crate::flow::FlowRun;
 use crate::phases::Phases;
-use crate::ports::{ChangeSource, SilverTable, Watermark, WatermarkSource};
+use crate::ports::{ChangeSource, LakeTable, Watermark, WatermarkSource};
+use crate::rejects::Rejects;
 use crate::report::{FlowReport, ReportStatus};
 use crate::{Result, failpoint};
+
+/// Columns smelt fills itself: the audit columns and, for SCD2, the history bounds.
+pub(super) fn is_audit(flow: &ApplyFlow, n: &str) -> bool {
+    Some(n) == flow.audit.ingest_timestamp.as_deref()
+        || Some(n) == flow.audit.update_timestamp.as_deref()
+        || (flow.scd == 2 && (n == START_AT || n == END_AT))
+}
 
 /// The tables an apply flow writes.
 pub struct ApplyTables<'a> {
     /// The silver table.
-    pub silver: &'a mut dyn SilverTable,
+    pub silver: &'a mut dyn LakeTable,
     /// Its tombstone table ([`tombstone_table`]): the keys deleted so far and the sequence
     /// of their delete. Created with the first delete.
-    pub tombstones: &'a mut dyn SilverTable,
+    pub tombstones: &'a mut dyn LakeTable,
     /// Its rejects table ([`crate::rejects::rejects_table`]): quarantined changes.
     /// Created with the first reject.
-    pub rejects: &'a mut dyn SilverTable,
+    pub rejects: &'a mut dyn LakeTable,
 }
 
 /// What every step of one apply run reads: the flow, the run's settings, where progress
@@ -152,14 +161,10 @@ pub async fn run_apply(
     // Tombstones ahead of silver: a crashed attempt committed them (through bronze version
     // `t`) but not silver. The deletes of versions up to `t` that wrote them are applied
     // again, not counted as stale.
-    let replayed_tombstones = if work_is_fresh(ctx, truncate_now) || tombstones.version().is_none()
-    {
+    let replayed_tombstones = if work_is_fresh(ctx, truncate_now) {
         None
     } else {
-        tombstones
-            .watermark(&app)
-            .await?
-            .filter(|&t| Some(t) > range.stored)
+        replayed_tombstones(&*tombstones, &app, &range).await?
     };
     let work = PartitionWork {
         flow,
@@ -175,83 +180,24 @@ pub async fn run_apply(
         stale_through: stale_through.as_deref(),
         cast_sequence: &casting.sequence,
     };
-    let mut tombstones_staged = false;
-    if widen && !ctx.dry_run {
-        // Its own commit, before the data: a crash after it leaves a table the DDL matches.
-        reporter.phase(flow_name, "widen column types");
-        let widened = Arc::new(Schema::new(
-            schema
-                .fields()
-                .iter()
-                .filter(|f| !to_add.iter().any(|a| a.name() == f.name()))
-                .map(|f| f.as_ref().clone())
-                .collect::<Vec<_>>(),
-        ));
-        failpoint("before_widen_commit")?;
-        silver.widen(widened, &flow.keys).await?;
-        report.types_widened = true;
-    }
-    if widen_tombstones && !ctx.dry_run {
-        tombstones
-            .widen(Arc::clone(&tomb_schema), &flow.keys)
-            .await?;
-        report.types_widened = true;
-    }
-    // Staged only: a plan sees the new columns (as NULL in stored rows) and writes nothing.
-    if !to_add.is_empty() && silver.schema().is_some() {
-        silver.add_columns(to_add.clone()).await?;
-    }
-    // A rebuild (or a truncate) replaces silver and its tombstones whole, in one commit each.
-    if (ctx.full_refresh || truncate_now) && !ctx.dry_run {
-        if silver.version().is_some() {
-            silver.stage_overwrite().await?;
-        }
-        if tombstones.version().is_some() {
-            tombstones.stage_overwrite().await?;
-            tombstones_staged = true;
-        }
-    }
-    for p in 0..partitions {
-        if partitions > 1 {
-            reporter.phase(
-                flow_name,
-                &format!("apply changes (key partition {} of {partitions})", p + 1),
-            );
-        } else {
-            reporter.phase(flow_name, "apply changes");
-        }
-        let started = Instant::now();
-        let batch = store.take(p)?;
-        phases.add("dedupe", started.elapsed().as_millis() as u64);
-        let planned = if flow.scd == 2 {
-            work.plan_scd2(batch, &*silver, &*tombstones, &mut report, &mut phases)
-                .await?
-        } else {
-            work.plan(
-                batch,
-                &*silver,
-                &*tombstones,
-                &mut rejects,
-                &mut report,
-                &mut phases,
-            )
-            .await?
-        };
-        if ctx.dry_run {
-            continue;
-        }
-        let started = Instant::now();
-        tombstones_staged |= stage_partition(
-            &cx,
-            planned,
-            &mut *silver,
-            &mut *tombstones,
-            &schema,
-            &tomb_schema,
-        )
+    let reshape = Reshape {
+        schema: &schema,
+        to_add: &to_add,
+        tomb_schema: &tomb_schema,
+        widen,
+        widen_tombstones,
+        replace: ctx.full_refresh || truncate_now,
+    };
+    let mut tombstones_staged = reshape
+        .stage(&cx, &mut *silver, &mut *tombstones, &mut report)
         .await?;
-        phases.add("write", started.elapsed().as_millis() as u64);
-    }
+    let (store, rejects_so_far) = (&mut store, &mut rejects);
+    let tables = (
+        &mut *silver as &mut dyn LakeTable,
+        &mut *tombstones as &mut dyn LakeTable,
+    );
+    tombstones_staged |=
+        (work.apply_all(&cx, store, rejects_so_far, tables, &mut report, &mut phases)).await?;
 
     report.quarantined = rejects.len();
     if ctx.dry_run {
@@ -266,10 +212,7 @@ pub async fn run_apply(
         run_id: ctx.run_id.clone(),
         report: None,
         extra: Vec::new(),
-        source: Some(WatermarkSource {
-            table: source.table().to_string(),
-            snapshot_id: source.snapshot_id(range.watermark_to),
-        }),
+        source: Some(WatermarkSource::of(source, range.watermark_to)),
     };
     let started = Instant::now();
     let tables = ApplyTables {
@@ -294,11 +237,130 @@ pub async fn run_apply(
     Ok(report)
 }
 
+impl PartitionWork<'_> {
+    /// Plans every key partition of `store` in turn and, unless planning only, stages
+    /// what it writes into silver and the tombstones; whether tombstones were staged.
+    async fn apply_all(
+        &self,
+        cx: &ApplyCx<'_>,
+        store: &mut PartitionStore,
+        rejects: &mut Rejects,
+        (silver, tombstones): (&mut dyn LakeTable, &mut dyn LakeTable),
+        report: &mut FlowReport,
+        phases: &mut Phases,
+    ) -> Result<bool> {
+        let partitions = store.partitions();
+        let mut tombstones_staged = false;
+        for p in 0..partitions {
+            if partitions > 1 {
+                cx.phase(&format!(
+                    "apply changes (key partition {} of {partitions})",
+                    p + 1
+                ));
+            } else {
+                cx.phase("apply changes");
+            }
+            let started = Instant::now();
+            let batch = store.take(p)?;
+            phases.add("dedupe", started.elapsed().as_millis() as u64);
+            let planned = if self.flow.scd == 2 {
+                (self.plan_scd2(batch, &*silver, &*tombstones, report, phases)).await?
+            } else {
+                (self.plan(batch, &*silver, &*tombstones, rejects, report, phases)).await?
+            };
+            if cx.ctx.dry_run {
+                continue;
+            }
+            let started = Instant::now();
+            let (schema, tomb_schema) = (self.schema, self.tomb_schema);
+            tombstones_staged |=
+                stage_partition(cx, planned, silver, tombstones, schema, tomb_schema).await?;
+            phases.add("write", started.elapsed().as_millis() as u64);
+        }
+        Ok(tombstones_staged)
+    }
+}
+
+/// The tombstones' watermark when it is ahead of silver's (`range.stored`): a crashed
+/// attempt committed them (through that bronze version) but not silver.
+async fn replayed_tombstones(
+    tombstones: &dyn LakeTable,
+    app: &str,
+    range: &Range,
+) -> Result<Option<i64>> {
+    if tombstones.version().is_none() {
+        return Ok(None);
+    }
+    let t = tombstones.watermark(app).await?;
+    Ok(t.filter(|&t| Some(t) > range.stored))
+}
+
+/// How a run reshapes silver and its tombstones before its data: wider types, new
+/// columns, a rebuild's (or a truncate's) overwrite.
+struct Reshape<'a> {
+    schema: &'a SchemaRef,
+    to_add: &'a [Field],
+    tomb_schema: &'a SchemaRef,
+    widen: bool,
+    widen_tombstones: bool,
+    /// A rebuild or a truncate: silver and its tombstones are replaced whole, in one
+    /// commit each.
+    replace: bool,
+}
+
+impl Reshape<'_> {
+    /// Widens (each in a commit of its own), stages the new columns and the overwrites;
+    /// whether the tombstones were staged.
+    async fn stage(
+        &self,
+        cx: &ApplyCx<'_>,
+        silver: &mut dyn LakeTable,
+        tombstones: &mut dyn LakeTable,
+        report: &mut FlowReport,
+    ) -> Result<bool> {
+        let (flow, dry_run) = (cx.spec, cx.ctx.dry_run);
+        if self.widen && !dry_run {
+            // Its own commit, before the data: a crash after it leaves a table the DDL
+            // matches.
+            cx.phase("widen column types");
+            let widened = Arc::new(Schema::new(
+                (self.schema.fields().iter())
+                    .filter(|f| !self.to_add.iter().any(|a| a.name() == f.name()))
+                    .map(|f| f.as_ref().clone())
+                    .collect::<Vec<_>>(),
+            ));
+            failpoint("before_widen_commit")?;
+            silver.widen(widened, &flow.keys).await?;
+            report.types_widened = true;
+        }
+        if self.widen_tombstones && !dry_run {
+            (tombstones.widen(Arc::clone(self.tomb_schema), &flow.keys)).await?;
+            report.types_widened = true;
+        }
+        // Staged only: a plan sees the new columns (as NULL in stored rows) and writes
+        // nothing.
+        if !self.to_add.is_empty() && silver.schema().is_some() {
+            silver.add_columns(self.to_add.to_vec()).await?;
+        }
+        let mut tombstones_staged = false;
+        if self.replace && !dry_run {
+            if silver.version().is_some() {
+                silver.stage_overwrite().await?;
+            }
+            if tombstones.version().is_some() {
+                tombstones.stage_overwrite().await?;
+                tombstones_staged = true;
+            }
+        }
+        Ok(tombstones_staged)
+    }
+}
+
 /// The report of a run as it starts: the flow, the range it reads, the schema drift.
 fn start_report(
     cx: &ApplyCx<'_>,
     range: &Range,
-    silver: &dyn SilverTable,
+    silver: &dyn LakeTable,
     new_columns: &[Field],
     to_add: &[Field],
 ) -> FlowReport {
@@ -333,8 +395,8 @@ fn work_is_fresh(ctx: &RunContext, truncate_now: bool) -> bool {
 pub(crate) fn check_apply(
     flow: &ApplyFlow,
     source: &dyn ChangeSource,
-    silver: &dyn SilverTable,
-    tombstones: &dyn SilverTable,
+    silver: &dyn LakeTable,
+    tombstones: &dyn LakeTable,
 ) -> Vec<crate::EngineError> {
     let bronze = source.schema();
     let (resolved, mut problems) = resolve_schema_all(flow, silver, &bronze);

@@ -5,7 +5,7 @@
 use smelt_spec::ApplyFlow;
 
 use crate::context::RunContext;
-use crate::ports::{ChangeSource, SilverTable};
+use crate::ports::{ChangeSource, LakeTable};
 use crate::report::ReadMode;
 use crate::{EngineError, Result};
 
@@ -26,7 +26,7 @@ pub(super) struct Range {
 pub(super) async fn resolve_range(
     flow: &ApplyFlow,
     source: &dyn ChangeSource,
-    silver: &dyn SilverTable,
+    silver: &dyn LakeTable,
     app: &str,
     ctx: &RunContext,
 ) -> Result<Range> {
@@ -64,7 +64,7 @@ pub(super) async fn resolve_range(
 impl Range {
     /// How the source is read, for the report: `replay`, `rebuild`, `snapshot` or
     /// `incremental`.
-    pub(super) fn mode(&self, ctx: &RunContext, silver: &dyn SilverTable) -> ReadMode {
+    pub(super) fn mode(&self, ctx: &RunContext, silver: &dyn LakeTable) -> ReadMode {
         if ctx.replay_after.is_some() {
             ReadMode::Replay
         } else if ctx.full_refresh && silver.schema().is_some() {

@@ -6,7 +6,7 @@ use smelt_spec::{ApplyFlow, OptimizeMode, SourceDeletes, TableName, WriteMode};
 use super::{ApplyTables, check_apply, run_apply, tombstone_table};
 use crate::flow::{FlowCx, FlowRun, FlowRunner, LakeCx};
 use crate::ports::{
-    ChangeSource, OptimizePolicy, OptimizeStats, SilverTable, SourceOptions, TableRole,
+    ChangeSource, LakeTable, OptimizePolicy, OptimizeStats, SourceOptions, TableRole,
 };
 use crate::rejects::rejects_table;
 use crate::report::{FlowEvent, FlowReport};
@@ -31,8 +31,8 @@ impl FlowRunner for Apply<'_> {
         };
         let mut source = lake.source(&spec.from, options).await?;
         let mut ctx = cx.ctx.clone();
-        if let Some(since) = &cx.settings.since {
-            let (after, to) = window(&*source, cx.settings, since, ctx.run_timestamp_us).await?;
+        if let Some(since) = &cx.ctx.since {
+            let (after, to) = window(&*source, cx.ctx, since, ctx.run_timestamp_us).await?;
             source.pin(to)?;
             ctx.replay_after = Some(after);
         }
@@ -96,8 +96,8 @@ impl FlowRunner for Apply<'_> {
 /// `optimize: auto`: silver then tombstones; what was rewritten (the version is silver's),
 /// `None` when no file passed the thresholds.
 async fn optimize_after<'a>(
-    silver: &'a mut dyn SilverTable,
-    tombstones: &'a mut dyn SilverTable,
+    silver: &'a mut dyn LakeTable,
+    tombstones: &'a mut dyn LakeTable,
 ) -> Result<Option<OptimizeStats>> {
     let policy = OptimizePolicy::default();
     let mut done = OptimizeStats::default();

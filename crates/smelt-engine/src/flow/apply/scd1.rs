@@ -2,6 +2,7 @@
 //! per key, the guard against what silver and the tombstones store, `where`, and the rows,
 //! removes and tombstones to write.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,9 +11,9 @@ use arrow::array::{
 };
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::{filter, filter_record_batch};
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::{Schema, SchemaRef};
 use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
-use smelt_core::scd1::{Scd1Input, merge_updates, plan_scd1};
+use smelt_core::scd1::{ApplyPlan, Scd1Input, merge_updates, plan_scd1};
 use smelt_spec::{ApplyFlow, UpdateTimestampOn};
 
 use super::cast::{IS_DELETE, column};
@@ -21,7 +22,7 @@ use super::tombstones::{DELETED_AT, own_tombstones, replayed_deletes, stored_seq
 use super::truncate::drop_stale;
 use crate::Result;
 use crate::phases::Phases;
-use crate::ports::SilverTable;
+use crate::ports::LakeTable;
 use crate::predicate::Predicate;
 use crate::rejects::Rejects;
 use crate::report::FlowReport;
@@ -97,8 +98,8 @@ impl PartitionWork<'_> {
     pub(super) async fn plan(
         &self,
         batch: RecordBatch,
-        silver: &dyn SilverTable,
-        tombstones: &dyn SilverTable,
+        silver: &dyn LakeTable,
+        tombstones: &dyn LakeTable,
         rejects: &mut Rejects,
         report: &mut FlowReport,
         phases: &mut Phases,
@@ -129,39 +130,14 @@ impl PartitionWork<'_> {
             .map(|f| f.name().clone())
             .filter(|n| !is_audit(n) && !flow.keys.contains(n))
             .collect();
-        let mut wanted: Vec<String> = flow.keys.clone();
-        for c in stored_seq_names
-            .iter()
-            .chain(&data_names)
-            .chain(self.audit_update.map(str::to_string).iter())
-        {
-            if !wanted.contains(c) {
-                wanted.push(c.clone());
-            }
-        }
         let new_keys: Vec<ArrayRef> = flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
-        let (silver, tombstones) = if self.fresh {
-            (None, None)
-        } else {
-            (Some(silver), Some(tombstones))
-        };
-        let (matched, stored) =
-            lookup_aligned(silver, schema, &flow.keys, &new_keys, &wanted).await?;
-        let tomb_wanted: Vec<String> = self
-            .tomb_schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .filter(|n| n != DELETED_AT)
-            .collect();
-        let (tomb_matched, tomb_stored) = lookup_aligned(
-            tombstones,
-            self.tomb_schema,
-            &flow.keys,
-            &new_keys,
-            &tomb_wanted,
-        )
-        .await?;
+        let wanted = self.guard_columns(&stored_seq_names, &data_names);
+        let Guarded {
+            matched,
+            stored,
+            tomb_matched,
+            tomb_stored,
+        } = self.guard(silver, tombstones, &new_keys, &wanted).await?;
         let tomb_seq: Vec<ArrayRef> = stored_seq_names
             .iter()
             .map(|c| Arc::clone(&tomb_stored[c]))
@@ -203,13 +179,8 @@ impl PartitionWork<'_> {
 
         // Tombstones the crashed attempt of this range wrote do not guard against the
         // deletes that wrote them: those are applied (and counted) again.
-        let tomb_guards = if let Some(through) = self.replayed_tombstones {
-            let replayed = replayed_deletes(&delete, &col(COMMIT_VERSION)?, through)?;
-            let own = own_tombstones(&replayed, &tomb_matched, &new_seq, &tomb_seq)?;
-            arrow::compute::kernels::boolean::and_not(&tomb_matched, &own)?
-        } else {
-            tomb_matched.clone()
-        };
+        let tomb_guards =
+            self.tombstone_guards(&batch, &delete, &tomb_matched, &new_seq, &tomb_seq)?;
         let plan = plan_scd1(&Scd1Input {
             matched: &matched,
             new_sequence: &new_seq,
@@ -219,79 +190,21 @@ impl PartitionWork<'_> {
             delete: Some(&delete),
             tombstone: Some((&tomb_guards, &tomb_seq)),
         })?;
-        report.inserted += plan.counts.inserted;
-        report.updated += plan.counts.updated;
-        report.unchanged += plan.counts.unchanged;
-        report.deleted += plan.counts.deleted;
-        report.stale += plan.counts.stale;
-        report.tombstones_written += plan.tombstone.true_count();
-        // Filtered out: upserts that fail `where` and get past the guard (a stale one is
-        // counted as stale only).
-        if let Some(filtered) = filtered {
-            let acted = arrow::compute::or(&plan.remove, &plan.tombstone)?;
-            report.filtered += arrow::compute::and(&filtered, &acted)?.true_count();
-        }
+        count(&plan, filtered, report)?;
 
         // The rows to write, in silver column order.
         let run_ts: ArrayRef = Arc::new(
             TimestampMicrosecondArray::from(vec![self.run_timestamp_us; m]).with_timezone("UTC"),
         );
-        let conform = |array: ArrayRef, f: &Field| -> Result<ArrayRef> {
-            Ok(if array.data_type() == f.data_type() {
-                array
-            } else {
-                arrow::compute::cast(&array, f.data_type())?
-            })
-        };
-        let mut columns = Vec::with_capacity(schema.fields().len());
-        for f in schema.fields() {
-            let array: ArrayRef = if Some(f.name().as_str()) == self.audit_update {
-                // Every row written is stamped (`update_timestamp_on: apply`), or those
-                // whose data is new (`change`); the others keep the stored stamp.
-                let stamped = match flow.audit.update_timestamp_on {
-                    UpdateTimestampOn::Apply => &plan.write,
-                    UpdateTimestampOn::Change => &plan.changed,
-                };
-                if stamped.true_count() == m {
-                    Arc::clone(&run_ts)
-                } else {
-                    zip(stamped, &run_ts, &stored[f.name()])?
-                }
-            } else {
-                value_of(f.name())?
-            };
-            columns.push(conform(array, f)?);
-        }
-        let removes = {
-            let keys = RecordBatch::try_new(
-                Arc::new(Schema::new(
-                    flow.keys
-                        .iter()
-                        .map(|k| Ok(schema.field_with_name(k)?.clone()))
-                        .collect::<Result<Vec<_>>>()?,
-                )),
-                new_keys.clone(),
-            )?;
-            filter_record_batch(&keys, &plan.remove)?
-        };
+        let columns = self.silver_columns(&plan, &value_of, &stored, &run_ts)?;
+        let removes = filter_record_batch(&self.key_batch(&new_keys)?, &plan.remove)?;
         let (tombstones, tombstone_replaces) = if plan.tombstone.true_count() == 0 {
             (
                 RecordBatch::new_empty(Arc::clone(self.tomb_schema)),
                 BooleanArray::from(Vec::<bool>::new()),
             )
         } else {
-            let mut tomb_columns = Vec::new();
-            for f in self.tomb_schema.fields() {
-                let array = if f.name() == DELETED_AT {
-                    Arc::clone(&run_ts)
-                } else if let Some(i) = stored_seq_names.iter().position(|s| s == f.name()) {
-                    Arc::clone(&new_seq[i])
-                } else {
-                    col(f.name())?
-                };
-                tomb_columns.push(conform(array, f)?);
-            }
-            let all = RecordBatch::try_new(Arc::clone(self.tomb_schema), tomb_columns)?;
+            let all = self.tombstone_columns(&batch, &stored_seq_names, &new_seq, &run_ts)?;
             (
                 filter_record_batch(&all, &plan.tombstone)?,
                 filter(&tomb_matched, &plan.tombstone)?.as_boolean().clone(),
@@ -320,4 +233,165 @@ impl PartitionWork<'_> {
             tombstone_removes: RecordBatch::new_empty(Arc::new(Schema::empty())),
         })
     }
+}
+
+impl PartitionWork<'_> {
+    /// Which stored tombstones guard the changes of `batch` (`tomb_matched`: the key has
+    /// one): not those a crashed attempt of this range wrote, whose deletes are applied
+    /// (and counted) again.
+    fn tombstone_guards(
+        &self,
+        batch: &RecordBatch,
+        delete: &BooleanArray,
+        tomb_matched: &BooleanArray,
+        new_seq: &[ArrayRef],
+        tomb_seq: &[ArrayRef],
+    ) -> Result<BooleanArray> {
+        let Some(through) = self.replayed_tombstones else {
+            return Ok(tomb_matched.clone());
+        };
+        let replayed = replayed_deletes(delete, &column(batch, COMMIT_VERSION)?, through)?;
+        let own = own_tombstones(&replayed, tomb_matched, new_seq, tomb_seq)?;
+        Ok(arrow::compute::kernels::boolean::and_not(
+            tomb_matched,
+            &own,
+        )?)
+    }
+
+    /// The rows to write, column by column in silver's order: each change's state
+    /// (`value_of`), the update stamp `run_ts` where `plan` says it is due (`stored`: the
+    /// stored stamps kept elsewhere).
+    fn silver_columns(
+        &self,
+        plan: &ApplyPlan,
+        value_of: &dyn Fn(&str) -> Result<ArrayRef>,
+        stored: &HashMap<String, ArrayRef>,
+        run_ts: &ArrayRef,
+    ) -> Result<Vec<ArrayRef>> {
+        let m = run_ts.len();
+        let mut columns = Vec::with_capacity(self.schema.fields().len());
+        for f in self.schema.fields() {
+            let array: ArrayRef = if Some(f.name().as_str()) == self.audit_update {
+                // Every row written is stamped (`update_timestamp_on: apply`), or those
+                // whose data is new (`change`); the others keep the stored stamp.
+                let stamped = match self.flow.audit.update_timestamp_on {
+                    UpdateTimestampOn::Apply => &plan.write,
+                    UpdateTimestampOn::Change => &plan.changed,
+                };
+                if stamped.true_count() == m {
+                    Arc::clone(run_ts)
+                } else {
+                    zip(stamped, run_ts, &stored[f.name()])?
+                }
+            } else {
+                value_of(f.name())?
+            };
+            columns.push(if array.data_type() == f.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, f.data_type())?
+            });
+        }
+        Ok(columns)
+    }
+}
+
+/// What the guard looks up for a partition's keys: the stored rows of silver and of the
+/// tombstones, lined up with the keys (`matched`: the key is stored).
+struct Guarded {
+    matched: BooleanArray,
+    stored: HashMap<String, ArrayRef>,
+    tomb_matched: BooleanArray,
+    tomb_stored: HashMap<String, ArrayRef>,
+}
+
+impl PartitionWork<'_> {
+    /// The silver columns the guard reads: keys, stored sequences, data, the update stamp.
+    fn guard_columns(&self, stored_seq_names: &[String], data_names: &[String]) -> Vec<String> {
+        let mut wanted: Vec<String> = self.flow.keys.clone();
+        let update = self.audit_update.map(str::to_string);
+        for c in stored_seq_names
+            .iter()
+            .chain(data_names)
+            .chain(update.iter())
+        {
+            if !wanted.contains(c) {
+                wanted.push(c.clone());
+            }
+        }
+        wanted
+    }
+
+    /// The stored rows of `new_keys` in silver (columns `wanted`) and in the tombstones;
+    /// none on a rebuild or a truncate.
+    async fn guard(
+        &self,
+        silver: &dyn LakeTable,
+        tombstones: &dyn LakeTable,
+        new_keys: &[ArrayRef],
+        wanted: &[String],
+    ) -> Result<Guarded> {
+        let keys = &self.flow.keys;
+        let (silver, tombstones) = if self.fresh {
+            (None, None)
+        } else {
+            (Some(silver), Some(tombstones))
+        };
+        let (matched, stored) = lookup_aligned(silver, self.schema, keys, new_keys, wanted).await?;
+        let tomb_wanted: Vec<String> = (self.tomb_schema.fields().iter())
+            .map(|f| f.name().clone())
+            .filter(|n| n != DELETED_AT)
+            .collect();
+        let (tomb_matched, tomb_stored) =
+            lookup_aligned(tombstones, self.tomb_schema, keys, new_keys, &tomb_wanted).await?;
+        Ok(Guarded {
+            matched,
+            stored,
+            tomb_matched,
+            tomb_stored,
+        })
+    }
+
+    /// A tombstone for every change of `batch` (the delete's sequence `new_seq`, stamped
+    /// `run_ts`), in the tombstone table's columns.
+    fn tombstone_columns(
+        &self,
+        batch: &RecordBatch,
+        stored_seq_names: &[String],
+        new_seq: &[ArrayRef],
+        run_ts: &ArrayRef,
+    ) -> Result<RecordBatch> {
+        let mut columns = Vec::new();
+        for f in self.tomb_schema.fields() {
+            let array = if f.name() == DELETED_AT {
+                Arc::clone(run_ts)
+            } else if let Some(i) = stored_seq_names.iter().position(|s| s == f.name()) {
+                Arc::clone(&new_seq[i])
+            } else {
+                column(batch, f.name())?
+            };
+            columns.push(if array.data_type() == f.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, f.data_type())?
+            });
+        }
+        Ok(RecordBatch::try_new(Arc::clone(self.tomb_schema), columns)?)
+    }
+}
+
+/// Counts what `plan` does into `report`; `filtered`: the changes whose state fails
+/// `where` — counted when they get past the guard (a stale one is counted as stale only).
+fn count(plan: &ApplyPlan, filtered: Option<BooleanArray>, report: &mut FlowReport) -> Result<()> {
+    report.inserted += plan.counts.inserted;
+    report.updated += plan.counts.updated;
+    report.unchanged += plan.counts.unchanged;
+    report.deleted += plan.counts.deleted;
+    report.stale += plan.counts.stale;
+    report.tombstones_written += plan.tombstone.true_count();
+    if let Some(filtered) = filtered {
+        let acted = arrow::compute::or(&plan.remove, &plan.tombstone)?;
+        report.filtered += arrow::compute::and(&filtered, &acted)?.true_count();
+    }
+    Ok(())
 }

@@ -9,7 +9,8 @@ use smelt_spec::{ApplyFlow, SchemaEvolution, did_you_mean};
 use smelt_spec::{END_AT, START_AT};
 
 use super::cast::source_change_schema;
-use crate::ports::SilverTable;
+use super::is_audit;
+use crate::ports::LakeTable;
 use crate::predicate::Predicate;
 use crate::schema::{arrow_schema, is_widening, type_name};
 use crate::{EngineError, Result};
@@ -136,13 +137,6 @@ pub(super) fn same_type(a: &DataType, b: &DataType) -> bool {
     }
 }
 
-/// Columns smelt fills itself: the audit columns and, for SCD2, the history bounds.
-pub(super) fn is_audit(flow: &ApplyFlow, n: &str) -> bool {
-    Some(n) == flow.audit.ingest_timestamp.as_deref()
-        || Some(n) == flow.audit.update_timestamp.as_deref()
-        || (flow.scd == 2 && (n == START_AT || n == END_AT))
-}
-
 /// Silver's schema as one run writes it, checked against the flow and bronze, and the
 /// flow's predicates compiled.
 pub(super) struct FlowSchema {
@@ -170,7 +164,7 @@ pub(super) struct FlowSchema {
 /// `where`. Fails with the first problem.
 pub(super) fn resolve_schema(
     flow: &ApplyFlow,
-    silver: &dyn SilverTable,
+    silver: &dyn LakeTable,
     bronze: &SchemaRef,
 ) -> Result<FlowSchema> {
     let (resolved, mut problems) = resolve_schema_all(flow, silver, bronze);
@@ -307,7 +301,7 @@ pub fn drift(
 /// when there are none.
 pub(super) fn resolve_schema_all(
     flow: &ApplyFlow,
-    silver: &dyn SilverTable,
+    silver: &dyn LakeTable,
     bronze: &SchemaRef,
 ) -> (Option<FlowSchema>, Vec<EngineError>) {
     let (drift, mut problems) = drift(flow, silver.schema(), bronze);

@@ -55,6 +55,14 @@ fn spill_error(dir: &Path, e: impl std::error::Error + Send + Sync + 'static) ->
 }
 
 impl PartitionStore {
+    /// How many key partitions it holds.
+    pub(super) fn partitions(&self) -> usize {
+        match self {
+            Self::Memory { .. } => 1,
+            Self::Spill { writers, .. } => writers.len(),
+        }
+    }
+
     pub(super) fn new(partitions: usize, schema: SchemaRef) -> Result<Self> {
         if partitions <= 1 {
             return Ok(Self::Memory {

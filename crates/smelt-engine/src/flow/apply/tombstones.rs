@@ -14,7 +14,7 @@ use smelt_spec::COMMIT_TIMESTAMP as SEQ_COMMIT_TIMESTAMP;
 use super::schema::same_type;
 use crate::context::RunContext;
 use crate::phases::Phases;
-use crate::ports::SilverTable;
+use crate::ports::LakeTable;
 use crate::report::FlowReport;
 use crate::schema::{is_widening, type_name};
 use crate::{EngineError, Result};
@@ -66,7 +66,7 @@ pub(super) fn stored_sequence_names(flow: &ApplyFlow, audit_ingest: Option<&str>
 /// crash between the two widenings heals). True when they are to be widened.
 pub(super) fn check_tombstones(
     tomb_schema: &SchemaRef,
-    tombstones: &dyn SilverTable,
+    tombstones: &dyn LakeTable,
 ) -> Result<bool> {
     let mut widen_tombstones = false;
     if let Some(existing) = tombstones.schema() {
@@ -108,7 +108,7 @@ pub(super) fn check_tombstones(
 pub(super) async fn expire_tombstones(
     flow: &ApplyFlow,
     ctx: &RunContext,
-    tombstones: &mut dyn SilverTable,
+    tombstones: &mut dyn LakeTable,
     report: &mut FlowReport,
     phases: &mut Phases,
 ) -> Result<()> {

@@ -10,7 +10,7 @@ use arrow::util::display::array_value_to_string;
 use smelt_spec::ApplyFlow;
 
 use super::cast::{CastPlan, column};
-use crate::ports::SilverTable;
+use crate::ports::LakeTable;
 use crate::report::FlowReport;
 use crate::{EngineError, Result};
 
@@ -34,7 +34,7 @@ fn greatest(batches: &[RecordBatch]) -> Result<Option<Vec<ArrayRef>>> {
 
 /// The sequence silver was truncated through, read back from [`TRUNCATED_THROUGH`] into
 /// the types of `like` (one-row arrays).
-fn truncated_through(silver: &dyn SilverTable, like: &[ArrayRef]) -> Result<Option<Vec<ArrayRef>>> {
+fn truncated_through(silver: &dyn LakeTable, like: &[ArrayRef]) -> Result<Option<Vec<ArrayRef>>> {
     let Some(text) = silver.property(TRUNCATED_THROUGH) else {
         return Ok(None);
     };
@@ -69,7 +69,7 @@ fn truncated_through(silver: &dyn SilverTable, like: &[ArrayRef]) -> Result<Opti
 /// truncates ([`CastPlan::cast`]).
 pub(super) async fn resolve_truncates(
     flow: &ApplyFlow,
-    silver: &mut dyn SilverTable,
+    silver: &mut dyn LakeTable,
     truncates: Vec<RecordBatch>,
     casting: &CastPlan,
     dry_run: bool,

@@ -25,7 +25,7 @@ use smelt_spec::{ChangedBy, ExportFlow};
 
 use crate::flow::FlowRun;
 use crate::phases::Phases;
-use crate::ports::{ChangeSource, ExportFile, ExportState, FileStores};
+use crate::ports::{ChangeSource, ExportFile, ExportState, ExportTarget, FileStores};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportStatus};
 use crate::{EngineError, Result, failpoint};
@@ -91,15 +91,7 @@ pub async fn run_export(
     } else {
         Some(files.export_target(flow_name, flow, !ctx.dry_run).await?)
     };
-    let mut state = match (&target, ctx.full_refresh) {
-        (Some(t), false) => t.load().await?,
-        // What was exported no longer counts, but the next save still follows the last.
-        (Some(t), true) => ExportState {
-            number: t.latest().await?,
-            ..ExportState::default()
-        },
-        (None, _) => ExportState::default(),
-    };
+    let mut state = starting_state(target.as_deref(), ctx.full_refresh).await?;
     let v = source.version();
     let mut report = FlowReport {
         from_version: state.version,
@@ -131,6 +123,67 @@ pub async fn run_export(
     let mut phases = Phases::new();
     reporter.phase(flow_name, "export");
     let source_schema = source.schema();
+    let schema = file_schema(flow, &source_schema);
+    let (after, newer) = changed_since(flow, &state, &source_schema)?;
+    let mut max = column_max_accumulator(flow, &source_schema)?;
+    let mut parts = PartFiles {
+        target: &*target,
+        flow,
+        flow_name,
+        short: &ctx.run_id[..8.min(ctx.run_id.len())],
+        schema,
+        folder: &folder,
+        stamp: ctx.run_timestamp_us,
+        open: None,
+        renames: Vec::new(),
+        rows_written: 0,
+    };
+    let read = write_changes(source, after, newer.as_ref(), &mut max, &mut parts).await?;
+    report.changes_read = read;
+    report.rows_written = parts.rows_written;
+    report.files_written = parts.renames.len();
+    phases.end("write files");
+
+    // The state first (with the renames), then the renames: exactly once.
+    let column_max = reached_max(max, &state)?;
+    report.status = ReportStatus::Applied;
+    let next = ExportState {
+        version: Some(v),
+        column_max,
+        pending: parts.renames,
+        run_id: Some(ctx.run_id.clone()),
+        at_ms: Some(chrono::Utc::now().timestamp_millis()),
+        report: serde_json::to_string(&report).ok(),
+        number: state.number,
+    };
+    save_and_publish(&*target, next, &mut report).await?;
+    report.status = ReportStatus::Applied;
+    phases.end("publish");
+    report.phases_ms = phases.done;
+    Ok(report)
+}
+
+/// The state an export starts from: the one saved last; with `full_refresh` none, but
+/// the next save still following the last; none without a target (a plan of a first
+/// export).
+async fn starting_state(
+    target: Option<&dyn ExportTarget>,
+    full_refresh: bool,
+) -> Result<ExportState> {
+    Ok(match (target, full_refresh) {
+        (Some(t), false) => t.load().await?,
+        // What was exported no longer counts, but the next save still follows the last.
+        (Some(t), true) => ExportState {
+            number: t.latest().await?,
+            ..ExportState::default()
+        },
+        (None, _) => ExportState::default(),
+    })
+}
+
+/// The schema of the files: the source's columns (but one named like the partition
+/// column), then the partition column, the run's time.
+fn file_schema(flow: &ExportFlow, source_schema: &SchemaRef) -> SchemaRef {
     let mut fields: Vec<Field> = source_schema
         .fields()
         .iter()
@@ -138,8 +191,18 @@ pub async fn run_export(
         .map(|f| f.as_ref().clone())
         .collect();
     fields.push(Field::new(&flow.partition_column, timestamp_utc(), false));
-    let schema: SchemaRef = Arc::new(Schema::new(fields));
-    let (after, newer) = match &flow.changed_by {
+    Arc::new(Schema::new(fields))
+}
+
+/// What counts as changed since the last export (`state`), as `changed_by` says: the
+/// source version to read after, or a predicate over the `changed_by` column — above the
+/// maximum exported last, else from `since` (none: every row).
+fn changed_since(
+    flow: &ExportFlow,
+    state: &ExportState,
+    source_schema: &SchemaRef,
+) -> Result<(Option<i64>, Option<Predicate>)> {
+    Ok(match &flow.changed_by {
         ChangedBy::Version => (state.version, None),
         ChangedBy::Column(c) => {
             if source_schema.field_with_name(c).is_err() {
@@ -154,84 +217,152 @@ pub async fn run_export(
                 (None, None) => None,
             };
             let newer = bound
-                .map(|sql| Predicate::compile(&sql, &source_schema, "`changed_by`/`since`"))
+                .map(|sql| Predicate::compile(&sql, source_schema, "`changed_by`/`since`"))
                 .transpose()?;
             (None, newer)
         }
-    };
-    let mut max = match &flow.changed_by {
+    })
+}
+
+/// The running maximum of the `changed_by` column, with the column's name, when
+/// `changed_by` names a column.
+fn column_max_accumulator(
+    flow: &ExportFlow,
+    source_schema: &SchemaRef,
+) -> Result<Option<(String, MaxAccumulator)>> {
+    Ok(match &flow.changed_by {
         ChangedBy::Column(c) => Some((
             c.clone(),
             MaxAccumulator::try_new(source_schema.field_with_name(c)?.data_type())?,
         )),
         ChangedBy::Version => None,
-    };
-    let stamp = ctx.run_timestamp_us;
-    let mut writer: Option<(Box<dyn ExportFile>, usize)> = None;
-    let mut renames: Vec<(String, String)> = Vec::new();
-    let mut rows_written = 0usize;
+    })
+}
+
+/// Reads the changes of `source` after `after` and writes its changed rows (those `newer`
+/// holds for, when there is one) to `parts`, adding them to the running maximum `max`;
+/// closes the last file. Returns how many changes it read.
+async fn write_changes(
+    source: &dyn ChangeSource,
+    after: Option<i64>,
+    newer: Option<&Predicate>,
+    max: &mut Option<(String, MaxAccumulator)>,
+    parts: &mut PartFiles<'_>,
+) -> Result<usize> {
     let mut read = 0usize;
-    let short = &ctx.run_id[..8.min(ctx.run_id.len())];
     let mut batches = source.read(after);
     while let Some(batch) = batches.try_next().await? {
         read += batch.num_rows();
-        // Changed rows: new rows and the new image of rewritten ones.
-        let kinds = batch.column_by_name(CHANGE_TYPE).expect("change batch");
-        let kinds = kinds.as_string::<i32>();
-        let mut keep = arrow::array::BooleanArray::from_iter(
-            kinds
-                .iter()
-                .map(|k| Some(matches!(k, Some(INSERT) | Some(UPDATE_POSTIMAGE)))),
-        );
-        if let Some(p) = &newer {
-            keep = arrow::compute::and(&keep, &p.evaluate(&batch)?)?;
-        }
-        if keep.true_count() == 0 {
+        let Some(rows) = changed_rows(&batch, newer)? else {
             continue;
-        }
-        let rows = filter_record_batch(&batch, &keep)?;
-        if let Some((c, acc)) = &mut max {
+        };
+        if let Some((c, acc)) = max.as_mut() {
             acc.update_batch(&[Arc::clone(rows.column_by_name(c).expect("checked"))])?;
         }
+        parts.write(&rows).await?;
+    }
+    drop(batches);
+    parts.close().await?;
+    Ok(read)
+}
+
+/// The changed rows of the change batch `batch` — new rows and the new image of rewritten
+/// ones — that `newer` holds for (all without it); `None` when there are none.
+fn changed_rows(batch: &RecordBatch, newer: Option<&Predicate>) -> Result<Option<RecordBatch>> {
+    let kinds = batch.column_by_name(CHANGE_TYPE).expect("change batch");
+    let kinds = kinds.as_string::<i32>();
+    let mut keep = arrow::array::BooleanArray::from_iter(
+        kinds
+            .iter()
+            .map(|k| Some(matches!(k, Some(INSERT) | Some(UPDATE_POSTIMAGE)))),
+    );
+    if let Some(p) = newer {
+        keep = arrow::compute::and(&keep, &p.evaluate(batch)?)?;
+    }
+    if keep.true_count() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(filter_record_batch(batch, &keep)?))
+}
+
+/// The files of one export, written under hidden names in its partition folder, each
+/// closed once it holds `rows_per_file` rows.
+struct PartFiles<'a> {
+    /// Where the files go.
+    target: &'a dyn ExportTarget,
+    flow: &'a ExportFlow,
+    /// The flow's name, in the hidden files' names.
+    flow_name: &'a str,
+    /// The start of the run id, in the files' names.
+    short: &'a str,
+    /// The files' columns: the source's, then the partition column.
+    schema: SchemaRef,
+    /// `<partition column>=<value>`.
+    folder: &'a str,
+    /// The partition column's value: the run's time (µs).
+    stamp: i64,
+    /// The file being written, and its rows so far.
+    open: Option<(Box<dyn ExportFile>, usize)>,
+    /// Each file's hidden name and final one, in the order they were started.
+    renames: Vec<(String, String)>,
+    /// Rows written to all of them.
+    rows_written: usize,
+}
+
+impl PartFiles<'_> {
+    /// Writes `rows` (source columns) with the partition column to the file being written,
+    /// starting one if there is none, and closes it once it is full.
+    async fn write(&mut self, rows: &RecordBatch) -> Result<()> {
+        let schema = &self.schema;
         let n = rows.num_rows();
         let mut columns: Vec<_> = schema.fields()[..schema.fields().len() - 1]
             .iter()
             .map(|f| Arc::clone(rows.column_by_name(f.name()).expect("a source column")))
             .collect();
         columns.push(Arc::new(
-            TimestampMicrosecondArray::from(vec![stamp; n]).with_timezone("UTC"),
+            TimestampMicrosecondArray::from(vec![self.stamp; n]).with_timezone("UTC"),
         ));
-        let out = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-        if writer.is_none() {
-            let i = renames.len();
+        let out = RecordBatch::try_new(Arc::clone(schema), columns)?;
+        if self.open.is_none() {
+            let (folder, flow_name, short) = (self.folder, self.flow_name, self.short);
+            let i = self.renames.len();
             let tmp = format!("{folder}/{TMP}{flow_name}-{short}-{i:05}.parquet");
             let name = format!("{folder}/part-{i:05}-{short}.parquet");
-            let w = target
-                .create(&tmp, Arc::clone(&schema), flow.compression)
+            let w = self
+                .target
+                .create(&tmp, Arc::clone(&self.schema), self.flow.compression)
                 .await?;
-            renames.push((tmp, name));
-            writer = Some((w, 0));
+            self.renames.push((tmp, name));
+            self.open = Some((w, 0));
         }
-        let (w, written) = writer.as_mut().expect("opened above");
+        let (w, written) = self.open.as_mut().expect("opened above");
         w.write(&out).await?;
         *written += n;
-        if *written >= flow.rows_per_file {
-            let (w, _) = writer.take().expect("open");
+        if *written >= self.flow.rows_per_file {
+            let (w, _) = self.open.take().expect("open");
             w.close().await?;
         }
-        rows_written += n;
+        self.rows_written += n;
+        Ok(())
     }
-    drop(batches);
-    if let Some((w, _)) = writer.take() {
-        w.close().await?;
-    }
-    report.changes_read = read;
-    report.rows_written = rows_written;
-    report.files_written = renames.len();
-    phases.end("write files");
 
-    // The state first (with the renames), then the renames: exactly once.
-    let column_max = match max {
+    /// Closes the file being written, if any.
+    async fn close(&mut self) -> Result<()> {
+        if let Some((w, _)) = self.open.take() {
+            w.close().await?;
+        }
+        Ok(())
+    }
+}
+
+/// The column maximum an export reaches, from the running maximum `max`: the largest
+/// value it wrote, or the one `state` saved when it wrote none; `None` without a
+/// `changed_by` column.
+fn reached_max(
+    max: Option<(String, MaxAccumulator)>,
+    state: &ExportState,
+) -> Result<Option<String>> {
+    Ok(match max {
         Some((_, mut acc)) => {
             let value = acc.evaluate()?;
             if value.is_null() {
@@ -241,33 +372,29 @@ pub async fn run_export(
             }
         }
         None => None,
-    };
-    report.status = ReportStatus::Applied;
-    let mut next = ExportState {
-        version: Some(v),
-        column_max,
-        pending: renames,
-        run_id: Some(ctx.run_id.clone()),
-        at_ms: Some(chrono::Utc::now().timestamp_millis()),
-        report: serde_json::to_string(&report).ok(),
-        number: state.number,
-    };
+    })
+}
+
+/// Saves `next` (with the renames it holds) to `target`, then does the renames, adding
+/// the published files' sizes to `report`.
+async fn save_and_publish(
+    target: &dyn ExportTarget,
+    mut next: ExportState,
+    report: &mut FlowReport,
+) -> Result<()> {
     failpoint("before_export_state")?;
     target.save(&mut next).await?;
     let published: Vec<String> = next.pending.iter().map(|(_, to)| to.clone()).collect();
-    publish(&*target, &mut next).await?;
+    publish(target, &mut next).await?;
     for name in published {
         report.bytes_written += target.size(&name).await.unwrap_or(0);
     }
-    report.status = ReportStatus::Applied;
-    phases.end("publish");
-    report.phases_ms = phases.done;
-    Ok(report)
+    Ok(())
 }
 
 /// Makes the files an export saved as pending visible (a crash may have stopped it after
 /// the save).
-async fn publish(target: &dyn crate::ports::ExportTarget, state: &mut ExportState) -> Result<()> {
+async fn publish(target: &dyn ExportTarget, state: &mut ExportState) -> Result<()> {
     if state.pending.is_empty() {
         return Ok(());
     }

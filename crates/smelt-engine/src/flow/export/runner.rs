@@ -5,10 +5,10 @@ use smelt_spec::{ExportFlow, TableName};
 
 use super::{export_state, run_export};
 use crate::Result;
+use crate::flow::status::FlowStatus;
 use crate::flow::{FlowCx, FlowRunner, LakeCx};
 use crate::ports::{LastCommit, SourceOptions};
 use crate::report::{FlowEvent, FlowReport};
-use crate::status::FlowStatus;
 
 pub(crate) struct Export<'a> {
     pub(crate) name: &'a str,

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use smelt_core::change::timestamp_utc;
 use smelt_spec::{IngestEvolution, IngestFlow};
 
-use super::load::FIX_FILE;
+use super::FIX_FILE;
 use crate::ports::{LandingFile, RawRows};
 use crate::{EngineError, Result};
 
@@ -74,171 +74,19 @@ impl<'a> Conformer<'a> {
     /// Lines up `raw`, read from `file`.
     pub fn conform(&mut self, raw: RawRows, file: &LandingFile) -> Result<Conformed> {
         let n = raw.batch.num_rows();
-        // The file's columns, then its partition folders' values.
-        let mut input: Vec<(Field, ArrayRef)> = raw
-            .batch
-            .schema()
-            .fields()
-            .iter()
-            .zip(raw.batch.columns())
-            .map(|(f, c)| (f.as_ref().clone(), Arc::clone(c)))
-            .collect();
-        for (k, v) in &file.partitions {
-            if !input.iter().any(|(f, _)| f.name() == k) {
-                input.push((
-                    Field::new(k, DataType::Utf8, true),
-                    Arc::new(StringArray::from(vec![v.as_str(); n])),
-                ));
-            }
-        }
-
-        let mut new_fields = Vec::new();
-        let mut rescue: Vec<(String, ArrayRef)> = Vec::new();
-        match &self.schema {
-            None => {
-                let mut fields: Vec<Field> = Vec::new();
-                for (f, c) in &input {
-                    if self.is_own(f.name()) {
-                        rescue.push((f.name().clone(), Arc::clone(c)));
-                        continue;
-                    }
-                    let ty = if self.flow.infer_types {
-                        infer(c)
-                    } else {
-                        c.data_type().clone()
-                    };
-                    fields.push(Field::new(f.name(), ty, true));
-                }
-                fields.extend(self.own_fields());
-                new_fields = fields.clone();
-                self.schema = Some(Arc::new(Schema::new(fields)));
-            }
-            Some(schema) => {
-                let mut fields: Vec<Field> =
-                    schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-                // Audit or rescued-data columns turned on after bronze was created.
-                for own in self.own_fields() {
-                    if schema.field_with_name(own.name()).is_err() {
-                        fields.push(own.clone());
-                        new_fields.push(own);
-                    }
-                }
-                for (f, c) in &input {
-                    if schema.field_with_name(f.name()).is_ok() && !self.is_own(f.name()) {
-                        continue;
-                    }
-                    match self.flow.schema_evolution {
-                        IngestEvolution::AddNewColumns if !self.is_own(f.name()) => {
-                            let field = Field::new(f.name(), c.data_type().clone(), true);
-                            fields.push(field.clone());
-                            new_fields.push(field);
-                        }
-                        IngestEvolution::Fail if !self.is_own(f.name()) => {
-                            return Err(self.malformed(
-                                file,
-                                format!(
-                                    "column `{}` is not in bronze `{}` (schema_evolution: fail)",
-                                    f.name(),
-                                    self.flow.into
-                                ),
-                            ));
-                        }
-                        _ => rescue.push((f.name().clone(), Arc::clone(c))),
-                    }
-                }
-                if !new_fields.is_empty() {
-                    self.schema = Some(Arc::new(Schema::new(fields)));
-                }
-            }
-        }
+        let input = input_columns(&raw.batch, file);
+        let Placement { new_fields, rescue } = self.place(&input, file)?;
         let schema = Arc::clone(self.schema.as_ref().expect("set above"));
-
-        let mut failed: Vec<(String, ArrayRef, Vec<usize>)> = Vec::new();
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-        let audit = &self.flow.audit;
-        for f in schema.fields() {
-            let name = f.name();
-            let column: ArrayRef = if Some(name) == audit.datasource.as_ref() {
-                Arc::new(StringArray::from(vec![file.url.as_str(); n]))
-            } else if Some(name) == audit.ingest_timestamp.as_ref() {
-                Arc::new(
-                    TimestampMicrosecondArray::from(vec![file.modified_us; n]).with_timezone("UTC"),
-                )
-            } else if Some(name) == audit.file_row.as_ref() {
-                Arc::new(Int64Array::from(raw.rows.clone()))
-            } else if Some(name) == self.flow.rescued_data.as_ref() {
-                new_null_array(&DataType::Utf8, n) // filled below
-            } else {
-                match input.iter().find(|(i, _)| i.name() == name) {
-                    None => new_null_array(f.data_type(), n),
-                    Some((_, c)) if c.data_type() == f.data_type() => Arc::clone(c),
-                    Some((_, c)) => {
-                        let cast = smelt_core::cast::cast_column(c, f.data_type(), None)
-                            .map_err(|e| self.malformed(file, format!("column `{name}`: {e}")))?;
-                        if !cast.failed_rows.is_empty() {
-                            failed.push((name.clone(), Arc::clone(c), cast.failed_rows));
-                        }
-                        cast.array
-                    }
-                }
-            };
-            columns.push(column);
-        }
+        let (mut columns, failed) = self.columns(&schema, &input, &raw, file)?;
 
         // The rescued-data column: unknown columns, values that did not fit their type,
         // and fields without a name, as one JSON object per row.
         let mut rescued = 0;
-        let nothing = rescue.is_empty() && failed.is_empty() && raw.extra.is_none();
-        let mut objects: Vec<Map<String, Value>> = if nothing {
-            Vec::new()
-        } else {
-            vec![Map::new(); n]
-        };
-        for (name, c) in &rescue {
-            for (i, object) in objects.iter_mut().enumerate() {
-                if c.is_valid(i) {
-                    object.insert(name.clone(), Value::from(array_value_to_string(c, i)?));
-                }
-            }
-        }
-        for (name, c, rows) in &failed {
-            for &i in rows {
-                objects[i].insert(name.clone(), Value::from(array_value_to_string(c, i)?));
-            }
-        }
-        if let Some(extra) = &raw.extra {
-            for (object, e) in objects.iter_mut().zip(extra) {
-                if let Some(Ok(Value::Object(e))) = e.as_deref().map(serde_json::from_str) {
-                    object.extend(e);
-                }
-            }
-        }
+        let objects = rescued_objects(&rescue, &failed, raw.extra.as_deref(), n)?;
         if objects.iter().any(|o| !o.is_empty()) {
             let Some(column) = &self.flow.rescued_data else {
-                let (what, row) = match (failed.first(), rescue.first()) {
-                    (Some((c, v, rows)), _) => (
-                        format!(
-                            "value `{}` of column `{c}` does not fit type {}",
-                            array_value_to_string(v, rows[0])?,
-                            schema.field_with_name(c)?.data_type()
-                        ),
-                        raw.rows[rows[0]],
-                    ),
-                    (None, Some((c, values))) => {
-                        let row = (0..n).find(|&i| values.is_valid(i)).unwrap_or(0);
-                        (
-                            format!("column `{c}` has no place in bronze"),
-                            raw.rows.get(row).copied().unwrap_or(0),
-                        )
-                    }
-                    (None, None) => {
-                        let row = objects.iter().position(|o| !o.is_empty()).unwrap_or(0);
-                        (
-                            "the line has more fields than columns".to_string(),
-                            raw.rows[row],
-                        )
-                    }
-                };
+                let (what, row) =
+                    first_unrescued(&rescue, &failed, &objects, &schema, &raw.rows, n)?;
                 return Err(self.malformed(
                     file,
                     format!(
@@ -246,15 +94,8 @@ impl<'a> Conformer<'a> {
                     ),
                 ));
             };
-            let texts: StringArray = objects
-                .into_iter()
-                .map(|o| {
-                    (!o.is_empty()).then(|| {
-                        rescued += 1;
-                        Value::Object(o).to_string()
-                    })
-                })
-                .collect();
+            let (texts, count) = rescued_texts(objects);
+            rescued = count;
             let at = schema.index_of(column)?;
             columns[at] = Arc::new(texts);
         }
@@ -269,6 +110,273 @@ impl<'a> Conformer<'a> {
             rescued,
         })
     }
+
+    /// Settles the bronze schema for `input`, read from `file`: the first rows decide its
+    /// columns; later ones add theirs, or have them rescued, as `schema_evolution` says.
+    fn place(&mut self, input: &[(Field, ArrayRef)], file: &LandingFile) -> Result<Placement> {
+        match &self.schema {
+            None => {
+                let placement = self.first_placement(input);
+                self.schema = Some(Arc::new(Schema::new(placement.new_fields.clone())));
+                Ok(placement)
+            }
+            Some(schema) => {
+                let (fields, placement) = self.evolved_placement(schema, input, file)?;
+                if !placement.new_fields.is_empty() {
+                    self.schema = Some(Arc::new(Schema::new(fields)));
+                }
+                Ok(placement)
+            }
+        }
+    }
+
+    /// The columns of a bronze table `input` creates: its own (typed by inference when the
+    /// flow says so), then the flow's; input columns named like the flow's are rescued.
+    fn first_placement(&self, input: &[(Field, ArrayRef)]) -> Placement {
+        let mut fields: Vec<Field> = Vec::new();
+        let mut rescue: Vec<(String, ArrayRef)> = Vec::new();
+        for (f, c) in input {
+            if self.is_own(f.name()) {
+                rescue.push((f.name().clone(), Arc::clone(c)));
+                continue;
+            }
+            let ty = if self.flow.infer_types {
+                infer(c)
+            } else {
+                c.data_type().clone()
+            };
+            fields.push(Field::new(f.name(), ty, true));
+        }
+        fields.extend(self.own_fields());
+        Placement {
+            new_fields: fields,
+            rescue,
+        }
+    }
+
+    /// Bronze's columns once `input`, read from `file`, is added to `schema`: the flow's
+    /// columns it lacks, then the input's new ones as `schema_evolution` says (added,
+    /// rescued, or an error under `fail`); with what was added and what is rescued.
+    fn evolved_placement(
+        &self,
+        schema: &SchemaRef,
+        input: &[(Field, ArrayRef)],
+        file: &LandingFile,
+    ) -> Result<(Vec<Field>, Placement)> {
+        let mut new_fields = Vec::new();
+        let mut rescue: Vec<(String, ArrayRef)> = Vec::new();
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        // Audit or rescued-data columns turned on after bronze was created.
+        for own in self.own_fields() {
+            if schema.field_with_name(own.name()).is_err() {
+                fields.push(own.clone());
+                new_fields.push(own);
+            }
+        }
+        for (f, c) in input {
+            if schema.field_with_name(f.name()).is_ok() && !self.is_own(f.name()) {
+                continue;
+            }
+            match self.flow.schema_evolution {
+                IngestEvolution::AddNewColumns if !self.is_own(f.name()) => {
+                    let field = Field::new(f.name(), c.data_type().clone(), true);
+                    fields.push(field.clone());
+                    new_fields.push(field);
+                }
+                IngestEvolution::Fail if !self.is_own(f.name()) => {
+                    return Err(self.malformed(
+                        file,
+                        format!(
+                            "column `{}` is not in bronze `{}` (schema_evolution: fail)",
+                            f.name(),
+                            self.flow.into
+                        ),
+                    ));
+                }
+                _ => rescue.push((f.name().clone(), Arc::clone(c))),
+            }
+        }
+        Ok((fields, Placement { new_fields, rescue }))
+    }
+
+    /// The columns of `schema` for the rows `raw` of `file`: the audit values, the input
+    /// columns cast to bronze's types (nulls where the input has none) and a null
+    /// rescued-data column, filled later; with the values that did not fit their type.
+    fn columns(
+        &self,
+        schema: &SchemaRef,
+        input: &[(Field, ArrayRef)],
+        raw: &RawRows,
+        file: &LandingFile,
+    ) -> Result<(Vec<ArrayRef>, Vec<Misfit>)> {
+        let n = raw.batch.num_rows();
+        let mut failed: Vec<Misfit> = Vec::new();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for f in schema.fields() {
+            let name = f.name();
+            let column: ArrayRef = match self.own_column(name, raw, file) {
+                Some(column) => column,
+                None => match input.iter().find(|(i, _)| i.name() == name) {
+                    None => new_null_array(f.data_type(), n),
+                    Some((_, c)) if c.data_type() == f.data_type() => Arc::clone(c),
+                    Some((_, c)) => {
+                        let cast = smelt_core::cast::cast_column(c, f.data_type(), None)
+                            .map_err(|e| self.malformed(file, format!("column `{name}`: {e}")))?;
+                        if !cast.failed_rows.is_empty() {
+                            failed.push((name.clone(), Arc::clone(c), cast.failed_rows));
+                        }
+                        cast.array
+                    }
+                },
+            };
+            columns.push(column);
+        }
+        Ok((columns, failed))
+    }
+
+    /// The column `name` when the flow adds it itself, for the rows `raw` of `file`: an
+    /// audit column, or the rescued-data column as nulls (filled later); else `None`.
+    fn own_column(&self, name: &str, raw: &RawRows, file: &LandingFile) -> Option<ArrayRef> {
+        let n = raw.batch.num_rows();
+        let audit = &self.flow.audit;
+        let column: ArrayRef = if Some(name) == audit.datasource.as_deref() {
+            Arc::new(StringArray::from(vec![file.url.as_str(); n]))
+        } else if Some(name) == audit.ingest_timestamp.as_deref() {
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![file.modified_us; n]).with_timezone("UTC"),
+            )
+        } else if Some(name) == audit.file_row.as_deref() {
+            Arc::new(Int64Array::from(raw.rows.clone()))
+        } else if Some(name) == self.flow.rescued_data.as_deref() {
+            new_null_array(&DataType::Utf8, n) // filled later
+        } else {
+            return None;
+        };
+        Some(column)
+    }
+}
+
+/// Where the columns of a batch go, beyond those bronze has.
+struct Placement {
+    /// Columns the batch adds to bronze (all of them for a table not created yet).
+    new_fields: Vec<Field>,
+    /// Columns kept whole in the rescued-data column, by name.
+    rescue: Vec<(String, ArrayRef)>,
+}
+
+/// Values of one column that did not fit its bronze type: the column's name, its values as
+/// read, and the rows that failed.
+type Misfit = (String, ArrayRef, Vec<usize>);
+
+/// The columns of `batch`, then the values of `file`'s partition folders that are not
+/// among them (text, the same on every row).
+fn input_columns(batch: &RecordBatch, file: &LandingFile) -> Vec<(Field, ArrayRef)> {
+    let n = batch.num_rows();
+    let mut input: Vec<(Field, ArrayRef)> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, c)| (f.as_ref().clone(), Arc::clone(c)))
+        .collect();
+    for (k, v) in &file.partitions {
+        if !input.iter().any(|(f, _)| f.name() == k) {
+            input.push((
+                Field::new(k, DataType::Utf8, true),
+                Arc::new(StringArray::from(vec![v.as_str(); n])),
+            ));
+        }
+    }
+    input
+}
+
+/// What the rescued-data column holds, one JSON object per row of `n` (no rows when there
+/// is nothing to rescue): the values of the columns `rescue`, those of `failed` that did
+/// not fit, and the fields without a name of `extra`.
+fn rescued_objects(
+    rescue: &[(String, ArrayRef)],
+    failed: &[Misfit],
+    extra: Option<&[Option<String>]>,
+    n: usize,
+) -> Result<Vec<Map<String, Value>>> {
+    let nothing = rescue.is_empty() && failed.is_empty() && extra.is_none();
+    let mut objects: Vec<Map<String, Value>> = if nothing {
+        Vec::new()
+    } else {
+        vec![Map::new(); n]
+    };
+    for (name, c) in rescue {
+        for (i, object) in objects.iter_mut().enumerate() {
+            if c.is_valid(i) {
+                object.insert(name.clone(), Value::from(array_value_to_string(c, i)?));
+            }
+        }
+    }
+    for (name, c, rows) in failed {
+        for &i in rows {
+            objects[i].insert(name.clone(), Value::from(array_value_to_string(c, i)?));
+        }
+    }
+    if let Some(extra) = extra {
+        for (object, e) in objects.iter_mut().zip(extra) {
+            if let Some(Ok(Value::Object(e))) = e.as_deref().map(serde_json::from_str) {
+                object.extend(e);
+            }
+        }
+    }
+    Ok(objects)
+}
+
+/// The first thing to rescue, said in words, and its row in the file (`file_rows` numbers
+/// the `n` rows): for the error when the flow has no rescued-data column.
+fn first_unrescued(
+    rescue: &[(String, ArrayRef)],
+    failed: &[Misfit],
+    objects: &[Map<String, Value>],
+    schema: &Schema,
+    file_rows: &[i64],
+    n: usize,
+) -> Result<(String, i64)> {
+    Ok(match (failed.first(), rescue.first()) {
+        (Some((c, v, rows)), _) => (
+            format!(
+                "value `{}` of column `{c}` does not fit type {}",
+                array_value_to_string(v, rows[0])?,
+                schema.field_with_name(c)?.data_type()
+            ),
+            file_rows[rows[0]],
+        ),
+        (None, Some((c, values))) => {
+            let row = (0..n).find(|&i| values.is_valid(i)).unwrap_or(0);
+            (
+                format!("column `{c}` has no place in bronze"),
+                file_rows.get(row).copied().unwrap_or(0),
+            )
+        }
+        (None, None) => {
+            let row = objects.iter().position(|o| !o.is_empty()).unwrap_or(0);
+            (
+                "the line has more fields than columns".to_string(),
+                file_rows[row],
+            )
+        }
+    })
+}
+
+/// The rescued-data column: each row's object as JSON text, null where it is empty; with
+/// the number of rows that have one.
+fn rescued_texts(objects: Vec<Map<String, Value>>) -> (StringArray, usize) {
+    let mut rescued = 0;
+    let texts: StringArray = objects
+        .into_iter()
+        .map(|o| {
+            (!o.is_empty()).then(|| {
+                rescued += 1;
+                Value::Object(o).to_string()
+            })
+        })
+        .collect();
+    (texts, rescued)
 }
 
 /// The type of a text column's values: BIGINT, DOUBLE or BOOLEAN when every value is one,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use smelt_spec::{IngestFlow, OnChangedFile};
 
-use crate::ports::{Landing, LandingFile, SilverTable};
+use crate::ports::{Landing, LandingFile, WatermarkStore};
 use crate::{EngineError, Result};
 
 /// Commit-info entry listing the files a commit loaded.
@@ -57,7 +57,7 @@ pub fn files_entry(flow_name: &str, refresh: bool, files: &[LandingFile]) -> (St
 
 /// The files recorded as loaded in `bronze`'s log (by whichever flow: one flow writes a
 /// table, and a renamed flow must not load its files again).
-pub async fn loaded_files(bronze: &dyn SilverTable) -> Result<HashMap<String, FileStamp>> {
+pub async fn loaded_files(bronze: &dyn WatermarkStore) -> Result<HashMap<String, FileStamp>> {
     Ok(loaded_from(bronze.commit_values(FILES_KEY).await?))
 }
 
@@ -172,7 +172,7 @@ fn names(files: &[LandingFile]) -> String {
 pub async fn files_waiting(
     flow: &IngestFlow,
     landing: &dyn Landing,
-    table: &dyn SilverTable,
+    table: &dyn WatermarkStore,
 ) -> Result<usize> {
     let loaded = loaded_files(table).await?;
     let listing = plan_files(flow, landing, &loaded, false).await?;

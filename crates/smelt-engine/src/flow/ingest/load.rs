@@ -13,13 +13,14 @@ use std::sync::Arc;
 use futures::TryStreamExt;
 use smelt_spec::IngestFlow;
 
+use super::FIX_FILE;
 use super::conform::Conformer;
 use super::ledger::{Listing, files_entry, loaded_files, plan_files};
 use super::rejects::write_rejects;
 use crate::context::{RunContext, app_id};
 use crate::flow::{FlowRun, report_head};
 use crate::phases::Phases;
-use crate::ports::{FileRows, Landing, LandingFile, Malformed, SilverTable, Watermark};
+use crate::ports::{FileRows, LakeTable, Landing, LandingFile, Malformed, Watermark};
 use crate::report::{FlowReport, ReadMode, ReportStatus};
 use crate::stage::{Buffered, commit_with_report};
 use crate::{EngineError, Result, failpoint};
@@ -35,9 +36,9 @@ pub const MAX_MALFORMED: usize = 100_000;
 /// The tables an ingest flow writes.
 pub struct IngestTables<'a> {
     /// The bronze table the files are loaded into.
-    pub bronze: &'a mut dyn SilverTable,
+    pub bronze: &'a mut dyn LakeTable,
     /// Its rejects table (malformed rows), created with the first reject.
-    pub rejects: &'a mut dyn SilverTable,
+    pub rejects: &'a mut dyn LakeTable,
 }
 
 /// Loads the new files of `flow` (read from `landing`) into bronze, in one commit with the
@@ -233,7 +234,7 @@ pub fn ingest_report(
 /// rows at a time, growing bronze's columns as the files bring new ones.
 struct Loader<'a> {
     conformer: Conformer<'a>,
-    bronze: &'a mut dyn SilverTable,
+    bronze: &'a mut dyn LakeTable,
     buffer: Buffered,
     malformed: Vec<(String, Malformed)>,
     rescued: usize,
@@ -280,6 +281,3 @@ impl Loader<'_> {
         Ok(())
     }
 }
-
-/// The fix for a file that does not fit its flow.
-pub const FIX_FILE: &str = "fix or replace the file (a new name loads as a new file), or move it out of the landing folder";

@@ -16,3 +16,6 @@ pub mod load;
 pub mod rejects;
 
 pub use load::{IngestTables, LOG_CLEANUP, run_ingest};
+
+/// The fix for a file that does not fit its flow.
+pub const FIX_FILE: &str = "fix or replace the file (a new name loads as a new file), or move it out of the landing folder";

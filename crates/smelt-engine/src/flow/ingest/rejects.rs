@@ -11,7 +11,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use smelt_core::change::timestamp_utc;
 
 use crate::context::{RunContext, app_id};
-use crate::ports::{Malformed, SilverTable, Watermark};
+use crate::ports::{LakeTable, Malformed, Watermark};
 use crate::rejects::rejects_table;
 use crate::{EngineError, Result};
 
@@ -38,7 +38,7 @@ pub fn rejects_schema() -> SchemaRef {
 pub(super) async fn write_rejects(
     flow_name: &str,
     bronze: &smelt_spec::TableName,
-    rejects: &mut dyn SilverTable,
+    rejects: &mut dyn LakeTable,
     batch: i64,
     malformed: &[(String, Malformed)],
     ctx: &RunContext,

@@ -21,7 +21,7 @@ use smelt_spec::{OnCastError, ReplaceWhereFlow};
 
 use crate::flow::apply::RunContext;
 use crate::flow::{FlowRun, report_head};
-use crate::ports::{ChangeSource, Reporter, SilverTable, Watermark};
+use crate::ports::{ChangeSource, LakeTable, Reporter, Watermark};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportStatus};
 use crate::stage::CastMiss;
@@ -260,7 +260,7 @@ async fn fill_bounds(
 pub async fn run_replace_where(
     run: FlowRun<'_, ReplaceWhereFlow>,
     batch: &dyn BatchSource,
-    target: &mut dyn SilverTable,
+    target: &mut dyn LakeTable,
     watermark: Watermark,
 ) -> Result<FlowReport> {
     let FlowRun {

@@ -9,7 +9,7 @@ use super::{TableBatch, run_replace_where, target_schema, up_to_date, watermark}
 use crate::context::app_id;
 use crate::flow::ingest::ledger::{files_entry, loaded_files, plan_files};
 use crate::flow::{FlowCx, FlowRunner, LakeCx, landing_problem};
-use crate::ports::{ChangeSource, SilverTable, SourceOptions, TableRole};
+use crate::ports::{ChangeSource, LakeTable, SourceOptions, TableRole};
 use crate::report::{FlowEvent, FlowReport};
 use crate::{EngineError, Result};
 
@@ -34,7 +34,7 @@ impl ReplaceWhere<'_> {
         cx: &FlowCx<'_>,
         files: &IngestFlow,
         exported: bool,
-        target: &mut dyn SilverTable,
+        target: &mut dyn LakeTable,
     ) -> Result<FlowReport> {
         let (name, spec, ctx) = (self.flow.name.as_str(), self.spec, cx.ctx);
         let applied = target.watermark(&app_id(name)).await?;

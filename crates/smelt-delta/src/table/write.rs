@@ -1,24 +1,21 @@
 //! Writing data files: the writer, rows cut into files (`write_data`, `write_file`),
 //! staging a run's rows with their change data (`stage`), and the task pool (`on_cores`).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::SchemaRef;
 use deltalake::kernel::Add;
 use deltalake::table::config::TablePropertiesExt;
-use deltalake::writer::{DeltaWriter, RecordBatchWriter};
-use futures::{StreamExt, TryStreamExt};
+use deltalake::writer::RecordBatchWriter;
 use smelt_core::change::{INSERT, UPDATE_POSTIMAGE};
 
-use super::DeltaSilver;
-use super::rewrite::{key_columns, with_change_type};
-use super::schema::align_to;
+use super::DeltaLakeTable;
+use super::batches::{align_to, key_columns, on_cores, with_change_type, write_file};
 use crate::error::{Context, Error, Result};
 use crate::parquet;
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// A writer of data files for this table (or for the table about to be created).
     pub(super) fn writer(&self, schema: &SchemaRef, keys: &[String]) -> Result<RecordBatchWriter> {
         let snapshot = self.table.as_ref().and_then(|t| t.snapshot().ok());
@@ -153,38 +150,4 @@ impl DeltaSilver {
         }
         Ok(())
     }
-}
-
-/// Writes one chunk as data file(s) and returns their `add` actions.
-pub(super) async fn write_file(
-    mut writer: RecordBatchWriter,
-    rows: RecordBatch,
-    table: String,
-) -> Result<Vec<Add>> {
-    writer
-        .write(rows)
-        .await
-        .context(|| format!("writing a data file of `{table}`"))?;
-    writer
-        .flush()
-        .await
-        .context(|| format!("writing a data file of `{table}`"))
-}
-
-/// Runs file tasks of `table` on the runtime's threads, as many at once as there are
-/// cores (so a few files are in memory at a time); results in task order.
-pub(super) async fn on_cores<T, F>(table: &str, tasks: Vec<F>) -> Result<Vec<T>>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T>> + Send + 'static,
-{
-    futures::stream::iter(tasks)
-        .map(|task| async move {
-            tokio::spawn(task).await.map_err(|e| {
-                Error::Internal(format!("a task reading or writing `{table}` failed: {e}"))
-            })?
-        })
-        .buffered(parquet::cores())
-        .try_collect()
-        .await
 }

@@ -10,14 +10,15 @@ use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::protocol::DeltaOperation;
+use smelt_engine::ports::keys;
 use smelt_engine::ports::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
 
-use super::lookup::read_whole;
-use super::{ActiveFile, DeltaSilver};
+use super::batches::read_whole;
+use super::{ActiveFile, DeltaLakeTable};
 use crate::error::{Context, Error, Result};
 use object_store::ObjectStoreExt;
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// `TableSink::optimize`: per partition, the files whose deleted share reaches the
     /// policy's, and the small files when there are two or more to pack, rewritten into
     /// files of up to the table's rows per file (deleted rows dropped).
@@ -104,7 +105,7 @@ impl DeltaSilver {
             pending_rows = 0;
         }
         let props = CommitProperties::default()
-            .with_metadata([("smelt.operation".to_string(), serde_json::json!("optimize"))])
+            .with_metadata([(keys::OPERATION.to_string(), serde_json::json!("optimize"))])
             .with_max_retries(0);
         let operation = DeltaOperation::Optimize {
             predicate: None,

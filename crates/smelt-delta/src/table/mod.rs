@@ -1,5 +1,6 @@
-//! Silver tables: the guard's lookup and the copy-on-write upsert that commits data,
-//! change data and watermark in one Delta commit (DESIGN §3.8).
+//! The Delta tables smelt writes — silver, tombstones, rejects, bronze, targets: the
+//! guard's lookup and the copy-on-write upsert that commits data, change data and
+//! watermark in one Delta commit (DESIGN §3.8).
 //!
 //! smelt reads and rewrites silver's files itself instead of running a delta-rs MERGE
 //! (DESIGN §9): the keys being written are hashed once
@@ -7,7 +8,7 @@
 //! alone, and only files holding one of those keys are decoded and rewritten — file by
 //! file, on all cores, so memory stays bounded by a few files whatever the table's size.
 //!
-//! This module holds the [`DeltaSilver`] handle, what it stages and the engine port; the
+//! This module holds the [`DeltaLakeTable`] handle, what it stages and the engine port; the
 //! work is done in:
 //!
 //! * `lookup`: the guard's lookup (probing files on their key columns), skipping files
@@ -19,8 +20,11 @@
 //! * `schema`: schema evolution (new columns, wider types);
 //! * `compact`: folding small files;
 //! * `maintain`: `optimize` and `vacuum`;
-//! * `commit`: assembling and making the commit, creating the table, the last commit.
+//! * `commit`: assembling and making the commit, creating the table;
+//! * `watermark`: the `txn` watermark and the commit info beside it, read back (the last
+//!   commit).
 
+mod batches;
 mod commit;
 mod compact;
 mod found;
@@ -30,6 +34,7 @@ mod mark;
 mod prune;
 mod rewrite;
 mod schema;
+mod watermark;
 mod write;
 
 use std::sync::{Arc, Mutex};
@@ -39,22 +44,22 @@ use arrow::datatypes::{Field, SchemaRef};
 use async_trait::async_trait;
 use deltalake::DeltaTable;
 use deltalake::kernel::{Add, AddCDCFile, Remove};
-use smelt_engine::ports::{Aligned, KeyedTable, TableSink, Watermark, WatermarkStore, WriteStats};
+use smelt_engine::ports::{Aligned, KeyedTable, TableSink, TableView, Watermark, WriteStats};
 use smelt_engine::predicate::Predicate;
 use smelt_spec::TableName;
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
 use crate::parquet::{FileRef, FileRows};
+use batches::key_columns;
 use lookup::LookedUp;
-use rewrite::key_columns;
 
 pub use compact::{ROWS_PER_FILE, SMALL_FILES_TO_COMPACT};
 pub use found::FOUND_IN_MEMORY;
 pub use smelt_engine::ports::LastCommit;
 
 /// A silver Delta table (it may not exist yet).
-pub struct DeltaSilver {
+pub struct DeltaLakeTable {
     lake: Lake,
     name: TableName,
     table: Option<DeltaTable>,
@@ -110,7 +115,7 @@ struct Staged {
     delete_where: Option<Predicate>,
 }
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// Opens the silver table if it exists.
     pub async fn open(lake: &Lake, name: &TableName) -> Result<Self> {
         Ok(Self {
@@ -211,35 +216,7 @@ impl DeltaSilver {
 // the work (`lookup`, `write`, `schema`, `rewrite`, `commit`): inside this module an
 // inherent method takes precedence over the trait's.
 #[async_trait]
-impl WatermarkStore for DeltaSilver {
-    async fn watermark(&self, app_id: &str) -> smelt_engine::Result<Option<i64>> {
-        let Some(table) = &self.table else {
-            return Ok(None);
-        };
-        let snapshot = table
-            .snapshot()
-            .context(|| format!("reading `{}`", self.name))?;
-        Ok(snapshot
-            .transaction_version(table.log_store().as_ref(), app_id)
-            .await
-            .context(|| format!("reading the watermark of `{}`", self.name))?)
-    }
-
-    async fn last_commit(&self) -> smelt_engine::Result<Option<LastCommit>> {
-        Ok(self.last_commit().await?)
-    }
-
-    async fn commit_values(&self, key: &str) -> smelt_engine::Result<Vec<String>> {
-        let Some(table) = &self.table else {
-            return Ok(Vec::new());
-        };
-        let place = crate::ledger::Place::of(&self.lake, &self.name, table);
-        Ok(crate::ledger::values(&place, table, &self.name, key).await?)
-    }
-}
-
-#[async_trait]
-impl TableSink for DeltaSilver {
+impl TableView for DeltaLakeTable {
     fn table(&self) -> &TableName {
         &self.name
     }
@@ -257,26 +234,6 @@ impl TableSink for DeltaSilver {
 
     fn version(&self) -> Option<i64> {
         self.table.as_ref()?.version().map(|v| v as i64)
-    }
-
-    async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
-        if self.table.is_some() {
-            return Err(smelt_engine::EngineError::Internal(format!(
-                "create called for `{}`, which already exists",
-                self.name
-            )));
-        }
-        self.pending = Some(schema);
-        Ok(())
-    }
-
-    async fn stage(
-        &mut self,
-        rows: RecordBatch,
-        replaces: &BooleanArray,
-        keys: &[String],
-    ) -> smelt_engine::Result<()> {
-        self.stage(rows, replaces, keys).await
     }
 
     async fn deleted_rows(&self) -> smelt_engine::Result<Option<(u64, u64)>> {
@@ -298,6 +255,29 @@ impl TableSink for DeltaSilver {
             }
         }
         Ok(Some((deleted, rows)))
+    }
+}
+
+#[async_trait]
+impl TableSink for DeltaLakeTable {
+    async fn create(&mut self, schema: SchemaRef) -> smelt_engine::Result<()> {
+        if self.table.is_some() {
+            return Err(smelt_engine::EngineError::Internal(format!(
+                "create called for `{}`, which already exists",
+                self.name
+            )));
+        }
+        self.pending = Some(schema);
+        Ok(())
+    }
+
+    async fn stage(
+        &mut self,
+        rows: RecordBatch,
+        replaces: &BooleanArray,
+        keys: &[String],
+    ) -> smelt_engine::Result<()> {
+        self.stage(rows, replaces, keys).await
     }
 
     fn property(&self, key: &str) -> Option<String> {
@@ -370,7 +350,7 @@ impl TableSink for DeltaSilver {
 }
 
 #[async_trait]
-impl KeyedTable for DeltaSilver {
+impl KeyedTable for DeltaLakeTable {
     async fn lookup(
         &self,
         keys: RecordBatch,

@@ -11,10 +11,9 @@ use deltalake::logstore::ObjectStoreRef;
 use smelt_core::dedupe::KeyIndex;
 use smelt_engine::ports::Aligned;
 
-use super::DeltaSilver;
+use super::DeltaLakeTable;
+use super::batches::{key_columns, on_cores, read_whole};
 use super::found::{Found, FoundRows};
-use super::rewrite::key_columns;
-use super::write::on_cores;
 use crate::error::{Context, Error, Result};
 use crate::parquet::{self, FileRef};
 
@@ -48,7 +47,7 @@ struct Finding {
     hits: Vec<Hit>,
 }
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// `KeyedTable::lookup`: the stored rows whose key is in `keys`, in the order found.
     pub(super) async fn lookup(
         &self,
@@ -236,7 +235,7 @@ impl DeltaSilver {
 
     /// Records a lookup at `version` of the keys of `index` for the commit: the `files`
     /// that hold any, and, merge-on-read, what it found (kept for marking: in memory up to
-    /// [`DeltaSilver::with_found_in_memory`] bytes, else in a temporary file).
+    /// [`DeltaLakeTable::with_found_in_memory`] bytes, else in a temporary file).
     fn remember(
         &self,
         version: i64,
@@ -374,23 +373,6 @@ pub(super) async fn probe(
         offset += batch.num_rows() as u32;
     }
     Ok((UInt32Array::from(rows), UInt32Array::from(matched)))
-}
-
-/// Reads a file (or the rows `rows` of it) lined up with `schema`, as one batch.
-pub(super) async fn read_whole(
-    store: ObjectStoreRef,
-    table: &str,
-    file: &FileRef,
-    columns: Option<&[String]>,
-    rows: Option<&[u32]>,
-    schema: &SchemaRef,
-) -> Result<RecordBatch> {
-    let batches = parquet::read(store, table, file, columns, rows, false).await?;
-    let batches = batches
-        .iter()
-        .map(|b| parquet::conform(b, file, schema))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(arrow::compute::concat_batches(schema, &batches)?)
 }
 
 #[cfg(test)]

@@ -4,20 +4,20 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use deltalake::DeltaTable;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{Action, StructType};
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use smelt_engine::ports::{TableSink, WriteStats};
+use smelt_engine::ports::keys;
+use smelt_engine::ports::{TableView, WriteStats};
 
-use super::DeltaSilver;
-use super::lookup::read_whole;
+use super::DeltaLakeTable;
+use super::batches::read_whole;
 use crate::error::{Context, Error, Result};
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// The schema of the existing `table` as this run writes it: with the columns it adds.
     pub(super) fn current_schema(&self, table: &DeltaTable) -> Result<SchemaRef> {
         match &self.staged.evolved {
@@ -93,7 +93,7 @@ impl DeltaSilver {
         // Every file was rewritten from the version read: no retry over another commit.
         let props = CommitProperties::default()
             .with_metadata([(
-                "smelt.operation".to_string(),
+                keys::OPERATION.to_string(),
                 serde_json::json!("widen column types"),
             )])
             .with_max_retries(0);
@@ -104,27 +104,4 @@ impl DeltaSilver {
         };
         Ok(self.commit_actions(actions, operation, props).await?)
     }
-}
-
-/// `rows` with the table's schema (same columns; field metadata and nullability as the
-/// table declares them).
-pub(super) fn align_to(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|f| {
-            let c = rows.column_by_name(f.name()).ok_or_else(|| {
-                Error::user(
-                    format!("silver column `{}` is missing from the rows to write", f.name()),
-                    "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
-                )
-            })?;
-            Ok(if c.data_type() == f.data_type() {
-                Arc::clone(c)
-            } else {
-                arrow::compute::cast(c, f.data_type())?
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }

@@ -12,8 +12,8 @@ use arrow::ipc::reader::FileReader;
 use arrow::ipc::writer::FileWriter;
 use smelt_core::dedupe::KeyIndex;
 
-use super::DeltaSilver;
-use super::rewrite::key_columns;
+use super::DeltaLakeTable;
+use super::batches::key_columns;
 use crate::error::{Error, Result};
 
 /// The most bytes of found rows kept in memory from the lookup to the commit (default);
@@ -86,7 +86,7 @@ impl FoundRows {
     }
 }
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// Waits for the rows the lookup found to be out of memory, if they are going (before
     /// writing: the run's writing and those rows are not held at once).
     pub(super) async fn settle_found(&self) -> Result<()> {

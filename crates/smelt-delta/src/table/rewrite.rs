@@ -10,7 +10,7 @@ use arrow::array::{
 };
 use arrow::compute::kernels::cmp::lt;
 use arrow::compute::{filter_record_batch, not, prep_null_mask_filter};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
 use deltalake::DeltaTable;
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
@@ -19,13 +19,13 @@ use deltalake::logstore::ObjectStoreRef;
 use deltalake::protocol::DeltaOperation;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::writer::RecordBatchWriter;
-use smelt_core::change::{CHANGE_TYPE, DELETE, UPDATE_PREIMAGE};
+use smelt_core::change::{DELETE, UPDATE_PREIMAGE};
 use smelt_core::dedupe::KeyIndex;
+use smelt_engine::ports::keys;
 use smelt_engine::predicate::Predicate;
 
-use super::lookup::read_whole;
-use super::write::{on_cores, write_file};
-use super::{ActiveFile, DeltaSilver};
+use super::batches::{key_columns, on_cores, read_whole, with_change_type, write_file};
+use super::{ActiveFile, DeltaLakeTable};
 use crate::error::{Context, Error, Result};
 use crate::parquet;
 
@@ -36,7 +36,7 @@ pub(super) struct Rewrite {
     pub(super) cdc: Vec<AddCDCFile>,
 }
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// The table, whether it keeps change data, and its schema as this run writes it: what
     /// a rewrite of its files needs.
     fn to_rewrite(&self) -> Result<(DeltaTable, bool, SchemaRef)> {
@@ -258,7 +258,7 @@ impl DeltaSilver {
             .unwrap_or_else(|| before_us.to_string());
         let props = CommitProperties::default()
             .with_metadata([(
-                "smelt.operation".to_string(),
+                keys::OPERATION.to_string(),
                 serde_json::json!("expire rows"),
             )])
             .with_max_retries(0);
@@ -268,48 +268,6 @@ impl DeltaSilver {
         self.commit_actions(actions, operation, props).await?;
         Ok(rows)
     }
-}
-
-/// The key columns of `batch`, in `keys` order, cast to their type in `schema` where
-/// they differ. `batch` is lined up with the table's schema, so every key is there.
-pub(super) fn key_columns(
-    batch: &RecordBatch,
-    keys: &[String],
-    schema: &Schema,
-) -> Result<Vec<ArrayRef>> {
-    keys.iter()
-        .map(|k| {
-            let t = schema.field_with_name(k)?.data_type();
-            let c = batch.column_by_name(k).ok_or_else(|| {
-                Error::user(
-                    format!("key column `{k}` is missing from the silver rows"),
-                    "the silver table does not match the flow; rebuild it with `smelt run --full-refresh`",
-                )
-            })?;
-            Ok(if c.data_type() == t {
-                Arc::clone(c)
-            } else {
-                arrow::compute::cast(c, t)?
-            })
-        })
-        .collect()
-}
-
-/// `batch` with a `_change_type` column of `kinds` appended (a change data file's rows).
-pub(super) fn with_change_type(batch: &RecordBatch, kinds: ArrayRef) -> Result<RecordBatch> {
-    let mut fields: Vec<Field> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(Field::new(CHANGE_TYPE, DataType::Utf8, true));
-    let mut columns = batch.columns().to_vec();
-    columns.push(kinds);
-    Ok(RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        columns,
-    )?)
 }
 
 /// Rewrites `file` without the rows whose key is in `index`; `None` when it holds none.

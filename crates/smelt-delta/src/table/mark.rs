@@ -14,11 +14,11 @@ use deltalake::kernel::{Add, AddCDCFile};
 use deltalake::logstore::ObjectStoreRef;
 use smelt_core::dedupe::KeyIndex;
 
+use super::batches::{on_cores, read_whole, with_change_type};
 use super::found::{Found, marked_rows};
-use super::lookup::{probe, read_whole};
-use super::rewrite::{Rewrite, change_kinds, with_change_type};
-use super::write::on_cores;
-use super::{ActiveFile, DeltaSilver};
+use super::lookup::probe;
+use super::rewrite::{Rewrite, change_kinds};
+use super::{ActiveFile, DeltaLakeTable};
 use crate::dv;
 use crate::error::Result;
 use crate::parquet;
@@ -31,7 +31,7 @@ struct Marked {
     cdc: Option<AddCDCFile>,
 }
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// Marks the rows of `files` whose key is in `index` deleted (`deleted`: the keys
     /// deleted rather than replaced, for the change types); returns the file actions.
     #[allow(clippy::too_many_arguments)]
@@ -319,7 +319,7 @@ mod tests {
 
     use super::{pre_images_of, with_vector};
     use crate::parquet::CHANGE_DATA_ROW_GROUP;
-    use crate::silver::found::{FoundRows, marked_rows};
+    use crate::table::found::{FoundRows, marked_rows};
 
     /// The pre-images of more found rows than a row group holds, split over cores, are
     /// the marked rows, each once, in the table's columns, with their change type (read

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use deltalake::kernel::Action;
 
-use super::lookup::read_whole;
-use super::{ActiveFile, DeltaSilver};
+use super::batches::read_whole;
+use super::{ActiveFile, DeltaLakeTable};
 use crate::error::{Context, Result};
 
 /// Rows per data file smelt writes (about 10 MB of Parquet for seed 000's 20 columns):
@@ -20,7 +20,7 @@ pub const ROWS_PER_FILE: usize = 256 * 1024;
 /// commit that writes data.
 pub const SMALL_FILES_TO_COMPACT: usize = 8;
 
-impl DeltaSilver {
+impl DeltaLakeTable {
     /// Folds small data files (under a quarter of `rows_per_file` rows) into one, once at
     /// least [`SMALL_FILES_TO_COMPACT`] of them exist, so that many small runs do not leave
     /// many small files behind. At most `rows_per_file` rows per commit, smallest files

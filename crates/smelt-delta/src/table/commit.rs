@@ -1,7 +1,6 @@
-//! Commits: the commit info and `txn` watermark (`commit_properties`), the assembly of a
-//! run's commit and the choice of its `DeltaOperation` (`commit`, `commit_staged`),
-//! committing actions (`commit_actions`), creating the table with its first commit
-//! (`create_with`), and reading the last commit back (`last_commit`, [`LastCommit`]).
+//! Commits: the assembly of a run's commit and the choice of its `DeltaOperation`
+//! (`commit`, `commit_staged`), committing actions (`commit_actions`), creating the table
+//! with its first commit (`create_with`). The watermark they carry is `watermark.rs`'s.
 
 use std::collections::HashSet;
 
@@ -9,52 +8,18 @@ use arrow::datatypes::SchemaRef;
 use deltalake::DeltaTable;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Add, StructType, Transaction};
+use deltalake::kernel::{Action, Add, StructType};
 use deltalake::logstore::get_actions;
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use smelt_engine::ports::{LastCommit, TableSink, Watermark, WriteStats};
+use smelt_engine::ports::{TableSink, Watermark, WriteStats};
 
-use super::DeltaSilver;
+use super::DeltaLakeTable;
 use crate::error::{Context, Error, Result};
-
-/// How many maintenance commits `last_commit` passes over at most.
-const MAINTENANCE_LOOKBACK: u64 = 100;
 
 /// The table property that turns deletion vectors on.
 const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
 
-impl DeltaSilver {
-    fn commit_properties(watermark: &Watermark) -> CommitProperties {
-        // One `with_metadata` call: a second one would replace the first.
-        let mut metadata = vec![
-            (
-                "smelt.run_id".to_string(),
-                serde_json::json!(watermark.run_id),
-            ),
-            (
-                "smelt.flow".to_string(),
-                serde_json::json!(watermark.app_id),
-            ),
-            (
-                "smelt.source_version".to_string(),
-                serde_json::json!(watermark.version),
-            ),
-        ];
-        if let Some(report) = &watermark.report {
-            metadata.push(("smelt.report".to_string(), serde_json::json!(report)));
-        }
-        for (key, value) in &watermark.extra {
-            metadata.push((key.clone(), serde_json::json!(value)));
-        }
-        // No retry over another writer's commit: this commit was planned on the version it
-        // read (lookups, rewritten files, the watermark), so a commit that landed since
-        // makes it wrong, not late. The run fails and a rerun starts from the new version.
-        CommitProperties::default()
-            .with_application_transaction(Transaction::new(&watermark.app_id, watermark.version))
-            .with_metadata(metadata)
-            .with_max_retries(0)
-    }
-
+impl DeltaLakeTable {
     /// Commits `actions` with the watermark and reloads the table at the new version.
     pub(super) async fn commit_actions(
         &mut self,
@@ -339,55 +304,6 @@ impl DeltaSilver {
             return Ok(None);
         };
         Ok(Some(get_actions(version, &bytes).context(reading)?))
-    }
-
-    /// The latest silver commit, if any, passing over maintenance commits (optimize,
-    /// vacuum, expiry, widening): the last commit that wrote data, whose run and report the
-    /// event log and `smelt status` want.
-    pub(super) async fn last_commit(&self) -> Result<Option<LastCommit>> {
-        let Some(table) = &self.table else {
-            return Ok(None);
-        };
-        let Some(latest) = table.version() else {
-            return Ok(None);
-        };
-        let mut first = None;
-        for version in (latest.saturating_sub(MAINTENANCE_LOOKBACK)..=latest).rev() {
-            let Some(actions) = self.actions_at(table, version).await? else {
-                break;
-            };
-            let info = actions.into_iter().find_map(|a| match a {
-                Action::CommitInfo(info) => Some(info),
-                _ => None,
-            });
-            let Some(info) = info else {
-                continue;
-            };
-            let text = |k: &str| {
-                info.info
-                    .get(k)
-                    .and_then(|v| v.as_str())
-                    .map(str::to_string)
-            };
-            let Some(at_ms) = info.in_commit_timestamp.or(info.timestamp) else {
-                continue;
-            };
-            let commit = LastCommit {
-                at_ms,
-                run_id: text("smelt.run_id"),
-                report: text("smelt.report"),
-            };
-            let maintenance = info.info.contains_key("smelt.operation")
-                || matches!(
-                    info.operation.as_deref(),
-                    Some("OPTIMIZE" | "VACUUM START" | "VACUUM END")
-                );
-            if !maintenance {
-                return Ok(Some(commit));
-            }
-            first.get_or_insert(commit);
-        }
-        Ok(first)
     }
 }
 
