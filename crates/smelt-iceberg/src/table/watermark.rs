@@ -96,13 +96,46 @@ impl WatermarkStore for IcebergTable {
             return Ok(None);
         };
         let summary = &snapshot.summary().additional_properties;
-        Ok(Some(LastCommit {
-            at_ms: snapshot.timestamp_ms(),
-            run_id: summary
-                .get(RUN_ID)
-                .or_else(|| summary.get(LEGACY_ICEBERG_RUN_ID))
-                .cloned(),
-            report: summary.get(REPORT).cloned(),
-        }))
+        Ok(Some(last_commit_of(summary, snapshot.timestamp_ms())))
+    }
+}
+
+/// The last commit a snapshot made at `at_ms` with `summary` records: its run (under the
+/// key every adapter writes, or the one Iceberg summaries had before it) and report.
+fn last_commit_of(summary: &HashMap<String, String>, at_ms: i64) -> LastCommit {
+    LastCommit {
+        at_ms,
+        run_id: (summary.get(RUN_ID))
+            .or_else(|| summary.get(LEGACY_ICEBERG_RUN_ID))
+            .cloned(),
+        report: summary.get(REPORT).cloned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_of_a_snapshot_is_read_under_todays_key_and_the_one_before() {
+        let watermark = Watermark {
+            app_id: "smelt/f".into(),
+            version: 3,
+            run_id: "r1".into(),
+            report: Some("{}".into()),
+            extra: Vec::new(),
+            source: None,
+        };
+        // What a commit writes reads back as its run and report.
+        let written = summary(&watermark);
+        assert_eq!(written.get("smelt.run_id").map(String::as_str), Some("r1"));
+        let last = last_commit_of(&written, 7);
+        assert_eq!(last.run_id.as_deref(), Some("r1"));
+        assert_eq!(last.report.as_deref(), Some("{}"));
+        assert_eq!(last.at_ms, 7);
+        // A snapshot smelt wrote before the keys were shared.
+        let legacy = HashMap::from([("smelt.run-id".to_string(), "r0".to_string())]);
+        assert_eq!(last_commit_of(&legacy, 1).run_id.as_deref(), Some("r0"));
+        assert_eq!(last_commit_of(&HashMap::new(), 1).run_id, None);
     }
 }
