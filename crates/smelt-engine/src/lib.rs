@@ -35,6 +35,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cast;
 pub mod context;
 pub mod dag;
 mod error;

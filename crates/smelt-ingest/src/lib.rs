@@ -12,14 +12,14 @@
 
 pub mod csv;
 pub mod files;
-mod flows;
 pub mod json;
 pub mod parquet;
 pub mod read;
+mod stores;
 mod target;
 
-pub use flows::Files;
 pub use smelt_engine::ports::{Malformed, RawRows};
+pub use stores::Files;
 
 /// Where a reader puts what it reads.
 pub trait RowSink {

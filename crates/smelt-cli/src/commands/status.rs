@@ -29,7 +29,8 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
     if global.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&rows).expect("serialisable")
+            serde_json::to_string_pretty(&serde_json::json!({ "flows": rows }))
+                .expect("serialisable")
         );
         return Ok(0);
     }

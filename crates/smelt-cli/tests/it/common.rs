@@ -241,8 +241,7 @@ impl Project {
     /// `smelt status --json` of the first flow.
     pub fn status(&self) -> Value {
         let out = self.ok(&["--json", "status"]);
-        let v: Value = serde_json::from_str(&out).unwrap();
-        v[0].clone()
+        status_rows(&out).swap_remove(0)
     }
 
     /// The silver table ordered by Id, as text of every column.
@@ -396,4 +395,10 @@ pub fn pyiceberg_at(
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The rows of `smelt --json status`'s output `out` (its `flows`).
+pub fn status_rows(out: &str) -> Vec<Value> {
+    let v: Value = serde_json::from_str(out).unwrap();
+    serde_json::from_value(v["flows"].clone()).expect("`flows` is an array")
 }

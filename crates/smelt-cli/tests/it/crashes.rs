@@ -905,7 +905,7 @@ fn snapshot(p: &Project) -> Snapshot {
                 .push(paths.value(Value::Object(picked)).to_string());
         }
     }
-    let status: Value = serde_json::from_str(&p.ok(&["--json", "status"])).unwrap();
+    let status = Value::from(crate::common::status_rows(&p.ok(&["--json", "status"])));
     let status: Vec<String> = status
         .as_array()
         .unwrap()

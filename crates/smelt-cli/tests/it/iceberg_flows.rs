@@ -447,7 +447,7 @@ fn merge_on_read_silver_marks_replaced_rows_and_reads_as_copy_on_write_does() {
     assert_eq!(last["summary"].get("deleted-data-files"), None, "{last}");
     // `smelt status`: each flow's mode, and the share of stored rows marked deleted, as
     // pyiceberg's view of the summary counts it.
-    let status: Vec<Value> = serde_json::from_str(&p.ok(&["--json", "status"])).unwrap();
+    let status = common::status_rows(&p.ok(&["--json", "status"]));
     let of = |flow: &str| status.iter().find(|s| s["flow"] == flow).unwrap().clone();
     let count = |k: &str| text(&last["summary"][k]).parse::<f64>().unwrap();
     assert_eq!(of("mor")["write_mode"], "merge_on_read");

@@ -299,7 +299,7 @@ fn marks_rows_and_reads_as_copy_on_write_does(sequence_by: &str) {
     // The pre-images and the insert as change data, for downstream readers.
     assert!(!of_kind(&commit, "cdc").is_empty(), "{commit:?}");
     // The share marked deleted: 2 of the 6 rows stored (4 in the first file, 2 new).
-    let status: Vec<Value> = serde_json::from_str(&p.ok(&["--json", "status"])).unwrap();
+    let status = common::status_rows(&p.ok(&["--json", "status"]));
     let of = |flow: &str| status.iter().find(|s| s["flow"] == flow).unwrap().clone();
     assert_eq!(of("mor")["write_mode"], "merge_on_read");
     assert_eq!(of("mor")["deleted_fraction"], 2.0 / 6.0);
@@ -345,7 +345,7 @@ fn marks_rows_and_reads_as_copy_on_write_does(sequence_by: &str) {
     // A rebuild replaces every file: no vector is left.
     p.ok(&["run", "--full-refresh"]);
     check(&p, &m);
-    let status: Vec<Value> = serde_json::from_str(&p.ok(&["--json", "status"])).unwrap();
+    let status = common::status_rows(&p.ok(&["--json", "status"]));
     let mor = status.iter().find(|s| s["flow"] == "mor").unwrap();
     assert_eq!(mor["deleted_fraction"], 0.0, "{mor}");
 }
@@ -488,7 +488,7 @@ flows:
         assert!(a.get("deletionVector").is_none_or(Value::is_null), "{a}");
     }
     assert_eq!(kernel_rows(&p, "silver.mor", &["id", "status"]), expected);
-    let status: Vec<Value> = serde_json::from_str(&p.ok(&["--json", "status"])).unwrap();
+    let status = common::status_rows(&p.ok(&["--json", "status"]));
     assert_eq!(status[0]["deleted_fraction"], 0.0, "{status:?}");
     // Nothing left to do.
     let again: Value = serde_json::from_str(&p.ok(&["--json", "optimize", "mor"])).unwrap();

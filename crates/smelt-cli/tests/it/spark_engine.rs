@@ -263,7 +263,7 @@ fn product2(url: &str) {
     pair.bronze("insert_2.sql");
     let status = |file: &str| -> Value {
         let out = pair.p.ok(&["-p", file, "--json", "status"]);
-        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+        serde_json::from_str::<Value>(&out).unwrap()["flows"][0].clone()
     };
     let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
     for field in ["watermark", "bronze_version", "versions_behind", "problem"] {
@@ -950,7 +950,7 @@ fn append(url: &str) {
     assert_eq!(line_of(&e, part), line_of(&s, part), "on_cast_error: fail");
     let status = |file: &str| -> Value {
         let out = pair.p.ok(&["-p", file, "--json", "status"]);
-        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+        serde_json::from_str::<Value>(&out).unwrap()["flows"][0].clone()
     };
     let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
     for field in ["watermark", "bronze_version", "versions_behind", "problem"] {
@@ -1111,7 +1111,7 @@ fn replace_where(url: &str) {
     replaced("replace rebuild");
     let status = |file: &str| -> Value {
         let out = pair.p.ok(&["-p", file, "--json", "status"]);
-        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+        serde_json::from_str::<Value>(&out).unwrap()["flows"][0].clone()
     };
     let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
     for field in ["watermark", "bronze_version", "versions_behind", "problem"] {
@@ -1571,7 +1571,7 @@ fn ingest(url: &str) {
     same_fields("ingest plan", INGEST_FIELDS, &planned);
     let status = |file: &str| -> Value {
         let out = pair.p.ok(&["-p", file, "--json", "status"]);
-        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+        serde_json::from_str::<Value>(&out).unwrap()["flows"][0].clone()
     };
     let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
     for field in ["watermark", "files_waiting", "problem"] {
@@ -1703,7 +1703,7 @@ fn replace_files(url: &str) {
     );
     let status = |file: &str| -> Value {
         let out = pair.p.ok(&["-p", file, "--json", "status"]);
-        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+        serde_json::from_str::<Value>(&out).unwrap()["flows"][0].clone()
     };
     let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
     for field in ["watermark", "bronze_version", "files_waiting", "problem"] {
@@ -1804,7 +1804,7 @@ fn export(url: &str) {
     same("export step 3", &again);
     let status = |file: &str| -> Value {
         let out = pair.p.ok(&["-p", file, "--json", "status"]);
-        serde_json::from_str::<Value>(&out).unwrap()
+        serde_json::from_str::<Value>(&out).unwrap()["flows"].clone()
     };
     let (e, s) = (status("embedded.yaml"), status("spark.yaml"));
     for i in 0..2 {

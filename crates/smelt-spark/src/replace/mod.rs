@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use smelt_engine::cast::CastMiss;
 use smelt_engine::context::RunContext;
 use smelt_engine::flow::replace_where::{
     Placeholder, cast_failed, empty_bound, outside, placeholders, target_schema, unknown_bound,
@@ -16,7 +17,6 @@ use smelt_engine::flow::replace_where::{
 };
 use smelt_engine::flow::report_head;
 use smelt_engine::report::{FlowReport, ReadMode, ReportStatus};
-use smelt_engine::stage::CastMiss;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{OnCastError, ReplaceSource, ReplaceWhereFlow};
 

@@ -16,12 +16,13 @@ use futures::TryStreamExt;
 use smelt_core::change::{CHANGE_TYPE, COMMIT_VERSION, INSERT};
 use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
+use crate::cast::{CastMiss, cast_to_in};
 use crate::flow::FlowRun;
 use crate::flow::apply::app_id;
 use crate::ports::{ChangeSource, LakeTable, Watermark, WatermarkSource};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportStatus};
-use crate::stage::{Buffered, CastMiss, cast_to_in, commit_report};
+use crate::stage::{Buffered, commit_report};
 
 /// The error of `on_cast_error: fail`.
 pub(crate) fn cast_failed(

@@ -19,13 +19,13 @@ use datafusion::scalar::ScalarValue;
 use futures::TryStreamExt;
 use smelt_spec::{OnCastError, ReplaceWhereFlow};
 
+use crate::cast::{CastMiss, cast_to_in};
 use crate::flow::apply::RunContext;
 use crate::flow::{FlowRun, report_head};
 use crate::ports::{ChangeSource, LakeTable, Reporter, Watermark};
 use crate::predicate::Predicate;
 use crate::report::{FlowReport, ReadMode, ReportStatus};
-use crate::stage::CastMiss;
-use crate::stage::{Buffered, block_on, cast_to_in, commit_report};
+use crate::stage::{Buffered, block_on, commit_report};
 use crate::{EngineError, Result};
 
 /// Where rows of a batch come from, for error messages: a file or table, and each row's
