@@ -72,7 +72,6 @@ pub async fn compile(global: &GlobalArgs, args: &CompileArgs) -> Result<u8, Fail
     if let Some(p) = problems.into_iter().next() {
         return Err(Failure::from(p.error));
     }
-    let ctx = RunContext::new(true, false);
     let mut all = Vec::new();
     for flow in smelt_engine::dag::run_order(&flows)? {
         let statements = engine.compile(flow, &ctx).await?;

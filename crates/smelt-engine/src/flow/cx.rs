@@ -1,12 +1,12 @@
-//! What a flow runs with: [`FlowCx`], the lake and the run's settings, for a runner;
-//! [`FlowRun`], the flow, its spec, the run's settings and where progress goes, for the
-//! steps of its kind, which start its report from it ([`FlowRun::report`]).
+//! What a flow runs with: [`FlowCx`], the lake, the file stores and the run's settings, for
+//! a runner; [`FlowRun`], the flow, its spec, the run's settings and where progress goes,
+//! for the steps of its kind, which start its report from it ([`FlowRun::report`]).
 
 use smelt_spec::{AppendFlow, ApplyFlow, ExportFlow, IngestFlow, Pipeline, ReplaceWhereFlow};
 
 use crate::context::RunContext;
 use crate::ports::{FileStores, Lake, Reporter};
-use crate::report::{FlowReport, ReportKind, ReportStatus};
+use crate::report::{FlowReport, ReportKind};
 
 /// What a flow of a run reads and writes through, and the run's settings.
 pub(crate) struct FlowCx<'a> {
@@ -78,14 +78,6 @@ impl<'a, S: FlowSpec> FlowRun<'a, S> {
     /// the run id.
     pub fn report(&self) -> FlowReport {
         report_head(self.name, self.spec, &self.ctx.run_id)
-    }
-
-    /// `report`, ended as up to date.
-    pub fn up_to_date(&self, report: FlowReport) -> FlowReport {
-        FlowReport {
-            status: ReportStatus::UpToDate,
-            ..report
-        }
     }
 
     /// Says phase `phase` of the flow starts.
