@@ -95,11 +95,13 @@ impl From<SpecErrors> for Failure {
     }
 }
 
-fn chain(mut source: Option<&(dyn std::error::Error + 'static)>) -> Vec<String> {
+/// The causes below `message`, each once: a cause the message (or a cause before it)
+/// already says in full is left out.
+fn chain(message: &str, mut source: Option<&(dyn std::error::Error + 'static)>) -> Vec<String> {
     let mut causes: Vec<String> = Vec::new();
     while let Some(e) = source {
         let text = e.to_string();
-        if !causes.iter().any(|c| c.contains(&text)) {
+        if !message.contains(&text) && !causes.iter().any(|c| c.contains(&text)) {
             causes.push(text);
         }
         source = e.source();
@@ -128,8 +130,8 @@ impl Failure {
         };
         Self {
             code: 1,
+            causes: chain(&message, error.source()),
             messages: vec![(message, None)],
-            causes: chain(error.source()),
             hint: e.hint().map(str::to_string),
             details: Default::default(),
         }
@@ -139,10 +141,11 @@ impl Failure {
 impl From<smelt_delta::Error> for Failure {
     fn from(e: smelt_delta::Error) -> Self {
         let hint = e.hint().map(str::to_string);
-        let causes = chain(e.source());
+        let message = e.to_string();
+        let causes = chain(&message, e.source());
         Self {
             code: 1,
-            messages: vec![(e.to_string(), None)],
+            messages: vec![(message, None)],
             causes,
             hint,
             details: Default::default(),
