@@ -402,3 +402,9 @@ pub fn status_rows(out: &str) -> Vec<Value> {
     let v: Value = serde_json::from_str(out).unwrap();
     serde_json::from_value(v["flows"].clone()).expect("`flows` is an array")
 }
+
+/// `text` (a command's stderr) with `p`'s temporary folder written `[project]`, for a
+/// snapshot.
+pub fn pinned(p: &Project, text: &str) -> String {
+    text.replace(&p.path().display().to_string(), "[project]")
+}

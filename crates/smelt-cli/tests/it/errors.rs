@@ -1,12 +1,7 @@
 //! Bad input: every failure is a clear message (what, where, how to fix), the right exit
 //! code, no panic, and nothing written.
 
-use crate::common::Project;
-
-/// `err` with the project's temporary folder written `[project]`, for a snapshot.
-fn pinned(p: &Project, err: &str) -> String {
-    err.replace(&p.path().display().to_string(), "[project]")
-}
+use crate::common::{Project, pinned};
 
 fn yaml_with(p: &Project, from: &str, to: &str) {
     let text = std::fs::read_to_string(p.file("smelt.yaml"))
