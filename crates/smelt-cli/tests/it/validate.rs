@@ -90,23 +90,17 @@ fn engine_choices_are_checked_and_named() {
     let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
     p.write("typo.yaml", &format!("engine: sprak\n{yaml}"));
     let (_, err) = p.fails(&["-p", "typo.yaml", "validate"], 2);
-    assert!(
-        err.contains("unknown engine `sprak`") && err.contains("did you mean `spark`?"),
-        "{err}"
-    );
+    insta::assert_snapshot!("engine_misspelt", err);
     p.write("lonely.yaml", &format!("connect: sc://h:15002\n{yaml}"));
     let (_, err) = p.fails(&["-p", "lonely.yaml", "validate"], 2);
-    assert!(
-        err.contains("`connect` is set but the engine is embedded"),
-        "{err}"
-    );
+    insta::assert_snapshot!("connect_without_spark", err);
     p.write("nourl.yaml", &format!("engine: spark\n{yaml}"));
     let (_, err) = p.fails(&["-p", "nourl.yaml", "run"], 2);
-    assert!(err.contains("the Spark engine needs a cluster"), "{err}");
+    insta::assert_snapshot!("spark_without_cluster", err);
     let (_, err) = p.fails(&["--engine", "duckdb", "run"], 2);
-    assert!(err.contains("unknown engine `duckdb`"), "{err}");
+    insta::assert_snapshot!("unknown_engine_option", err);
     let (_, err) = p.fails(&["compile"], 2);
-    assert!(err.contains("this pipeline runs embedded"), "{err}");
+    insta::assert_snapshot!("compile_embedded", err);
     // What the engine refuses needs no cluster; then nothing listens on port 9 of the
     // loopback: named, token hidden.
     let (_, err) = p.fails(&["--engine", "sc://127.0.0.1:9", "validate"], 1);
