@@ -268,8 +268,7 @@ fn an_unknown_iceberg_table_is_refused_by_name() {
     let p = Project::with_pipeline(PIPELINE);
     p.write("silver.sql", SILVER);
     let (_, err) = p.fails(&["run"], 1);
-    assert!(err.contains("`ice.raw.orders` does not exist"), "{err}");
-    assert!(err.contains("Iceberg catalog `ice`"), "{err}");
+    insta::assert_snapshot!("unknown_iceberg_table", crate::common::pinned(&p, &err));
 }
 
 #[test]
@@ -488,6 +487,7 @@ fn expired_snapshots_after_the_watermark_are_refused_with_the_fix() {
         ],
     );
     let (_, err) = p.fails(&["run"], 1);
+    // Not a snapshot: the message names the oldest snapshot left by its (random) id.
     assert!(err.contains("are no longer all there"), "{err}");
     assert!(err.contains("--full-refresh"), "{err}");
     // The fix works: a rebuild reads the current snapshot.
