@@ -54,7 +54,7 @@ use self::tombstones::{check_tombstones, expire_tombstones, tombstone_schema};
 use self::truncate::resolve_truncates;
 use crate::flow::FlowRun;
 use crate::phases::Phases;
-use crate::ports::{ChangeSource, LakeTable, Watermark, WatermarkSource};
+use crate::ports::{ChangeSource, LakeTable};
 use crate::rejects::Rejects;
 use crate::report::{FlowReport, ReportStatus};
 use crate::{Result, failpoint};
@@ -191,13 +191,9 @@ pub async fn run_apply(
     let mut tombstones_staged = reshape
         .stage(&cx, &mut *silver, &mut *tombstones, &mut report)
         .await?;
-    let (store, rejects_so_far) = (&mut store, &mut rejects);
-    let tables = (
-        &mut *silver as &mut dyn LakeTable,
-        &mut *tombstones as &mut dyn LakeTable,
-    );
-    tombstones_staged |=
-        (work.apply_all(&cx, store, rejects_so_far, tables, &mut report, &mut phases)).await?;
+    let tables = (&mut *silver as _, &mut *tombstones as _);
+    let (store, so_far, r) = (&mut store, &mut rejects, &mut report);
+    tombstones_staged |= (work.apply_all(&cx, store, so_far, tables, r, &mut phases)).await?;
 
     report.quarantined = rejects.len();
     if ctx.dry_run {
@@ -206,14 +202,7 @@ pub async fn run_apply(
         return Ok(report);
     }
 
-    let watermark_out = Watermark {
-        app_id: app,
-        version: range.watermark_to,
-        run_id: ctx.run_id.clone(),
-        report: None,
-        extra: Vec::new(),
-        source: Some(WatermarkSource::of(source, range.watermark_to)),
-    };
+    let watermark_out = range.watermark(app, &ctx.run_id, source);
     let started = Instant::now();
     let tables = ApplyTables {
         silver: &mut *silver,

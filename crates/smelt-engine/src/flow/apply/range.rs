@@ -5,7 +5,7 @@
 use smelt_spec::ApplyFlow;
 
 use crate::context::RunContext;
-use crate::ports::{ChangeSource, LakeTable};
+use crate::ports::{ChangeSource, LakeTable, Watermark, WatermarkSource};
 use crate::report::ReadMode;
 use crate::{EngineError, Result};
 
@@ -62,6 +62,24 @@ pub(super) async fn resolve_range(
 }
 
 impl Range {
+    /// The watermark the run's silver commit carries: `source` read through
+    /// `watermark_to`, by run `run_id` of the flow whose application id is `app`.
+    pub(super) fn watermark(
+        &self,
+        app: String,
+        run_id: &str,
+        source: &dyn ChangeSource,
+    ) -> Watermark {
+        Watermark {
+            app_id: app,
+            version: self.watermark_to,
+            run_id: run_id.to_string(),
+            report: None,
+            extra: Vec::new(),
+            source: Some(WatermarkSource::of(source, self.watermark_to)),
+        }
+    }
+
     /// How the source is read, for the report: `replay`, `rebuild`, `snapshot` or
     /// `incremental`.
     pub(super) fn mode(&self, ctx: &RunContext, silver: &dyn LakeTable) -> ReadMode {

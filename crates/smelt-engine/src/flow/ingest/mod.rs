@@ -14,6 +14,7 @@ pub mod conform;
 pub mod ledger;
 pub mod load;
 pub mod rejects;
+mod rescue;
 
 pub use load::{IngestTables, LOG_CLEANUP, run_ingest};
 
