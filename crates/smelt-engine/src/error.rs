@@ -21,10 +21,11 @@ pub enum EngineError {
         /// The next step.
         hint: Option<String>,
     },
-    /// A cast failed under `on_cast_error: fail` (its message is the failure's own).
-    #[error(transparent)]
+    /// A cast failed under `on_cast_error: fail`.
+    #[error("{source}")]
     Cast {
         /// The failure.
+        #[source]
         source: Box<CoreError>,
     },
     /// `error`, met while flow `flow` ran or was checked: the one place an error names
