@@ -2,76 +2,8 @@
 //! `testenv/setup.sh`) on a loopback port for each test. Expected silver comes from the
 //! same steps on a local lake.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-
 use crate::common::{self, Project, without_audit};
-
-/// Azurite's blob service, killed on drop.
-struct Azurite {
-    child: Child,
-    port: u16,
-}
-
-impl Azurite {
-    /// Starts the emulator (in memory) and creates container `container`.
-    fn start(container: &str) -> Self {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testenv");
-        let azurite = root.join("node_modules/.bin/azurite-blob");
-        assert!(
-            azurite.exists(),
-            "the Azure emulator is not installed: run `testenv/setup.sh` (the README's test command does)"
-        );
-        // A free port: bound, read, released for the emulator.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(azurite)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-            .args(["--inMemoryPersistence", "--skipApiVersionCheck", "--silent"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Self { child, port };
-        let made = Command::new(root.join(".venv/bin/python"))
-            .arg(root.join("azure_container.py"))
-            .args([&port.to_string(), container])
-            .output()
-            .unwrap();
-        assert!(
-            made.status.success(),
-            "creating the container: {}",
-            String::from_utf8_lossy(&made.stderr)
-        );
-        server
-    }
-
-    /// The environment `smelt` reaches the emulator with (its public development account).
-    fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AZURE_STORAGE_USE_EMULATOR", "true".into()),
-            ("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1".into()),
-            (
-                "AZURE_STORAGE_ACCOUNT_KEY",
-                "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==".into(),
-            ),
-            (
-                "AZURITE_BLOB_STORAGE_URL",
-                format!("http://127.0.0.1:{}", self.port),
-            ),
-        ]
-    }
-}
-
-impl Drop for Azurite {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use smelt_test::services::Azurite;
 
 /// `smelt --lake <lake> <args>` against the emulator; requires success, returns stdout.
 fn on(p: &Project, az: &Azurite, lake: &str, args: &[&str]) -> String {

@@ -3,9 +3,7 @@
 //! Expected rows come from the files the test writes, or from the same run on a local
 //! lake.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 
 use crate::common::{self, Project, rows, without_audit};
@@ -14,83 +12,15 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use smelt_test::services::S3Server;
 
-/// moto's S3 server, killed on drop.
-struct S3Server {
-    child: Child,
-    port: u16,
-}
-
-impl S3Server {
-    /// Starts the server of `testenv/` (installed by `testenv/setup.sh`, which the
-    /// README's test command runs) and creates bucket `bucket`.
-    fn start(bucket: &str) -> Self {
-        Self::start_with(bucket, &[])
+/// A client of bucket `bucket` of `s3`.
+fn store(s3: &S3Server, bucket: &str) -> Arc<AmazonS3> {
+    let mut builder = AmazonS3Builder::new().with_bucket_name(bucket);
+    for (k, v) in s3.env() {
+        builder = builder.with_config(k.to_lowercase().parse().unwrap(), v);
     }
-
-    /// The same, with options of `s3_server.py` (`--ignore-conditions`).
-    fn start_with(bucket: &str, options: &[&str]) -> Self {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testenv");
-        let python = root.join(".venv/bin/python");
-        assert!(
-            python.exists(),
-            "the S3 test server is not installed: run `testenv/setup.sh` (the README's test command does)"
-        );
-        let mut child = Command::new(python)
-            .arg(root.join("s3_server.py"))
-            .args(options)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("PORT ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the S3 server said {line:?}"));
-        let server = Self { child, port };
-        // Buckets are created by a plain (unsigned) PUT.
-        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(
-            tcp,
-            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut status = String::new();
-        BufReader::new(tcp).read_line(&mut status).unwrap();
-        assert!(status.contains(" 200 "), "creating the bucket: {status}");
-        server
-    }
-
-    /// The environment `smelt` (and the test's client) reach the server with.
-    fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT", format!("http://127.0.0.1:{}", self.port)),
-            ("AWS_ALLOW_HTTP", "true".into()),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "test".into()),
-            ("AWS_REGION", "us-east-1".into()),
-        ]
-    }
-
-    fn store(&self, bucket: &str) -> Arc<AmazonS3> {
-        let mut builder = AmazonS3Builder::new().with_bucket_name(bucket);
-        for (k, v) in self.env() {
-            builder = builder.with_config(k.to_lowercase().parse().unwrap(), v);
-        }
-        Arc::new(builder.build().unwrap())
-    }
-}
-
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Arc::new(builder.build().unwrap())
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -152,7 +82,7 @@ fn exported(store: &AmazonS3, prefix: &str) -> (Vec<String>, Vec<String>) {
 #[test]
 fn ingest_from_s3_and_export_to_s3_exactly_once() {
     let s3 = S3Server::start("lake");
-    let store = s3.store("lake");
+    let store = store(&s3, "lake");
     let put = |key: &str, text: &str| {
         runtime().block_on(async {
             store
@@ -224,7 +154,7 @@ fn ingest_from_s3_and_export_to_s3_exactly_once() {
 #[test]
 fn concurrent_exports_to_s3_publish_each_row_once() {
     let s3 = S3Server::start("out");
-    let store = s3.store("out");
+    let store = store(&s3, "out");
     let p = Project::with_pipeline(
         "lake: ./lake\nflows:\n  items_out:\n    export:\n      from: raw.items\n      to: s3://out/items\n",
     );
@@ -336,7 +266,7 @@ fn product2_with_the_lake_on_s3_gives_the_silver_of_a_local_lake() {
     assert!(location.starts_with("s3://lake/warehouse/"), "{location}");
 
     // Everything is in the bucket, the event log included; nothing on local disk.
-    let names = objects(&s3.store("lake"), "warehouse");
+    let names = objects(&store(&s3, "lake"), "warehouse");
     for table in [
         "medallion_demo/product2__bronze/_delta_log/",
         "medallion_demo/product2__silver/_delta_log/",
@@ -369,7 +299,7 @@ fn a_store_that_ignores_conditional_writes_is_refused_before_anything_is_written
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ignores conditional writes"), "{err}");
     assert!(err.contains("AWS_S3_LOCKING_PROVIDER=dynamodb"), "{err}");
-    let left: Vec<String> = objects(&s3.store("lake"), "warehouse");
+    let left: Vec<String> = objects(&store(&s3, "lake"), "warehouse");
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -538,7 +468,7 @@ fn a_table_placed_on_s3_by_the_tables_map_is_read_and_written_there() {
         );
     }
     // Bronze is in the bucket, silver in the local lake, and no bronze in the lake.
-    let names = objects(&s3.store("other"), "bronze/product2/_delta_log");
+    let names = objects(&store(&s3, "other"), "bronze/product2/_delta_log");
     assert!(!names.is_empty());
     let lake = placed.path().join("lake/medallion_demo");
     assert!(lake.join("product2__silver/_delta_log").is_dir());
@@ -593,7 +523,7 @@ flows:
         .collect();
     assert_eq!(ids, ["1", "3"]);
     // The output's files are in the bucket, nothing of it on local disk.
-    let store = s3.store("ice");
+    let store = store(&s3, "ice");
     let listed: Vec<_> = runtime().block_on(async {
         use futures::TryStreamExt;
         store

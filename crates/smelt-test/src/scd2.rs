@@ -1,26 +1,18 @@
-//! SCD type 2 history with late and out-of-order changes, through the real Delta adapter
-//! (bronze, silver and tombstones as Delta tables in temp dirs), against a reference model
-//! written separately from the engine: each key's history rebuilt from all its changes
-//! sorted by sequence. Random streams of upserts and deletes for a few dozen keys are
-//! delivered in random order over several runs (with replays); history must match the model
-//! after every run, and after a rebuild.
-
-mod support;
+//! SCD type 2 history with late and out-of-order changes, against a reference model
+//! written separately from the engine (each key's history rebuilt from all its changes
+//! sorted by sequence); run on every table format ([`Backend`]). Random streams of upserts
+//! and deletes for a few dozen keys are delivered in random order over several runs (with
+//! replays and crashes); history must match the model after every run, and after a
+//! rebuild.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use proptest::prelude::*;
-use smelt_delta::Lake;
-use smelt_delta::source::DeltaSource;
-use smelt_delta::table::DeltaLakeTable;
-use smelt_engine::flow::FlowRun;
-use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
-use smelt_engine::ports::{LakeTable, Silent};
-use smelt_engine::rejects::rejects_table;
-use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
+use smelt_engine::flow::apply::tombstone_table;
+use smelt_spec::ApplyFlow;
+
+use crate::backend::{Backend, Harness, How, block_on};
+use crate::batches::{column, ints, text_batch, texts};
 
 /// One change of key `key`: an upsert of `val`, or a delete (`None`).
 #[derive(Debug, Clone)]
@@ -76,137 +68,53 @@ fn model(changes: &[Change], only_val_tracked: bool) -> History {
     out
 }
 
-fn flow(dir: &std::path::Path) -> ApplyFlow {
-    flow_tracking(dir, "")
-}
-
-/// The flow, with more options (`track_history: [val]`).
-fn flow_tracking(dir: &std::path::Path, options: &str) -> ApplyFlow {
-    std::fs::write(
-        dir.join("s.sql"),
-        "CREATE TABLE s.h (id STRING NOT NULL, val STRING, seq BIGINT, PRIMARY KEY (id))",
-    )
-    .unwrap();
-    let yaml = format!(
-        "lake: .\nflows:\n  h:\n    apply:\n      from: b.t\n      into: s.h\n      schema: s.sql\n      scd: 2\n      sequence_by: [seq]\n      apply_as_deletes: op = 'D'\n{options}"
+/// The flow: silver `s.h` keyed on `id`, its history by `seq`, `op = 'D'` deletes; with
+/// `options` (`track_history: [val]`).
+fn flow<B: Backend>(h: &Harness<B>, options: &str) -> ApplyFlow {
+    let ddl = "CREATE TABLE {into} (id STRING NOT NULL, val STRING, seq BIGINT, PRIMARY KEY (id))";
+    let body = format!(
+        "      scd: 2\n      sequence_by: [seq]\n      apply_as_deletes: op = 'D'\n{options}"
     );
-    let p = Pipeline::from_str(&yaml, &dir.join("smelt.yaml")).unwrap();
-    let FlowKind::Apply(a) = p.flows[0].kind.clone() else {
-        panic!("an apply flow")
-    };
-    a
+    h.apply_flow("h", "s.h", ddl, &body)
 }
 
-/// Appends `changes` to bronze `b.t` (all text, as bronze is) in one commit.
-async fn append(lake: &Lake, changes: &[Change], commit: i64) {
-    let schema = Arc::new(Schema::new(
-        ["id", "val", "seq", "op"]
-            .map(|n| Field::new(n, DataType::Utf8, true))
-            .to_vec(),
-    ));
-    let text = |f: &dyn Fn(&Change) -> Option<String>| -> Arc<dyn Array> {
-        Arc::new(StringArray::from(changes.iter().map(f).collect::<Vec<_>>()))
-    };
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
-        vec![
-            text(&|c| Some(key_name(c.key))),
-            text(&|c| c.val.map(|v| format!("v{v}"))),
-            text(&|c| Some(c.seq.to_string())),
+/// Appends `changes` to bronze (all text, as bronze is) in one commit.
+async fn append<B: Backend>(h: &mut Harness<B>, changes: &[Change]) {
+    let text = |f: &dyn Fn(&Change) -> Option<String>| changes.iter().map(f).collect::<Vec<_>>();
+    h.append(text_batch(vec![
+        ("id", text(&|c| Some(key_name(c.key)))),
+        ("val", text(&|c| c.val.map(|v| format!("v{v}")))),
+        ("seq", text(&|c| Some(c.seq.to_string()))),
+        (
+            "op",
             text(&|c| Some(if c.val.is_some() { "U" } else { "D" }.to_string())),
-        ],
-    )
-    .unwrap();
-    support::commit_bronze(lake, schema, batch, commit).await;
+        ),
+    ]))
+    .await;
 }
 
-/// One run of the flow, as `smelt run` does it (every table opened anew).
-async fn run(lake: &Lake, flow: &ApplyFlow, replay_after: Option<i64>, full_refresh: bool) {
-    run_or_crash(lake, flow, replay_after, full_refresh, false).await;
-}
-
-/// [`run`], or with `crash`, one that stops after the tombstones commit, before silver's.
-async fn run_or_crash(
-    lake: &Lake,
-    flow: &ApplyFlow,
-    replay_after: Option<i64>,
-    full_refresh: bool,
-    crash: bool,
-) {
-    let source = DeltaSource::open(lake, &flow.from).await.unwrap();
-    let silver = DeltaLakeTable::open(lake, &flow.into).await.unwrap();
-    let mut crashing;
-    let mut plain;
-    let silver: &mut dyn LakeTable = if crash {
-        crashing = support::CrashOnCommit(silver);
-        &mut crashing
-    } else {
-        plain = silver;
-        &mut plain
-    };
-    let mut tombstones = DeltaLakeTable::open(lake, &tombstone_table(&flow.into))
-        .await
-        .unwrap();
-    let mut rejects = DeltaLakeTable::open(lake, &rejects_table(&flow.into))
-        .await
-        .unwrap();
-    let mut ctx = RunContext::new(false, full_refresh);
-    ctx.replay_after = replay_after;
-    let tables = ApplyTables {
-        silver,
-        tombstones: &mut tombstones,
-        rejects: &mut rejects,
-    };
-    let result = run_apply(FlowRun::new("h", flow, &ctx, &Silent), &source, tables).await;
-    if crash {
-        assert!(
-            matches!(result, Err(smelt_engine::EngineError::Failpoint(_))),
-            "{result:?}"
-        );
-        return;
+/// One run of the flow (`crash`: one that dies at silver's commit, after the tombstones
+/// commit); no key is ever rejected.
+async fn run<B: Backend>(h: &Harness<B>, flow: &ApplyFlow, how: How) {
+    if let Some(report) = h.run("h", flow, how).await {
+        assert_eq!(report.rejected, 0);
     }
-    assert_eq!(result.unwrap().rejected, 0);
 }
 
-/// The stored history, read through delta-rs' own scan (not smelt's lookups).
-async fn history(lake: &Lake) -> History {
-    let ctx = lake.session().await.unwrap();
-    if !lake
-        .exists(&TableName::parse("s.h").unwrap())
-        .await
-        .unwrap()
-    {
+/// The stored history, read by the format's own reader (not smelt's lookups).
+async fn history<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> History {
+    let Some(b) = h.scan(&flow.into).await else {
         return History::new();
-    }
-    let batches = ctx
-        .sql("SELECT id, val, __START_AT AS s, __END_AT AS e FROM s.h")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    };
+    let (id, val) = (texts(column(&b, "id")), texts(column(&b, "val")));
+    let (start, end) = (ints(column(&b, "__START_AT")), ints(column(&b, "__END_AT")));
     let mut out = History::new();
-    for b in batches {
-        let text = |i: usize| {
-            arrow::compute::cast(b.column(i), &DataType::Utf8)
-                .unwrap()
-                .as_string::<i32>()
-                .clone()
-        };
-        let (id, val) = (text(0), text(1));
-        let start = arrow::compute::cast(b.column(2), &DataType::Int64).unwrap();
-        let end = arrow::compute::cast(b.column(3), &DataType::Int64).unwrap();
-        let (start, end) = (
-            start.as_primitive::<Int64Type>(),
-            end.as_primitive::<Int64Type>(),
-        );
-        for r in 0..b.num_rows() {
-            out.entry(id.value(r).to_string()).or_default().push((
-                start.value(r),
-                (!end.is_null(r)).then(|| end.value(r)),
-                val.value(r).to_string(),
-            ));
-        }
+    for (((id, val), start), end) in id.into_iter().zip(val).zip(start).zip(end) {
+        out.entry(id.expect("a key")).or_default().push((
+            start.expect("a start"),
+            end,
+            val.expect("a value"),
+        ));
     }
     for versions in out.values_mut() {
         versions.sort();
@@ -215,45 +123,33 @@ async fn history(lake: &Lake) -> History {
 }
 
 /// The stored tombstones (key, sequence), sorted.
-async fn tombstones(lake: &Lake) -> Vec<(String, i64)> {
-    if !lake
-        .exists(&TableName::parse("s.h__tombstones").unwrap())
-        .await
-        .unwrap()
-    {
+async fn tombstones<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<(String, i64)> {
+    let Some(b) = h.scan(&tombstone_table(&flow.into)).await else {
         return Vec::new();
-    }
-    let ctx = lake.session().await.unwrap();
-    let batches = ctx
-        .sql("SELECT id, seq FROM s.h__tombstones")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    let mut out = Vec::new();
-    for b in batches {
-        let id = arrow::compute::cast(b.column(0), &DataType::Utf8).unwrap();
-        let seq = arrow::compute::cast(b.column(1), &DataType::Int64).unwrap();
-        for r in 0..b.num_rows() {
-            out.push((
-                id.as_string::<i32>().value(r).to_string(),
-                seq.as_primitive::<Int64Type>().value(r),
-            ));
-        }
-    }
+    };
+    let mut out: Vec<(String, i64)> = texts(column(&b, "id"))
+        .into_iter()
+        .zip(ints(column(&b, "seq")))
+        .map(|(id, seq)| (id.expect("a key"), seq.expect("a sequence")))
+        .collect();
     out.sort();
     out
 }
 
 /// History as the model says, and tombstones that are delivered deletes, each once.
-async fn check(lake: &Lake, delivered: &[Change], only_val_tracked: bool, when: &str) {
+async fn check<B: Backend>(
+    h: &Harness<B>,
+    flow: &ApplyFlow,
+    delivered: &[Change],
+    only_val_tracked: bool,
+    when: &str,
+) {
     assert_eq!(
-        history(lake).await,
+        history(h, flow).await,
         model(delivered, only_val_tracked),
         "{when}"
     );
-    let tombs = tombstones(lake).await;
+    let tombs = tombstones(h, flow).await;
     let mut unique = tombs.clone();
     unique.dedup();
     assert_eq!(unique, tombs, "{when}: a tombstone twice");
@@ -304,7 +200,7 @@ fn changes(keys: usize) -> impl Strategy<Value = Vec<Change>> {
 /// A delivery: the changes shuffled (some sent twice), cut into bronze commits, runs after
 /// some commits, and replays.
 #[derive(Debug, Clone)]
-struct Plan {
+pub struct Plan {
     commits: Vec<Vec<Change>>,
     /// After commit `i`: a run (or none), then a plain run.
     runs: Vec<Option<Run>>,
@@ -319,7 +215,7 @@ enum Run {
     Crash,
 }
 
-fn delivery() -> impl Strategy<Value = Plan> {
+pub fn delivery() -> impl Strategy<Value = Plan> {
     changes(24).prop_flat_map(|all| {
         (
             Just(all).prop_shuffle(),
@@ -377,87 +273,83 @@ fn paired(plan: &Plan) -> Plan {
     out
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(24),
-        max_shrink_iters: 50,
-        ..ProptestConfig::default()
-    })]
-
-    #[test]
-    fn history_matches_the_model_after_every_run(plan in delivery()) {
-        deliver(&plan, false);
-    }
-
-    #[test]
-    fn history_matches_the_model_with_an_untracked_sequence(plan in delivery()) {
-        deliver(&plan, true);
-    }
-}
-
 /// Delivers `plan` and checks the history after every run; with `only_val_tracked`,
 /// through a flow that tracks `val` alone (in-place updates keep a version's start), where
 /// each key's upserts, in sequence order, come in pairs of one value: a version takes at
 /// most one in-place update, the one whose sequence smelt keeps (docs/pipeline.md, limits).
-fn deliver(plan: &Plan, only_val_tracked: bool) {
+pub fn deliver<B: Backend>(plan: &Plan, only_val_tracked: bool) {
     let plan = &if only_val_tracked {
         paired(plan)
     } else {
         plan.clone()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        let lake = Lake::new(dir.path().join("lake")).unwrap();
-        let flow = flow_tracking(
-            dir.path(),
-            if only_val_tracked {
-                "      track_history: [val]\n"
-            } else {
-                ""
-            },
-        );
+    block_on(async {
+        let mut h = Harness::<B>::new().await;
+        let options = if only_val_tracked {
+            "      track_history: [val]\n"
+        } else {
+            ""
+        };
+        let flow = flow(&h, options);
         let mut delivered = Vec::new();
         let mut ran = false;
         for (i, commit) in plan.commits.iter().enumerate() {
-            append(&lake, commit, i as i64).await;
+            append(&mut h, commit).await;
             delivered.extend(commit.iter().cloned());
             let Some(kind) = plan.runs[i] else { continue };
             match kind {
                 // A replay (`--since`) needs a run before it.
-                Run::Replay(after) if ran => run(&lake, &flow, Some(after), false).await,
-                Run::Crash => run_or_crash(&lake, &flow, None, false, true).await,
+                Run::Replay(after) if ran => {
+                    let how = How {
+                        replay_after: Some(after as usize),
+                        ..How::default()
+                    };
+                    run(&h, &flow, how).await
+                }
+                Run::Crash => {
+                    let how = How {
+                        crash: true,
+                        ..How::default()
+                    };
+                    run(&h, &flow, how).await
+                }
                 _ => {}
             }
-            run(&lake, &flow, None, false).await;
+            run(&h, &flow, How::default()).await;
             ran = true;
-            check(
-                &lake,
-                &delivered,
-                only_val_tracked,
-                &format!("after bronze commit {i}"),
-            )
-            .await;
+            let when = format!("after bronze commit {i}");
+            check(&h, &flow, &delivered, only_val_tracked, &when).await;
         }
-        run(&lake, &flow, None, false).await;
-        check(&lake, &delivered, only_val_tracked, "after the last commit").await;
-        run(&lake, &flow, None, true).await;
-        check(&lake, &delivered, only_val_tracked, "after --full-refresh").await;
+        run(&h, &flow, How::default()).await;
+        check(
+            &h,
+            &flow,
+            &delivered,
+            only_val_tracked,
+            "after the last commit",
+        )
+        .await;
+        let how = How {
+            full_refresh: true,
+            ..How::default()
+        };
+        run(&h, &flow, how).await;
+        check(
+            &h,
+            &flow,
+            &delivered,
+            only_val_tracked,
+            "after --full-refresh",
+        )
+        .await;
     });
 }
 
 /// The two histories of issue 13, delivered as reported.
-#[test]
-fn deletes_that_arrive_before_the_versions_they_close() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        let lake = Lake::new(dir.path().join("lake")).unwrap();
-        let flow = flow(dir.path());
+pub fn deletes_that_arrive_before_the_versions_they_close<B: Backend>() {
+    block_on(async {
+        let mut h = Harness::<B>::new().await;
+        let flow = flow(&h, "");
         let ch = |key, seq, val| Change { key, seq, val };
         // k024 (key 24): a delete at 1001 first; then a delete at 1081, an upsert at 1083
         // and a late upsert at 756.
@@ -479,12 +371,12 @@ fn deletes_that_arrive_before_the_versions_they_close() {
             vec![ch(17, 890, Some(5))],
         ];
         let mut delivered = Vec::new();
-        for (i, changes) in runs.iter().enumerate() {
-            append(&lake, changes, i as i64).await;
+        for changes in &runs {
+            append(&mut h, changes).await;
             delivered.extend(changes.iter().cloned());
-            run(&lake, &flow, None, false).await;
+            run(&h, &flow, How::default()).await;
         }
-        let h = history(&lake).await;
+        let h = history(&h, &flow).await;
         assert_eq!(
             h["k024"],
             vec![

@@ -1,6 +1,6 @@
 //! SCD type 1 with late, duplicate and conflicting changes, composite keys and NULL keys,
-//! through the real Delta adapter (bronze, silver and tombstones as Delta tables in temp
-//! dirs), against a reference model written separately from the engine.
+//! against a reference model written separately from the engine; run on every table
+//! format ([`Backend`]).
 //!
 //! The flow keys silver on two columns, `a STRING NOT NULL` and `b BIGINT` (nullable), and
 //! sequences it by a bronze column `seq`, with soft deletes (`op = 'D'`). The model follows
@@ -23,23 +23,16 @@
 //! tombstones must match the model after every run; `--full-refresh` must give the same
 //! silver as the incremental runs.
 
-mod support;
-
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use proptest::prelude::*;
-use smelt_delta::Lake;
-use smelt_delta::source::DeltaSource;
-use smelt_delta::table::DeltaLakeTable;
-use smelt_engine::flow::FlowRun;
-use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
-use smelt_engine::ports::{LakeTable, Silent};
+use smelt_engine::flow::apply::tombstone_table;
 use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReportStatus};
-use smelt_spec::{ApplyFlow, FlowKind, Pipeline, TableName};
+use smelt_spec::ApplyFlow;
+
+use crate::backend::{Backend, Harness, How, block_on};
+use crate::batches::{column, ints, text_batch, texts};
 
 /// Keys with `a` set: three values of `a` (the empty string among them) times eight of `b`
 /// (NULL, 0..=6).
@@ -192,179 +185,94 @@ impl Model {
 
 /// The flow: silver `s.t` keyed on (a, b), sequenced by `seq`, `op = 'D'` deletes,
 /// written copy-on-write or merge-on-read.
-fn flow(dir: &std::path::Path, merge_on_read: bool) -> ApplyFlow {
-    std::fs::write(
-        dir.join("s.sql"),
-        "CREATE TABLE s.t (a STRING NOT NULL, b BIGINT, val STRING, seq BIGINT)",
-    )
-    .unwrap();
-    let yaml = "lake: .\nflows:\n  t:\n    apply:\n      from: b.t\n      into: s.t\n      schema: s.sql\n      keys: [a, b]\n      sequence_by: [seq]\n      apply_as_deletes: op = 'D'\n";
+fn flow<B: Backend>(h: &Harness<B>, merge_on_read: bool) -> ApplyFlow {
     let mode = if merge_on_read {
-        "write_mode: merge_on_read\n"
+        "      write_mode: merge_on_read\n"
     } else {
         ""
     };
-    let p = Pipeline::from_str(&format!("{mode}{yaml}"), &dir.join("smelt.yaml")).unwrap();
-    let FlowKind::Apply(a) = p.flows[0].kind.clone() else {
-        panic!("an apply flow")
-    };
-    assert_eq!(a.keys, ["a", "b"]);
-    a
+    let body = format!(
+        "      keys: [a, b]\n      sequence_by: [seq]\n      apply_as_deletes: op = 'D'\n{mode}"
+    );
+    let ddl = "CREATE TABLE {into} (a STRING NOT NULL, b BIGINT, val STRING, seq BIGINT)";
+    let flow = h.apply_flow("t", "s.t", ddl, &body);
+    assert_eq!(flow.keys, ["a", "b"]);
+    flow
 }
 
-/// Appends `changes` to bronze `b.t` (all text, as bronze is) in one commit, in order.
-async fn append(lake: &Lake, changes: &[Change], commit: i64) {
-    let schema = Arc::new(Schema::new(
-        ["a", "b", "val", "seq", "op"]
-            .map(|n| Field::new(n, DataType::Utf8, true))
-            .to_vec(),
-    ));
-    let text = |f: &dyn Fn(&Change) -> Option<String>| -> ArrayRef {
-        Arc::new(StringArray::from(changes.iter().map(f).collect::<Vec<_>>()))
-    };
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
-        vec![
-            text(&|c| key_cols(c.key).0.map(str::to_string)),
-            text(&|c| key_cols(c.key).1.map(|b| b.to_string())),
-            text(&|c| c.val.map(val_text)),
-            text(&|c| Some(c.seq.to_string())),
+/// Appends `changes` to bronze (all text, as bronze is) in one commit, in order.
+async fn append<B: Backend>(h: &mut Harness<B>, changes: &[Change]) {
+    let text = |f: &dyn Fn(&Change) -> Option<String>| changes.iter().map(f).collect::<Vec<_>>();
+    h.append(text_batch(vec![
+        ("a", text(&|c| key_cols(c.key).0.map(str::to_string))),
+        ("b", text(&|c| key_cols(c.key).1.map(|b| b.to_string()))),
+        ("val", text(&|c| c.val.map(val_text))),
+        ("seq", text(&|c| Some(c.seq.to_string()))),
+        (
+            "op",
             text(&|c| Some(if c.delete { "D" } else { "U" }.to_string())),
-        ],
-    )
-    .unwrap();
-    support::commit_bronze(lake, schema, batch, commit).await;
+        ),
+    ]))
+    .await;
 }
 
-/// How a run goes.
-#[derive(Debug, Clone, Copy, Default)]
-struct How {
-    /// `--since`: replays the bronze versions after this one.
-    replay_after: Option<i64>,
-    /// `--full-refresh`.
-    full_refresh: bool,
-    /// A memory limit so small that the changes are applied in key partitions (several
-    /// stages of silver and tombstones in one run).
-    partitioned: bool,
-    /// Dies before silver's commit (after the tombstones commit).
-    crash: bool,
-}
-
-/// One run of the flow, as `smelt run` does it (every table opened anew); its report,
-/// `None` for a run that crashed.
-async fn run(lake: &Lake, flow: &ApplyFlow, how: How) -> Option<FlowReport> {
-    let source = DeltaSource::open(lake, &flow.from).await.unwrap();
-    let silver = DeltaLakeTable::open(lake, &flow.into).await.unwrap();
-    let mut crashing;
-    let mut plain;
-    let silver: &mut dyn LakeTable = if how.crash {
-        crashing = support::CrashOnCommit(silver);
-        &mut crashing
-    } else {
-        plain = silver;
-        &mut plain
-    };
-    let mut tombstones = DeltaLakeTable::open(lake, &tombstone_table(&flow.into))
-        .await
-        .unwrap();
-    let mut rejects = DeltaLakeTable::open(lake, &rejects_table(&flow.into))
-        .await
-        .unwrap();
-    let mut ctx = RunContext::new(false, how.full_refresh);
-    ctx.replay_after = how.replay_after;
-    if how.partitioned {
-        ctx.memory_limit = Some(1);
-    }
-    let tables = ApplyTables {
-        silver,
-        tombstones: &mut tombstones,
-        rejects: &mut rejects,
-    };
-    let result = run_apply(FlowRun::new("t", flow, &ctx, &Silent), &source, tables).await;
-    if how.crash {
-        assert!(
-            matches!(result, Err(smelt_engine::EngineError::Failpoint(_))),
-            "{result:?}"
-        );
-        return None;
-    }
-    Some(result.unwrap())
-}
-
-async fn query(lake: &Lake, sql: &str) -> Vec<RecordBatch> {
-    let ctx = lake.session().await.unwrap();
-    ctx.sql(sql).await.unwrap().collect().await.unwrap()
-}
-
-fn texts(a: &ArrayRef) -> Vec<Option<String>> {
-    let a = arrow::compute::cast(a, &DataType::Utf8).unwrap();
-    a.as_string::<i32>()
-        .iter()
-        .map(|v| v.map(str::to_string))
-        .collect()
-}
-
-fn ints(a: &ArrayRef) -> Vec<Option<i64>> {
-    let a = arrow::compute::cast(a, &DataType::Int64).unwrap();
-    a.as_primitive::<Int64Type>().iter().collect()
-}
-
-/// The stored silver rows, read through delta-rs' own scan (not smelt's lookups), sorted.
-async fn silver_rows(lake: &Lake) -> Vec<Row> {
-    if !lake
-        .exists(&TableName::parse("s.t").unwrap())
-        .await
-        .unwrap()
-    {
+/// The stored silver rows, read by the format's own reader (not smelt's lookups), sorted.
+async fn silver_rows<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<Row> {
+    let Some(b) = h.scan(&flow.into).await else {
         return Vec::new();
-    }
-    let mut out = Vec::new();
-    for b in query(lake, "SELECT a, b, val, seq FROM s.t").await {
-        let (a, key_b) = (texts(b.column(0)), ints(b.column(1)));
-        let (val, seq) = (texts(b.column(2)), ints(b.column(3)));
-        out.extend(
-            a.into_iter()
-                .zip(key_b)
-                .zip(val)
-                .zip(seq)
-                .map(|(((a, b), val), seq)| (a, b, val, seq)),
-        );
-    }
+    };
+    let (a, key_b) = (texts(column(&b, "a")), ints(column(&b, "b")));
+    let (val, seq) = (texts(column(&b, "val")), ints(column(&b, "seq")));
+    let mut out: Vec<Row> = a
+        .into_iter()
+        .zip(key_b)
+        .zip(val)
+        .zip(seq)
+        .map(|(((a, b), val), seq)| (a, b, val, seq))
+        .collect();
     out.sort();
     out
 }
 
 /// The stored tombstones, sorted.
-async fn tombstones(lake: &Lake) -> Vec<Tomb> {
-    if !lake
-        .exists(&TableName::parse("s.t__tombstones").unwrap())
-        .await
-        .unwrap()
-    {
+async fn tombstones<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<Tomb> {
+    let Some(b) = h.scan(&tombstone_table(&flow.into)).await else {
         return Vec::new();
-    }
-    let mut out = Vec::new();
-    for b in query(lake, "SELECT a, b, seq FROM s.t__tombstones").await {
-        let (a, key_b, seq) = (texts(b.column(0)), ints(b.column(1)), ints(b.column(2)));
-        out.extend(
-            a.into_iter()
-                .zip(key_b)
-                .zip(seq)
-                .map(|((a, b), seq)| (a, b, seq)),
-        );
-    }
+    };
+    let (a, key_b, seq) = (
+        texts(column(&b, "a")),
+        ints(column(&b, "b")),
+        ints(column(&b, "seq")),
+    );
+    let mut out: Vec<Tomb> = a
+        .into_iter()
+        .zip(key_b)
+        .zip(seq)
+        .map(|((a, b), seq)| (a, b, seq))
+        .collect();
     out.sort();
     out
 }
 
 /// Silver, the tombstones and the run's rejected count as the model says.
-async fn check(lake: &Lake, model: &Model, report: &FlowReport, rejected: usize, when: &str) {
+async fn check<B: Backend>(
+    h: &Harness<B>,
+    flow: &ApplyFlow,
+    model: &Model,
+    report: &FlowReport,
+    rejected: usize,
+    when: &str,
+) {
     assert_eq!(
         report.rejected, rejected,
         "{when}: keys rejected (NULL in `a`)"
     );
-    assert_eq!(silver_rows(lake).await, model.rows(), "{when}: silver");
-    assert_eq!(tombstones(lake).await, model.tombs(), "{when}: tombstones");
+    assert_eq!(silver_rows(h, flow).await, model.rows(), "{when}: silver");
+    assert_eq!(
+        tombstones(h, flow).await,
+        model.tombs(),
+        "{when}: tombstones"
+    );
 }
 
 /// The changes of every key, in bundles that stay together in one bronze commit: 1–5
@@ -443,7 +351,7 @@ fn twin_of(c: &Change, how: u8) -> Change {
 /// A delivery: the changes shuffled (some sent again later), cut into bronze commits, runs
 /// after some commits.
 #[derive(Debug, Clone)]
-struct Plan {
+pub struct Plan {
     commits: Vec<Vec<Change>>,
     /// After commit `i`: a run of this kind (or none).
     runs: Vec<Option<Run>>,
@@ -462,7 +370,7 @@ enum Run {
     Partitioned,
 }
 
-fn delivery() -> impl Strategy<Value = Plan> {
+pub fn delivery() -> impl Strategy<Value = Plan> {
     changes().prop_flat_map(|all| {
         (
             Just(all).prop_shuffle(),
@@ -514,59 +422,40 @@ fn delivery() -> impl Strategy<Value = Plan> {
     })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(16),
-        max_shrink_iters: 50,
-        ..ProptestConfig::default()
-    })]
-
-    #[test]
-    fn silver_and_tombstones_match_the_model_after_every_run(plan in delivery()) {
-        deliver(&plan);
-    }
-}
-
 /// Delivers `plan`, checking silver, the tombstones and the rejected count after every
 /// run; then a `--full-refresh`, which must give the incremental silver, and the
 /// tombstones of a single run over all of bronze.
-fn deliver(plan: &Plan) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        let lake = Lake::new(dir.path().join("lake")).unwrap();
-        let flow = flow(dir.path(), plan.merge_on_read);
+pub fn deliver<B: Backend>(plan: &Plan) {
+    block_on(async {
+        let mut h = Harness::<B>::new().await;
+        let flow = flow(&h, plan.merge_on_read);
         let mut model = Model::default();
         for (i, commit) in plan.commits.iter().enumerate() {
             let v = i as i64;
-            append(&lake, commit, v).await;
+            append(&mut h, commit).await;
             let Some(kind) = plan.runs[i] else { continue };
             let delivered = &plan.commits[..=i];
             match kind {
                 // A replay (`--since`) needs a run before it.
                 Run::Replay(after) if model.watermark.is_some() => {
                     let how = How {
-                        replay_after: Some(after),
+                        replay_after: Some(after as usize),
                         ..How::default()
                     };
-                    let report = run(&lake, &flow, how).await.unwrap();
+                    let report = h.run("t", &flow, how).await.unwrap();
                     let rejected = model.replay(delivered, after, v);
-                    let when = format!("replay after version {after} at bronze commit {i}");
-                    check(&lake, &model, &report, rejected, &when).await;
+                    let when = format!("replay after commit {after} at bronze commit {i}");
+                    check(&h, &flow, &model, &report, rejected, &when).await;
                 }
                 Run::Crash => {
                     let how = How {
                         crash: true,
                         ..How::default()
                     };
-                    assert!(run(&lake, &flow, how).await.is_none());
+                    assert!(h.run("t", &flow, how).await.is_none());
                     // Silver is as it was (its tombstones may be ahead: they commit first).
                     assert_eq!(
-                        silver_rows(&lake).await,
+                        silver_rows(&h, &flow).await,
                         model.rows(),
                         "after a crash at bronze commit {i}"
                     );
@@ -577,19 +466,27 @@ fn deliver(plan: &Plan) {
                 partitioned: matches!(kind, Run::Partitioned),
                 ..How::default()
             };
-            let report = run(&lake, &flow, how).await.unwrap();
+            let report = h.run("t", &flow, how).await.unwrap();
             let rejected = model.plain(delivered, v);
             let when = format!("after bronze commit {i} ({kind:?})");
-            check(&lake, &model, &report, rejected, &when).await;
+            check(&h, &flow, &model, &report, rejected, &when).await;
         }
         // The last commit always gets a run: nothing left to do.
         let last = plan.commits.len() as i64 - 1;
-        let report = run(&lake, &flow, How::default()).await.unwrap();
+        let report = h.run("t", &flow, How::default()).await.unwrap();
         assert_eq!(report.status, ReportStatus::UpToDate);
         let rejected = model.plain(&plan.commits, last);
-        check(&lake, &model, &report, rejected, "after the last commit").await;
+        check(
+            &h,
+            &flow,
+            &model,
+            &report,
+            rejected,
+            "after the last commit",
+        )
+        .await;
 
-        let incremental = silver_rows(&lake).await;
+        let incremental = silver_rows(&h, &flow).await;
         let mut fresh = Model::default();
         let rejected = fresh.plain(&plan.commits, last);
         // Tied changes of one sequence share a commit, so the same bronze gives the same
@@ -603,15 +500,15 @@ fn deliver(plan: &Plan) {
             full_refresh: true,
             ..How::default()
         };
-        let report = run(&lake, &flow, how).await.unwrap();
+        let report = h.run("t", &flow, how).await.unwrap();
         assert_eq!(
             (report.mode.as_str(), report.inserted),
             ("rebuild", fresh.silver.len()),
             "{report:?}"
         );
-        check(&lake, &fresh, &report, rejected, "after --full-refresh").await;
+        check(&h, &flow, &fresh, &report, rejected, "after --full-refresh").await;
         assert_eq!(
-            silver_rows(&lake).await,
+            silver_rows(&h, &flow).await,
             incremental,
             "--full-refresh vs the runs"
         );
@@ -649,24 +546,12 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
     v
 }
 
-/// NULL and composite keys, late deletes, a delete before its insert, a tie, spelled out.
-#[test]
-fn null_and_composite_keys_with_late_deletes_and_a_tie() {
-    null_and_composite_keys(false);
-}
-
-/// The same, merge-on-read.
-#[test]
-fn null_and_composite_keys_with_late_deletes_and_a_tie_merge_on_read() {
-    null_and_composite_keys(true);
-}
-
-fn null_and_composite_keys(merge_on_read: bool) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        let lake = Lake::new(dir.path().join("lake")).unwrap();
-        let flow = flow(dir.path(), merge_on_read);
+/// NULL and composite keys, late deletes, a delete before its insert, a tie, spelled out
+/// (copy-on-write, or with `merge_on_read`).
+pub fn null_and_composite_keys<B: Backend>(merge_on_read: bool) {
+    block_on(async {
+        let mut h = Harness::<B>::new().await;
+        let flow = flow(&h, merge_on_read);
         let (a1, a2, empty) = (Some("a1"), Some("a2"), Some(""));
         let commits = vec![
             vec![
@@ -729,21 +614,21 @@ fn null_and_composite_keys(merge_on_read: bool) {
         ];
         let mut model = Model::default();
         for (i, (rows, tombs, rejected)) in expected.into_iter().enumerate() {
-            append(&lake, &commits[i], i as i64).await;
-            let report = run(&lake, &flow, How::default()).await.unwrap();
+            append(&mut h, &commits[i]).await;
+            let report = h.run("t", &flow, How::default()).await.unwrap();
             let by_model = model.plain(&commits[..=i], i as i64);
             assert_eq!(
                 (model.rows(), model.tombs(), by_model),
                 (sorted(rows), sorted(tombs), rejected),
                 "the model, run {i}"
             );
-            check(&lake, &model, &report, rejected, &format!("run {i}")).await;
+            check(&h, &flow, &model, &report, rejected, &format!("run {i}")).await;
         }
         let how = How {
             full_refresh: true,
             ..How::default()
         };
-        let report = run(&lake, &flow, how).await.unwrap();
+        let report = h.run("t", &flow, how).await.unwrap();
         let mut fresh = Model::default();
         let rejected = fresh.plain(&commits, 2);
         assert_eq!(
@@ -755,8 +640,8 @@ fn null_and_composite_keys(merge_on_read: bool) {
             ),
             "the model, rebuilt"
         );
-        check(&lake, &fresh, &report, rejected, "after --full-refresh").await;
+        check(&h, &flow, &fresh, &report, rejected, "after --full-refresh").await;
         // Rejected keys are counted, not quarantined.
-        assert!(!lake.exists(&rejects_table(&flow.into)).await.unwrap());
+        assert!(h.scan(&rejects_table(&flow.into)).await.is_none());
     });
 }
