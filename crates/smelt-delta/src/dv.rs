@@ -129,7 +129,7 @@ impl DvReader {
         let root = self.root.clone();
         let rows = tokio::task::spawn_blocking(move || kernel_dv.row_indexes(storage, &root))
             .await
-            .map_err(|e| Error::Internal(format!("a task reading a deletion vector failed: {e}")))?
+            .map_err(|e| Error::internal(format!("a task reading a deletion vector failed: {e}")))?
             .map_err(|e| damaged(e.to_string()))?;
         if rows.len() as i64 != dv.cardinality {
             return Err(damaged(format!(
@@ -176,7 +176,7 @@ pub(crate) async fn write_vectors(
     vectors: &[&[u64]],
 ) -> Result<Vec<DeletionVectorDescriptor>> {
     let failed =
-        |e: String| Error::Internal(format!("writing a deletion vector of `{table}`: {e}"));
+        |e: String| Error::internal(format!("writing a deletion vector of `{table}`: {e}"));
     let mut bytes = Vec::new();
     let mut writer = StreamingDeletionVectorWriter::new(&mut bytes);
     let mut written = Vec::with_capacity(vectors.len());

@@ -5,14 +5,6 @@ use smelt_engine::EngineError;
 /// Errors of the Delta adapter.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Something the user can fix: names what and where.
-    #[error("{message}")]
-    User {
-        /// What is wrong.
-        message: String,
-        /// The next step.
-        hint: Option<String>,
-    },
     /// delta-rs failed.
     #[error("{context}")]
     Delta {
@@ -55,10 +47,9 @@ pub enum Error {
         #[source]
         source: object_store::Error,
     },
-    /// A bug in smelt (e.g. a worker task that panicked).
-    #[error("internal error: {0}")]
-    Internal(String),
-    /// A table of another format failed (a catalog table `smelt sql` reads).
+    /// The engine's error: a user error (what is wrong and the next step, as every
+    /// adapter reports it), a bug, or a table of another format that failed (a catalog
+    /// table `smelt sql` reads).
     #[error(transparent)]
     Engine(Box<EngineError>),
     /// A file-system error.
@@ -73,21 +64,19 @@ pub enum Error {
 }
 
 impl Error {
-    /// A user error with a hint.
+    /// A user error with a hint ([`EngineError::user`]).
     pub fn user(message: impl Into<String>, hint: impl Into<String>) -> Self {
-        Error::User {
-            message: message.into(),
-            hint: Some(hint.into()),
-        }
+        Error::Engine(Box::new(EngineError::user(message, hint)))
+    }
+
+    /// A bug in smelt ([`EngineError::Internal`]).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::Engine(Box::new(EngineError::Internal(message.into())))
     }
 
     /// The hint, if any.
     pub fn hint(&self) -> Option<&str> {
         match self {
-            Error::User { hint, .. } => hint.as_deref(),
-            Error::Internal(_) => {
-                Some("this is a bug in smelt; please report it with the command you ran")
-            }
             Error::Engine(e) => e.hint(),
             _ => None,
         }
@@ -117,12 +106,16 @@ impl<T> Context<T> for std::result::Result<T, DataFusionError> {
     }
 }
 
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Self {
+        Error::Engine(Box::new(e))
+    }
+}
+
 impl From<Error> for EngineError {
     fn from(e: Error) -> Self {
         match e {
-            Error::User { message, hint } => EngineError::User { message, hint },
             Error::Core(e) => e.into(),
-            Error::Internal(message) => EngineError::Internal(message),
             Error::Engine(e) => *e,
             other => {
                 let context = match &other {

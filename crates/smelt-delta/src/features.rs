@@ -197,7 +197,7 @@ pub(crate) fn with_deletion_vectors(protocol: &Protocol) -> Result<Option<Protoc
     });
     serde_json::from_value(json)
         .map(Some)
-        .map_err(|e| Error::Internal(format!("turning deletion vectors on: {e}")))
+        .map_err(|e| Error::internal(format!("turning deletion vectors on: {e}")))
 }
 
 /// The table's column mapping mode.

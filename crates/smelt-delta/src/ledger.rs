@@ -122,7 +122,7 @@ pub(crate) async fn write(place: &Place, key: &str, entry: &Entry) -> Result<()>
             .map_err(io(format!("syncing `{}`", dir.display())))
     })
     .await
-    .map_err(|e| Error::Internal(format!("a task writing a ledger failed: {e}")))?
+    .map_err(|e| Error::internal(format!("a task writing a ledger failed: {e}")))?
 }
 
 /// Every entry of ledger `key` of the table at `place`.
@@ -167,7 +167,7 @@ pub(crate) async fn read(place: &Place, key: &str) -> Result<Ledger> {
         Ok(ledger)
     })
     .await
-    .map_err(|e| Error::Internal(format!("a task reading a ledger failed: {e}")))?
+    .map_err(|e| Error::internal(format!("a task reading a ledger failed: {e}")))?
 }
 
 /// Every entry of ledger `key` in a table's object store.

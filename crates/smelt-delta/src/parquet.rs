@@ -212,7 +212,7 @@ impl FileReader {
                 Some(selection(picked.into_iter(), total))
             }
             (Some(rows), FileRows::Only(_)) => {
-                return Err(Error::Internal(format!(
+                return Err(Error::internal(format!(
                     "rows {} picked among the deleted rows of `{full_path}`",
                     rows.len()
                 )));
@@ -315,7 +315,7 @@ impl FileReader {
         let mut pieces: Vec<Vec<RecordBatch>> = Vec::with_capacity(parts);
         for task in tasks {
             let batches = task.await.map_err(|e| {
-                Error::Internal(format!("a task reading `{full_path}` failed: {e}"))
+                Error::internal(format!("a task reading `{full_path}` failed: {e}"))
             })??;
             pieces.push(batches);
         }
@@ -323,7 +323,7 @@ impl FileReader {
             return Ok(Some(pieces.pop().unwrap_or_default()));
         }
         if pieces.iter().any(|p| p.len() != pieces[0].len()) {
-            return Err(Error::Internal(format!(
+            return Err(Error::internal(format!(
                 "the columns of `{full_path}` came back in batches that do not line up"
             )));
         }

@@ -84,7 +84,7 @@ impl EqualityDeletes {
             let keys = cow::key_columns(batch, columns)?;
             let found = index
                 .positions(&keys)
-                .map_err(|e| Error::Internal(format!("matching equality deletes: {e}")))?;
+                .map_err(|e| Error::internal(format!("matching equality deletes: {e}")))?;
             hit = arrow::compute::or(&hit, &arrow::compute::is_not_null(&found)?)?;
         }
         Ok(hit)
@@ -147,7 +147,7 @@ pub(crate) async fn read_equality(
             continue;
         }
         let index = KeyIndex::new(all.columns())
-            .map_err(|e| Error::Internal(format!("indexing equality deletes: {e}")))?;
+            .map_err(|e| Error::internal(format!("indexing equality deletes: {e}")))?;
         sets.push((columns, index));
     }
     Ok(EqualityDeletes(sets))
@@ -463,7 +463,7 @@ pub(crate) async fn write(
         arrow,
         vec![Arc::new(paths.finish()), Arc::new(positions.finish())],
     )
-    .map_err(|e| Error::Internal(format!("a position-delete batch: {e}")))?;
+    .map_err(|e| Error::internal(format!("a position-delete batch: {e}")))?;
     let location = format!(
         "{}/data/smelt-{}-deletes.parquet",
         table.metadata().location().trim_end_matches('/'),
@@ -482,14 +482,14 @@ pub(crate) async fn write(
     writer.write(&batch).await.context(what)?;
     let mut built = writer.close().await.context(what)?;
     let Some(mut file) = built.pop() else {
-        return Err(Error::Internal(format!(
+        return Err(Error::internal(format!(
             "`{name}`: the position-delete file of {rows} rows was not written"
         )));
     };
     file.content(DataContentType::PositionDeletes)
         .partition_spec_id(table.metadata().default_partition_spec_id());
     Ok(Some(file.build().map_err(|e| {
-        Error::Internal(format!("a position-delete file entry: {e}"))
+        Error::internal(format!("a position-delete file entry: {e}"))
     })?))
 }
 

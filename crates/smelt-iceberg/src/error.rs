@@ -5,14 +5,6 @@ use smelt_engine::EngineError;
 /// Errors of the Iceberg adapter.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Something the user can fix: names what and where.
-    #[error("{message}")]
-    User {
-        /// What is wrong.
-        message: String,
-        /// The next step.
-        hint: Option<String>,
-    },
     /// The `iceberg` crate failed.
     #[error("{context}")]
     Iceberg {
@@ -37,21 +29,22 @@ pub enum Error {
     /// Arrow failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
-    /// The engine failed (a flow's predicate, evaluated on stored rows).
+    /// The engine's error: a user error (what is wrong and the next step, as every
+    /// adapter reports it), a bug, or the engine failing (a flow's predicate, evaluated on
+    /// stored rows).
     #[error(transparent)]
     Engine(#[from] EngineError),
-    /// A bug in smelt.
-    #[error("internal error: {0}")]
-    Internal(String),
 }
 
 impl Error {
-    /// A user error with a hint.
+    /// A user error with a hint ([`EngineError::user`]).
     pub fn user(message: impl Into<String>, hint: impl Into<String>) -> Self {
-        Error::User {
-            message: message.into(),
-            hint: Some(hint.into()),
-        }
+        Error::Engine(EngineError::user(message, hint))
+    }
+
+    /// A bug in smelt ([`EngineError::Internal`]).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::Engine(EngineError::Internal(message.into()))
     }
 }
 
@@ -81,11 +74,9 @@ impl<T> Context<T> for Result<T, sqlx::Error> {
 impl From<Error> for EngineError {
     fn from(e: Error) -> Self {
         match e {
-            Error::User { message, hint } => EngineError::User { message, hint },
             Error::Iceberg { context, source } => EngineError::storage(context, *source),
             Error::Sql { context, source } => EngineError::storage(context, source),
             Error::Bridge(e) => EngineError::Internal(e.to_string()),
-            Error::Internal(message) => EngineError::Internal(message),
             Error::Arrow(e) => EngineError::storage("arrow", e),
             Error::Engine(e) => e,
         }

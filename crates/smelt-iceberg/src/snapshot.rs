@@ -86,7 +86,7 @@ pub(crate) async fn commit(
         None => 0,
     };
     if removed != change.removed.len() {
-        return Err(Error::Internal(format!(
+        return Err(Error::internal(format!(
             "`{name}`: {} of the {} files to remove are not live in the snapshot read",
             change.removed.len() - removed,
             change.removed.len()

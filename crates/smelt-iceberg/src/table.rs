@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
-use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -24,7 +24,7 @@ use iceberg::writer::file_writer::location_generator::{
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use smelt_engine::ports::{KeyedTable, TableSink, TableView, Watermark, WriteStats};
+use smelt_engine::ports::{KeyedTable, TableSink, TableView, Watermark, WriteStats, expired_rows};
 use smelt_engine::predicate::Predicate;
 use smelt_engine::{EngineError, Result as EngineResult};
 use smelt_spec::TableName;
@@ -447,21 +447,7 @@ impl TableSink for IcebergTable {
         }
         let name = self.name.clone();
         let before = |batch: &RecordBatch| -> Result<BooleanArray> {
-            let values = batch.column_by_name(column).ok_or_else(|| {
-                Error::Internal(format!("`{name}` has no column `{column}` to expire by"))
-            })?;
-            let micros = arrow::compute::cast(
-                values,
-                &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            )?;
-            let micros = arrow::compute::cast(&micros, &DataType::Int64)?;
-            let bound = arrow::array::Int64Array::new_scalar(before_us);
-            let hit = arrow::compute::kernels::cmp::lt(&micros, &bound)?;
-            // A NULL timestamp never expires (the mask helper needs a null buffer).
-            Ok(match arrow::array::Array::null_count(&hit) {
-                0 => hit,
-                _ => arrow::compute::prep_null_mask_filter(&hit),
-            })
+            Ok(expired_rows(batch, &name, column, before_us)?)
         };
         let (removed, rows) = self.rewrite(&table, &before).await?;
         if removed.is_empty() {

@@ -204,9 +204,3 @@ fn parts(name: &ObjectName) -> Vec<String> {
         .map(|i| i.value.clone())
         .collect()
 }
-
-impl From<EngineError> for Error {
-    fn from(e: EngineError) -> Self {
-        Error::Engine(Box::new(e))
-    }
-}

@@ -292,7 +292,7 @@ fn output_schema(table: &SchemaRef, bigquery: bool) -> SchemaRef {
 fn to_bigquery(batch: &RecordBatch, schema: &SchemaRef, appends: bool) -> Result<RecordBatch> {
     let kinds = batch
         .column_by_name(CHANGE_TYPE)
-        .ok_or_else(|| Error::Internal("a change batch without `_change_type`".into()))?
+        .ok_or_else(|| Error::internal("a change batch without `_change_type`"))?
         .as_string::<i32>();
     let keep = if appends {
         arrow::compute::kernels::cmp::eq(kinds, &StringArray::new_scalar(INSERT))?

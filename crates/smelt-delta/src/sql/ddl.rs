@@ -401,7 +401,7 @@ async fn unset_properties(
         };
         metadata = metadata
             .remove_config_key(&stored)
-            .map_err(|e| Error::Internal(format!("unsetting `{stored}` of `{name}`: {e}")))?;
+            .map_err(|e| Error::internal(format!("unsetting `{stored}` of `{name}`: {e}")))?;
         removed.push(stored);
     }
     if removed.is_empty() {

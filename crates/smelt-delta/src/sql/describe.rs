@@ -78,7 +78,7 @@ async fn lake_table(
         "columns" => columns(&delta, name)?,
         "detail" => detail(lake, &delta, name)?,
         "history" => history(&delta, name, limit).await?,
-        other => return Err(Error::Internal(format!("no table metadata `{other}`"))),
+        other => return Err(Error::internal(format!("no table metadata `{other}`"))),
     })
 }
 
@@ -101,7 +101,7 @@ async fn catalog_table(
                 ),
             ));
         }
-        other => return Err(Error::Internal(format!("no table metadata `{other}`"))),
+        other => return Err(Error::internal(format!("no table metadata `{other}`"))),
     };
     Ok(catalogs.describe(name, what).await?)
 }

@@ -379,7 +379,7 @@ async fn source(
     let statement = smelt_spec::ddl::parse_script(&query)
         .ok()
         .and_then(|mut s| (s.len() == 1).then(|| s.remove(0)))
-        .ok_or_else(|| Error::Internal(format!("re-parsing the MERGE source `{query}`")))?;
+        .ok_or_else(|| Error::internal(format!("re-parsing the MERGE source `{query}`")))?;
     let df = dataframe(lake, catalogs, ctx, statement, spark).await?;
     Ok((df, alias))
 }

@@ -174,7 +174,7 @@ impl Variables {
         let mut statement = smelt_spec::ddl::parse_script(&format!("SELECT {e}"))
             .ok()
             .and_then(|mut s| (s.len() == 1).then(|| s.remove(0)))
-            .ok_or_else(|| Error::Internal(format!("re-parsing `{e}`")))?;
+            .ok_or_else(|| Error::internal(format!("re-parsing `{e}`")))?;
         self.substitute(&mut statement);
         super::dialect::rewrite(&mut statement);
         super::safe_cast::rewrite(&mut statement, false);

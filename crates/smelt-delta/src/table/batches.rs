@@ -124,7 +124,7 @@ where
     futures::stream::iter(tasks)
         .map(|task| async move {
             tokio::spawn(task).await.map_err(|e| {
-                Error::Internal(format!("a task reading or writing `{table}` failed: {e}"))
+                Error::internal(format!("a task reading or writing `{table}` failed: {e}"))
             })?
         })
         .buffered(parquet::cores())

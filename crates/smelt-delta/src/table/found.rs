@@ -78,7 +78,7 @@ impl FoundRows {
             FoundRows::Spilling { schema, task } => FoundRows::Spilled {
                 schema,
                 file: task.await.map_err(|e| {
-                    Error::Internal(format!("a task keeping rows of `{table}` failed: {e}"))
+                    Error::internal(format!("a task keeping rows of `{table}` failed: {e}"))
                 })??,
             },
             other => other,
@@ -155,7 +155,7 @@ pub(super) async fn marked_rows(
             &index,
             pre_images,
         ),
-        FoundRows::Spilling { .. } => Err(Error::Internal(format!(
+        FoundRows::Spilling { .. } => Err(Error::internal(format!(
             "the rows found in `{table}` are still being written"
         ))),
         FoundRows::Spilled { file, .. } => {
@@ -172,7 +172,7 @@ pub(super) async fn marked_rows(
                 )
             })
             .await
-            .map_err(|e| Error::Internal(format!("a task marking rows of `{table}` failed: {e}")))?
+            .map_err(|e| Error::internal(format!("a task marking rows of `{table}` failed: {e}")))?
         }
     }
 }

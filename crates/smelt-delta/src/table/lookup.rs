@@ -200,7 +200,7 @@ impl DeltaLakeTable {
                     )
                     .await?;
                     if rows.num_rows() != numbers.len() {
-                        return Err(Error::Internal(format!(
+                        return Err(Error::internal(format!(
                             "`{name}/{}`: {} rows found, {} read",
                             file.path,
                             numbers.len(),
@@ -224,7 +224,7 @@ impl DeltaLakeTable {
             .collect();
         let version = table.version().map(|v| v as i64).unwrap_or_default();
         let index = Arc::try_unwrap(index)
-            .map_err(|_| Error::Internal(format!("a lookup task of `{name}` outlived it")))?;
+            .map_err(|_| Error::internal(format!("a lookup task of `{name}` outlived it")))?;
         Ok(Finding {
             version,
             index,
@@ -290,7 +290,7 @@ fn line_up(hits: Vec<Hit>, m: usize, schema: &SchemaRef) -> Result<LinedUp> {
     let mut shared = false;
     for (file, hit) in hits.iter().enumerate() {
         if hit.key_rows.len() != hit.rows.num_rows() || hit.key_rows.null_count() > 0 {
-            return Err(Error::Internal(format!(
+            return Err(Error::internal(format!(
                 "the lookup matched {} of the {} rows it read from `{}` to keys",
                 hit.key_rows.len() - hit.key_rows.null_count(),
                 hit.rows.num_rows(),
@@ -299,7 +299,7 @@ fn line_up(hits: Vec<Hit>, m: usize, schema: &SchemaRef) -> Result<LinedUp> {
         }
         for (row, &key) in hit.key_rows.values().iter().enumerate() {
             let slot = at.get_mut(key as usize).ok_or_else(|| {
-                Error::Internal(format!(
+                Error::internal(format!(
                     "the lookup matched a row of `{}` to key row {key} of {m}",
                     hit.path
                 ))

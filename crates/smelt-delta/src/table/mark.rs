@@ -146,7 +146,7 @@ impl DeltaLakeTable {
         match out.first_mut() {
             Some(first) => first.cdc.extend(shared_cdc),
             None if !shared_cdc.is_empty() => {
-                return Err(crate::error::Error::Internal(format!(
+                return Err(crate::error::Error::internal(format!(
                     "pre-images of `{name}` written for rows no file holds"
                 )));
             }
@@ -181,7 +181,7 @@ async fn pre_images_of(
         .iter()
         .map(|f| {
             before.column_by_name(f.name()).cloned().ok_or_else(|| {
-                crate::error::Error::Internal(format!(
+                crate::error::Error::internal(format!(
                     "the lookup of `{table}` lost `{}`",
                     f.name()
                 ))

@@ -5,12 +5,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, BooleanArray, RecordBatch, Scalar, StringArray, TimestampMicrosecondArray,
-};
-use arrow::compute::kernels::cmp::lt;
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::compute::{filter_record_batch, not, prep_null_mask_filter};
-use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{Schema, SchemaRef};
 use deltalake::DeltaTable;
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
@@ -21,7 +18,7 @@ use deltalake::table::config::TablePropertiesExt;
 use deltalake::writer::RecordBatchWriter;
 use smelt_core::change::{DELETE, UPDATE_PREIMAGE};
 use smelt_core::dedupe::KeyIndex;
-use smelt_engine::ports::keys;
+use smelt_engine::ports::{expired_rows, keys};
 use smelt_engine::predicate::Predicate;
 
 use super::batches::{key_columns, on_cores, read_whole, with_change_type, write_file};
@@ -216,10 +213,7 @@ impl DeltaLakeTable {
         if self.table.is_none() {
             return Ok(0);
         }
-        let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-        let bound =
-            Scalar::new(TimestampMicrosecondArray::from(vec![before_us]).with_timezone("UTC"));
-        let (name, col) = (self.name.to_string(), column.to_string());
+        let (name, col) = (self.name.clone(), column.to_string());
         // A file whose least value of the column (its statistics) is not before the bound
         // holds no row to expire.
         let (stats_column, bound_ms) = (column.to_string(), before_us.div_euclid(1000));
@@ -235,13 +229,7 @@ impl DeltaLakeTable {
         };
         let (rewrites, rows) = self
             .delete_matching(may_hold, move |stored: &RecordBatch, _| {
-                let c = stored.column_by_name(&col).ok_or_else(|| {
-                    Error::user(
-                        format!("`{name}` has no column `{col}` to expire rows by"),
-                        "rebuild the table with `smelt run --full-refresh`",
-                    )
-                })?;
-                Ok(lt(&arrow::compute::cast(c, &utc)?, &bound)?)
+                Ok(expired_rows(stored, &name, &col, before_us)?)
             })
             .await?;
         if rows == 0 {

@@ -133,7 +133,7 @@ impl DeltaLakeTable {
         self.staged.adds.extend(adds);
         if let Some(task) = change_data {
             let cdc = task.await.map_err(|e| {
-                Error::Internal(format!(
+                Error::internal(format!(
                     "a task writing change data of `{}` failed: {e}",
                     self.name
                 ))

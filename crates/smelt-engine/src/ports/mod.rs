@@ -21,6 +21,7 @@ pub mod keys;
 mod lake;
 mod maintain;
 mod reporter;
+mod rows;
 mod source;
 mod table;
 
@@ -34,6 +35,7 @@ pub use files::{
 pub use lake::{Lake, SourceOptions, TableRole};
 pub use maintain::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
 pub use reporter::{Reporter, Silent};
+pub use rows::expired_rows;
 pub use source::{ChangeSet, ChangeSource};
 pub use table::{
     KeyedTable, LakeTable, LastCommit, TableSink, TableView, Watermark, WatermarkSource,
