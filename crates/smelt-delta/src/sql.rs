@@ -25,6 +25,8 @@ use smelt_spec::ddl::{parse_script_spark, table_def};
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
+use smelt_engine::flow::replace_where::describe;
+use smelt_engine::predicate::Predicate;
 use catalogs::CatalogTables;
 
 pub mod catalogs;
@@ -501,6 +503,7 @@ async fn insert_rows(
         );
     }
     if let InsertMode::ReplaceWhere(predicate) = &mode {
+        inside(name, predicate, &target, &out)?;
         if rows == 0 {
             table
                 .delete()
@@ -547,4 +550,33 @@ async fn insert_rows(
     Ok(SqlOutput::Message(format!(
         "inserted {rows} rows into {name}"
     )))
+}
+
+/// Fails unless `predicate` selects every row of `rows` (of `table`, with `schema`): a
+/// REPLACE WHERE writes only rows it replaces, as Databricks requires (delta-rs would fail
+/// the write with a dump of its own validation columns).
+fn inside(
+    table: &TableName,
+    predicate: &str,
+    schema: &SchemaRef,
+    rows: &[RecordBatch],
+) -> Result<()> {
+    let what = format!("INSERT INTO `{table}` REPLACE WHERE");
+    let compiled = Predicate::compile(predicate, schema, &what)?;
+    let mut before = 0;
+    for batch in rows {
+        let pass = compiled.evaluate(batch)?;
+        if let Some(i) = (0..pass.len()).find(|&i| !pass.value(i)) {
+            return Err(Error::user(
+                format!(
+                    "{what} {predicate}: row {} of the query is outside the predicate: {}",
+                    before + i + 1,
+                    describe(batch, i)
+                ),
+                "every row written must match the predicate: filter the query by it, or widen the predicate; nothing was written",
+            ));
+        }
+        before += batch.num_rows();
+    }
+    Ok(())
 }

@@ -259,10 +259,7 @@ fn insert_overwrite_replaces_the_rows_and_unsupported_clauses_are_refused() {
         ],
         1,
     );
-    assert!(
-        err.contains("INSERT into `raw.t` with PARTITION (…) is not supported by smelt sql"),
-        "{err}"
-    );
+    insta::assert_snapshot!("insert_with_partition", pinned(&p, &err));
 }
 
 /// Seed 003's `CREATE TABLE … USING DELTA` (it did not parse); another format still fails.
@@ -279,7 +276,7 @@ fn create_table_using_delta_is_a_delta_table() {
     );
     assert_eq!(p.query("SELECT id FROM raw.d").len(), 1);
     let (_, err) = p.fails(&["sql", "CREATE TABLE raw.e (id BIGINT) USING PARQUET"], 2);
-    assert!(err.contains("cannot parse the SQL"), "{err}");
+    insta::assert_snapshot!("create_table_using_parquet", pinned(&p, &err));
 }
 
 /// Partitioning, clustering and table options smelt does not carry out are refused by name
@@ -288,43 +285,42 @@ fn create_table_using_delta_is_a_delta_table() {
 #[test]
 fn create_table_refuses_what_it_would_drop() {
     let p = Project::product2();
-    for (sql, clause) in [
+    for (name, sql) in [
         (
+            "partitioned_by",
             "CREATE TABLE raw.p (x BIGINT) PARTITIONED BY (x)",
-            "PARTITION BY / PARTITIONED BY is not supported",
         ),
         (
+            "partition_by",
             "CREATE TABLE raw.p (x INT64) PARTITION BY x",
-            "PARTITION BY / PARTITIONED BY is not supported",
         ),
         (
+            "cluster_by",
             "CREATE TABLE raw.p (x BIGINT) CLUSTER BY (x)",
-            "CLUSTER BY / CLUSTERED BY is not supported",
         ),
         (
+            "append_only",
             "CREATE TABLE raw.p (x BIGINT) TBLPROPERTIES ('delta.appendOnly' = 'true')",
-            "table option `delta.appendonly = true` is not supported",
         ),
         (
+            "default",
             "CREATE TABLE raw.p (x BIGINT DEFAULT 1)",
-            "column `x`: `DEFAULT 1` is not supported",
         ),
         (
+            "location",
             "CREATE TABLE raw.p (x BIGINT) LOCATION '/elsewhere'",
-            "LOCATION is not supported",
         ),
         (
+            "comment",
             "CREATE TABLE raw.p (x BIGINT) COMMENT 'a table'",
-            "table option `COMMENT 'a table'` is not supported",
         ),
     ] {
         let (_, err) = p.fails(&["sql", sql], 1);
-        assert!(err.contains(clause), "{sql}: {err}");
-        assert!(err.contains("`raw.p`"), "{sql}: {err}");
+        insta::assert_snapshot!(format!("create_refuses_{name}"), pinned(&p, &err), sql);
     }
     assert!(p.query("SELECT 1 AS one").len() == 1);
     let (_, err) = p.fails(&["sql", "SELECT * FROM raw.p"], 1);
-    assert!(err.contains("raw.p"), "nothing was created: {err}");
+    insta::assert_snapshot!("nothing_was_created", pinned(&p, &err));
     let out = p.ok(&[
         "sql",
         "CREATE OR REPLACE TABLE raw.ntz (id BIGINT, at TIMESTAMP_NTZ) USING DELTA TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')",
@@ -391,10 +387,7 @@ fn show_tblproperties_and_describe_read_the_log() {
         ],
         1,
     );
-    assert!(
-        err.contains("table property `delta.appendOnly` (= 'true') is not supported"),
-        "{err}"
-    );
+    insta::assert_snapshot!("set_append_only", pinned(&p, &err));
     // UNSET removes the user's property and the change feed's, in one commit.
     p.ok(&[
         "sql",
@@ -412,10 +405,7 @@ fn show_tblproperties_and_describe_read_the_log() {
         ],
         1,
     );
-    assert!(
-        err.contains("the table has no property `team.owner`"),
-        "{err}"
-    );
+    insta::assert_snapshot!("unset_a_missing_property", pinned(&p, &err));
     let (_, err) = p.fails(
         &[
             "sql",
@@ -423,10 +413,7 @@ fn show_tblproperties_and_describe_read_the_log() {
         ],
         1,
     );
-    assert!(
-        err.contains("BigQuery's table option `expiration_timestamp` is not supported"),
-        "{err}"
-    );
+    insta::assert_snapshot!("bigquery_expiration_option", pinned(&p, &err));
 }
 
 /// `CREATE TABLE … AS SELECT` is one commit with the query's columns and rows (OR REPLACE
@@ -453,7 +440,7 @@ fn create_table_as_select_and_add_column() {
     assert_eq!(p.query("DESCRIBE HISTORY raw.c").len(), 1, "one commit");
     assert_eq!(p.query("SELECT * FROM table_changes('raw.c', 0)").len(), 1);
     let (_, err) = p.fails(&["sql", "CREATE TABLE raw.c AS SELECT 1 AS x"], 1);
-    assert!(err.contains("table `raw.c` already exists"), "{err}");
+    insta::assert_snapshot!("create_as_select_existing", pinned(&p, &err));
     p.ok(&[
         "sql",
         "CREATE OR REPLACE TABLE raw.c AS SELECT 'z' AS other",
@@ -491,12 +478,9 @@ fn create_table_as_select_and_add_column() {
         vec![serde_json::json!({"x": 1}), serde_json::json!({"x": 2})]
     );
     let (_, err) = p.fails(&["sql", "ALTER TABLE raw.t ADD COLUMN z INT64 NOT NULL"], 1);
-    assert!(
-        err.contains("constraints and defaults are not supported"),
-        "{err}"
-    );
+    insta::assert_snapshot!("add_column_not_null", pinned(&p, &err));
     let (_, err) = p.fails(&["sql", "ALTER TABLE raw.t ADD COLUMN note STRING"], 1);
-    assert!(err.contains("column `note` exists"), "{err}");
+    insta::assert_snapshot!("add_existing_column", pinned(&p, &err));
 }
 
 /// Databricks' `INSERT INTO t REPLACE WHERE predicate query` replaces the rows the predicate
@@ -529,7 +513,7 @@ fn insert_replace_where_replaces_the_rows_the_predicate_selects() {
         ],
         1,
     );
-    assert!(err.contains("raw.s"), "{err}");
+    insta::assert_snapshot!("replace_where_row_outside", pinned(&p, &err));
     assert_eq!(p.query("SELECT * FROM raw.s").len(), 2, "nothing written");
 }
 

@@ -185,7 +185,7 @@ fn changed_batch(detail: &str) -> EngineError {
 }
 
 /// `row` of `batch` as `col = value, …`.
-fn describe(batch: &RecordBatch, row: usize) -> String {
+pub fn describe(batch: &RecordBatch, row: usize) -> String {
     batch
         .schema()
         .fields()
