@@ -25,9 +25,9 @@ use smelt_spec::ddl::{parse_script_spark, table_def};
 
 use crate::Lake;
 use crate::error::{Context, Error, Result};
+use catalogs::CatalogTables;
 use smelt_engine::flow::replace_where::describe;
 use smelt_engine::predicate::Predicate;
-use catalogs::CatalogTables;
 
 pub mod catalogs;
 mod changes;
@@ -63,13 +63,9 @@ pub async fn execute(
     catalogs: &dyn CatalogTables,
     sql: &str,
 ) -> std::result::Result<Vec<SqlOutput>, (Vec<SqlOutput>, usize, Error)> {
-    let (statements, spark) = parse_script_spark(sql).map_err(|e| match unsupported::unparsed(sql) {
-        Some((n, refused)) => (Vec::new(), n, refused),
-        None => (
-            Vec::new(),
-            0,
-            Error::user(format!("cannot parse the SQL: {e}"), "smelt sql takes BigQuery, Spark or ANSI syntax; check the statement near the position shown"),
-        ),
+    let (statements, spark) = parse(sql).map_err(|failed| {
+        let (n, e) = *failed;
+        (Vec::new(), n, e)
     })?;
     let mut outputs = Vec::new();
     let mut variables = variables::Variables::default();
@@ -94,11 +90,7 @@ pub async fn execute(
             }
             Err(e) => return Err((outputs, i + 1, e)),
         }
-        split_dotted_names(&mut statement);
-        if let Some(e) = catalog_table(&statement).and_then(|n| unsupported::metadata_table(&n)) {
-            return Err((outputs, i + 1, e));
-        }
-        if let Err(e) = catalogs::refuse_writes(&statement) {
+        if let Err(e) = refusals(&mut statement) {
             return Err((outputs, i + 1, e));
         }
         match execute_one(lake, catalogs, statement, spark).await {
@@ -107,6 +99,46 @@ pub async fn execute(
         }
     }
     Ok(outputs)
+}
+
+/// A statement that failed, and its number (0: the script does not parse).
+pub type Failed = Box<(usize, Error)>;
+
+/// `smelt sql`'s front end alone: parses `sql` and checks each statement's refusals,
+/// running nothing (what the fuzzer drives). The number of statements, or the first
+/// failure with its statement number (0: the script does not parse).
+pub fn front_end(sql: &str) -> std::result::Result<usize, Failed> {
+    let (statements, _) = parse(sql)?;
+    let n = statements.len();
+    for (i, mut statement) in statements.into_iter().enumerate() {
+        refusals(&mut statement).map_err(|e| Box::new((i + 1, e)))?;
+    }
+    Ok(n)
+}
+
+/// The statements of `sql` and whether they are Spark's, or why smelt cannot parse them
+/// (with the statement's number, 0 when unknown).
+fn parse(sql: &str) -> std::result::Result<(Vec<Statement>, bool), Failed> {
+    parse_script_spark(sql).map_err(|e| match unsupported::unparsed(sql) {
+        Some((n, refused)) => Box::new((n, refused)),
+        None => Box::new((
+            0,
+            Error::user(
+                format!("cannot parse the SQL: {e}"),
+                "smelt sql takes BigQuery, Spark or ANSI syntax; check the statement near the position shown",
+            ),
+        )),
+    })
+}
+
+/// What a statement is refused for before it runs: a metadata table, a write to a catalog's
+/// table. Its dotted names are split first (`` `a.b` `` is two parts).
+fn refusals(statement: &mut Statement) -> Result<()> {
+    split_dotted_names(statement);
+    if let Some(e) = catalog_table(statement).and_then(|n| unsupported::metadata_table(&n)) {
+        return Err(e);
+    }
+    catalogs::refuse_writes(statement)
 }
 
 /// The first table `statement` names with three parts or more (`catalog.namespace.table`,
@@ -377,10 +409,17 @@ async fn dataframe(
     dialect::match_case(ctx, &mut statement).await;
     safe_cast::rewrite(&mut statement, spark);
     let state = ctx.state();
-    let plan = state
+    let plan = match state
         .statement_to_plan(DFStatement::Statement(Box::new(statement)))
         .await
-        .context(|| "planning the query".to_string())?;
+    {
+        Ok(plan) => plan,
+        // A table the query names that does not open says so itself.
+        Err(e) => match crate::session::into_engine(e) {
+            Ok(engine) => return Err(engine.into()),
+            Err(e) => return Err(e).context(|| "planning the query".to_string()),
+        },
+    };
     SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)
