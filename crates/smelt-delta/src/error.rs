@@ -117,13 +117,13 @@ impl From<Error> for EngineError {
         match e {
             Error::Core(e) => e.into(),
             Error::Engine(e) => *e,
+            Error::Parquet { path, source } => crate::damage::data_file_error(&path, source),
             other => {
                 let context = match &other {
                     Error::Delta { context, .. }
                     | Error::DataFusion { context, .. }
                     | Error::Io { context, .. }
                     | Error::Store { context, .. } => context.clone(),
-                    Error::Parquet { path, .. } => format!("reading `{path}`"),
                     _ => "storage".to_string(),
                 };
                 let source: Box<dyn std::error::Error + Send + Sync> = match other {
@@ -131,7 +131,6 @@ impl From<Error> for EngineError {
                     Error::DataFusion { source, .. } => source,
                     Error::Io { source, .. } => Box::new(source),
                     Error::Store { source, .. } => Box::new(source),
-                    Error::Parquet { source, .. } => Box::new(source),
                     e => Box::new(e),
                 };
                 EngineError::Storage { context, source }

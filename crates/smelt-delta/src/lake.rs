@@ -3,9 +3,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use deltalake::DeltaTable;
-use deltalake::datafusion::catalog::MemorySchemaProvider;
-use deltalake::datafusion::common::TableReference;
-use deltalake::datafusion::prelude::{SessionConfig, SessionContext};
 use deltalake::logstore::{ObjectStoreRef, StorageConfig, logstore_for};
 use futures::StreamExt;
 use object_store::path::Path as ObjectPath;
@@ -327,7 +324,18 @@ impl Lake {
         match deltalake::open_table(url).await {
             Ok(t) => Ok(Some(t)),
             Err(deltalake::DeltaTableError::NotATable(_)) => Ok(None),
-            Err(e) => Err(e).context(|| format!("opening table `{name}`")),
+            Err(e) => {
+                let damaged = match self.place(name)?.store() {
+                    Ok(store) => crate::damage::damaged_log(&store).await,
+                    Err(_) => None,
+                };
+                match damaged {
+                    Some((file, what)) => {
+                        Err(crate::damage::log_error(&name.to_string(), &file, &what).into())
+                    }
+                    None => Err(e).context(|| format!("opening table `{name}`")),
+                }
+            }
         }
     }
 
@@ -405,39 +413,5 @@ impl Lake {
         }
         out.sort();
         Ok(out)
-    }
-
-    /// A DataFusion session with every lake table registered as `schema.table`.
-    pub async fn session(&self) -> Result<SessionContext> {
-        let config = SessionConfig::new()
-            .set_str("datafusion.sql_parser.dialect", "BigQuery")
-            .set_bool("datafusion.sql_parser.enable_ident_normalization", false)
-            .set_bool(
-                "datafusion.execution.parquet.schema_force_view_types",
-                false,
-            );
-        let ctx = SessionContext::new_with_config(config);
-        crate::sql::safe_cast::register(&ctx);
-        let catalog = ctx.catalog("datafusion").expect("default catalog");
-        for name in self.tables().await? {
-            if catalog.schema(&name.schema).is_none() {
-                catalog
-                    .register_schema(&name.schema, Arc::new(MemorySchemaProvider::new()))
-                    .context(|| format!("registering schema `{}`", name.schema))?;
-            }
-            let Some(table) = self.open(&name).await? else {
-                continue;
-            };
-            table
-                .update_datafusion_session(&ctx.state())
-                .context(|| format!("registering `{name}`"))?;
-            let provider = crate::sql::snapshot::delta(&name, table).await?;
-            ctx.register_table(
-                TableReference::partial(name.schema.as_str(), name.table.as_str()),
-                provider,
-            )
-            .context(|| format!("registering `{name}`"))?;
-        }
-        Ok(ctx)
     }
 }

@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 mod commit_time;
+mod damage;
 mod dv;
 mod error;
 pub mod event_log;
@@ -23,6 +24,7 @@ mod ledger;
 mod mapping;
 mod parquet;
 mod ports;
+mod session;
 pub mod source;
 pub mod sql;
 pub mod table;

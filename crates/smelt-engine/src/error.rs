@@ -49,6 +49,18 @@ pub enum EngineError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A table's stored data is damaged or missing: a log file that does not parse, a data
+    /// file the store lacks or that is not what the log says. Names the table and the file.
+    #[error("{message}")]
+    Damaged {
+        /// What is wrong, naming the table and the file.
+        message: String,
+        /// The storage layer's own error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        /// The next step.
+        hint: String,
+    },
     /// A bug in smelt.
     #[error("internal error: {0}")]
     Internal(String),
@@ -98,7 +110,9 @@ impl EngineError {
     pub fn hint(&self) -> Option<&str> {
         match self {
             EngineError::InFlow { error, .. } => error.hint(),
-            EngineError::TableNotFound { hint, .. } => Some(hint),
+            EngineError::TableNotFound { hint, .. } | EngineError::Damaged { hint, .. } => {
+                Some(hint)
+            }
             EngineError::User { hint, .. } => hint.as_deref(),
             EngineError::Cast { .. } => Some(
                 "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure",

@@ -175,12 +175,41 @@ impl IcebergCatalog {
         if !exists {
             return Ok(None);
         }
-        let table = self
-            .catalog()
-            .load_table(&ident)
-            .await
-            .context(|| format!("loading `{name}`"))?;
-        Ok(Some(table))
+        match self.catalog().load_table(&ident).await {
+            Ok(table) => Ok(Some(table)),
+            Err(e) => Err(self.unreadable(name, e).await),
+        }
+    }
+
+    /// The error of table `name`, which the catalog lists but cannot load (`e`): for a SQL
+    /// catalog, the metadata file its pointer names is damaged or missing, and named (the
+    /// `iceberg` crate's error, which repeats the location, left out).
+    async fn unreadable(&self, name: &TableName, e: iceberg::Error) -> Error {
+        let Backend::Sql { pool, .. } = &self.backend else {
+            return loading(name, e);
+        };
+        let pointer: Option<(Option<String>,)> = sqlx::query_as(
+            "SELECT metadata_location FROM iceberg_tables \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?",
+        )
+        .bind(&self.name)
+        .bind(&name.schema)
+        .bind(&name.table)
+        .fetch_optional(pool)
+        .await
+        .ok()
+        .flatten();
+        let Some((Some(location),)) = pointer else {
+            return loading(name, e);
+        };
+        Error::Engine(smelt_engine::EngineError::Damaged {
+            message: format!(
+                "Iceberg table `{name}` cannot be read: its metadata file `{location}` (the one catalog `{}` points to) is missing or damaged",
+                self.name
+            ),
+            source: None,
+            hint: "restore the file from a backup, or point the catalog at the table's previous metadata file (`previous_metadata_location`); nothing was committed".into(),
+        })
     }
 
     /// Creates table `name` (format version 2) with `schema`, and its namespace when missing.
@@ -355,4 +384,12 @@ fn lost_race(name: &TableName, what: &str) -> Error {
 /// The catalog identifier of `name` (namespace = its schema).
 pub fn ident(name: &TableName) -> TableIdent {
     TableIdent::new(NamespaceIdent::new(name.schema.clone()), name.table.clone())
+}
+
+/// The error of loading table `name`.
+fn loading(name: &TableName, e: iceberg::Error) -> Error {
+    Error::Iceberg {
+        context: format!("loading `{name}`"),
+        source: Box::new(e),
+    }
 }

@@ -406,5 +406,28 @@ pub fn status_rows(out: &str) -> Vec<Value> {
 /// `text` (a command's stderr) with `p`'s temporary folder written `[project]`, for a
 /// snapshot.
 pub fn pinned(p: &Project, text: &str) -> String {
-    text.replace(&p.path().display().to_string(), "[project]")
+    redact_uuids(&text.replace(&p.path().display().to_string(), "[project]"))
+}
+
+/// `text` with every UUID (a data file's name, a metadata file's) as `[uuid]`.
+fn redact_uuids(text: &str) -> String {
+    let groups = [8, 4, 4, 4, 12];
+    let is_uuid = |s: &str| {
+        s.len() == 36
+            && s.split('-').map(str::len).eq(groups)
+            && s.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit())
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if rest.len() >= 36 && rest.is_char_boundary(36) && is_uuid(&rest[..36]) {
+            out.push_str("[uuid]");
+            rest = &rest[36..];
+        } else {
+            let c = rest.chars().next().expect("not empty");
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
 }

@@ -317,7 +317,8 @@ fn a_vacuumed_log_is_read_from_its_checkpoint() {
     let (_, err) = p.fails(&["run"], 1);
     assert!(!err.contains("version 0"), "{err}");
     assert!(
-        err.contains("reading `bronze.t/date=2020-06-0") && err.contains(".c000.snappy.parquet`"),
+        err.contains("data file `date=2020-06-0")
+            && err.contains(".c000.snappy.parquet` of `bronze.t` is missing"),
         "{err}"
     );
 }

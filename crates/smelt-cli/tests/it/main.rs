@@ -9,6 +9,7 @@ mod cast_dialects;
 mod common;
 mod concurrent;
 mod crashes;
+mod damaged;
 mod docs_page;
 mod errors;
 mod flows;

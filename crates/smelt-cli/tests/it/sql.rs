@@ -294,26 +294,17 @@ fn create_table_refuses_what_it_would_drop() {
             "partition_by",
             "CREATE TABLE raw.p (x INT64) PARTITION BY x",
         ),
-        (
-            "cluster_by",
-            "CREATE TABLE raw.p (x BIGINT) CLUSTER BY (x)",
-        ),
+        ("cluster_by", "CREATE TABLE raw.p (x BIGINT) CLUSTER BY (x)"),
         (
             "append_only",
             "CREATE TABLE raw.p (x BIGINT) TBLPROPERTIES ('delta.appendOnly' = 'true')",
         ),
-        (
-            "default",
-            "CREATE TABLE raw.p (x BIGINT DEFAULT 1)",
-        ),
+        ("default", "CREATE TABLE raw.p (x BIGINT DEFAULT 1)"),
         (
             "location",
             "CREATE TABLE raw.p (x BIGINT) LOCATION '/elsewhere'",
         ),
-        (
-            "comment",
-            "CREATE TABLE raw.p (x BIGINT) COMMENT 'a table'",
-        ),
+        ("comment", "CREATE TABLE raw.p (x BIGINT) COMMENT 'a table'"),
     ] {
         let (_, err) = p.fails(&["sql", sql], 1);
         insta::assert_snapshot!(format!("create_refuses_{name}"), pinned(&p, &err), sql);
