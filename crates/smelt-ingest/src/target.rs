@@ -178,7 +178,7 @@ impl Target {
 
     /// Makes the files of `state.pending` visible (again: a rename already done is skipped).
     async fn finish(&self, flow: &str, state: &mut ExportState) -> smelt_engine::Result<()> {
-        for (from, to) in &state.pending {
+        for (i, (from, to)) in state.pending.iter().enumerate() {
             let (from, to) = (self.path(from), self.path(to));
             match self.store.rename(&from, &to).await {
                 Ok(()) => {}
@@ -186,6 +186,10 @@ impl Target {
                 Err(object_store::Error::NotFound { .. }) if self.store.head(&to).await.is_ok() => {
                 }
                 Err(e) => return Err(storage(e, &format!("renaming `{from}`"))),
+            }
+            if i == 0 {
+                // One file published: the other renames and the state still to do.
+                smelt_engine::failpoint("before_export_rename_rest")?;
             }
         }
         state.pending.clear();

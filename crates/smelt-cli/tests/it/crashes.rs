@@ -85,6 +85,7 @@ fn scenarios() -> Vec<Scenario> {
     vec![
         deletes(),
         deletes_merge_on_read(),
+        maintenance(),
         quarantine(),
         widen(),
         ingest(),
@@ -154,6 +155,43 @@ fn deletes_merge_on_read() -> Scenario {
         name: "deletes (SCD1 + SCD2), merge-on-read",
         start,
         ..deletes()
+    }
+}
+
+/// [`deletes_merge_on_read`] with maintenance between its runs: `optimize: auto` on the
+/// SCD1 flow crashed after the run's commit; `smelt optimize` crashed with its files written
+/// and not committed; `smelt vacuum --retain 0s` crashed after its first delete.
+fn maintenance() -> Scenario {
+    fn start() -> Project {
+        let p = Project::product2_deletes();
+        let pipeline = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+        let auto = pipeline.replacen(
+            "  product2:\n    apply:\n",
+            "  product2:\n    apply:\n      optimize: auto\n",
+            1,
+        );
+        assert_ne!(auto, pipeline);
+        p.write("smelt.yaml", &format!("write_mode: merge_on_read\n{auto}"));
+        p
+    }
+    Scenario {
+        name: "maintenance (optimize, vacuum), merge-on-read",
+        start,
+        steps: vec![
+            Step::SqlFile("../product2/bronze.sql"),
+            Step::SqlFile("../product2/insert_1.sql"),
+            run(&["run"]),
+            Step::SqlFile("soft_delete.sql"),
+            Step::Sql(GHOST_DELETE.into()),
+            crash(&["run", "product2"], &["before_auto_optimize"]),
+            run(&["run"]),
+            Step::SqlFile("late.sql"),
+            run(&["run"]),
+            crash(&["optimize"], &["before_optimize_commit"]),
+            crash(&["vacuum", "--retain", "0s"], &["before_vacuum_rest"]),
+            Step::SqlFile("restore.sql"),
+            run(&["run"]),
+        ],
     }
 }
 
@@ -239,7 +277,8 @@ fn widen() -> Scenario {
 
 /// CSV files → bronze (malformed lines to the rejects table) → typed silver sequenced by
 /// the files' modification times: crashed before the rejects commit, before the bronze
-/// commit, and before the event log (ingest and apply flows recover their rows).
+/// commit, between the bronze commit and its ledger entry beside the table, and before the
+/// event log (ingest and apply flows recover their rows).
 fn ingest() -> Scenario {
     fn start() -> Project {
         let p = Project::with_pipeline(
@@ -264,6 +303,7 @@ fn ingest() -> Scenario {
                 &[
                     "before_ingest_rejects_commit",
                     "before_bronze_commit",
+                    "before_delta_ledger",
                     "before_event_log",
                 ],
             ),
@@ -331,8 +371,8 @@ fn append() -> Scenario {
 }
 
 /// `examples/export_replace` (seed 003), the batch replacing from its own least
-/// `updated_at`: the export crashed before its state, before its renames and before the
-/// event log; the replace_where flow (run alone) before its target commit.
+/// `updated_at`: the export crashed before its state, before its renames, after its first
+/// rename and before the event log; the replace_where flow (run alone) before its target commit.
 fn export_replace() -> Scenario {
     fn start() -> Project {
         let p = Project::example("export_replace");
@@ -356,6 +396,7 @@ fn export_replace() -> Scenario {
                 &[
                     "before_export_state",
                     "before_export_rename",
+                    "before_export_rename_rest",
                     "before_event_log",
                 ],
             ),
@@ -501,6 +542,11 @@ fn merge_on_read_and_copy_on_write_end_with_the_same_lake() {
         vectors > 0,
         "no commit of the merge-on-read silver added a deletion vector"
     );
+}
+
+#[test]
+fn crashes_inside_optimize_and_vacuum_rerun_to_the_same_lake() {
+    drill(&maintenance());
 }
 
 #[test]

@@ -63,6 +63,10 @@ impl DeltaLakeTable {
         let Some(place) = place else {
             return Ok(stats);
         };
+        if !watermark.extra.is_empty() {
+            // Committed, its ledger entry not yet written beside the table.
+            smelt_engine::failpoint("before_delta_ledger")?;
+        }
         crate::ledger::record(
             &place,
             self.table.as_ref(),

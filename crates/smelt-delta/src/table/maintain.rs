@@ -111,6 +111,8 @@ impl DeltaLakeTable {
             predicate: None,
             target_size: self.rows_per_file as i64,
         };
+        // The new files written, not committed: a crash leaves them to `vacuum`.
+        smelt_engine::failpoint("before_optimize_commit")?;
         let committed = self.commit_actions(actions, operation, props).await?;
         stats.version = Some(committed.version);
         tracing::info!(table = %self.name, files = stats.files_removed, purged = stats.rows_purged, "optimized");
@@ -231,6 +233,10 @@ impl DeltaLakeTable {
                 }
             }
             stats.files.push(file);
+            if !plan.dry_run && stats.files.len() == 1 {
+                // One file deleted, the others still to go: deleting again is harmless.
+                smelt_engine::failpoint("before_vacuum_rest")?;
+            }
         }
         if !plan.dry_run && !stats.files.is_empty() {
             tracing::info!(table = %self.name, files = stats.files.len(), "vacuumed");

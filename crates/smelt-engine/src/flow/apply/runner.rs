@@ -99,6 +99,8 @@ async fn optimize_after<'a>(
     silver: &'a mut dyn LakeTable,
     tombstones: &'a mut dyn LakeTable,
 ) -> Result<Option<OptimizeStats>> {
+    // The run committed; its optimize not begun.
+    crate::failpoint("before_auto_optimize")?;
     let policy = OptimizePolicy::default();
     let mut done = OptimizeStats::default();
     let mut any = false;
