@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::{self, Project, text};
+use crate::common::{self, Project, pinned, text};
 use arrow::array::Array;
 use arrow::util::display::array_value_to_string;
 use serde_json::Value;
@@ -678,9 +678,5 @@ flows:
 ",
     );
     let (_, err) = p.fails(&["validate"], 2);
-    assert!(
-        err.contains("`optimize: auto` works with Delta tables only"),
-        "{err}"
-    );
-    assert!(err.contains("smelt.yaml:10"), "{err}");
+    insta::assert_snapshot!("optimize_auto_on_iceberg", pinned(&p, &err));
 }
