@@ -217,3 +217,32 @@ flows:
         .collect();
     assert_eq!(ids, ["1", "2"]);
 }
+
+/// `_last_checkpoint` is a hint (the Delta protocol lets a reader list the log instead): a
+/// damaged one is read past, and the run gives the undamaged silver.
+#[test]
+fn a_damaged_last_checkpoint_is_read_past() {
+    let p = product2_behind();
+    p.write(
+        &format!("{BRONZE}/_delta_log/_last_checkpoint"),
+        "{\"version\": 3, \"size\":",
+    );
+    p.ok(&["run"]);
+    assert_eq!(without_audit(&p.silver()), silver_after_the_run());
+}
+
+/// An empty landing file, and one with a header alone, load no rows and are not read again.
+#[test]
+fn an_empty_landing_file_loads_nothing_once() {
+    let p = Project::with_pipeline(
+        "lake: ./lake\nflows:\n  items:\n    ingest:\n      from: ./in\n      into: raw.items\n      format: csv\n",
+    );
+    p.write("in/1.csv", "id,name\n1,a\n");
+    p.write("in/2.csv", "");
+    p.write("in/3.csv", "id,name\n");
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["files_read"], 3, "{:?}", flows[0]);
+    assert_eq!(crate::common::count(&p, "raw.items"), 1);
+    let flows = p.flows(&["run"]);
+    assert_eq!(flows[0]["status"], "up_to_date", "{:?}", flows[0]);
+}

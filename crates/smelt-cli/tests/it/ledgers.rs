@@ -74,3 +74,54 @@ fn replaced_batches_stay_applied_after_a_checkpoint_and_log_cleanup() {
     assert_eq!(sales["status"], "up_to_date", "{sales:?}");
     assert_eq!(p.query("SELECT * FROM demo.sales ORDER BY sale_id"), before);
 }
+
+/// Every ledger file of the ingest flow's table.
+fn ledger_files(p: &Project) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&p.file("lake/raw/items/_smelt/ledger"), &mut out);
+    out.sort();
+    out
+}
+
+/// A damaged ledger entry (a crash mid-write on a file system without ordered writes) is
+/// taken from the table's log while the log still has it; once the log is cleaned up, the
+/// run stops, naming the file, rather than load its files again.
+#[test]
+fn a_damaged_ledger_entry_is_repaired_from_the_log_or_refused() {
+    let p = Project::with_pipeline(
+        "lake: ./lake\nflows:\n  items:\n    ingest:\n      from: ./in\n      into: raw.items\n      format: csv\n",
+    );
+    p.write("in/1.csv", "id,name\n1,a\n");
+    p.ok(&["run"]);
+    let entry = ledger_files(&p).pop().expect("a ledger entry");
+    std::fs::write(&entry, "{\"app\": \"smelt/it").unwrap();
+    p.write("in/2.csv", "id,name\n2,b\n");
+    let flows = p.flows(&["run"]);
+    assert_eq!(
+        flows[0]["files_read"], 1,
+        "only the new file: {:?}",
+        flows[0]
+    );
+    assert_eq!(count(&p, "raw.items"), 2);
+
+    checkpoint_and_clean_up(&p.file("lake/raw/items"));
+    let first = ledger_files(&p)
+        .into_iter()
+        .next()
+        .expect("the first entry");
+    std::fs::write(&first, "{\"app\": \"smelt/it").unwrap();
+    p.write("in/3.csv", "id,name\n3,c\n");
+    let (_, err) = p.fails(&["run"], 1);
+    insta::assert_snapshot!("damaged_ledger_entry", crate::common::pinned(&p, &err));
+    assert_eq!(count(&p, "raw.items"), 2, "nothing loaded again");
+}
