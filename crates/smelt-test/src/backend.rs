@@ -189,6 +189,25 @@ impl<B: Backend> Harness<B> {
     }
 }
 
+/// Bronze commits of `bundles` (changes that stay together), in order: `cuts[i]` bundles in
+/// commit `i`, the rest in a last commit.
+pub fn cut_into_commits<T: Clone>(bundles: &[Vec<T>], cuts: &[usize]) -> Vec<Vec<T>> {
+    let mut commits = Vec::new();
+    let mut rest = bundles;
+    for &cut in cuts {
+        if rest.is_empty() {
+            break;
+        }
+        let take = cut.min(rest.len());
+        commits.push(rest[..take].concat());
+        rest = &rest[take..];
+    }
+    if !rest.is_empty() {
+        commits.push(rest.concat());
+    }
+    commits
+}
+
 /// Runs `f` on a runtime of its own (one per property case).
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_multi_thread()

@@ -31,7 +31,7 @@ use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReportStatus};
 use smelt_spec::ApplyFlow;
 
-use crate::backend::{Backend, Harness, How, block_on};
+use crate::backend::{Backend, Harness, How, block_on, cut_into_commits};
 use crate::batches::{column, ints, text_batch, texts};
 
 /// Keys with `a` set: three values of `a` (the empty string among them) times eight of `b`
@@ -388,19 +388,7 @@ pub fn delivery() -> impl Strategy<Value = Plan> {
                     .cloned()
                     .collect();
                 shuffled.extend(again);
-                let mut commits: Vec<Vec<Change>> = Vec::new();
-                let mut rest = shuffled.as_slice();
-                for &cut in &cuts {
-                    if rest.is_empty() {
-                        break;
-                    }
-                    let take = cut.min(rest.len());
-                    commits.push(rest[..take].concat());
-                    rest = &rest[take..];
-                }
-                if !rest.is_empty() {
-                    commits.push(rest.concat());
-                }
+                let commits = cut_into_commits(&shuffled, &cuts);
                 let runs = (0..commits.len())
                     .map(|i| match run_kinds.get(i).copied().unwrap_or(0) {
                         // Not every commit is followed by a run.

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use smelt_engine::flow::apply::tombstone_table;
 use smelt_spec::ApplyFlow;
 
-use crate::backend::{Backend, Harness, How, block_on};
+use crate::backend::{Backend, Harness, How, block_on, cut_into_commits};
 use crate::batches::{column, ints, text_batch, texts};
 
 /// One change of key `key`: an upsert of `val`, or a delete (`None`).
@@ -226,19 +226,8 @@ pub fn delivery() -> impl Strategy<Value = Plan> {
                 // A few changes sent again later (re-sent rows).
                 let again: Vec<Change> = shuffled.iter().step_by(7).cloned().collect();
                 shuffled.extend(again);
-                let mut commits = Vec::new();
-                let mut rest = shuffled.as_slice();
-                for &cut in &cuts {
-                    if rest.is_empty() {
-                        break;
-                    }
-                    let take = cut.min(rest.len());
-                    commits.push(rest[..take].to_vec());
-                    rest = &rest[take..];
-                }
-                if !rest.is_empty() {
-                    commits.push(rest.to_vec());
-                }
+                let bundles: Vec<Vec<Change>> = shuffled.into_iter().map(|c| vec![c]).collect();
+                let commits = cut_into_commits(&bundles, &cuts);
                 let runs = (0..commits.len())
                     .map(|i| match run_kinds.get(i).copied().unwrap_or(0) {
                         // Not every commit is followed by a run.
