@@ -182,12 +182,17 @@ impl IcebergCatalog {
     }
 
     /// The error of table `name`, which the catalog lists but cannot load (`e`): for a SQL
-    /// catalog, the metadata file its pointer names is damaged or missing, and named (the
-    /// `iceberg` crate's error, which repeats the location, left out).
+    /// catalog whose metadata file (the one its pointer names) is missing or does not parse
+    /// (`DataInvalid`), that file, named (the `iceberg` crate's error, which repeats the
+    /// location, left out); any other failure as it came.
     async fn unreadable(&self, name: &TableName, e: iceberg::Error) -> Error {
+        // A store that fails (credentials, the network) is not a damaged file.
         let Backend::Sql { pool, .. } = &self.backend else {
             return loading(name, e);
         };
+        if e.kind() != iceberg::ErrorKind::DataInvalid {
+            return loading(name, e);
+        }
         let pointer: Option<(Option<String>,)> = sqlx::query_as(
             "SELECT metadata_location FROM iceberg_tables \
              WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?",
