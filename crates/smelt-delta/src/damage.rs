@@ -88,6 +88,8 @@ pub(crate) fn data_file_error(path: &str, source: ParquetError) -> EngineError {
     let missing = match &source {
         ParquetError::External(e) => match e.downcast_ref::<object_store::Error>() {
             Some(object_store::Error::NotFound { .. }) => true,
+            // Shorter than the footer the reader asks for: object_store's local store says
+            // "Requested range was invalid" (its `InvalidGetRange` is not public to match on).
             Some(e) if e.to_string().contains("range") => false,
             _ => return EngineError::storage(format!("reading `{path}`"), source),
         },
