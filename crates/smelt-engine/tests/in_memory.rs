@@ -1,34 +1,23 @@
-//! The apply flow against in-memory ports: the run contract without any storage.
+//! The apply flow against the engine's ports in memory (`smelt_test::mem`): the run
+//! contract without any storage.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-};
-use arrow::compute::{concat_batches, filter_record_batch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use async_trait::async_trait;
-use futures::StreamExt;
-use futures::stream::BoxStream;
-use smelt_core::change::metadata_fields;
+use smelt_core::change::{CHANGE_TYPE, DELETE, INSERT};
 use smelt_engine::flow::FlowRun;
-use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply};
-use smelt_engine::ports::{
-    ChangeSet, ChangeSource, KeyedTable, Silent, TableSink, TableView, Watermark, WatermarkStore,
-    WriteStats,
-};
+use smelt_engine::flow::apply::{ApplyTables, RunContext, run_apply, tombstone_table};
+use smelt_engine::ports::{Lake, Silent, TableRole};
+use smelt_engine::rejects::rejects_table;
+use smelt_engine::report::FlowReport;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{FlowKind, Pipeline, TableName};
+use smelt_test::mem::{MemLake, MemSource};
 
-/// Bronze: a list of commits, each a list of (id, value) rows. A value `v@s` has a
-/// sequence column `seq` of `s` (else ten times the version), and `SRCDEL` is a change-feed
-/// `delete`.
-struct MemSource {
-    name: TableName,
-    commits: Vec<Vec<(Option<&'static str>, &'static str)>>,
-    /// What `bytes_to_read` claims (drives the memory plan).
-    bytes: u64,
-}
+/// Bronze commits, each a list of (id, value) rows. A value `v@s` has a sequence column
+/// `seq` of `s` (else ten times the version), and `SRCDEL` is a change-feed `delete`.
+type Commits = [Vec<(Option<&'static str>, &'static str)>];
 
 fn bronze_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -38,7 +27,7 @@ fn bronze_schema() -> SchemaRef {
     ]))
 }
 
-/// The amount and sequence of a bronze value of commit `version` (see [`MemSource`]).
+/// The amount and sequence of a bronze value of commit `version` (see [`Commits`]).
 fn split_value(raw: &str, version: usize) -> (&str, i64) {
     match raw.split_once('@') {
         Some((v, s)) => (v, s.parse().unwrap()),
@@ -46,40 +35,22 @@ fn split_value(raw: &str, version: usize) -> (&str, i64) {
     }
 }
 
-#[async_trait]
-impl ChangeSource for MemSource {
-    fn table(&self) -> &TableName {
-        &self.name
-    }
-    fn version(&self) -> i64 {
-        self.commits.len() as i64 - 1
-    }
-    fn schema(&self) -> SchemaRef {
-        bronze_schema()
-    }
-    async fn bytes_to_read(&self, _after: Option<i64>) -> Result<u64> {
-        Ok(self.bytes)
-    }
-    async fn change_set(&self, _after: Option<i64>) -> Result<ChangeSet> {
-        Ok(ChangeSet::default())
-    }
-    fn read(&self, after: Option<i64>) -> BoxStream<'_, Result<RecordBatch>> {
-        let mut batches = Vec::new();
-        let mut fields: Vec<Field> = bronze_schema()
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
-        fields.extend(metadata_fields());
-        let schema = Arc::new(Schema::new(fields));
-        for (v, rows) in self
-            .commits
-            .iter()
-            .enumerate()
-            .skip(after.map(|a| (a + 1) as usize).unwrap_or(0))
-        {
-            let n = rows.len();
+/// Flow `f`'s bronze of `commits`, claiming `bytes` of data files (what plans a run's
+/// memory).
+fn bronze(f: &smelt_spec::ApplyFlow, commits: &Commits, bytes: u64) -> MemSource {
+    let mut fields: Vec<Field> = bronze_schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(CHANGE_TYPE, DataType::Utf8, false));
+    let schema = Arc::new(Schema::new(fields));
+    let batches = commits
+        .iter()
+        .enumerate()
+        .map(|(v, rows)| {
             let split: Vec<(&str, i64)> = rows.iter().map(|r| split_value(r.1, v)).collect();
+            let kind = |s: &(&str, i64)| if s.0 == "SRCDEL" { DELETE } else { INSERT };
             let columns: Vec<ArrayRef> = vec![
                 Arc::new(StringArray::from(
                     rows.iter().map(|r| r.0).collect::<Vec<_>>(),
@@ -88,236 +59,102 @@ impl ChangeSource for MemSource {
                 Arc::new(StringArray::from_iter_values(
                     split.iter().map(|s| s.1.to_string()),
                 )),
-                Arc::new(StringArray::from_iter_values(
-                    split
-                        .iter()
-                        .map(|s| if s.0 == "SRCDEL" { "delete" } else { "insert" }),
-                )),
-                Arc::new(Int64Array::from(vec![v as i64; n])),
-                Arc::new(
-                    TimestampMicrosecondArray::from(vec![v as i64 * 1_000_000; n])
-                        .with_timezone("UTC"),
-                ),
+                Arc::new(StringArray::from_iter_values(split.iter().map(kind))),
             ];
-            batches.push(RecordBatch::try_new(Arc::clone(&schema), columns).map_err(Into::into));
-        }
-        futures::stream::iter(batches).boxed()
-    }
-}
-
-/// Silver: one batch, replaced on every commit.
-#[derive(Default)]
-struct MemSilver {
-    name: Option<TableName>,
-    schema: Option<SchemaRef>,
-    rows: Mutex<Option<RecordBatch>>,
-    staged: Vec<RecordBatch>,
-    deleted: Vec<String>,
-    overwrite: bool,
-    properties: std::collections::HashMap<String, String>,
-    watermark: Option<i64>,
-    commits: i64,
-}
-
-#[async_trait]
-impl WatermarkStore for MemSilver {
-    async fn commit_values(&self, _: &str) -> smelt_engine::Result<Vec<String>> {
-        Ok(Vec::new())
-    }
-
-    async fn watermark(&self, _: &str) -> Result<Option<i64>> {
-        Ok(self.watermark)
-    }
-}
-
-impl TableView for MemSilver {
-    fn table(&self) -> &TableName {
-        self.name.as_ref().unwrap()
-    }
-
-    fn schema(&self) -> Option<SchemaRef> {
-        self.schema.clone()
-    }
-
-    fn version(&self) -> Option<i64> {
-        (self.commits > 0).then(|| self.commits - 1)
-    }
-}
-
-#[async_trait]
-impl TableSink for MemSilver {
-    async fn create(&mut self, schema: SchemaRef) -> Result<()> {
-        self.schema = Some(schema);
-        Ok(())
-    }
-
-    async fn stage(
-        &mut self,
-        rows: RecordBatch,
-        replaces: &arrow::array::BooleanArray,
-        keys: &[String],
-    ) -> Result<()> {
-        assert!(keys.is_empty() || keys == ["id"], "{keys:?}");
-        assert_eq!(replaces.len(), rows.num_rows());
-        self.staged.push(rows);
-        Ok(())
-    }
-
-    async fn add_columns(&mut self, fields: Vec<Field>) -> Result<()> {
-        let old = self.schema.clone().unwrap();
-        let mut all: Vec<Field> = old.fields().iter().map(|f| f.as_ref().clone()).collect();
-        all.extend(fields);
-        let schema = Arc::new(Schema::new(all));
-        let mut guard = self.rows.lock().unwrap();
-        if let Some(rows) = guard.take() {
-            let columns = schema
-                .fields()
-                .iter()
-                .map(|f| match rows.column_by_name(f.name()) {
-                    Some(c) => Arc::clone(c),
-                    None => arrow::array::new_null_array(f.data_type(), rows.num_rows()),
-                })
-                .collect();
-            *guard = Some(RecordBatch::try_new(Arc::clone(&schema), columns)?);
-        }
-        self.schema = Some(schema);
-        Ok(())
-    }
-
-    fn property(&self, key: &str) -> Option<String> {
-        self.properties.get(key).cloned()
-    }
-
-    async fn set_property(&mut self, key: &str, value: &str) -> Result<()> {
-        self.properties.insert(key.to_string(), value.to_string());
-        Ok(())
-    }
-
-    async fn widen(&mut self, schema: SchemaRef, _keys: &[String]) -> Result<WriteStats> {
-        let mut guard = self.rows.lock().unwrap();
-        if let Some(rows) = guard.take() {
-            let columns = schema
-                .fields()
-                .iter()
-                .map(|f| {
-                    arrow::compute::cast(rows.column_by_name(f.name()).unwrap(), f.data_type())
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            *guard = Some(RecordBatch::try_new(Arc::clone(&schema), columns)?);
-        }
-        self.schema = Some(schema);
-        self.commits += 1;
-        Ok(WriteStats::default())
-    }
-
-    async fn stage_overwrite(&mut self) -> Result<()> {
-        self.overwrite = true;
-        Ok(())
-    }
-
-    async fn expire(&mut self, column: &str, before_us: i64) -> Result<usize> {
-        let mut guard = self.rows.lock().unwrap();
-        let Some(rows) = guard.take() else {
-            return Ok(0);
-        };
-        let at = rows
-            .column_by_name(column)
-            .unwrap()
-            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
-        let keep =
-            arrow::array::BooleanArray::from_iter(at.iter().map(|t| Some(t.unwrap() >= before_us)));
-        let kept = filter_record_batch(&rows, &keep)?;
-        let expired = rows.num_rows() - kept.num_rows();
-        *guard = Some(kept);
-        self.commits += 1;
-        Ok(expired)
-    }
-
-    async fn commit(&mut self, keys: &[String], w: &Watermark) -> Result<WriteStats> {
-        let schema = self.schema.clone().unwrap();
-        let new = concat_batches(&schema, &std::mem::take(&mut self.staged))?;
-        let deleted = std::mem::take(&mut self.deleted);
-        let overwrite = std::mem::take(&mut self.overwrite);
-        let mut guard = self.rows.lock().unwrap();
-        let merged = match guard.take() {
-            None => new,
-            Some(_) if overwrite => new,
-            Some(old) if keys.is_empty() => concat_batches(&schema, &[old, new])?,
-            Some(old) => {
-                let new_ids: Vec<String> = new
-                    .column(0)
-                    .as_string::<i32>()
-                    .iter()
-                    .map(|k| k.unwrap().to_string())
-                    .chain(deleted)
-                    .collect();
-                let keep = arrow::array::BooleanArray::from_iter(
-                    old.column(0)
-                        .as_string::<i32>()
-                        .iter()
-                        .map(|k| Some(!new_ids.contains(&k.unwrap().to_string()))),
-                );
-                concat_batches(&schema, &[filter_record_batch(&old, &keep)?, new])?
-            }
-        };
-        *guard = Some(merged);
-        self.watermark = Some(w.version);
-        self.commits += 1;
-        Ok(WriteStats {
-            version: self.commits - 1,
-            ..WriteStats::default()
+            Some(RecordBatch::try_new(Arc::clone(&schema), columns).expect("bronze columns"))
         })
-    }
+        .collect();
+    MemSource::new(f.from.clone(), bronze_schema(), batches).claiming(bytes)
 }
 
-#[async_trait]
-impl KeyedTable for MemSilver {
-    async fn lookup(&self, keys: RecordBatch, columns: &[String]) -> Result<RecordBatch> {
-        let rows = self.rows.lock().unwrap().clone().expect("silver has rows");
-        let wanted: Vec<&str> = keys
-            .column(0)
+/// A flow's silver, its tombstones and its rejects, in a lake of their own.
+struct Tables {
+    lake: MemLake,
+    silver: TableName,
+}
+
+impl Tables {
+    fn of(f: &smelt_spec::ApplyFlow) -> Self {
+        Tables {
+            lake: MemLake::new(),
+            silver: f.into.clone(),
+        }
+    }
+
+    /// Runs flow `name` over `source` as `smelt run` does, each table opened for the run.
+    async fn run(
+        &self,
+        name: &str,
+        f: &smelt_spec::ApplyFlow,
+        ctx: &RunContext,
+        source: &MemSource,
+    ) -> Result<FlowReport> {
+        let lake = &self.lake;
+        let mut silver = lake.table(&f.into, TableRole::Silver).await?;
+        let tombstones = tombstone_table(&f.into);
+        let mut tombstones = lake.table(&tombstones, TableRole::Tombstones).await?;
+        let mut rejects = lake
+            .table(&rejects_table(&f.into), TableRole::Rejects)
+            .await?;
+        let tables = ApplyTables {
+            silver: silver.as_mut(),
+            tombstones: tombstones.as_mut(),
+            rejects: rejects.as_mut(),
+        };
+        run_apply(FlowRun::new(name, f, ctx, &Silent), source, tables).await
+    }
+
+    /// Silver's rows (none before it is created).
+    fn rows(&self) -> Option<RecordBatch> {
+        self.lake.rows(&self.silver)
+    }
+
+    fn tombstones(&self) -> Option<RecordBatch> {
+        self.lake.rows(&tombstone_table(&self.silver))
+    }
+
+    fn rejects(&self) -> Option<RecordBatch> {
+        self.lake.rows(&rejects_table(&self.silver))
+    }
+
+    /// The number of commits of `table`.
+    async fn commits_of(&self, table: &TableName) -> i64 {
+        let view = self.lake.inspect(table).await.unwrap();
+        view.version().map_or(0, |v| v + 1)
+    }
+
+    /// The number of silver's commits.
+    async fn commits(&self) -> i64 {
+        self.commits_of(&self.silver).await
+    }
+
+    /// Silver's property `key`.
+    async fn property(&self, key: &str) -> Option<String> {
+        let table = self.lake.table(&self.silver, TableRole::Silver).await;
+        table.unwrap().property(key)
+    }
+
+    /// Silver's (id, amount) rows, sorted.
+    fn amounts(&self) -> Vec<(String, Option<String>)> {
+        let Some(rows) = self.rows() else {
+            return Vec::new();
+        };
+        let ids = rows
+            .column_by_name("id")
+            .unwrap()
             .as_string::<i32>()
-            .iter()
-            .map(|k| k.unwrap())
+            .clone();
+        let amounts = rows.column_by_name("amount").unwrap().clone();
+        let mut out: Vec<(String, Option<String>)> = (0..rows.num_rows())
+            .map(|i| {
+                let a = amounts
+                    .is_valid(i)
+                    .then(|| arrow::util::display::array_value_to_string(&amounts, i).unwrap());
+                (ids.value(i).to_string(), a)
+            })
             .collect();
-        let ids = rows.column_by_name("id").unwrap().as_string::<i32>();
-        let mask = arrow::array::BooleanArray::from_iter(
-            ids.iter().map(|i| Some(wanted.contains(&i.unwrap()))),
-        );
-        let found = filter_record_batch(&rows, &mask)?;
-        let idx: Vec<usize> = columns
-            .iter()
-            .map(|c| found.schema().index_of(c).unwrap())
-            .collect();
-        Ok(found.project(&idx)?)
-    }
-
-    async fn stage_deletes(&mut self, keys: RecordBatch) -> Result<()> {
-        let ids = keys.column_by_name("id").unwrap().as_string::<i32>();
-        self.deleted
-            .extend(ids.iter().map(|k| k.unwrap().to_string()));
-        Ok(())
-    }
-}
-
-/// An empty silver table for flow `f`.
-fn silver_of(f: &smelt_spec::ApplyFlow) -> MemSilver {
-    MemSilver {
-        name: Some(f.into.clone()),
-        ..MemSilver::default()
-    }
-}
-
-/// Silver, its tombstones and its rejects.
-fn tables<'a>(
-    silver: &'a mut MemSilver,
-    tombstones: &'a mut MemSilver,
-    rejects: &'a mut MemSilver,
-) -> ApplyTables<'a> {
-    ApplyTables {
-        silver,
-        tombstones,
-        rejects,
+        out.sort();
+        out
     }
 }
 
@@ -351,56 +188,14 @@ fn flow_with_ddl(ddl: &str, options: &str) -> (String, smelt_spec::ApplyFlow) {
     ("f".into(), a)
 }
 
-/// A flow, an empty silver and a bronze of `commits` (claiming no bytes).
-fn fixture(
-    on_cast_error: &str,
-    commits: Vec<Vec<(Option<&'static str>, &'static str)>>,
-) -> (String, smelt_spec::ApplyFlow, MemSilver, MemSource) {
-    let (name, f) = flow(on_cast_error);
-    let silver = silver_of(&f);
-    let source = MemSource {
-        name: f.from.clone(),
-        commits,
-        bytes: 0,
-    };
-    (name, f, silver, source)
-}
-
-fn amounts(silver: &MemSilver) -> Vec<(String, Option<String>)> {
-    let rows = silver.rows.lock().unwrap().clone().unwrap();
-    let ids = rows
-        .column_by_name("id")
-        .unwrap()
-        .as_string::<i32>()
-        .clone();
-    let amounts = rows.column_by_name("amount").unwrap().clone();
-    let mut out: Vec<(String, Option<String>)> = (0..rows.num_rows())
-        .map(|i| {
-            let a = amounts
-                .is_valid(i)
-                .then(|| arrow::util::display::array_value_to_string(&amounts, i).unwrap());
-            (ids.value(i).to_string(), a)
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 #[tokio::test]
 async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
-    let (name, f, mut silver, mut source) = fixture(
-        "null",
-        vec![vec![(Some("a"), "1"), (Some("b"), "x"), (None, "3")]],
-    );
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let (name, f) = flow("null");
+    let t = Tables::of(&f);
+    let mut commits = vec![vec![(Some("a"), "1"), (Some("b"), "x"), (None, "3")]];
+    let source = bronze(&f, &commits, 0);
     let ctx = RunContext::new(false, false);
-    let r = run_apply(
-        FlowRun::new(&name, &f, &ctx, &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let r = t.run(&name, &f, &ctx, &source).await.unwrap();
     assert_eq!(
         (
             r.inserted,
@@ -410,20 +205,13 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
         (2, 1, Some(1))
     );
     assert_eq!(
-        amounts(&silver),
+        t.amounts(),
         vec![("a".into(), Some("1.00".into())), ("b".into(), None)]
     );
 
-    source
-        .commits
-        .push(vec![(Some("a"), "2"), (Some("a"), "2.5"), (Some("c"), "7")]);
-    let r = run_apply(
-        FlowRun::new(&name, &f, &ctx, &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    commits.push(vec![(Some("a"), "2"), (Some("a"), "2.5"), (Some("c"), "7")]);
+    let source = bronze(&f, &commits, 0);
+    let r = t.run(&name, &f, &ctx, &source).await.unwrap();
     assert_eq!(
         (
             r.inserted,
@@ -433,70 +221,56 @@ async fn runs_apply_in_order_guard_and_skip_when_up_to_date() {
         ),
         (1, 1, 1, Some(0))
     );
-    assert_eq!(amounts(&silver)[0], ("a".into(), Some("2.50".into())));
+    assert_eq!(t.amounts()[0], ("a".into(), Some("2.50".into())));
 
-    let commits = silver.commits;
-    let r = run_apply(
-        FlowRun::new(&name, &f, &ctx, &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let before = t.commits().await;
+    let r = t.run(&name, &f, &ctx, &source).await.unwrap();
     assert_eq!(r.status, smelt_engine::report::ReportStatus::UpToDate);
-    assert_eq!(silver.commits, commits, "no commit when nothing is new");
+    assert_eq!(t.commits().await, before, "no commit when nothing is new");
 
     // A full refresh rebuilds silver from the bronze snapshot, in one commit.
-    let before = amounts(&silver);
-    let r = run_apply(
-        FlowRun::new(&name, &f, &RunContext::new(false, true), &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let before = t.amounts();
+    let r = t
+        .run(&name, &f, &RunContext::new(false, true), &source)
+        .await
+        .unwrap();
     assert_eq!(
         (r.mode.as_str(), r.inserted, r.updated, r.stale),
         ("rebuild", 3, 0, 0)
     );
-    assert_eq!(amounts(&silver), before);
+    assert_eq!(t.amounts(), before);
 }
 
 #[tokio::test]
 async fn fail_policy_aborts_before_writing() {
-    let (name, f, mut silver, source) =
-        fixture("fail", vec![vec![(Some("a"), "1"), (Some("b"), "1e9x")]]);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
-    let err = run_apply(
-        FlowRun::new(&name, &f, &RunContext::new(false, false), &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap_err();
+    let (name, f) = flow("fail");
+    let t = Tables::of(&f);
+    let source = bronze(&f, &[vec![(Some("a"), "1"), (Some("b"), "1e9x")]], 0);
+    let err = t
+        .run(&name, &f, &RunContext::new(false, false), &source)
+        .await
+        .unwrap_err();
     assert!(matches!(err, EngineError::Cast { .. }), "{err}");
     let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
     assert!(
         text.contains("`amount`") && text.contains("1e9x") && text.contains("id=b"),
         "{text}"
     );
-    assert_eq!(silver.commits, 0);
-    assert!(silver.rows.lock().unwrap().is_none());
+    assert_eq!(t.commits().await, 0, "nothing written");
 }
 
 #[tokio::test]
 async fn plan_writes_nothing() {
-    let (name, f, mut silver, source) = fixture("null", vec![vec![(Some("a"), "1")]]);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
-    let r = run_apply(
-        FlowRun::new(&name, &f, &RunContext::new(true, false), &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let (name, f) = flow("null");
+    let t = Tables::of(&f);
+    let source = bronze(&f, &[vec![(Some("a"), "1")]], 0);
+    let r = t
+        .run(&name, &f, &RunContext::new(true, false), &source)
+        .await
+        .unwrap();
     assert_eq!((r.status.as_str(), r.inserted), ("planned", 1));
-    assert!(silver.schema.is_none() && silver.commits == 0);
+    assert!(t.rows().is_none(), "silver was created");
+    assert_eq!(t.commits().await, 0);
 }
 
 #[tokio::test]
@@ -534,30 +308,16 @@ type Outcome = (Vec<(String, Option<String>)>, Vec<[usize; 6]>, i64);
 
 /// Runs every prefix of `commits` in turn (one run per new bronze version) with `limit`;
 /// returns the outcome and each run's number of key partitions.
-async fn run_all(
-    commits: &[Vec<(Option<&'static str>, &'static str)>],
-    limit: Option<u64>,
-) -> (Outcome, Vec<usize>) {
+async fn run_all(commits: &Commits, limit: Option<u64>) -> (Outcome, Vec<usize>) {
     let (name, f) = flow("null");
-    let mut silver = silver_of(&f);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let t = Tables::of(&f);
     let mut ctx = RunContext::new(false, false);
     ctx.memory_limit = limit;
     let mut counts = Vec::new();
     let mut partitions = Vec::new();
     for n in 1..=commits.len() {
-        let source = MemSource {
-            name: f.from.clone(),
-            commits: commits[..n].to_vec(),
-            bytes: 10_000_000,
-        };
-        let r = run_apply(
-            FlowRun::new(&name, &f, &ctx, &Silent),
-            &source,
-            tables(&mut silver, &mut tombs, &mut rejects),
-        )
-        .await
-        .unwrap();
+        let source = bronze(&f, &commits[..n], 10_000_000);
+        let r = t.run(&name, &f, &ctx, &source).await.unwrap();
         partitions.push(r.partitions);
         counts.push([
             r.inserted,
@@ -568,12 +328,7 @@ async fn run_all(
             r.cast_failures_total(),
         ]);
     }
-    let rows = if silver.rows.lock().unwrap().is_some() {
-        amounts(&silver)
-    } else {
-        Vec::new()
-    };
-    ((rows, counts, silver.commits), partitions)
+    ((t.amounts(), counts, t.commits().await), partitions)
 }
 
 proptest::proptest! {
@@ -625,12 +380,7 @@ struct Model {
 impl Model {
     /// Applies bronze versions `from..=to` of `commits` as one run. The sequence is the
     /// value's `@s` if it has one, else the version (the commit time); later rows win ties.
-    fn run(
-        &mut self,
-        commits: &[Vec<(Option<&'static str>, &'static str)>],
-        from: usize,
-        to: usize,
-    ) {
+    fn run(&mut self, commits: &Commits, from: usize, to: usize) {
         let mut latest: Vec<(String, i64, &str)> = Vec::new();
         let mut conflicted = std::collections::BTreeSet::new();
         for (v, rows) in commits.iter().enumerate().take(to + 1).skip(from) {
@@ -710,7 +460,7 @@ impl Model {
 /// Runs the flow of [`MODEL_OPTIONS`] after the bronze versions where `run_after[v]` is
 /// true (and after the last one), then a full refresh; returns silver after each run.
 async fn run_engine_and_model(
-    commits: &[Vec<(Option<&'static str>, &'static str)>],
+    commits: &Commits,
     run_after: &[bool],
     quarantine_conflicts: bool,
     late: bool,
@@ -729,8 +479,7 @@ async fn run_engine_and_model(
     } else {
         flow_with(&options)
     };
-    let mut silver = silver_of(&f);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let t = Tables::of(&f);
     let mut model = Model {
         quarantine_conflicts,
         source_deletes: late,
@@ -742,64 +491,34 @@ async fn run_engine_and_model(
         if !(run_after.get(v).copied().unwrap_or(false) || v + 1 == commits.len()) {
             continue;
         }
-        let source = MemSource {
-            name: f.from.clone(),
-            commits: commits[..=v].to_vec(),
-            bytes: 0,
-        };
-        run_apply(
-            FlowRun::new(&name, &f, &RunContext::new(false, false), &Silent),
-            &source,
-            tables(&mut silver, &mut tombs, &mut rejects),
-        )
-        .await
-        .unwrap();
+        let source = bronze(&f, &commits[..=v], 0);
+        t.run(&name, &f, &RunContext::new(false, false), &source)
+            .await
+            .unwrap();
         model.run(commits, applied.map_or(0, |a| a + 1), v);
         applied = Some(v);
-        let got = if silver.rows.lock().unwrap().is_some() {
-            amounts(&silver)
-        } else {
-            Vec::new()
-        };
-        out.push((got, model.rows()));
+        out.push((t.amounts(), model.rows()));
     }
     // A full refresh rebuilds silver as one run over every version from scratch.
-    let source = MemSource {
-        name: f.from.clone(),
-        commits: commits.to_vec(),
-        bytes: 0,
-    };
+    let source = bronze(&f, &commits, 0);
     let mut fresh = Model {
         quarantine_conflicts,
         source_deletes: late,
         ..Model::default()
     };
     fresh.run(commits, 0, commits.len() - 1);
-    let r = run_apply(
-        FlowRun::new(&name, &f, &RunContext::new(false, true), &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let r = t
+        .run(&name, &f, &RunContext::new(false, true), &source)
+        .await
+        .unwrap();
     assert_eq!(
         (r.mode.as_str(), r.updated, r.deleted, r.inserted),
         ("rebuild", 0, 0, fresh.silver.len()),
         "{r:?}"
     );
-    let got = if silver.rows.lock().unwrap().is_some() {
-        amounts(&silver)
-    } else {
-        Vec::new()
-    };
-    out.push((got, fresh.rows()));
+    out.push((t.amounts(), fresh.rows()));
     // Tombstones are rebuilt too: one per key whose latest change deletes or is filtered.
-    let tombstones = tombs
-        .rows
-        .lock()
-        .unwrap()
-        .as_ref()
-        .map_or(0, |t| t.num_rows());
+    let tombstones = t.tombstones().map_or(0, |t| t.num_rows());
     assert_eq!(tombstones, fresh.tombstones.len());
     out
 }
@@ -807,81 +526,49 @@ async fn run_engine_and_model(
 #[tokio::test]
 async fn a_deleted_key_stays_deleted_until_a_newer_change() {
     let (name, f) = flow_with(MODEL_OPTIONS);
-    let mut silver = silver_of(&f);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let t = Tables::of(&f);
     let ctx = RunContext::new(false, false);
     let mut commits = vec![vec![(Some("a"), "1"), (Some("b"), "2.5")]];
-    let mut source = MemSource {
-        name: f.from.clone(),
-        commits: commits.clone(),
-        bytes: 0,
-    };
-    run_apply(
-        FlowRun::new(&name, &f, &ctx, &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let source = bronze(&f, &commits, 0);
+    t.run(&name, &f, &ctx, &source).await.unwrap();
 
     // v1: `a` deleted, `b` updated to a value that fails `where`.
     commits.push(vec![(Some("a"), "DEL"), (Some("b"), "10")]);
-    source.commits = commits.clone();
-    let r = run_apply(
-        FlowRun::new(&name, &f, &ctx, &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let source = bronze(&f, &commits, 0);
+    let r = t.run(&name, &f, &ctx, &source).await.unwrap();
     assert_eq!(
         (r.deleted, r.filtered, r.tombstones_written),
         (2, 1, 2),
         "{r:?}"
     );
-    assert_eq!(amounts(&silver), vec![]);
-    assert_eq!(tombs.rows.lock().unwrap().as_ref().unwrap().num_rows(), 2);
+    assert_eq!(t.amounts(), vec![]);
+    assert_eq!(t.tombstones().unwrap().num_rows(), 2);
 
     // A replay of v0 (as a full refresh would read it) is older than the tombstones.
-    let r = run_apply(
-        FlowRun::new(&name, &f, &RunContext::new(false, true), &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let r = t
+        .run(&name, &f, &RunContext::new(false, true), &source)
+        .await
+        .unwrap();
     assert_eq!((r.inserted, r.deleted), (0, 0), "{r:?}");
-    assert_eq!(amounts(&silver), vec![]);
+    assert_eq!(t.amounts(), vec![]);
 
     // v2: a newer upsert brings `a` back; a NULL (cast failure) for a deleted key stays NULL.
     commits.push(vec![(Some("a"), "7"), (Some("b"), "x")]);
-    source.commits = commits.clone();
-    let r = run_apply(
-        FlowRun::new(&name, &f, &ctx, &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let source = bronze(&f, &commits, 0);
+    let r = t.run(&name, &f, &ctx, &source).await.unwrap();
     assert_eq!(r.inserted, 2, "{r:?}");
     assert_eq!(
-        amounts(&silver),
+        t.amounts(),
         vec![("a".into(), Some("7.00".into())), ("b".into(), None)]
     );
 
     // Tombstones expire after the retention: a tombstone from this run is kept.
     let (name2, f2) = flow_with(&format!("{MODEL_OPTIONS}\ntombstone_retention: 1h"));
     commits.push(vec![(Some("c"), "DEL")]);
-    source.commits = commits.clone();
+    let source = bronze(&f, &commits, 0);
     let mut late = RunContext::new(false, false);
     late.run_timestamp_us += 2 * 3_600_000_000;
-    let r = run_apply(
-        FlowRun::new(&name2, &f2, &late, &Silent),
-        &source,
-        tables(&mut silver, &mut tombs, &mut rejects),
-    )
-    .await
-    .unwrap();
+    let r = t.run(&name2, &f2, &late, &source).await.unwrap();
     assert_eq!(
         (r.tombstones_written, r.tombstones_expired),
         (1, 2),
@@ -901,23 +588,14 @@ async fn expectations_and_cast_failures_are_warned_dropped_quarantined_or_fatal(
         let commits = commits.clone();
         async move {
             let (name, f) = flow_with(options);
-            let mut silver = silver_of(&f);
-            let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
-            let source = MemSource {
-                name: f.from.clone(),
-                commits,
-                bytes: 0,
-            };
+            let t = Tables::of(&f);
+            let source = bronze(&f, &commits, 0);
             let ctx = RunContext::new(false, false);
-            let result = run_apply(
-                FlowRun::new(&name, &f, &ctx, &Silent),
-                &source,
-                tables(&mut silver, &mut tombs, &mut rejects),
-            )
-            .await;
-            let written = silver.rows.lock().unwrap().is_some();
-            let rows = written.then(|| amounts(&silver));
-            let rejected = rejects.rows.lock().unwrap().clone();
+            let result = t.run(&name, &f, &ctx, &source).await;
+            let written = t.commits().await > 0;
+            let rows = written.then(|| t.amounts());
+            let rejects = rejects_table(&f.into);
+            let rejected = (t.commits_of(&rejects).await > 0).then(|| t.rejects().unwrap());
             (result, rows, rejected)
         }
     };
@@ -998,8 +676,8 @@ async fn expectations_and_cast_failures_are_warned_dropped_quarantined_or_fatal(
 /// The SCD2 history of `silver`: (id, start, end, amount), sorted.
 type History = Vec<(String, i64, Option<i64>, Option<String>)>;
 
-fn history(silver: &MemSilver) -> History {
-    let Some(rows) = silver.rows.lock().unwrap().clone() else {
+fn history(t: &Tables) -> History {
+    let Some(rows) = t.rows() else {
         return Vec::new();
     };
     let ids = rows
@@ -1034,7 +712,7 @@ fn history(silver: &MemSilver) -> History {
 /// The reference SCD2 history of every bronze version: per key, the last change of each
 /// version in version order; a new amount opens a version, the same amount changes
 /// nothing, a delete closes the open version.
-fn model_history(commits: &[Vec<(Option<&'static str>, &'static str)>]) -> History {
+fn model_history(commits: &Commits) -> History {
     let mut events: std::collections::BTreeMap<String, Vec<(i64, &str)>> = Default::default();
     for (v, rows) in commits.iter().enumerate() {
         for &(key, raw) in rows {
@@ -1098,24 +776,23 @@ proptest::proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(async {
             let (name, f) = flow_with("scd: 2\napply_as_deletes: amount = 'DEL'");
-            let mut silver = MemSilver { name: Some(f.into.clone()), ..MemSilver::default() };
-            let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
-            for v in 0..commits.len() {
+            let t = Tables::of(&f);
+                    for v in 0..commits.len() {
                 if !(run_after.get(v).copied().unwrap_or(false) || v + 1 == commits.len()) {
                     continue;
                 }
-                let source = MemSource { name: f.from.clone(), commits: commits[..=v].to_vec(), bytes: 0 };
-                run_apply(FlowRun::new(&name, &f, &RunContext::new(false, false), &Silent), &source, tables(&mut silver, &mut tombs, &mut rejects))
+                let source = bronze(&f, &commits[..=v], 0);
+                t.run(&name, &f, &RunContext::new(false, false), &source)
                     .await
                     .unwrap();
-                assert_eq!(history(&silver), model_history(&commits[..=v]), "after version {v}");
+                assert_eq!(history(&t), model_history(&commits[..=v]), "after version {v}");
             }
-            let source = MemSource { name: f.from.clone(), commits: commits.clone(), bytes: 0 };
-            let r = run_apply(FlowRun::new(&name, &f, &RunContext::new(false, true), &Silent), &source, tables(&mut silver, &mut tombs, &mut rejects))
+            let source = bronze(&f, &commits, 0);
+            let r = t.run(&name, &f, &RunContext::new(false, true), &source)
                 .await
                 .unwrap();
             assert_eq!((r.mode.as_str(), r.updated), ("rebuild", 0), "{r:?}");
-            assert_eq!(history(&silver), model_history(&commits));
+            assert_eq!(history(&t), model_history(&commits));
         });
     }
 }
@@ -1123,42 +800,21 @@ proptest::proptest! {
 /// Runs the flow once over `commits` with `ctx`.
 async fn run_once(
     (name, f): &(String, smelt_spec::ApplyFlow),
-    commits: &[Vec<(Option<&'static str>, &'static str)>],
-    silver: &mut MemSilver,
-    tombs: &mut MemSilver,
-    rejects: &mut MemSilver,
+    commits: &Commits,
+    t: &Tables,
     ctx: RunContext,
-) -> smelt_engine::report::FlowReport {
-    let source = MemSource {
-        name: f.from.clone(),
-        commits: commits.to_vec(),
-        bytes: 0,
-    };
-    run_apply(
-        FlowRun::new(name, f, &ctx, &Silent),
-        &source,
-        tables(silver, tombs, rejects),
-    )
-    .await
-    .unwrap()
+) -> FlowReport {
+    let source = bronze(f, commits, 0);
+    t.run(name, f, &ctx, &source).await.unwrap()
 }
 
 #[tokio::test]
 async fn a_truncate_empties_silver_and_older_changes_never_come_back() {
     let flow = flow_with("apply_as_truncates: amount = 'TRUNC'");
-    let mut silver = silver_of(&flow.1);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let t = Tables::of(&flow.1);
     let fresh = || RunContext::new(false, false);
     let mut commits = vec![vec![(Some("a"), "1"), (Some("b"), "2")]];
-    run_once(
-        &flow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        fresh(),
-    )
-    .await;
+    run_once(&flow, &commits, &t, fresh()).await;
 
     // v1: a truncate between two upserts of the same commit (same sequence: both stale).
     commits.push(vec![
@@ -1166,48 +822,24 @@ async fn a_truncate_empties_silver_and_older_changes_never_come_back() {
         (Some("x"), "TRUNC"),
         (Some("d"), "4"),
     ]);
-    let r = run_once(
-        &flow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        fresh(),
-    )
-    .await;
+    let r = run_once(&flow, &commits, &t, fresh()).await;
     assert_eq!(
         (r.truncates, r.truncated, r.stale, r.cast_failures_total()),
         (1, true, 2, 0),
         "{r:?}"
     );
-    assert_eq!(amounts(&silver), vec![]);
+    assert_eq!(t.amounts(), vec![]);
     // v2: a newer change lands in the emptied table.
     commits.push(vec![(Some("e"), "5")]);
-    run_once(
-        &flow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        fresh(),
-    )
-    .await;
+    run_once(&flow, &commits, &t, fresh()).await;
     // Replaying every version: changes up to the truncate stay out, and the truncate is not
     // applied again.
     let mut replay = fresh();
     replay.replay_after = Some(-1);
-    let r = run_once(
-        &flow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        replay,
-    )
-    .await;
+    let r = run_once(&flow, &commits, &t, replay).await;
     assert_eq!((r.truncated, r.inserted, r.stale), (false, 0, 5), "{r:?}");
-    assert_eq!(amounts(&silver), vec![("e".into(), Some("5.00".into()))]);
-    assert!(silver.properties.contains_key("smelt.truncatedThrough"));
+    assert_eq!(t.amounts(), vec![("e".into(), Some("5.00".into()))]);
+    assert!(t.property("smelt.truncatedThrough").await.is_some());
 }
 
 /// Values of the late-data model test: every value of [`MODEL_VALUES`] and `SRCDEL` (a
@@ -1255,57 +887,32 @@ async fn widening_the_sequence_widens_the_tombstones_and_keeps_them_guarding() {
         "CREATE TABLE s.t (id STRING NOT NULL, amount DECIMAL(10,2), seq INT, PRIMARY KEY (id))",
         "sequence_by: [seq]\napply_as_deletes: amount = 'DEL'",
     );
-    let mut silver = silver_of(&narrow.1);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let t = Tables::of(&narrow.1);
     let ctx = || RunContext::new(false, false);
     let mut commits = vec![vec![(Some("a"), "1@5"), (Some("b"), "2@5")]];
-    run_once(
-        &narrow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        ctx(),
-    )
-    .await;
+    run_once(&narrow, &commits, &t, ctx()).await;
     commits.push(vec![(Some("a"), "DEL@7")]);
-    run_once(
-        &narrow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        ctx(),
-    )
-    .await;
+    run_once(&narrow, &commits, &t, ctx()).await;
 
     let wide = flow_with_ddl(
         "CREATE TABLE s.t (id STRING NOT NULL, amount DECIMAL(10,2), seq BIGINT, PRIMARY KEY (id))",
         "sequence_by: [seq]\napply_as_deletes: amount = 'DEL'\nwiden_types: true",
     );
     commits.push(vec![(Some("a"), "7@6"), (Some("c"), "3@6")]);
-    let r = run_once(
-        &wide,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        ctx(),
-    )
-    .await;
+    let r = run_once(&wide, &commits, &t, ctx()).await;
     assert!(r.types_widened);
     assert_eq!(
         (r.inserted, r.stale),
         (1, 1),
         "a's late upsert stays out: {r:?}"
     );
-    let tomb_schema = tombs.schema.clone().unwrap();
+    let tomb_schema = t.tombstones().unwrap().schema();
     assert_eq!(
         tomb_schema.field_with_name("seq").unwrap().data_type(),
         &DataType::Int64
     );
     assert_eq!(
-        amounts(&silver),
+        t.amounts(),
         vec![
             ("b".into(), Some("2.00".into())),
             ("c".into(), Some("3.00".into()))
@@ -1316,80 +923,38 @@ async fn widening_the_sequence_widens_the_tombstones_and_keeps_them_guarding() {
 #[tokio::test]
 async fn two_deletes_of_one_sequence_are_no_conflict() {
     let flow = flow_with("apply_as_deletes: amount LIKE 'DEL%'\non_sequence_conflict: fail");
-    let mut silver = silver_of(&flow.1);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let t = Tables::of(&flow.1);
     let commits = vec![
         vec![(Some("a"), "1")],
         vec![(Some("a"), "DEL-1"), (Some("a"), "DEL-2")],
     ];
     let ctx = || RunContext::new(false, false);
-    run_once(
-        &flow,
-        &commits[..1],
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        ctx(),
-    )
-    .await;
-    let r = run_once(
-        &flow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        ctx(),
-    )
-    .await;
+    run_once(&flow, &commits[..1], &t, ctx()).await;
+    let r = run_once(&flow, &commits, &t, ctx()).await;
     assert_eq!((r.sequence_conflicts, r.deleted), (0, 1), "{r:?}");
 }
 
 #[tokio::test]
 async fn rejects_of_a_replay_window_with_a_gap_are_written_once_by_the_next_run() {
     let flow = flow_with("on_cast_error: quarantine");
-    let mut silver = silver_of(&flow.1);
-    let (mut tombs, mut rejects) = (MemSilver::default(), MemSilver::default());
+    let t = Tables::of(&flow.1);
     let ctx = || RunContext::new(false, false);
     let commits = vec![
         vec![(Some("a"), "1")],
         vec![(Some("b"), "x")],
         vec![(Some("c"), "y")],
     ];
-    run_once(
-        &flow,
-        &commits[..1],
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        ctx(),
-    )
-    .await;
+    run_once(&flow, &commits[..1], &t, ctx()).await;
     // Replay only version 2: the watermark (0) stays, so its reject waits.
     let mut window = ctx();
     window.replay_after = Some(1);
-    let r = run_once(
-        &flow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        window,
-    )
-    .await;
+    let r = run_once(&flow, &commits, &t, window).await;
     assert_eq!(r.quarantined, 1);
     assert!(
-        rejects.rows.lock().unwrap().is_none(),
+        t.rejects().is_none_or(|r| r.num_rows() == 0),
         "nothing written yet"
     );
-    run_once(
-        &flow,
-        &commits,
-        &mut silver,
-        &mut tombs,
-        &mut rejects,
-        ctx(),
-    )
-    .await;
-    let rows = rejects.rows.lock().unwrap().clone().unwrap();
+    run_once(&flow, &commits, &t, ctx()).await;
+    let rows = t.rejects().unwrap();
     assert_eq!(rows.num_rows(), 2, "b and c, once each");
 }

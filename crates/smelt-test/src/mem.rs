@@ -18,7 +18,7 @@ use arrow::row::{OwnedRow, RowConverter, SortField};
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use smelt_core::change::metadata_fields;
+use smelt_core::change::{CHANGE_TYPE, INSERT, metadata_fields};
 use smelt_engine::ports::{
     ChangeSet, ChangeSource, EventLog, KeyedTable, Lake, LakeTable, SourceOptions, TableRole,
     TableSink, TableView, Watermark, WatermarkStore, WriteStats,
@@ -97,11 +97,11 @@ impl Lake for MemLake {
                 hint: "create it first".into(),
             });
         };
-        Ok(Box::new(MemSource {
-            name: name.clone(),
+        Ok(Box::new(MemSource::new(
+            name.clone(),
             schema,
-            commits: guard.commits.iter().map(|c| c.added.clone()).collect(),
-        }))
+            guard.commits.iter().map(|c| c.added.clone()).collect(),
+        )))
     }
 
     async fn table(&self, name: &TableName, _role: TableRole) -> Result<Box<dyn LakeTable>> {
@@ -135,13 +135,37 @@ impl EventLog for MemLake {
     }
 }
 
-/// A table's changes as of the commit current when it was opened: every commit's rows
-/// are inserts, stamped with the commit's version (its index) and a time of one second
-/// per version.
+/// A table's changes as of the commit current when it was opened: every commit's rows,
+/// stamped with the commit's version (its index) and a time of one second per version.
 pub struct MemSource {
     name: TableName,
     schema: SchemaRef,
     commits: Vec<Option<RecordBatch>>,
+    /// What [`ChangeSource::bytes_to_read`] claims (a run plans its memory with it).
+    claimed: u64,
+}
+
+impl MemSource {
+    /// The changes of a table of `schema` whose commit `v` added `commits[v]` (`None`: a
+    /// commit without rows). A batch holds the table's columns, and may end with a
+    /// `_change_type` column saying which rows are deletes; without one, all are inserts.
+    pub fn new(name: TableName, schema: SchemaRef, commits: Vec<Option<RecordBatch>>) -> Self {
+        MemSource {
+            name,
+            schema,
+            commits,
+            claimed: 0,
+        }
+    }
+
+    /// The source, claiming `bytes` of data files to read (what drives a run's memory plan
+    /// and its key partitions).
+    pub fn claiming(self, bytes: u64) -> Self {
+        MemSource {
+            claimed: bytes,
+            ..self
+        }
+    }
 }
 
 #[async_trait]
@@ -162,6 +186,10 @@ impl ChangeSource for MemSource {
         Ok(ChangeSet::default())
     }
 
+    async fn bytes_to_read(&self, _after: Option<i64>) -> Result<u64> {
+        Ok(self.claimed)
+    }
+
     fn read(&self, after: Option<i64>) -> BoxStream<'_, Result<RecordBatch>> {
         let mut fields: Vec<Field> = self
             .schema
@@ -180,8 +208,16 @@ impl ChangeSource for MemSource {
             .filter_map(|(v, added)| added.as_ref().map(|rows| (v as i64, rows)))
             .map(|(v, rows)| {
                 let n = rows.num_rows();
-                let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
-                columns.push(Arc::new(StringArray::from(vec!["insert"; n])));
+                let mut columns = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| Ok(Arc::clone(rows.column(rows.schema().index_of(f.name())?))))
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                columns.push(match rows.column_by_name(CHANGE_TYPE) {
+                    Some(kinds) => Arc::clone(kinds),
+                    None => Arc::new(StringArray::from(vec![INSERT; n])),
+                });
                 columns.push(Arc::new(Int64Array::from(vec![v; n])));
                 columns.push(Arc::new(
                     TimestampMicrosecondArray::from(vec![v * 1_000_000; n]).with_timezone("UTC"),
