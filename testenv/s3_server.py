@@ -6,6 +6,10 @@ time (moto's own server is threaded, and its conditional puts are not atomic the
 `--ignore-conditions` drops `If-None-Match` and `If-Match` from requests: a store that does
 not honour conditional writes, as some S3-compatible servers do not.
 
+`--check-keys` checks every request's credentials as AWS does (moto's IAM
+authentication): the test keys are unknown to it, so every request but the bucket's creation
+is refused with 403 `InvalidAccessKeyId`, as wrong credentials are.
+
 `--count-requests` counts requests by kind (GET, PUT, HEAD, DELETE, POST, and LIST for
 listings): `GET /__requests` returns the counts as JSON, `DELETE /__requests` resets them
 (for the benchmark's request counts).
@@ -13,11 +17,8 @@ listings): `GET /__requests` returns the counts as JSON, `DELETE /__requests` re
 
 import collections
 import json
-
+import os
 import sys
-
-from moto.server import DomainDispatcherApplication, create_backend_app
-from werkzeug.serving import make_server
 
 
 def ignoring_conditions(app):
@@ -48,6 +49,12 @@ def counting_requests(app):
 
 
 def main() -> None:
+    if "--check-keys" in sys.argv[1:]:
+        # Read by moto when it is imported: actions after the first are authenticated.
+        os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "1"
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
     app = DomainDispatcherApplication(create_backend_app)
     if "--ignore-conditions" in sys.argv[1:]:
         app = ignoring_conditions(app)

@@ -78,7 +78,10 @@ impl Error {
     pub fn hint(&self) -> Option<&str> {
         match self {
             Error::Engine(e) => e.hint(),
-            _ => None,
+            // A store that refused smelt or did not answer.
+            other => std::error::Error::source(other)
+                .and_then(smelt_engine::stores::StoreFault::of)
+                .map(smelt_engine::stores::StoreFault::hint),
         }
     }
 }

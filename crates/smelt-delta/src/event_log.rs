@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use deltalake::DeltaTable;
 use deltalake::protocol::SaveMode;
 use smelt_core::change::timestamp_utc;
 use smelt_engine::report::FlowEvent;
@@ -138,9 +137,7 @@ pub async fn append(lake: &Lake, events: &[FlowEvent]) -> Result<()> {
     lake.prepare(&name)?;
     let table = match lake.open(&name).await? {
         Some(t) => t,
-        None => DeltaTable::try_from_url(lake.table_url(&name)?)
-            .await
-            .context(|| format!("creating `{name}`"))?,
+        None => lake.handle(&name).await?,
     };
     table
         .write(vec![batch])

@@ -6,7 +6,7 @@ use deltalake::DeltaTable;
 use deltalake::logstore::{ObjectStoreRef, StorageConfig, logstore_for};
 use futures::StreamExt;
 use object_store::path::Path as ObjectPath;
-use smelt_spec::TableName;
+use smelt_spec::{StoreSettings, TableName};
 use url::Url;
 
 use crate::error::{Context, Error, Result};
@@ -14,7 +14,8 @@ use crate::error::{Context, Error, Result};
 /// A lake: Delta tables at `<root>/<schema>/<table>`, the root a local folder or a
 /// storage URL (`s3://bucket/prefix`, `gs://…`, `az://…`, `abfss://…`), and tables placed
 /// at their own folder or URL ([`Lake::with_tables`]). Stores are opened by delta-rs,
-/// credentials and options from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
+/// credentials and options from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`), timeouts
+/// and retries from the pipeline's `storage:` ([`Lake::with_store_settings`]).
 #[derive(Debug, Clone)]
 pub struct Lake {
     /// The root as a directory URL (ends with `/`).
@@ -25,6 +26,8 @@ pub struct Lake {
     placed: HashMap<TableName, Place>,
     /// Stores (`scheme://host`) that have shown they refuse a second create of one object.
     safe: Arc<Mutex<HashSet<String>>>,
+    /// Timeouts and retries of remote stores.
+    store: StoreSettings,
 }
 
 /// Where one table is.
@@ -88,11 +91,22 @@ impl Place {
     }
 
     /// The store of a remote place, rooted at it.
-    fn store(&self) -> Result<ObjectStoreRef> {
-        let log_store = logstore_for(&self.url, StorageConfig::default())
-            .context(|| format!("opening `{}`", self.url))?;
+    fn store(&self, settings: &StoreSettings) -> Result<ObjectStoreRef> {
+        let config = StorageConfig::parse_options(storage_options(&self.url, settings))
+            .context(|| format!("the storage options of `{}`", self.url))?;
+        let log_store =
+            logstore_for(&self.url, config).context(|| format!("opening `{}`", self.url))?;
         Ok(log_store.object_store(None))
     }
+}
+
+/// delta-rs' storage options for the store holding `url`: the timeouts and retries of
+/// `settings` (none for a local folder, which has neither).
+fn storage_options(url: &Url, settings: &StoreSettings) -> HashMap<String, String> {
+    if url.scheme() == "file" {
+        return HashMap::new();
+    }
+    settings.delta_options().into_iter().collect()
 }
 
 impl Lake {
@@ -117,7 +131,29 @@ impl Lake {
             local: place.local,
             placed: HashMap::new(),
             safe: Arc::default(),
+            store: StoreSettings::default(),
         })
+    }
+
+    /// The lake whose remote stores time out and retry as `settings` say (`storage:`).
+    pub fn with_store_settings(mut self, settings: StoreSettings) -> Self {
+        self.store = settings;
+        self
+    }
+
+    /// delta-rs' storage options for table `name`'s store (see [`StoreSettings`]).
+    pub fn storage_options(&self, name: &TableName) -> Result<HashMap<String, String>> {
+        Ok(storage_options(&self.table_url(name)?, &self.store))
+    }
+
+    /// Table `name` as delta-rs opens it: loaded when it exists, else a handle to create it
+    /// with; its store opened with the lake's [`StoreSettings`].
+    pub async fn handle(&self, name: &TableName) -> Result<DeltaTable> {
+        let url = self.table_url(name)?;
+        let options = storage_options(&url, &self.store);
+        DeltaTable::try_from_url_with_storage_options(url, options)
+            .await
+            .context(|| format!("opening `{name}`"))
     }
 
     /// Places `tables` at their own folders or URLs (the pipeline's `tables:`), instead of
@@ -246,7 +282,7 @@ impl Lake {
             return Ok(());
         }
         use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
-        let store = place.store()?;
+        let store = place.store(&self.store)?;
         let probe = ObjectPath::from(format!("_smelt/probe/{}.json", uuid::Uuid::new_v4()));
         let create = || PutOptions {
             mode: PutMode::Create,
@@ -300,7 +336,7 @@ impl Lake {
         if let Some(path) = &place.local {
             return Ok(path.join("_delta_log").is_dir());
         }
-        let store = place.store()?;
+        let store = place.store(&self.store)?;
         let first = store
             .list(Some(&ObjectPath::from("_delta_log")))
             .next()
@@ -321,11 +357,12 @@ impl Lake {
             return Ok(None);
         }
         let url = self.table_url(name)?;
-        match deltalake::open_table(url).await {
+        let options = storage_options(&url, &self.store);
+        match deltalake::open_table_with_storage_options(url, options).await {
             Ok(t) => Ok(Some(t)),
             Err(deltalake::DeltaTableError::NotATable(_)) => Ok(None),
             Err(e) => {
-                let damaged = match self.place(name)?.store() {
+                let damaged = match self.place(name)?.store(&self.store) {
                     Ok(store) => crate::damage::damaged_log(&store).await,
                     Err(_) => None,
                 };
@@ -377,7 +414,7 @@ impl Lake {
                 url: self.root.clone(),
                 local: None,
             }
-            .store()?;
+            .store(&self.store)?;
             let listing = |e: object_store::Error| Error::Store {
                 context: format!("listing the lake `{}`", self.root),
                 source: e,

@@ -120,6 +120,9 @@ impl EngineError {
             EngineError::Internal(_) => {
                 Some("this is a bug in smelt; please report it with the command you ran")
             }
+            EngineError::Storage { source, .. } => {
+                crate::stores::StoreFault::of(source.as_ref()).map(crate::stores::StoreFault::hint)
+            }
             _ => None,
         }
     }

@@ -50,6 +50,7 @@ pub mod run;
 pub mod schema;
 pub mod stage;
 pub mod status;
+pub mod stores;
 pub mod validate;
 pub mod window;
 

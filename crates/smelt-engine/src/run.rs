@@ -187,9 +187,13 @@ pub async fn run_on(
     if !ctx.dry_run {
         failpoint("before_event_log")?;
         if let Err(e) = executor.event_log().append(&events).await {
-            reporter.warn(&format!(
-                "the run is committed, but its event log rows could not be written: {e}"
-            ));
+            reporter.warn(&match failed {
+                None => format!(
+                    "the run is committed, but its event log rows could not be written: {e}"
+                ),
+                // A failed run may have committed nothing: say only what is known.
+                Some(_) => format!("the run's event log rows could not be written: {e}"),
+            });
         }
     }
     Ok(RunOutcome {

@@ -19,7 +19,7 @@ use iceberg::{CatalogBuilder, MetadataLocation, NamespaceIdent, TableCreation, T
 use iceberg::{TableRequirement, TableUpdate};
 use iceberg_catalog_rest::{RestCatalog, RestCatalogBuilder};
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalog, SqlCatalogBuilder};
-use smelt_spec::{Catalog, CatalogKind, TableName};
+use smelt_spec::{Catalog, CatalogKind, StoreSettings, TableName};
 use sqlx::AnyPool;
 
 use crate::error::{Context, Error, Result};
@@ -51,10 +51,11 @@ enum Backend {
 impl IcebergCatalog {
     /// Opens the catalog `spec` (for a SQL catalog, creating its database file and tables
     /// when missing).
-    pub async fn open(spec: &Catalog) -> Result<Self> {
+    pub async fn open(spec: &Catalog, settings: &StoreSettings) -> Result<Self> {
+        let factory = Arc::new(ObjectStorageFactory::new(*settings));
         let uri = match &spec.kind {
             CatalogKind::Sql { uri } => uri.clone(),
-            CatalogKind::Rest { uri } => return Self::open_rest(spec, uri).await,
+            CatalogKind::Rest { uri } => return Self::open_rest(spec, uri, factory).await,
         };
         for (key, value) in &spec.properties {
             let numeric = matches!(key.as_str(), "pool.max-connections" | "pool.idle-timeout");
@@ -100,7 +101,6 @@ impl IcebergCatalog {
         let warehouse = to_url(&warehouse).map(|u| u.to_string()).map_err(|e| {
             Error::user(format!("catalog `{}`: {e}", spec.name), "check `warehouse`")
         })?;
-        let factory = Arc::new(ObjectStorageFactory::default());
         let props: HashMap<String, String> = spec.properties.iter().cloned().collect();
         let catalog = SqlCatalogBuilder::default()
             .uri(&uri)
@@ -124,8 +124,11 @@ impl IcebergCatalog {
     }
 
     /// Opens REST catalog `spec` at `uri`.
-    async fn open_rest(spec: &Catalog, uri: &str) -> Result<Self> {
-        let factory = Arc::new(ObjectStorageFactory::default());
+    async fn open_rest(
+        spec: &Catalog,
+        uri: &str,
+        factory: Arc<ObjectStorageFactory>,
+    ) -> Result<Self> {
         let mut props: HashMap<String, String> = spec.properties.iter().cloned().collect();
         props.insert("uri".into(), uri.to_string());
         if let Some(w) = &spec.warehouse {

@@ -18,11 +18,16 @@ use iceberg::{Error as IcebergError, ErrorKind};
 use object_store::buffered::BufWriter;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use smelt_spec::StoreSettings;
 use url::Url;
 
-/// The stores opened so far, one per `scheme://authority`.
+/// The stores opened so far, one per `scheme://authority`, with their timeouts and
+/// retries.
 #[derive(Debug, Default)]
-struct Stores(Mutex<HashMap<String, Arc<dyn ObjectStore>>>);
+struct Stores {
+    opened: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+    settings: StoreSettings,
+}
 
 impl Stores {
     /// The store holding `location` (a URL or an absolute local path), and the object's
@@ -31,11 +36,11 @@ impl Stores {
         let url = to_url(location)?;
         let key = format!("{}://{}", url.scheme(), url.authority());
         let store = {
-            let mut stores = self.0.lock().expect("not poisoned");
+            let mut stores = self.opened.lock().expect("not poisoned");
             match stores.get(&key) {
                 Some(s) => s.clone(),
                 None => {
-                    let s = open_store(&url)?;
+                    let s = open_store(&url, &self.settings)?;
                     stores.insert(key, s.clone());
                     s
                 }
@@ -62,31 +67,19 @@ pub fn to_url(location: &str) -> iceberg::Result<Url> {
     Url::parse(location).map_err(|e| invalid(format!("`{location}` is not a URL: {e}")))
 }
 
-fn open_store(url: &Url) -> iceberg::Result<Arc<dyn ObjectStore>> {
-    let built: Result<Arc<dyn ObjectStore>, object_store::Error> = match url.scheme() {
-        "file" => Ok(Arc::new(object_store::local::LocalFileSystem::new())),
-        "s3" | "s3a" => object_store::aws::AmazonS3Builder::from_env()
-            .with_url(url.as_str())
-            .build()
-            .map(|s| Arc::new(s) as _),
-        "gs" => object_store::gcp::GoogleCloudStorageBuilder::from_env()
-            .with_url(url.as_str())
-            .build()
-            .map(|s| Arc::new(s) as _),
-        "az" | "abfs" | "abfss" | "azure" | "adl" => {
-            object_store::azure::MicrosoftAzureBuilder::from_env()
-                .with_url(url.as_str())
-                .build()
-                .map(|s| Arc::new(s) as _)
-        }
-        other => {
-            return Err(IcebergError::new(
-                ErrorKind::FeatureUnsupported,
-                format!("smelt cannot open `{other}://` storage"),
-            ));
-        }
-    };
-    built.map_err(|e| store_error(url.as_str(), e))
+fn open_store(url: &Url, settings: &StoreSettings) -> iceberg::Result<Arc<dyn ObjectStore>> {
+    if !matches!(
+        url.scheme(),
+        "file" | "s3" | "s3a" | "gs" | "az" | "abfs" | "abfss" | "azure" | "adl"
+    ) {
+        return Err(IcebergError::new(
+            ErrorKind::FeatureUnsupported,
+            format!("smelt cannot open `{}://` storage", url.scheme()),
+        ));
+    }
+    smelt_engine::stores::open_store(url, settings)
+        .map(|(store, _)| store)
+        .map_err(|e| store_error(url.as_str(), e))
 }
 
 fn invalid(message: String) -> IcebergError {
@@ -259,6 +252,18 @@ impl StorageFactory for ObjectStorageFactory {
 }
 
 impl ObjectStorageFactory {
+    /// A factory whose stores time out and retry as `settings` say (`storage:`).
+    pub fn new(settings: StoreSettings) -> Self {
+        ObjectStorageFactory {
+            storage: ObjectStorage {
+                stores: Arc::new(Stores {
+                    opened: Mutex::default(),
+                    settings,
+                }),
+            },
+        }
+    }
+
     /// The store holding `location` (a URL or an absolute local path), and the path in it:
     /// for what smelt keeps beside a table, outside Iceberg's metadata (its ledgers).
     pub fn store(&self, location: &str) -> iceberg::Result<(Arc<dyn ObjectStore>, StorePath)> {

@@ -26,7 +26,9 @@ impl Backend for Iceberg {
             warehouse: Some(dir.join("warehouse").display().to_string()),
             properties: Vec::new(),
         };
-        let catalog = IcebergCatalog::open(&spec).await.expect("the catalog");
+        let catalog = IcebergCatalog::open(&spec, &Default::default())
+            .await
+            .expect("the catalog");
         Iceberg(IcebergLake::new(catalog))
     }
 

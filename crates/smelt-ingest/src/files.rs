@@ -9,10 +9,10 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use glob::{MatchOptions, Pattern};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme};
+use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::file::reader::{ChunkReader, Length};
 pub use smelt_engine::ports::LandingFile;
-use smelt_spec::IngestFlow;
+use smelt_spec::{IngestFlow, StoreSettings};
 
 use crate::{IngestError, Result};
 
@@ -40,50 +40,21 @@ const MATCH: MatchOptions = MatchOptions {
 impl Landing {
     /// The landing of `flow`: its URL's store (credentials from the environment, as the
     /// cloud SDKs read them: `AWS_*`, `GOOGLE_*`, `AZURE_*`), else its local folder.
-    pub fn of(flow: &IngestFlow) -> Result<Self> {
+    pub fn of(flow: &IngestFlow, settings: &StoreSettings) -> Result<Self> {
         match &flow.url {
-            Some(text) => Self::store(text),
+            Some(text) => Self::store(text, settings),
             None => Ok(Self::Local(flow.folder.clone())),
         }
     }
 
     /// The object store and prefix of the folder URL `text`.
-    pub fn store(text: &str) -> Result<Self> {
+    pub fn store(text: &str, settings: &StoreSettings) -> Result<Self> {
         let bad = |e: &dyn std::fmt::Display| {
             IngestError::Options(format!("`{text}` cannot be opened: {e}"))
         };
         let url = url::Url::parse(text).map_err(|e| bad(&e))?;
-        let (scheme, prefix) = ObjectStoreScheme::parse(&url).map_err(|e| bad(&e))?;
-        let store: Arc<dyn ObjectStore> = match scheme {
-            ObjectStoreScheme::Local => Arc::new(object_store::local::LocalFileSystem::new()),
-            ObjectStoreScheme::Memory => Arc::new(object_store::memory::InMemory::new()),
-            ObjectStoreScheme::AmazonS3 => Arc::new(
-                object_store::aws::AmazonS3Builder::from_env()
-                    .with_url(text)
-                    .build()
-                    .map_err(|e| bad(&e))?,
-            ),
-            ObjectStoreScheme::GoogleCloudStorage => Arc::new(
-                object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                    .with_url(text)
-                    .build()
-                    .map_err(|e| bad(&e))?,
-            ),
-            ObjectStoreScheme::MicrosoftAzure => Arc::new(
-                object_store::azure::MicrosoftAzureBuilder::from_env()
-                    .with_url(text)
-                    .build()
-                    .map_err(|e| bad(&e))?,
-            ),
-            // The store at the server's root: paths are listed below it.
-            ObjectStoreScheme::Http => Arc::new(
-                object_store::http::HttpBuilder::new()
-                    .with_url(url.origin().ascii_serialization())
-                    .build()
-                    .map_err(|e| bad(&e))?,
-            ),
-            other => return Err(bad(&format!("{other:?} is not supported"))),
-        };
+        let (store, prefix) =
+            smelt_engine::stores::open_store(&url, settings).map_err(|e| bad(&e))?;
         let base = text.trim_end_matches('/').to_string();
         Ok(Self::Store {
             store,

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
 use smelt_engine::EngineError;
 use smelt_engine::ports::{FileRows, Landing, LandingFile, Malformed, RawRows};
-use smelt_spec::{FileFormat, IngestFlow};
+use smelt_spec::{FileFormat, IngestFlow, StoreSettings};
 use tokio::sync::mpsc;
 
 use crate::{IngestError, RowSink, files};
@@ -31,8 +31,8 @@ pub struct FlowLanding {
 
 impl FlowLanding {
     /// The landing of `flow`.
-    pub fn of(flow: &IngestFlow) -> smelt_engine::Result<Self> {
-        let landing = files::Landing::of(flow).map_err(user)?;
+    pub fn of(flow: &IngestFlow, settings: &StoreSettings) -> smelt_engine::Result<Self> {
+        let landing = files::Landing::of(flow, settings).map_err(user)?;
         Ok(Self {
             flow: Arc::new(flow.clone()),
             landing: Arc::new(landing),
@@ -188,7 +188,7 @@ mod tests {
         let FlowKind::Ingest(flow) = &pipeline.flows[0].kind else {
             panic!("an ingest flow")
         };
-        FlowLanding::of(flow).unwrap()
+        FlowLanding::of(flow, &StoreSettings::default()).unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

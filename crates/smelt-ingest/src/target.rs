@@ -19,7 +19,7 @@ use parquet::file::properties::WriterProperties;
 use smelt_engine::EngineError;
 use smelt_engine::flow::export::TMP;
 use smelt_engine::ports::{ExportFile, ExportState, ExportTarget};
-use smelt_spec::{Compression, ExportFlow};
+use smelt_spec::{Compression, ExportFlow, StoreSettings};
 
 use crate::files::Landing;
 
@@ -41,7 +41,12 @@ fn storage(e: impl Into<Box<dyn std::error::Error + Send + Sync>>, what: &str) -
 
 impl Target {
     /// The export target of `flow`; `create` makes a local folder that does not exist.
-    pub(crate) fn of(name: &str, flow: &ExportFlow, create: bool) -> smelt_engine::Result<Self> {
+    pub(crate) fn of(
+        name: &str,
+        flow: &ExportFlow,
+        create: bool,
+        settings: &StoreSettings,
+    ) -> smelt_engine::Result<Self> {
         let url = match &flow.url {
             Some(u) => u.clone(),
             None => {
@@ -62,7 +67,7 @@ impl Target {
                     .to_string()
             }
         };
-        match Landing::store(&url).map_err(|e| storage(e, "export folder"))? {
+        match Landing::store(&url, settings).map_err(|e| storage(e, "export folder"))? {
             Landing::Store { store, prefix, .. } => Ok(Self {
                 flow: name.to_string(),
                 store,

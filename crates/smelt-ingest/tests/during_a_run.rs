@@ -63,7 +63,7 @@ async fn files_added_or_growing_during_a_run_wait_for_the_next() {
             bronze: &mut bronze,
             rejects: &mut rejects,
         };
-        let landing = FlowLanding::of(flow).unwrap();
+        let landing = FlowLanding::of(flow, &Default::default()).unwrap();
         let ctx = RunContext::new(false, false);
         run_ingest(FlowRun::new("f", flow, &ctx, reporter), &landing, tables).await
     };

@@ -33,6 +33,7 @@ mod ordered;
 mod policy;
 mod replace_where;
 mod script;
+mod storage;
 
 pub use append::AppendFlow;
 pub use apply::{
@@ -50,3 +51,4 @@ pub use policy::{
     SchemaEvolution, SourceDeletes, UpdateColumns, WriteMode,
 };
 pub use replace_where::{ReplaceSource, ReplaceWhereFlow};
+pub use storage::StoreSettings;

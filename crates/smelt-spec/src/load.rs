@@ -45,6 +45,8 @@ struct RawPipeline {
     engine: Option<String>,
     /// The Spark Connect URL of `engine: spark`.
     connect: Option<String>,
+    /// Object stores' timeouts and retries.
+    storage: Option<crate::storage::RawStorage>,
 }
 
 /// `flows:`: flow names to flows.
@@ -108,6 +110,7 @@ impl Pipeline {
         };
         let catalogs = catalogs(path, &dir, text, raw.catalogs, &mut errors);
         let engine = engine(path, text, raw.engine, raw.connect, &mut errors);
+        let storage = crate::storage::store_settings(path, text, raw.storage, &mut errors);
         let mut tables = Vec::new();
         for (table, place) in raw.tables.0 {
             let field = format!("tables.{table}");
@@ -192,6 +195,7 @@ impl Pipeline {
                 file: path.to_path_buf(),
                 engine,
                 lake,
+                storage,
                 catalogs,
                 tables,
                 flows,

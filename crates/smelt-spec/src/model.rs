@@ -20,6 +20,8 @@ pub struct Pipeline {
     /// The lake root: a local folder (resolved against the file's folder), or a storage URL
     /// (`s3://bucket/prefix`, `gs://…`, `az://…`, `abfss://…`, `file:///…`).
     pub lake: String,
+    /// Object stores' timeouts and retries (`storage:`).
+    pub storage: crate::storage::StoreSettings,
     /// Iceberg catalogs (`catalogs:`), in file order: where `catalog.namespace.table` names
     /// are found.
     pub catalogs: Vec<crate::catalog::Catalog>,

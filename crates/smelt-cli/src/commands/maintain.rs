@@ -62,7 +62,7 @@ pub async fn vacuum(global: &GlobalArgs, args: &VacuumArgs) -> Result<u8, Failur
     let done = smelt_engine::maintain::vacuum(
         &pipeline,
         &lakes.ports(),
-        &Files,
+        &Files::new(pipeline.storage),
         &tables,
         retain_ms,
         args.dry_run,

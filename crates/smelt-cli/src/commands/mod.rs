@@ -84,7 +84,7 @@ pub async fn open_lakes(pipeline: &Pipeline) -> Result<Lakes, Failure> {
     let delta = open_lake(pipeline)?;
     let mut catalogs = Vec::new();
     for spec in &pipeline.catalogs {
-        let catalog = smelt_iceberg::IcebergCatalog::open(spec)
+        let catalog = smelt_iceberg::IcebergCatalog::open(spec, &pipeline.storage)
             .await
             .map_err(smelt_engine::EngineError::from)?;
         catalogs.push((spec.name.clone(), smelt_iceberg::IcebergLake::new(catalog)));
@@ -94,5 +94,7 @@ pub async fn open_lakes(pipeline: &Pipeline) -> Result<Lakes, Failure> {
 
 /// Opens the lake of a pipeline: its root folder or URL, and its placed tables.
 pub fn open_lake(pipeline: &Pipeline) -> Result<smelt_delta::Lake, Failure> {
-    Ok(smelt_delta::Lake::at(&pipeline.lake)?.with_tables(&pipeline.tables)?)
+    Ok(smelt_delta::Lake::at(&pipeline.lake)?
+        .with_tables(&pipeline.tables)?
+        .with_store_settings(pipeline.storage))
 }

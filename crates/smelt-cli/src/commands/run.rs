@@ -51,7 +51,15 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, dry_run: bool) -> Result<u
             if dry_run {
                 super::validate::check(global, &pipeline, &flows).await?;
             }
-            smelt_engine::run::run(&pipeline, &flows, &lake, &Files, settings, &progress).await?
+            smelt_engine::run::run(
+                &pipeline,
+                &flows,
+                &lake,
+                &Files::new(pipeline.storage),
+                settings,
+                &progress,
+            )
+            .await?
         }
     };
     let (run_id, reports) = (outcome.run_id, outcome.reports);

@@ -23,7 +23,8 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failur
         None => {
             let lakes = open_lakes(&pipeline).await?;
             let lake = lakes.ports();
-            smelt_engine::status::status(&pipeline, &flows, &lake, &Files).await?
+            smelt_engine::status::status(&pipeline, &flows, &lake, &Files::new(pipeline.storage))
+                .await?
         }
     };
     if global.json {

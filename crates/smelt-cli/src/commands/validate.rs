@@ -42,7 +42,8 @@ pub async fn check(
         None => {
             let lakes = open_lakes(pipeline).await?;
             let lake = lakes.ports();
-            smelt_engine::validate::validate(pipeline, flows, &lake, &Files).await
+            smelt_engine::validate::validate(pipeline, flows, &lake, &Files::new(pipeline.storage))
+                .await
         }
     };
     if problems.is_empty() {

@@ -32,4 +32,5 @@ mod spark_cluster;
 mod spark_engine;
 mod sql;
 mod sql_dml;
+mod store_faults;
 mod validate;

@@ -207,9 +207,7 @@ pub(super) async fn create_table_as(
         return create(lake, def, &schema, exists).await;
     }
     lake.prepare(&def.name)?;
-    let table = DeltaTable::try_from_url(lake.table_url(&def.name)?)
-        .await
-        .context(|| format!("creating `{}`", def.name))?;
+    let table = lake.handle(&def.name).await?;
     let configuration: Vec<(&str, Option<&str>)> = if def.change_feed {
         vec![("delta.enableChangeDataFeed", Some("true"))]
     } else {
@@ -282,6 +280,7 @@ async fn create(
     lake.prepare(&def.name)?;
     let mut builder = CreateBuilder::new()
         .with_location(lake.table_url(&def.name)?.to_string())
+        .with_storage_options(lake.storage_options(&def.name)?)
         .with_table_name(def.name.table.clone())
         .with_columns(delta_schema.fields().cloned())
         .with_save_mode(if exists {

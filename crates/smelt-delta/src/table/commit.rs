@@ -240,9 +240,7 @@ impl DeltaLakeTable {
             files_marked: 0,
         };
         let columns: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
-        let table = DeltaTable::try_from_url(self.lake.table_url(&self.name)?)
-            .await
-            .context(|| format!("creating silver table `{}`", self.name))?;
+        let table = self.lake.handle(&self.name).await?;
         let table = table
             .create()
             .with_columns(columns.fields().cloned())

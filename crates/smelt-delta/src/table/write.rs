@@ -34,7 +34,7 @@ impl DeltaLakeTable {
                     .as_ref()
                     .map(|s| s.metadata().partition_columns().to_vec())
                     .filter(|p| !p.is_empty()),
-                None,
+                Some(self.lake.storage_options(&self.name)?),
             ),
         }
         .context(|| format!("writing `{}`", self.name))?;

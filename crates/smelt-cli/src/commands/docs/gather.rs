@@ -23,7 +23,13 @@ type Row = Map<String, Value>;
 pub async fn gather(pipeline: &Pipeline, samples: usize) -> Result<Docs, Failure> {
     let lakes = open_lakes(pipeline).await?;
     let flows: Vec<&Flow> = pipeline.flows.iter().collect();
-    let status = smelt_engine::status::status(pipeline, &flows, &lakes.ports(), &Files).await?;
+    let status = smelt_engine::status::status(
+        pipeline,
+        &flows,
+        &lakes.ports(),
+        &Files::new(pipeline.storage),
+    )
+    .await?;
     let delta = lakes.delta();
     let runs = runs(delta).await?;
     let options = options(pipeline);

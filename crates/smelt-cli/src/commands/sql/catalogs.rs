@@ -18,15 +18,18 @@ pub struct PipelineCatalogs {
     file: String,
     specs: Vec<Catalog>,
     opened: tokio::sync::Mutex<HashMap<String, Arc<IcebergLake>>>,
+    /// Their stores' timeouts and retries.
+    storage: smelt_spec::StoreSettings,
 }
 
 impl PipelineCatalogs {
     /// The catalogs defined in `file`.
-    pub fn new(file: String, specs: Vec<Catalog>) -> Self {
+    pub fn new(file: String, specs: Vec<Catalog>, storage: smelt_spec::StoreSettings) -> Self {
         PipelineCatalogs {
             file,
             specs,
             opened: Default::default(),
+            storage,
         }
     }
 
@@ -60,7 +63,7 @@ impl PipelineCatalogs {
             ));
         };
         let lake = Arc::new(IcebergLake::new(
-            smelt_iceberg::IcebergCatalog::open(spec).await?,
+            smelt_iceberg::IcebergCatalog::open(spec, &self.storage).await?,
         ));
         opened.insert(catalog.to_string(), Arc::clone(&lake));
         Ok(lake)

@@ -22,12 +22,14 @@ pub async fn sql(global: &GlobalArgs, args: &SqlArgs) -> Result<u8, Failure> {
         (None, None) => unreachable!("clap requires SQL or --file"),
     };
     let lake = lake_without_pipeline(global)?;
-    let catalogs = if global.pipeline.exists() {
-        super::load_pipeline(global)?.catalogs
+    let (catalogs, storage) = if global.pipeline.exists() {
+        let pipeline = super::load_pipeline(global)?;
+        (pipeline.catalogs, pipeline.storage)
     } else {
-        Vec::new()
+        Default::default()
     };
-    let catalogs = catalogs::PipelineCatalogs::new(global.pipeline.display().to_string(), catalogs);
+    let catalogs =
+        catalogs::PipelineCatalogs::new(global.pipeline.display().to_string(), catalogs, storage);
     let (outputs, failure) = match execute(&lake, &catalogs, &text).await {
         Ok(outputs) => (outputs, None),
         Err((outputs, n, e)) => (outputs, Some((n, e))),
