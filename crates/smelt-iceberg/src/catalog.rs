@@ -134,12 +134,21 @@ impl IcebergCatalog {
         if let Some(w) = &spec.warehouse {
             props.insert("warehouse".into(), w.clone());
         }
+        // Requests to the catalog time out as the stores' do (`storage:`); a commit is
+        // never retried (its outcome is read back by the next run).
+        let settings = factory.settings();
+        let http = reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .connect_timeout(settings.connect_timeout)
+            .build()
+            .map_err(|e| Error::internal(format!("the REST catalog's HTTP client: {e}")))?;
         let catalog = RestCatalogBuilder::default()
+            .with_client(http.clone())
             .with_storage_factory(factory.clone())
             .load(&spec.name, props.clone())
             .await
             .context(|| format!("opening REST catalog `{}` ({uri})", spec.name))?;
-        let commits = RestCommits::new(uri, props).await?;
+        let commits = RestCommits::new(uri, props, http).await?;
         Ok(IcebergCatalog {
             name: spec.name.clone(),
             backend: Backend::Rest {

@@ -36,9 +36,13 @@ pub(crate) enum Committed {
 impl RestCommits {
     /// For the catalog at `uri` with the catalog properties `properties` (`warehouse`,
     /// `token`, `credential`, `oauth2-server-uri`, `scope`, `prefix`).
-    pub(crate) async fn new(uri: &str, properties: HashMap<String, String>) -> Result<Self> {
+    pub(crate) async fn new(
+        uri: &str,
+        properties: HashMap<String, String>,
+        client: reqwest::Client,
+    ) -> Result<Self> {
         let mut rest = RestCommits {
-            http: reqwest::Client::new(),
+            http: client,
             base: format!("{uri}/v1/"),
             uri: uri.to_string(),
             token: Mutex::new(properties.get("token").cloned()),
@@ -52,13 +56,26 @@ impl RestCommits {
         let config = rest.authorized(config).await?;
         let response = config.send().await.map_err(|e| http(uri, e))?;
         let status = response.status();
-        let body: serde_json::Value = response.json().await.map_err(|e| http(uri, e))?;
+        let text = response.text().await.map_err(|e| http(uri, e))?;
         if !status.is_success() {
             return Err(Error::user(
-                format!("REST catalog {uri}: reading its configuration failed ({status}): {body}"),
-                "check the catalog's `uri`, `warehouse` and credentials",
+                format!(
+                    "REST catalog {uri}: reading its configuration failed ({status}): {}",
+                    text.trim()
+                ),
+                if status.is_server_error() {
+                    "the catalog failed on its side: check its log and run again"
+                } else {
+                    "check the catalog's `uri`, `warehouse` and credentials"
+                },
             ));
         }
+        let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            Error::user(
+                format!("REST catalog {uri}: its configuration is not JSON ({e})"),
+                "check that `uri` is the catalog's base URL (the one that serves /v1/config)",
+            )
+        })?;
         let prefix = body["overrides"]["prefix"]
             .as_str()
             .or(body["defaults"]["prefix"].as_str())
@@ -104,17 +121,23 @@ impl RestCommits {
                 .await
                 .map_err(|e| http(&url, e))?;
             let status = response.status();
-            let body: serde_json::Value = response.json().await.map_err(|e| http(&url, e))?;
+            let text = response.text().await.map_err(|e| http(&url, e))?;
+            let body: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
             let Some(access) = body["access_token"]
                 .as_str()
                 .filter(|_| status.is_success())
             else {
                 return Err(Error::user(
                     format!(
-                        "REST catalog {}: no token for the credential given ({status}): {body}",
-                        self.uri
+                        "REST catalog {}: no token for the credential given ({status}): {}",
+                        self.uri,
+                        text.trim()
                     ),
-                    "check `credential` (client id and secret, as `id:secret`)",
+                    if status.is_server_error() {
+                        "the catalog failed on its side: check its log and run again"
+                    } else {
+                        "check `credential` (client id and secret, as `id:secret`)"
+                    },
                 ));
             };
             *token = Some(access.to_string());
@@ -157,10 +180,33 @@ impl RestCommits {
         let request = self
             .authorized(self.http.post(url.clone()).json(&body))
             .await?;
-        let response = request.send().await.map_err(|e| http(url.as_str(), e))?;
+        // Sent, and no answer: the catalog may have applied it.
+        let unknown = |what: String| {
+            Error::user(
+                format!("`{name}`: {what}, so whether the commit landed is unknown"),
+                "run again: a rerun finds the commit by its watermark if it landed, and applies the changes once if it did not",
+            )
+        };
+        let response = match request.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => {
+                return Err(unknown(format!(
+                    "the REST catalog did not answer the commit in time ({e})"
+                )));
+            }
+            Err(e) => return Err(http(url.as_str(), e)),
+        };
         let status = response.status();
         if status == reqwest::StatusCode::CONFLICT {
             return Ok(Committed::Conflict);
+        }
+        // The REST protocol: a 5xx to a commit leaves its state unknown.
+        if status.is_server_error() {
+            let text = response.text().await.unwrap_or_default();
+            return Err(unknown(format!(
+                "the REST catalog answered the commit with {status} ({})",
+                text.trim()
+            )));
         }
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();
@@ -177,6 +223,10 @@ impl RestCommits {
 fn http(url: &str, e: reqwest::Error) -> Error {
     Error::user(
         format!("REST catalog request to {url} failed: {e}"),
-        "check that the catalog is reachable at its `uri`",
+        if e.is_timeout() {
+            "the catalog did not answer within `storage.timeout`: check that it is up at its `uri`, or raise `storage.timeout` in the pipeline file"
+        } else {
+            "check that the catalog is reachable at its `uri`"
+        },
     )
 }

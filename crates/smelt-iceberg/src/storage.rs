@@ -252,6 +252,11 @@ impl StorageFactory for ObjectStorageFactory {
 }
 
 impl ObjectStorageFactory {
+    /// The timeouts and retries of its stores.
+    pub fn settings(&self) -> StoreSettings {
+        self.storage.stores.settings
+    }
+
     /// A factory whose stores time out and retry as `settings` say (`storage:`).
     pub fn new(settings: StoreSettings) -> Self {
         ObjectStorageFactory {

@@ -209,3 +209,39 @@ impl Drop for RestCatalog {
         let _ = self.child.wait();
     }
 }
+
+/// A proxy in front of a REST catalog (`testenv/rest_proxy.py`) that answers the first
+/// `n` commits with 500 after the catalog applied them; killed on drop.
+pub struct RestProxy {
+    child: Child,
+    /// The proxy's port.
+    pub port: u16,
+}
+
+impl RestProxy {
+    /// Starts the proxy in front of `catalog`, failing its first `commits` commits.
+    pub fn failing_commits(catalog: &RestCatalog, commits: usize) -> Self {
+        let mut child = Command::new(python("the REST proxy"))
+            .arg(testenv().join("rest_proxy.py"))
+            .arg(catalog.uri())
+            .arg(commits.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting the REST proxy");
+        let port = ports_line(&mut child, "PORT ")[0];
+        RestProxy { child, port }
+    }
+
+    /// The proxy's URI, which smelt takes for the catalog's.
+    pub fn uri(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for RestProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -142,7 +142,22 @@ impl Project {
 
     /// Runs `smelt <args>`, requires exit code `code`; returns (stdout, stderr).
     pub fn fails(&self, args: &[&str], code: i32) -> (String, String) {
-        let out = self.smelt().args(args).output().unwrap();
+        self.fails_with(&[], args, code)
+    }
+
+    /// [`Project::fails`] with more environment (a storage server's endpoint and keys).
+    pub fn fails_with(
+        &self,
+        env: &[(&str, String)],
+        args: &[&str],
+        code: i32,
+    ) -> (String, String) {
+        let out = self
+            .smelt()
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
         let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout).to_string(),
             String::from_utf8_lossy(&out.stderr).to_string(),
