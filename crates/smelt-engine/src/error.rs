@@ -155,6 +155,10 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 ///
 /// Crash drills set it to stop a run at a write step and check that a rerun recovers.
 /// `SMELT_FAILPOINT` is a comma-separated list, e.g. `before_silver_commit:abort`.
+///
+/// `point:wait=<file>` holds the process there instead: it creates `<file>.reached`, then
+/// waits until `<file>` exists (at most two minutes, then aborts). Race tests hold one
+/// process at a commit while another commits, so the race happens by construction.
 pub fn failpoint(point: &str) -> Result<()> {
     // The crash tests find every point by this prefix.
     debug_assert!(point.starts_with("before_"), "failpoint `{point}`");
@@ -165,8 +169,26 @@ pub fn failpoint(point: &str) -> Result<()> {
         match p.split_once(':') {
             None if p == point => return Err(EngineError::Failpoint(point.to_string())),
             Some((name, "abort")) if name == point => std::process::abort(),
+            Some((name, action)) if name == point && action.starts_with("wait=") => {
+                hold_until(&action["wait=".len()..]);
+            }
             _ => {}
         }
     }
     Ok(())
+}
+
+/// Marks `<gate>.reached`, then blocks this thread until `gate` exists (see [`failpoint`]).
+fn hold_until(gate: &str) {
+    let reached = format!("{gate}.reached");
+    if std::fs::write(&reached, b"").is_err() {
+        std::process::abort();
+    }
+    let started = std::time::Instant::now();
+    while !std::path::Path::new(gate).exists() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            std::process::abort();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

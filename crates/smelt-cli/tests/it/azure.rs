@@ -50,6 +50,25 @@ fn product2_with_the_lake_on_azure_gives_the_silver_of_a_local_lake_and_never_ap
             "after {step}"
         );
     }
+    // And a race by construction: a run held at its commit while another commits; the
+    // store's precondition refuses the held one.
+    let change = "INSERT INTO medallion_demo.product2__bronze (Id, Name) VALUES \
+                  ('01t000000000099AAA', 'raced')";
+    remote.write("raced.sql", change);
+    local.write("raced.sql", change);
+    on(&remote, &az, lake, &["sql", "-f", "raced.sql"]);
+    local.ok(&["sql", "-f", "raced.sql"]);
+    local.ok(&["run"]);
+    let held = remote.held_at_with(&az.env(), "before_silver_commit", &["--lake", lake, "run"]);
+    on(&remote, &az, lake, &["run"]);
+    assert!(common::refused_by_a_race(&held.release()));
+    refused += 1;
+    let on_azure: Vec<serde_json::Value> =
+        serde_json::from_str(&on(&remote, &az, lake, &["--json", "sql", silver])).unwrap();
+    assert_eq!(
+        without_audit(&on_azure),
+        without_audit(&local.query(silver))
+    );
     assert!(!remote.path().join("lake").exists());
     eprintln!("{refused} run(s) refused");
 }

@@ -146,12 +146,7 @@ impl Project {
     }
 
     /// [`Project::fails`] with more environment (a storage server's endpoint and keys).
-    pub fn fails_with(
-        &self,
-        env: &[(&str, String)],
-        args: &[&str],
-        code: i32,
-    ) -> (String, String) {
+    pub fn fails_with(&self, env: &[(&str, String)], args: &[&str], code: i32) -> (String, String) {
         let out = self
             .smelt()
             .args(args)
@@ -235,6 +230,44 @@ impl Project {
     }
 
     /// `smelt <args>` with its output piped, ready to spawn (runs started at once).
+    /// `smelt <args>` started and held at failpoint `point` (`point:wait=<gate>`): returns
+    /// once the process is there, holding it until [`Held::release`].
+    pub fn held_at(&self, point: &str, args: &[&str]) -> Held {
+        self.held_at_with(&[], point, args)
+    }
+
+    /// [`Project::held_at`] with more environment (a storage server's endpoint and keys).
+    pub fn held_at_with(&self, env: &[(&str, String)], point: &str, args: &[&str]) -> Held {
+        let gate = self.dir.path().join(format!("gate-{}", uuid_like()));
+        let child = self
+            .piped(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env(
+                "SMELT_FAILPOINT",
+                format!("{point}:wait={}", gate.display()),
+            )
+            .spawn()
+            .unwrap();
+        let mut held = Held { child, gate };
+        let reached = held.gate.with_extension("reached");
+        let started = std::time::Instant::now();
+        while !reached.exists() {
+            if let Ok(Some(_)) = held.child.try_wait() {
+                let out = held.release();
+                panic!(
+                    "smelt {args:?} ended before reaching `{point}`:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(120),
+                "smelt {args:?} never reached `{point}`"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        held
+    }
+
     pub fn piped(&self, args: &[&str]) -> std::process::Command {
         let mut c = self.smelt_process();
         c.args(args)
@@ -445,4 +478,29 @@ fn redact_uuids(text: &str) -> String {
         }
     }
     out
+}
+
+/// A `smelt` process held at a failpoint ([`Project::held_at`]).
+pub struct Held {
+    child: std::process::Child,
+    gate: PathBuf,
+}
+
+impl Held {
+    /// Lets the process go on; waits for it to end.
+    pub fn release(self) -> std::process::Output {
+        std::fs::write(&self.gate, b"").unwrap();
+        self.child.wait_with_output().unwrap()
+    }
+}
+
+/// A name no other test's gate has.
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
 }

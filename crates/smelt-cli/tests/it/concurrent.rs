@@ -12,16 +12,36 @@ fn two_runs(p: &Project) -> [Output; 2] {
     [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()]
 }
 
+/// Two runs started at once, over and over (each time with a new bronze commit), until
+/// one of them has lost the race (at most 12 rounds; none lost fails the test): after each
+/// round one more run finishes the work, and silver is what runs one at a time leave.
 #[test]
 fn concurrent_runs_never_apply_twice() {
     let p = Project::product2();
     let reference = Project::product2();
+    for q in [&p, &reference] {
+        q.ok(&["sql", "-f", "bronze.sql"]);
+    }
     let mut refused = 0;
-    for (i, step) in ["insert_1.sql", "insert_2.sql"].iter().enumerate() {
-        for q in [&p, &reference] {
-            if i == 0 {
-                q.ok(&["sql", "-f", "bronze.sql"]);
+    let mut round = 0;
+    while round < 2 || (refused == 0 && round < 12) {
+        let step = match round {
+            0 => "insert_1.sql",
+            1 => "insert_2.sql",
+            n => {
+                for q in [&p, &reference] {
+                    q.write(
+                        "round.sql",
+                        &format!(
+                            "INSERT INTO medallion_demo.product2__bronze (Id, Name) VALUES \
+                             ('01t0000000000{n:02}XYZ', 'round {n}')"
+                        ),
+                    );
+                }
+                "round.sql"
             }
+        };
+        for q in [&p, &reference] {
             q.ok(&["sql", "-f", step]);
         }
         reference.ok(&["run"]);
@@ -35,12 +55,16 @@ fn concurrent_runs_never_apply_twice() {
         p.ok(&["run"]);
         assert_eq!(
             without_audit(&p.silver()),
-            without_audit(&reference.silver())
+            without_audit(&reference.silver()),
+            "round {round}"
         );
+        round += 1;
     }
-    // Runs that both read the same version cannot both commit; when the race was lost by
-    // neither (one finished before the other started), there was nothing to refuse.
-    eprintln!("{refused} run(s) refused");
+    assert!(
+        refused > 0,
+        "no run lost a race in {round} rounds: the test proved nothing"
+    );
+    eprintln!("{refused} run(s) refused in {round} rounds");
 }
 
 /// Rows of every visible exported Parquet file below `dir`, as `sale_id`s, sorted.
@@ -81,6 +105,32 @@ fn exported_ids(dir: &std::path::Path) -> Vec<String> {
     ids
 }
 
+/// An export held before saving its state while another run of it publishes: the held one
+/// is refused ("saved its state first"), and every row is published once.
+#[test]
+fn an_export_held_at_its_state_loses_to_one_that_saved_first() {
+    let p = Project::example("export_replace");
+    p.ok(&["sql", "-f", "source.sql"]);
+    p.ok(&["sql", "-f", "target.sql"]);
+    let held = p.held_at("before_export_state", &["run", "export_demo_table"]);
+    p.ok(&["run", "export_demo_table"]);
+    let out = held.release();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("another run of this export saved its state first"),
+        "{stderr}"
+    );
+    p.ok(&["run", "export_demo_table"]);
+    let reference = Project::example("export_replace");
+    reference.ok(&["sql", "-f", "source.sql"]);
+    reference.ok(&["sql", "-f", "target.sql"]);
+    reference.ok(&["run", "export_demo_table"]);
+    let ids = exported_ids(&p.file("exports"));
+    assert!(!ids.is_empty());
+    assert_eq!(ids, exported_ids(&reference.file("exports")));
+}
+
 #[test]
 fn concurrent_exports_publish_each_row_once() {
     let p = Project::example("export_replace");
@@ -116,7 +166,9 @@ fn concurrent_ingests_load_each_file_once() {
     let p = Project::with_pipeline(
         "lake: ./lake\nflows:\n  raw:\n    ingest:\n      from: ./landing\n      into: raw.items\n      format: csv\n",
     );
-    for round in 0..5 {
+    // Five rounds, and more (at most 12) until some run has lost a race.
+    let (mut round, mut refused) = (0, 0);
+    while round < 5 || (refused == 0 && round < 12) {
         for f in 0..3 {
             let name = format!("landing/r{round}-f{f}.csv");
             let rows: String = (0..50)
@@ -135,6 +187,7 @@ fn concurrent_ingests_load_each_file_once() {
                     stderr.contains("another writer committed first"),
                     "{stderr}"
                 );
+                refused += 1;
             }
         }
         p.ok(&["run"]);
@@ -151,5 +204,7 @@ fn concurrent_ingests_load_each_file_once() {
             Some(3 * (round + 1)),
             "round {round}"
         );
+        round += 1;
     }
+    assert!(refused > 0, "no ingest lost a race in {round} rounds");
 }

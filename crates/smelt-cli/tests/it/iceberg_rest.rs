@@ -207,3 +207,40 @@ fn a_catalog_that_fails_or_never_answers_is_named_in_bounded_time() {
         insta::assert_snapshot!(name, err);
     }
 }
+
+/// Two runs through the REST catalog, one held at its silver commit while the other
+/// commits: the catalog refuses the held one's commit (409, its requirements no longer
+/// hold); it names the table and says "run again", and the rerun is up to date with every
+/// row once.
+#[test]
+fn a_run_held_at_its_rest_commit_loses_to_one_that_committed() {
+    let catalog = RestCatalog::start();
+    let p = current_orders(&catalog.uri(), "");
+    pyiceberg(
+        &catalog,
+        &[
+            json!({"create": "raw.orders", "columns": ["id", "status"]}),
+            json!({"append": "raw.orders", "rows": [row("1", "new"), row("2", "active")]}),
+        ],
+    );
+    p.ok_with(&catalog.env(), &["run"]);
+    pyiceberg(
+        &catalog,
+        &[json!({"append": "raw.orders", "rows": [row("1", "active"), row("3", "new")]})],
+    );
+    let held = p.held_at_with(&catalog.env(), "before_silver_commit", &["run"]);
+    p.ok_with(&catalog.env(), &["run"]);
+    let out = held.release();
+    assert!(
+        common::refused_by_a_race(&out),
+        "the held run committed over the other's: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let flows = p.ok_with(&catalog.env(), &["run"]);
+    assert!(flows.contains("up to date"), "{flows}");
+    let current = pyiceberg(&catalog, &[json!({"scan": "silver.orders"})]);
+    let expected: Vec<(String, String)> = [("1", "active"), ("2", "active"), ("3", "new")]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .to_vec();
+    assert_eq!(rows_of(&current[0]), expected);
+}

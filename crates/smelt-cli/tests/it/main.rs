@@ -25,6 +25,7 @@ mod pipelines;
 mod product2;
 mod product2_deletes;
 mod quarantine;
+mod races;
 mod s3;
 mod seed_statements;
 mod spark_cast;

@@ -344,6 +344,25 @@ fn concurrent_runs_on_s3_never_apply_twice() {
             "after {step}"
         );
     }
+    // And a race by construction: a run held at its commit while another commits; the
+    // store's conditional put refuses the held one.
+    let change = "INSERT INTO medallion_demo.product2__bronze (Id, Name) VALUES \
+                  ('01t000000000099AAA', 'raced')";
+    p.write("raced.sql", change);
+    reference.write("raced.sql", change);
+    p.on(&s3, lake, &["sql", "-f", "raced.sql"]);
+    reference.ok(&["sql", "-f", "raced.sql"]);
+    reference.ok(&["run"]);
+    let held = p.held_at_with(&s3.env(), "before_silver_commit", &["--lake", lake, "run"]);
+    p.on(&s3, lake, &["run"]);
+    assert!(common::refused_by_a_race(&held.release()));
+    refused += 1;
+    let on_s3: Vec<serde_json::Value> =
+        serde_json::from_str(&p.on(&s3, lake, &["--json", "sql", silver])).unwrap();
+    assert_eq!(
+        without_audit(&on_s3),
+        without_audit(&reference.query(silver))
+    );
     eprintln!("{refused} run(s) refused");
 }
 

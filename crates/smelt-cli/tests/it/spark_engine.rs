@@ -839,7 +839,10 @@ fn pin_failures(name: &str, p: &Project, embedded: &str, spark: &str) {
 pub(crate) fn pin_spark(name: &str, p: &Project, text: &str) {
     let filters = vec![
         (r"127\.0\.0\.1:\d+", "127.0.0.1:[port]"),
-        (r"_commit_timestamp=[0-9TZ:. -]+", "_commit_timestamp=[time]"),
+        (
+            r"_commit_timestamp=[0-9TZ:. -]+",
+            "_commit_timestamp=[time]",
+        ),
     ];
     insta::with_settings!({filters => filters}, {
         insta::assert_snapshot!(name, common::pinned(p, text));
