@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use deltalake::operations::optimize::OptimizeType;
 use deltalake::protocol::SaveMode;
 use smelt_core::change::timestamp_utc;
 use smelt_engine::report::FlowEvent;
@@ -139,11 +140,25 @@ pub async fn append(lake: &Lake, events: &[FlowEvent]) -> Result<()> {
         Some(t) => t,
         None => lake.handle(&name).await?,
     };
-    table
+    let table = table
         .write(vec![batch])
         .with_save_mode(SaveMode::Append)
         .with_table_name("event_log")
         .await
         .context(|| format!("appending to `{name}`"))?;
+    // Each append adds one small file: every `COMPACT_EVERY`th compacts them (delta-rs'
+    // optimize, which a concurrent append does not conflict with), so that opening the
+    // log and appending to it stay as cheap after a million runs as after a hundred. The
+    // rows are written by then: a compaction that fails is retried by the next one.
+    if table
+        .version()
+        .is_some_and(|v| v > 0 && v % COMPACT_EVERY == 0)
+        && let Err(e) = table.optimize().with_type(OptimizeType::Compact).await
+    {
+        tracing::warn!(table = %name, error = %e, "compacting the event log; the next compaction retries");
+    }
     Ok(())
 }
+
+/// How many appends the event log takes between compactions.
+const COMPACT_EVERY: u64 = 100;

@@ -25,6 +25,7 @@ use catalogs::CatalogTables;
 
 pub mod catalogs;
 mod changes;
+mod commit_failpoint;
 mod ddl;
 mod describe;
 mod dialect;

@@ -28,20 +28,7 @@ pub(crate) async fn live_files(
     let Some(snapshot) = table.metadata().current_snapshot() else {
         return Ok(Vec::new());
     };
-    let mut scan = table.scan().snapshot_id(snapshot.snapshot_id());
-    if let Some(columns) = select {
-        scan = scan.select(columns.iter().cloned());
-    }
-    let tasks: Vec<FileScanTask> = scan
-        .build()
-        .context(|| format!("planning a read of `{name}`"))?
-        .plan_files()
-        .await
-        .context(|| format!("planning a read of `{name}`"))?
-        .try_collect()
-        .await
-        .context(|| format!("planning a read of `{name}`"))?;
-    Ok(tasks)
+    crate::manifests::scan_tasks(name, table, snapshot, select).await
 }
 
 /// The rows of one data file (smelt's schema, `schema`): columns added in this run, which

@@ -284,19 +284,7 @@ pub(crate) async fn live_deletes(
     if !any {
         return Ok(HashMap::new());
     }
-    let id = snapshot.snapshot_id();
-    let what = || format!("planning a read of `{name}` at snapshot {id}");
-    let tasks: Vec<FileScanTask> = table
-        .scan()
-        .snapshot_id(id)
-        .build()
-        .context(what)?
-        .plan_files()
-        .await
-        .context(what)?
-        .try_collect()
-        .await
-        .context(what)?;
+    let tasks = manifests::scan_tasks(name, table, snapshot, None).await?;
     let mut deletes: HashMap<String, Vec<FileScanTaskDeleteFile>> = HashMap::new();
     for task in tasks {
         if !task.deletes.is_empty() {

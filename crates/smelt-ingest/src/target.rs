@@ -128,11 +128,13 @@ impl Target {
                     .bytes()
                     .await
                     .map_err(|e| storage(e, "reading the export state"))?;
-                serde_json::from_slice(&bytes).map_err(|e| {
-                    EngineError::user(
-                        format!("the export state `{}/{shown}` is damaged: {e}", self.url),
-                        "remove it to export everything again",
-                    )
+                serde_json::from_slice(&bytes).map_err(|e| EngineError::Damaged {
+                    message: format!(
+                        "the export state `{}/{shown}` is damaged: {e}; nothing was published",
+                        self.url
+                    ),
+                    source: None,
+                    hint: "the state records what this export has published: put back a copy of the file, or remove the export's folder (its files and `_smelt/`) to export everything again".into(),
                 })?
             }
             Err(object_store::Error::NotFound { .. }) => ExportState::default(),

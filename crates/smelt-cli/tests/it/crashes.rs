@@ -94,7 +94,49 @@ fn scenarios() -> Vec<Scenario> {
         quarantine_iceberg(),
         append(),
         export_replace(),
+        sql_dml(),
     ]
+}
+
+/// `smelt sql` UPDATE, DELETE and MERGE on product2's bronze, each aborted with its data
+/// files written and its commit not (`before_sql_commit`), then run again; a run applies
+/// what they changed.
+fn sql_dml() -> Scenario {
+    fn start() -> Project {
+        let p = Project::product2();
+        p.write(
+            "update.sql",
+            "UPDATE medallion_demo.product2__bronze SET Name = concat(Name, ' (fixed)') \
+             WHERE Id = '01t000000000001AAA'",
+        );
+        p.write(
+            "delete.sql",
+            "DELETE FROM medallion_demo.product2__bronze WHERE Id = '01t000000000002AAA'",
+        );
+        p.write(
+            "merge.sql",
+            "MERGE INTO medallion_demo.product2__bronze AS b \
+             USING (SELECT '01t000000000003AAA' AS Id, 'merged' AS Name \
+                    UNION ALL SELECT '01t000000000077AAA', 'new by merge') AS s \
+             ON b.Id = s.Id \
+             WHEN MATCHED THEN UPDATE SET Name = s.Name \
+             WHEN NOT MATCHED THEN INSERT (Id, Name) VALUES (s.Id, s.Name)",
+        );
+        p
+    }
+    Scenario {
+        name: "smelt sql UPDATE, DELETE, MERGE",
+        start,
+        steps: vec![
+            Step::SqlFile("bronze.sql"),
+            Step::SqlFile("insert_1.sql"),
+            run(&["run"]),
+            crash(&["sql", "-f", "update.sql"], &["before_sql_commit"]),
+            crash(&["sql", "-f", "delete.sql"], &["before_sql_commit"]),
+            crash(&["sql", "-f", "merge.sql"], &["before_sql_commit"]),
+            run(&["run"]),
+        ],
+    }
 }
 
 /// A product deleted by a bronze change that closes nothing (no history yet): SCD1 and
@@ -616,6 +658,11 @@ fn crashes_at_iceberg_silver_tombstones_and_rejects_commits_rerun_to_the_same_ta
 #[test]
 fn crashes_of_an_append_rerun_to_the_same_lake() {
     drill(&append());
+}
+
+#[test]
+fn crashes_inside_smelt_sql_dml_rerun_to_the_same_lake() {
+    drill(&sql_dml());
 }
 
 #[test]

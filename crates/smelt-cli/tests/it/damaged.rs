@@ -246,3 +246,141 @@ fn an_empty_landing_file_loads_nothing_once() {
     let flows = p.flows(&["run"]);
     assert_eq!(flows[0]["status"], "up_to_date", "{:?}", flows[0]);
 }
+
+/// Silver written merge-on-read (its replaced rows marked in a deletion vector file), whose
+/// deletion vector file is then damaged: the next run that marks more rows of that data file
+/// must read it, and stops naming the table and the file; nothing is written; the file back,
+/// the run gives the silver of a lake that was never damaged.
+#[test]
+fn a_damaged_deletion_vector_file_is_named() {
+    fn start() -> Project {
+        let p = Project::product2();
+        let yaml = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+        p.write("smelt.yaml", &format!("write_mode: merge_on_read\n{yaml}"));
+        for step in ["bronze.sql", "insert_1.sql"] {
+            p.ok(&["sql", "-f", step]);
+        }
+        p.ok(&["run"]);
+        p.ok(&["sql", "-f", "insert_2.sql"]);
+        p.ok(&["run"]);
+        p.write(
+            "rename.sql",
+            "INSERT INTO medallion_demo.product2__bronze (Id, Name, ProductCode) \
+             SELECT Id, concat(Name, ' (renamed)'), ProductCode \
+             FROM medallion_demo.product2__bronze",
+        );
+        p.ok(&["sql", "-f", "rename.sql"]);
+        p
+    }
+    let reference = start();
+    reference.ok(&["run"]);
+    let want = without_audit(&reference.silver());
+
+    let p = start();
+    let dvs = files_under(&p.file("lake/medallion_demo/product2__silver"), ".bin");
+    assert!(!dvs.is_empty(), "silver has no deletion vector file");
+    let dv = dvs[0].strip_prefix(p.path()).unwrap().display().to_string();
+    let err = with_damaged(&p, &dv, Some(b"not a deletion vector"), || {
+        p.fails(&["run"], 1).1
+    });
+    insta::assert_snapshot!("damaged_deletion_vector", pinned(&p, &err));
+    p.ok(&["run"]);
+    assert_eq!(without_audit(&p.silver()), want);
+}
+
+/// An Iceberg silver whose manifest list, or one of its manifests, is damaged: the run that
+/// must read it stops naming the table and the file; the file back, the run completes.
+#[test]
+fn a_damaged_iceberg_manifest_is_named() {
+    for (kind, name) in [
+        ("snap-", "iceberg_manifest_list_damaged"),
+        ("-m", "iceberg_manifest_damaged"),
+    ] {
+        let p = Project::with_pipeline(
+            "lake: ./lake
+catalogs:
+  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}
+flows:
+  orders:
+    apply:
+      from: raw.orders
+      into: ice.silver.orders
+      schema: silver.sql
+      keys: [id]
+      sequence_by: [_commit_timestamp]
+",
+        );
+        p.write(
+            "silver.sql",
+            "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
+        );
+        p.ok(&[
+            "sql",
+            "CREATE TABLE raw.orders (id STRING, status STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true);
+             INSERT INTO raw.orders VALUES ('1', 'new'), ('2', 'new')",
+        ]);
+        p.ok(&["run"]);
+        p.ok(&["sql", "INSERT INTO raw.orders VALUES ('1', 'done')"]);
+        let file = files_under(&p.file("warehouse/silver/orders/metadata"), ".avro")
+            .into_iter()
+            .filter(|f| f.file_name().unwrap().to_string_lossy().contains(kind))
+            .next_back()
+            .unwrap_or_else(|| panic!("no `{kind}` file"));
+        let file = file.strip_prefix(p.path()).unwrap().display().to_string();
+        let err = with_damaged(&p, &file, Some(b"Obj\x01 not avro"), || {
+            p.fails(&["run"], 1).1
+        });
+        insta::with_settings!({filters => vec![(r"[0-9a-f-]{36}-m\d", "[uuid]-m0"), (r"snap-\d+-\d+-", "snap-[id]-")]}, {
+            insta::assert_snapshot!(name, pinned(&p, &err));
+        });
+        p.ok(&["run"]);
+        let rows: Vec<(String, String)> = p
+            .query("SELECT id, status FROM ice.silver.orders ORDER BY id")
+            .iter()
+            .map(|r| {
+                (
+                    crate::common::text(&r["id"]),
+                    crate::common::text(&r["status"]),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("1".to_string(), "done".to_string()),
+                ("2".into(), "new".into())
+            ],
+            "{kind}"
+        );
+    }
+}
+
+/// An export whose saved state is damaged: the run stops naming the file and what to do,
+/// and publishes nothing; the file back, the run publishes what is new, once.
+#[test]
+fn a_damaged_export_state_is_named_and_nothing_is_published() {
+    let p = Project::example("export_replace");
+    p.ok(&["sql", "-f", "source.sql"]);
+    p.ok(&["sql", "-f", "target.sql"]);
+    p.ok(&["run", "export_demo_table"]);
+    let states = files_under(&p.file("exports/export_demo_table/_smelt"), ".json");
+    let state = states.last().expect("a saved state");
+    let state = state.strip_prefix(p.path()).unwrap().display().to_string();
+    p.ok(&[
+        "sql",
+        "UPDATE abc.export_demo_table SET quantity = 9, updated_at = TIMESTAMP '2026-07-25 00:00:00' WHERE sale_id = 2",
+    ]);
+    let published = files_under(&p.file("exports"), ".parquet");
+    let err = with_damaged(&p, &state, Some(b"{\"version\": "), || {
+        let (_, err) = p.fails(&["run", "export_demo_table"], 1);
+        assert_eq!(files_under(&p.file("exports"), ".parquet"), published);
+        err
+    });
+    insta::assert_snapshot!("damaged_export_state", pinned(&p, &err));
+    p.ok(&["run", "export_demo_table"]);
+    assert_eq!(
+        files_under(&p.file("exports"), ".parquet").len(),
+        published.len() + 1,
+        "the update published once"
+    );
+}

@@ -407,7 +407,7 @@ async fn writable(lake: &Lake, name: &smelt_spec::TableName, what: &str) -> Resu
             ),
         ));
     }
-    Ok(table)
+    super::commit_failpoint::armed(table, name).await
 }
 
 /// The one table an UPDATE or DELETE changes, and its alias.

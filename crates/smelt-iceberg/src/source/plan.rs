@@ -470,18 +470,7 @@ pub(crate) async fn plan_snapshot(
 ) -> Result<Vec<FileToRead>> {
     let metadata = table.metadata_ref();
     let id = snapshot.snapshot_id();
-    let scan = table
-        .scan()
-        .snapshot_id(id)
-        .build()
-        .context(|| format!("planning a read of `{name}` at snapshot {id}"))?;
-    let tasks: Vec<iceberg::scan::FileScanTask> = scan
-        .plan_files()
-        .await
-        .context(|| format!("planning a read of `{name}` at snapshot {id}"))?
-        .try_collect()
-        .await
-        .context(|| format!("planning a read of `{name}` at snapshot {id}"))?;
+    let tasks = manifests::scan_tasks(name, table, snapshot, None).await?;
     let mut deletes: HashMap<String, Vec<iceberg::scan::FileScanTaskDeleteFile>> = HashMap::new();
     for task in tasks {
         deletes

@@ -4,11 +4,11 @@ use async_trait::async_trait;
 use smelt_spec::{ExportFlow, TableName};
 
 use super::{export_state, run_export};
-use crate::Result;
 use crate::flow::status::FlowStatus;
 use crate::flow::{FlowCx, FlowRunner, LakeCx};
 use crate::ports::{LastCommit, SourceOptions};
 use crate::report::{FlowEvent, FlowReport};
+use crate::{EngineError, Result};
 
 pub(crate) struct Export<'a> {
     pub(crate) name: &'a str,
@@ -40,6 +40,8 @@ impl FlowRunner for Export<'_> {
             };
             match last.await {
                 Ok(last) => cx.recover_from(self.name, last, events).await,
+                // A damaged state fails the run itself, which says so once.
+                Err(EngineError::Damaged { .. }) => {}
                 Err(e) => cx.cannot_check(self.name, e),
             }
         }
