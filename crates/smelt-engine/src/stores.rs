@@ -72,14 +72,12 @@ impl StoreFault {
     pub fn of(error: &(dyn std::error::Error + 'static)) -> Option<Self> {
         let mut next = Some(error);
         while let Some(e) = next {
-            if let Some(e) = e.downcast_ref::<object_store::Error>() {
-                match e {
-                    object_store::Error::PermissionDenied { .. }
-                    | object_store::Error::Unauthenticated { .. } => {
-                        return Some(StoreFault::Credentials);
-                    }
-                    _ => {}
-                }
+            if let Some(
+                object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. },
+            ) = e.downcast_ref::<object_store::Error>()
+            {
+                return Some(StoreFault::Credentials);
             }
             if let Some(e) = e.downcast_ref::<object_store::client::HttpError>() {
                 use object_store::client::HttpErrorKind;

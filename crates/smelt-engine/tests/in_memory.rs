@@ -500,7 +500,7 @@ async fn run_engine_and_model(
         out.push((t.amounts(), model.rows()));
     }
     // A full refresh rebuilds silver as one run over every version from scratch.
-    let source = bronze(&f, &commits, 0);
+    let source = bronze(&f, commits, 0);
     let mut fresh = Model {
         quarantine_conflicts,
         source_deletes: late,

@@ -323,8 +323,7 @@ flows:
         p.ok(&["sql", "INSERT INTO raw.orders VALUES ('1', 'done')"]);
         let file = files_under(&p.file("warehouse/silver/orders/metadata"), ".avro")
             .into_iter()
-            .filter(|f| f.file_name().unwrap().to_string_lossy().contains(kind))
-            .next_back()
+            .rfind(|f| f.file_name().unwrap().to_string_lossy().contains(kind))
             .unwrap_or_else(|| panic!("no `{kind}` file"));
         let file = file.strip_prefix(p.path()).unwrap().display().to_string();
         let err = with_damaged(&p, &file, Some(b"Obj\x01 not avro"), || {

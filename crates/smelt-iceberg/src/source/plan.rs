@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use futures::TryStreamExt;
 use iceberg::spec::{
     DataContentType, ManifestContentType, ManifestStatus, Operation, PartitionSpecRef, SnapshotRef,
     Struct,
@@ -14,7 +13,7 @@ use smelt_core::change::{DELETE, INSERT};
 use smelt_spec::TableName;
 
 use crate::deletes::{self as delete_files, EqualityDeleteFile, PositionDeleteFile};
-use crate::error::{Context, Error, Result};
+use crate::error::{Error, Result};
 use crate::manifests;
 
 /// One data file to read, and the change its rows are.
@@ -469,7 +468,6 @@ pub(crate) async fn plan_snapshot(
     snapshot: &SnapshotRef,
 ) -> Result<Vec<FileToRead>> {
     let metadata = table.metadata_ref();
-    let id = snapshot.snapshot_id();
     let tasks = manifests::scan_tasks(name, table, snapshot, None).await?;
     let mut deletes: HashMap<String, Vec<iceberg::scan::FileScanTaskDeleteFile>> = HashMap::new();
     for task in tasks {
