@@ -9,6 +9,9 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjectPath;
 use smelt_engine::EngineError;
 
+/// What else can be done about a damaged checkpoint.
+const CHECKPOINT: &str = "a checkpoint only sums up the commits before it: if their files are all still in `_delta_log/`, removing the checkpoint and `_delta_log/_last_checkpoint` lets readers replay them";
+
 /// What to do about a damaged file: the fix is the user's, and smelt committed nothing.
 const RESTORE: &str = "restore it from a backup (or the store's object versions), or rebuild the table from its source; nothing was committed";
 
@@ -24,6 +27,16 @@ pub(crate) async fn damaged_log(store: &ObjectStoreRef) -> Option<(String, Strin
     files.sort_by(|a, b| a.location.cmp(&b.location));
     for meta in files {
         let name = meta.location.filename()?.to_string();
+        if name.contains(".checkpoint.") && name.ends_with(".parquet") {
+            let bytes = store.get(&meta.location).await.ok()?.bytes().await.ok()?;
+            if let Err(e) = deltalake::parquet::file::reader::SerializedFileReader::new(bytes) {
+                return Some((
+                    format!("`_delta_log/{name}` (a checkpoint)"),
+                    format!("is not a readable Parquet file ({e}); {CHECKPOINT}"),
+                ));
+            }
+            continue;
+        }
         let version = name
             .strip_suffix(".json")
             .filter(|v| v.len() == 20 && v.bytes().all(|b| b.is_ascii_digit()))

@@ -47,11 +47,11 @@ pub(crate) async fn read_file(
         .build();
     let batches: Vec<_> = reader
         .read(stream::iter([Ok(task)]).boxed())
-        .context(|| format!("reading `{path}` of `{name}`"))?
+        .map_err(|e| data_file_error(name, &path, e))?
         .stream()
         .try_collect()
         .await
-        .context(|| format!("reading `{path}` of `{name}`"))?;
+        .map_err(|e| data_file_error(name, &path, e))?;
     // The columns read, in `schema`'s order.
     let read: Vec<usize> = (0..schema.fields().len())
         .filter(|&i| committed(table, schema.field(i).name()))
@@ -124,4 +124,52 @@ pub(crate) fn keys_of(batches: &[RecordBatch]) -> Result<Option<KeyIndex>> {
     let index =
         KeyIndex::new(all.columns()).map_err(|e| Error::user(e.to_string(), "check `keys`"))?;
     Ok(Some(index))
+}
+
+/// The error of reading data file `path` of `name`: gone from the store, or (the reader's
+/// `DataInvalid`) not Parquet, are damage the user fixes; any other failure stays the
+/// storage error it is.
+fn data_file_error(name: &TableName, path: &str, e: iceberg::Error) -> Error {
+    let mut missing = false;
+    let mut invalid = false;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(current) = next {
+        if let Some(object_store::Error::NotFound { .. }) =
+            current.downcast_ref::<object_store::Error>()
+        {
+            missing = true;
+        }
+        if let Some(ice) = current.downcast_ref::<iceberg::Error>() {
+            invalid |= ice.kind() == iceberg::ErrorKind::DataInvalid;
+        }
+        next = current.source();
+    }
+    let restore = "restore it from a backup (or the store's object versions), or roll the table back to a snapshot before it with the engine that wrote it (Spark: `CALL <catalog>.system.rollback_to_snapshot`); nothing was committed";
+    let (message, hint) = if missing {
+        (
+            format!(
+                "Iceberg table `{name}` lists data file `{path}`, which the store does not have"
+            ),
+            format!(
+                "it was deleted by hand, or by an expiry or cleanup that went too far: {restore}"
+            ),
+        )
+    } else if invalid {
+        (
+            format!(
+                "Iceberg table `{name}`: its data file `{path}` is not a readable Parquet file"
+            ),
+            format!("the file its manifests list is damaged or was overwritten: {restore}"),
+        )
+    } else {
+        return Error::Iceberg {
+            context: format!("reading `{path}` of `{name}`"),
+            source: Box::new(e),
+        };
+    };
+    Error::Engine(smelt_engine::EngineError::Damaged {
+        message,
+        source: Some(Box::new(e)),
+        hint,
+    })
 }
