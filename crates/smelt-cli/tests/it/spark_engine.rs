@@ -835,7 +835,7 @@ fn pin_failures(name: &str, p: &Project, embedded: &str, spark: &str) {
 }
 
 /// Pins a Spark engine's message (the cluster's port as `[port]`, the commit time of a
-/// sequence as `[time]`).
+/// sequence as `[time]`, a row's number in a batch as `[n]`).
 pub(crate) fn pin_spark(name: &str, p: &Project, text: &str) {
     let filters = vec![
         (r"127\.0\.0\.1:\d+", "127.0.0.1:[port]"),
@@ -843,6 +843,8 @@ pub(crate) fn pin_spark(name: &str, p: &Project, text: &str) {
             r"_commit_timestamp=[0-9TZ:. -]+",
             "_commit_timestamp=[time]",
         ),
+        // A row's number in its batch follows the order of the files read.
+        (r"\brow \d+ of ", "row [n] of "),
     ];
     insta::with_settings!({filters => filters}, {
         insta::assert_snapshot!(name, common::pinned(p, text));
