@@ -105,13 +105,28 @@ fn exported_ids(dir: &std::path::Path) -> Vec<String> {
     ids
 }
 
+/// `examples/export_replace` with its source and target tables.
+fn export_project() -> Project {
+    let p = Project::example("export_replace");
+    p.ok(&["sql", "-f", "source.sql"]);
+    p.ok(&["sql", "-f", "target.sql"]);
+    p
+}
+
+/// Every source row `p`'s export selects is published once: as one export run alone does.
+fn published_once(p: &Project) {
+    let reference = export_project();
+    reference.ok(&["run", "export_demo_table"]);
+    let ids = exported_ids(&p.file("exports"));
+    assert!(!ids.is_empty());
+    assert_eq!(ids, exported_ids(&reference.file("exports")));
+}
+
 /// An export held before saving its state while another run of it publishes: the held one
 /// is refused ("saved its state first"), and every row is published once.
 #[test]
 fn an_export_held_at_its_state_loses_to_one_that_saved_first() {
-    let p = Project::example("export_replace");
-    p.ok(&["sql", "-f", "source.sql"]);
-    p.ok(&["sql", "-f", "target.sql"]);
+    let p = export_project();
     let held = p.held_at("before_export_state", &["run", "export_demo_table"]);
     p.ok(&["run", "export_demo_table"]);
     let out = held.release();
@@ -122,20 +137,12 @@ fn an_export_held_at_its_state_loses_to_one_that_saved_first() {
         "{stderr}"
     );
     p.ok(&["run", "export_demo_table"]);
-    let reference = Project::example("export_replace");
-    reference.ok(&["sql", "-f", "source.sql"]);
-    reference.ok(&["sql", "-f", "target.sql"]);
-    reference.ok(&["run", "export_demo_table"]);
-    let ids = exported_ids(&p.file("exports"));
-    assert!(!ids.is_empty());
-    assert_eq!(ids, exported_ids(&reference.file("exports")));
+    published_once(&p);
 }
 
 #[test]
 fn concurrent_exports_publish_each_row_once() {
-    let p = Project::example("export_replace");
-    p.ok(&["sql", "-f", "source.sql"]);
-    p.ok(&["sql", "-f", "target.sql"]);
+    let p = export_project();
     let spawn = || p.piped(&["run", "export_demo_table"]).spawn().unwrap();
     let (a, b) = (spawn(), spawn());
     for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
@@ -150,13 +157,7 @@ fn concurrent_exports_publish_each_row_once() {
     }
     // One more run publishes nothing new; every source row the export selects is there once.
     p.ok(&["run", "export_demo_table"]);
-    let reference = Project::example("export_replace");
-    reference.ok(&["sql", "-f", "source.sql"]);
-    reference.ok(&["sql", "-f", "target.sql"]);
-    reference.ok(&["run", "export_demo_table"]);
-    let ids = exported_ids(&p.file("exports"));
-    assert!(!ids.is_empty());
-    assert_eq!(ids, exported_ids(&reference.file("exports")));
+    published_once(&p);
 }
 
 /// Three ingest runs at once: each file's rows land in bronze once, its malformed lines

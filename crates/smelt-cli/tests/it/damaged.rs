@@ -176,31 +176,7 @@ fn files_under(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {
 
 #[test]
 fn an_iceberg_table_whose_metadata_file_is_gone_is_named() {
-    let p = Project::with_pipeline(
-        "lake: ./lake
-catalogs:
-  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}
-flows:
-  orders:
-    apply:
-      from: raw.orders
-      into: ice.silver.orders
-      schema: silver.sql
-      keys: [id]
-      sequence_by: [_commit_timestamp]
-",
-    );
-    p.write(
-        "silver.sql",
-        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
-    );
-    p.ok(&[
-        "sql",
-        "CREATE TABLE raw.orders (id STRING, status STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true);
-         INSERT INTO raw.orders VALUES ('1', 'new')",
-    ]);
-    p.ok(&["run"]);
-    p.ok(&["sql", "INSERT INTO raw.orders VALUES ('2', 'new')"]);
+    let p = iceberg_orders_behind();
     let current = files_under(&p.file("warehouse"), ".metadata.json")
         .pop()
         .expect("the silver's metadata");
@@ -210,12 +186,7 @@ flows:
     insta::assert_snapshot!("iceberg_metadata_file_gone", pinned(&p, &err));
     std::fs::write(&current, kept).unwrap();
     p.ok(&["run"]);
-    let ids: Vec<String> = p
-        .query("SELECT id FROM ice.silver.orders ORDER BY id")
-        .iter()
-        .map(|r| crate::common::text(&r["id"]))
-        .collect();
-    assert_eq!(ids, ["1", "2"]);
+    assert_eq!(iceberg_orders(&p), orders_done());
 }
 
 /// `_last_checkpoint` is a hint (the Delta protocol lets a reader list the log instead): a
@@ -291,16 +262,12 @@ fn a_damaged_deletion_vector_file_is_named() {
     assert_eq!(without_audit(&p.silver()), want);
 }
 
-/// An Iceberg silver whose manifest list, or one of its manifests, is damaged: the run that
-/// must read it stops naming the table and the file; the file back, the run completes.
-#[test]
-fn a_damaged_iceberg_manifest_is_named() {
-    for (kind, name) in [
-        ("snap-", "iceberg_manifest_list_damaged"),
-        ("-m", "iceberg_manifest_damaged"),
-    ] {
-        let p = Project::with_pipeline(
-            "lake: ./lake
+/// Silver `ice.silver.orders` in an Iceberg SQL catalog, applied from Delta bronze
+/// `raw.orders` (ids 1 and 2 `new`), with a change of id 1 (`done`) in bronze not yet
+/// applied: the next run has to read silver.
+fn iceberg_orders_behind() -> Project {
+    let p = Project::with_pipeline(
+        "lake: ./lake
 catalogs:
   ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}
 flows:
@@ -312,18 +279,48 @@ flows:
       keys: [id]
       sequence_by: [_commit_timestamp]
 ",
-        );
-        p.write(
-            "silver.sql",
-            "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
-        );
-        p.ok(&[
-            "sql",
-            "CREATE TABLE raw.orders (id STRING, status STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true);
-             INSERT INTO raw.orders VALUES ('1', 'new'), ('2', 'new')",
-        ]);
-        p.ok(&["run"]);
-        p.ok(&["sql", "INSERT INTO raw.orders VALUES ('1', 'done')"]);
+    );
+    p.write(
+        "silver.sql",
+        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
+    );
+    p.ok(&[
+        "sql",
+        "CREATE TABLE raw.orders (id STRING, status STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true);
+         INSERT INTO raw.orders VALUES ('1', 'new'), ('2', 'new')",
+    ]);
+    p.ok(&["run"]);
+    p.ok(&["sql", "INSERT INTO raw.orders VALUES ('1', 'done')"]);
+    p
+}
+
+/// `ice.silver.orders` as (id, status), by id.
+fn iceberg_orders(p: &Project) -> Vec<(String, String)> {
+    p.query("SELECT id, status FROM ice.silver.orders ORDER BY id")
+        .iter()
+        .map(|r| {
+            (
+                crate::common::text(&r["id"]),
+                crate::common::text(&r["status"]),
+            )
+        })
+        .collect()
+}
+
+/// What [`iceberg_orders`] gives once the change is applied.
+fn orders_done() -> Vec<(String, String)> {
+    vec![("1".into(), "done".into()), ("2".into(), "new".into())]
+}
+
+/// An Iceberg silver whose manifest list, or one of its manifests, is damaged: the run that
+/// must read it stops naming the table and the file; the file back, the run completes.
+#[test]
+fn a_damaged_iceberg_manifest_is_named() {
+    for (kind, name) in [
+        ("snap-", "iceberg_manifest_list_damaged"),
+        ("-m", "iceberg_manifest_damaged"),
+    ] {
+        let p = iceberg_orders_behind();
         let file = files_under(&p.file("warehouse/silver/orders/metadata"), ".avro")
             .into_iter()
             .rfind(|f| f.file_name().unwrap().to_string_lossy().contains(kind))
@@ -336,24 +333,7 @@ flows:
             insta::assert_snapshot!(name, pinned(&p, &err));
         });
         p.ok(&["run"]);
-        let rows: Vec<(String, String)> = p
-            .query("SELECT id, status FROM ice.silver.orders ORDER BY id")
-            .iter()
-            .map(|r| {
-                (
-                    crate::common::text(&r["id"]),
-                    crate::common::text(&r["status"]),
-                )
-            })
-            .collect();
-        assert_eq!(
-            rows,
-            [
-                ("1".to_string(), "done".to_string()),
-                ("2".into(), "new".into())
-            ],
-            "{kind}"
-        );
+        assert_eq!(iceberg_orders(&p), orders_done(), "{kind}");
     }
 }
 
@@ -433,31 +413,7 @@ fn a_damaged_checkpoint_is_named() {
 /// the table and the file; nothing is committed; the file back, the run completes.
 #[test]
 fn a_missing_iceberg_data_file_is_named() {
-    let p = Project::with_pipeline(
-        "lake: ./lake
-catalogs:
-  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./warehouse}
-flows:
-  orders:
-    apply:
-      from: raw.orders
-      into: ice.silver.orders
-      schema: silver.sql
-      keys: [id]
-      sequence_by: [_commit_timestamp]
-",
-    );
-    p.write(
-        "silver.sql",
-        "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
-    );
-    p.ok(&[
-        "sql",
-        "CREATE TABLE raw.orders (id STRING, status STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true);
-         INSERT INTO raw.orders VALUES ('1', 'new'), ('2', 'new')",
-    ]);
-    p.ok(&["run"]);
-    p.ok(&["sql", "INSERT INTO raw.orders VALUES ('1', 'done')"]);
+    let p = iceberg_orders_behind();
     let data = files_under(&p.file("warehouse/silver/orders/data"), ".parquet")
         .pop()
         .expect("silver's data file");
@@ -465,21 +421,5 @@ flows:
     let err = with_damaged(&p, &data, None, || p.fails(&["run"], 1).1);
     insta::assert_snapshot!("iceberg_data_file_gone", pinned(&p, &err));
     p.ok(&["run"]);
-    let rows: Vec<(String, String)> = p
-        .query("SELECT id, status FROM ice.silver.orders ORDER BY id")
-        .iter()
-        .map(|r| {
-            (
-                crate::common::text(&r["id"]),
-                crate::common::text(&r["status"]),
-            )
-        })
-        .collect();
-    assert_eq!(
-        rows,
-        [
-            ("1".to_string(), "done".to_string()),
-            ("2".into(), "new".into())
-        ]
-    );
+    assert_eq!(iceberg_orders(&p), orders_done());
 }

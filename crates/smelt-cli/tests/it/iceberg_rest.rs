@@ -23,6 +23,17 @@ fn pyiceberg(catalog: &RestCatalog, steps: &[Value]) -> Vec<Value> {
     common::pyiceberg_at(&catalog.uri(), "s3://warehouse/", &props, steps)
 }
 
+/// Bronze `raw.orders`, created by pyiceberg with its first two rows.
+fn first_orders(catalog: &RestCatalog) {
+    pyiceberg(
+        catalog,
+        &[
+            json!({"create": "raw.orders", "columns": ["id", "status"]}),
+            json!({"append": "raw.orders", "rows": [row("1", "new"), row("2", "active")]}),
+        ],
+    );
+}
+
 fn row(id: &str, status: &str) -> Value {
     json!({"id": id, "status": status})
 }
@@ -69,13 +80,7 @@ flows:
         "silver.sql",
         "CREATE TABLE silver.orders (id STRING NOT NULL, status STRING)",
     );
-    pyiceberg(
-        &catalog,
-        &[
-            json!({"create": "raw.orders", "columns": ["id", "status"]}),
-            json!({"append": "raw.orders", "rows": [row("1", "new"), row("2", "active")]}),
-        ],
-    );
+    first_orders(&catalog);
     p.ok_with(&catalog.env(), &["run"]);
     pyiceberg(
         &catalog,
@@ -144,13 +149,7 @@ fn a_commit_answered_with_500_may_have_landed_and_the_rerun_applies_it_once() {
     let catalog = RestCatalog::start();
     let proxy = RestProxy::failing_commits(&catalog, 1);
     let p = current_orders(&proxy.uri(), "");
-    pyiceberg(
-        &catalog,
-        &[
-            json!({"create": "raw.orders", "columns": ["id", "status"]}),
-            json!({"append": "raw.orders", "rows": [row("1", "new"), row("2", "active")]}),
-        ],
-    );
+    first_orders(&catalog);
     let (_, err) = p.fails_with(&catalog.env(), &["run"], 1);
     let err = pinned(&p, &err).replace(&proxy.port.to_string(), "[port]");
     insta::assert_snapshot!("commit_answered_with_500", err);
@@ -216,13 +215,7 @@ fn a_catalog_that_fails_or_never_answers_is_named_in_bounded_time() {
 fn a_run_held_at_its_rest_commit_loses_to_one_that_committed() {
     let catalog = RestCatalog::start();
     let p = current_orders(&catalog.uri(), "");
-    pyiceberg(
-        &catalog,
-        &[
-            json!({"create": "raw.orders", "columns": ["id", "status"]}),
-            json!({"append": "raw.orders", "rows": [row("1", "new"), row("2", "active")]}),
-        ],
-    );
+    first_orders(&catalog);
     p.ok_with(&catalog.env(), &["run"]);
     pyiceberg(
         &catalog,
