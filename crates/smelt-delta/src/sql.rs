@@ -332,7 +332,12 @@ async fn dataframe(
         // A table the query names that does not open says so itself.
         Err(e) => match crate::session::into_engine(e) {
             Ok(engine) => return Err(engine.into()),
-            Err(e) => return Err(e).context(|| "planning the query".to_string()),
+            Err(e) => {
+                if let Some(unknown) = unknown_table(lake, &e).await {
+                    return Err(unknown);
+                }
+                return Err(e).context(|| "planning the query".to_string());
+            }
         },
     };
     SQLOptions::new()
@@ -343,4 +348,36 @@ async fn dataframe(
     ctx.execute_logical_plan(plan)
         .await
         .context(|| "running the query".to_string())
+}
+
+/// The error of a query naming a table the lake does not hold (DataFusion's "table
+/// 'datafusion.s.t' not found"): the table, where it was looked for, and the names near it.
+async fn unknown_table(lake: &Lake, e: &datafusion::error::DataFusionError) -> Option<Error> {
+    let text = e.to_string();
+    let quoted = text.split("table '").nth(1)?.split("' not found").next()?;
+    let name = quoted.strip_prefix("datafusion.").unwrap_or(quoted);
+    // A catalog's tables are resolved (and refused by name) before planning.
+    let table = smelt_spec::TableName::parse(name).filter(|t| t.catalog.is_none())?;
+    let known: Vec<String> = lake
+        .tables()
+        .await
+        .ok()?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let hint = match smelt_spec::did_you_mean(name, known.iter().map(String::as_str)) {
+        Some(near) => format!("did you mean `{near}`?"),
+        None if known.is_empty() => "the lake holds no table yet: create one with CREATE TABLE".into(),
+        None => format!(
+            "create it with CREATE TABLE, or name one the lake holds: {}",
+            known.join(", ")
+        ),
+    };
+    Some(Error::user(
+        format!(
+            "table `{table}` does not exist (looked in {})",
+            lake.location(&table)
+        ),
+        hint,
+    ))
 }
