@@ -367,7 +367,9 @@ async fn unknown_table(lake: &Lake, e: &datafusion::error::DataFusionError) -> O
         .collect();
     let hint = match smelt_spec::did_you_mean(name, known.iter().map(String::as_str)) {
         Some(near) => format!("did you mean `{near}`?"),
-        None if known.is_empty() => "the lake holds no table yet: create one with CREATE TABLE".into(),
+        None if known.is_empty() => {
+            "the lake holds no table yet: create one with CREATE TABLE".into()
+        }
         None => format!(
             "create it with CREATE TABLE, or name one the lake holds: {}",
             known.join(", ")
