@@ -130,21 +130,20 @@ pub(crate) fn keys_of(batches: &[RecordBatch]) -> Result<Option<KeyIndex>> {
 /// `DataInvalid`) not Parquet, are damage the user fixes; any other failure stays the
 /// storage error it is.
 fn data_file_error(name: &TableName, path: &str, e: iceberg::Error) -> Error {
-    let mut missing = false;
-    let mut invalid = false;
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-    while let Some(current) = next {
-        if let Some(object_store::Error::NotFound { .. }) =
-            current.downcast_ref::<object_store::Error>()
-        {
-            missing = true;
-        }
-        if let Some(ice) = current.downcast_ref::<iceberg::Error>() {
-            invalid |= ice.kind() == iceberg::ErrorKind::DataInvalid;
-        }
-        next = current.source();
-    }
-    let restore = "restore it from a backup (or the store's object versions), or roll the table back to a snapshot before it with the engine that wrote it (Spark: `CALL <catalog>.system.rollback_to_snapshot`); nothing was committed";
+    let missing = std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |c| {
+        c.source()
+    })
+    .any(|c| {
+        matches!(
+            c.downcast_ref::<object_store::Error>(),
+            Some(object_store::Error::NotFound { .. })
+        )
+    });
+    let invalid = crate::manifests::data_invalid(&e).is_some();
+    let restore = format!(
+        "restore it from a backup (or the store's object versions), or {}; nothing was committed",
+        crate::manifests::ROLL_BACK
+    );
     let (message, hint) = if missing {
         (
             format!(

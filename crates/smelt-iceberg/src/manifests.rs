@@ -10,8 +10,9 @@ use smelt_spec::TableName;
 
 use crate::error::{Context, Error, Result};
 
-/// What to do about a damaged manifest list or manifest.
-const DAMAGED_HINT: &str = "restore the file from a backup, or roll the table back to a snapshot before it with the engine that wrote it (Spark: `CALL <catalog>.system.rollback_to_snapshot`)";
+/// What else can be done about a damaged file of a table: it is not read by earlier
+/// snapshots.
+pub(crate) const ROLL_BACK: &str = "roll the table back to a snapshot before it with the engine that wrote it (Spark: `CALL <catalog>.system.rollback_to_snapshot`)";
 
 /// `e`, an error reading `file` of `name`: damaged when the file was read and did not parse
 /// (`DataInvalid`), else the storage error it is.
@@ -22,7 +23,7 @@ fn reading(name: &TableName, what: &str, file: &str, e: iceberg::Error) -> Error
                 "Iceberg table `{name}` cannot be read: its {what} `{file}` is damaged ({invalid})"
             ),
             source: Some(Box::new(e)),
-            hint: DAMAGED_HINT.into(),
+            hint: format!("restore the file from a backup, or {ROLL_BACK}"),
         });
     }
     Error::Iceberg {
@@ -33,7 +34,7 @@ fn reading(name: &TableName, what: &str, file: &str, e: iceberg::Error) -> Error
 
 /// The message of the `DataInvalid` error in `e`'s chain (the iceberg crate wraps a file
 /// that does not parse in errors of other kinds), with its own cause.
-fn data_invalid(e: &iceberg::Error) -> Option<String> {
+pub(crate) fn data_invalid(e: &iceberg::Error) -> Option<String> {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(current) = next {
         if let Some(ice) = current.downcast_ref::<iceberg::Error>()

@@ -76,11 +76,6 @@ impl StoreSettings {
         ));
         options
     }
-
-    /// The longest a request can take, answered or not: every retry, and the last try.
-    pub fn longest_request(&self) -> Duration {
-        self.retry_timeout + self.timeout
-    }
 }
 
 /// `storage:` as written.
@@ -161,7 +156,6 @@ mod tests {
             ),
             os
         );
-        assert_eq!(d.longest_request(), Duration::from_secs(210));
     }
 
     #[test]
