@@ -23,7 +23,7 @@ pub fn python(what: &str) -> PathBuf {
 }
 
 /// The S3 credentials every test service accepts, for a server on `port`.
-fn s3_env(port: u16) -> Vec<(&'static str, String)> {
+pub fn s3_env(port: u16) -> Vec<(&'static str, String)> {
     vec![
         ("AWS_ENDPOINT", format!("http://127.0.0.1:{port}")),
         ("AWS_ALLOW_HTTP", "true".into()),

@@ -108,6 +108,15 @@ impl Project {
         c
     }
 
+    /// Runs `smelt <args>` with more environment `env`, whatever its end.
+    fn output_with(&self, env: &[(&str, String)], args: &[&str]) -> std::process::Output {
+        self.smelt()
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap()
+    }
+
     /// Runs `smelt <args>` and requires success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         self.ok_with(&[], args)
@@ -115,12 +124,7 @@ impl Project {
 
     /// [`Project::ok`] with more environment (a storage server's endpoint and keys).
     pub fn ok_with(&self, env: &[(&str, String)], args: &[&str]) -> String {
-        let out = self
-            .smelt()
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .unwrap();
+        let out = self.output_with(env, args);
         assert!(
             out.status.success(),
             "smelt {args:?} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
@@ -147,12 +151,7 @@ impl Project {
 
     /// [`Project::fails`] with more environment (a storage server's endpoint and keys).
     pub fn fails_with(&self, env: &[(&str, String)], args: &[&str], code: i32) -> (String, String) {
-        let out = self
-            .smelt()
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .unwrap();
+        let out = self.output_with(env, args);
         let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout).to_string(),
             String::from_utf8_lossy(&out.stderr).to_string(),

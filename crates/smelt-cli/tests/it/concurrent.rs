@@ -122,6 +122,21 @@ fn published_once(p: &Project) {
     assert_eq!(ids, exported_ids(&reference.file("exports")));
 }
 
+/// True when an export run was refused because another run saved its state first (exit
+/// code 1, saying so); false when it succeeded; any other end fails the test.
+fn refused_export(out: &std::process::Output) -> bool {
+    if out.status.success() {
+        return false;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("another run of this export saved its state first"),
+        "{stderr}"
+    );
+    true
+}
+
 /// An export held before saving its state while another run of it publishes: the held one
 /// is refused ("saved its state first"), and every row is published once.
 #[test]
@@ -129,13 +144,7 @@ fn an_export_held_at_its_state_loses_to_one_that_saved_first() {
     let p = export_project();
     let held = p.held_at("before_export_state", &["run", "export_demo_table"]);
     p.ok(&["run", "export_demo_table"]);
-    let out = held.release();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("another run of this export saved its state first"),
-        "{stderr}"
-    );
+    assert!(refused_export(&held.release()), "the held export published");
     p.ok(&["run", "export_demo_table"]);
     published_once(&p);
 }
@@ -146,14 +155,7 @@ fn concurrent_exports_publish_each_row_once() {
     let spawn = || p.piped(&["run", "export_demo_table"]).spawn().unwrap();
     let (a, b) = (spawn(), spawn());
     for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            assert_eq!(out.status.code(), Some(1), "{stderr}");
-            assert!(
-                stderr.contains("another run of this export saved its state first"),
-                "{stderr}"
-            );
-        }
+        refused_export(&out);
     }
     // One more run publishes nothing new; every source row the export selects is there once.
     p.ok(&["run", "export_demo_table"]);

@@ -4,11 +4,11 @@
 //! timeouts and retries) with one error naming the URL and the fix, exit code 1, and
 //! nothing written: bronze stays on local disk, silver was to go to the unanswering lake.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use crate::common::{Project, pinned};
-use smelt_test::services::S3Server;
+use smelt_test::services::{S3Server, s3_env};
 
 /// Tight limits, so a store that does not answer fails fast: 1 s a request, two retries
 /// within 3 s.
@@ -32,17 +32,6 @@ fn silver_on_s3(storage: &str) -> Project {
         ),
     );
     p
-}
-
-/// The environment of an S3 endpoint at `addr` with the test keys.
-fn endpoint(addr: SocketAddr) -> Vec<(&'static str, String)> {
-    vec![
-        ("AWS_ENDPOINT", format!("http://{addr}")),
-        ("AWS_ALLOW_HTTP", "true".into()),
-        ("AWS_ACCESS_KEY_ID", "test".into()),
-        ("AWS_SECRET_ACCESS_KEY", "test".into()),
-        ("AWS_REGION", "us-east-1".into()),
-    ]
 }
 
 /// `smelt run` against `env`: requires exit code 1 within `limit`; returns stderr with the
@@ -106,7 +95,7 @@ fn an_endpoint_that_never_answers_ends_in_the_configured_time() {
         }
     });
     let p = silver_on_s3(STORAGE);
-    let env = endpoint(addr);
+    let env = s3_env(addr.port());
     let err = run_fails(&p, &env, addr.port(), Duration::from_secs(30));
     pin("endpoint_never_answers", &err);
     nothing_written_locally(&p);
@@ -136,7 +125,12 @@ fn an_endpoint_that_refuses_connections_ends_in_the_configured_time() {
         .local_addr()
         .unwrap();
     let p = silver_on_s3(STORAGE);
-    let err = run_fails(&p, &endpoint(addr), addr.port(), Duration::from_secs(30));
+    let err = run_fails(
+        &p,
+        &s3_env(addr.port()),
+        addr.port(),
+        Duration::from_secs(30),
+    );
     pin("endpoint_refuses_connections", &err);
     nothing_written_locally(&p);
 }
