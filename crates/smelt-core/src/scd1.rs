@@ -58,8 +58,9 @@ pub struct Scd1Input<'a> {
     pub stored_sequence: &'a [ArrayRef],
     /// The change's data columns (silver columns except keys and audit columns).
     pub new_data: &'a [ArrayRef],
-    /// Silver's stored data columns, same order and types.
-    pub stored_data: &'a [ArrayRef],
+    /// Silver's stored data columns, same order and types; `None` when they were not read
+    /// (derived change data): every newer upsert of a stored key then counts as updated.
+    pub stored_data: Option<&'a [ArrayRef]>,
     /// True where the change deletes its key; `None`: every change is an upsert.
     pub delete: Option<&'a BooleanArray>,
     /// The keys' tombstones: true where one exists, and its sequence columns.
@@ -74,7 +75,9 @@ pub struct Scd1Input<'a> {
 pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
     let n = input.matched.len();
     if input.new_sequence.len() != input.stored_sequence.len()
-        || input.new_data.len() != input.stored_data.len()
+        || input
+            .stored_data
+            .is_some_and(|d| d.len() != input.new_data.len())
         || input
             .tombstone
             .is_some_and(|(_, seq)| seq.len() != input.new_sequence.len())
@@ -83,12 +86,12 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
             "apply plan inputs differ in width".into(),
         ));
     }
-    for (a, b) in input
-        .new_sequence
-        .iter()
-        .zip(input.stored_sequence)
-        .chain(input.new_data.iter().zip(input.stored_data))
-    {
+    for (a, b) in input.new_sequence.iter().zip(input.stored_sequence).chain(
+        input
+            .new_data
+            .iter()
+            .zip(input.stored_data.unwrap_or_default()),
+    ) {
         if a.len() != n || b.len() != n || a.data_type() != b.data_type() {
             return Err(CoreError::Internal(format!(
                 "apply plan column mismatch: {} vs {}",
@@ -123,10 +126,10 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
     let upsert = and_not(&past_tombstone, &delete)?;
 
     // Data is only compared where silver has the key (nothing to compare for inserts).
-    let differs = if matched.true_count() > 0 {
-        crate::columns::any_distinct(input.new_data, input.stored_data, n)?
-    } else {
-        BooleanArray::from(vec![false; n])
+    let differs = match input.stored_data {
+        _ if matched.true_count() == 0 => BooleanArray::from(vec![false; n]),
+        Some(stored) => crate::columns::any_distinct(input.new_data, stored, n)?,
+        None => BooleanArray::from(vec![true; n]),
     };
 
     let inserts = and_not(&upsert, &matched)?;
@@ -238,10 +241,10 @@ mod tests {
         ]));
         let plan = plan_scd1(&Scd1Input {
             matched: &matched,
-            new_sequence: &[new_seq],
-            stored_sequence: &[old_seq],
-            new_data: &[new_val],
-            stored_data: &[old_val],
+            new_sequence: &[Arc::clone(&new_seq)],
+            stored_sequence: &[Arc::clone(&old_seq)],
+            new_data: &[Arc::clone(&new_val)],
+            stored_data: Some(&[old_val]),
             delete: None,
             tombstone: None,
         })
@@ -264,6 +267,19 @@ mod tests {
             plan.changed,
             BooleanArray::from(vec![true, true, false, false, false])
         );
+        // Stored data not read: the same rows written, the unchanged counted as updated.
+        let unread = plan_scd1(&Scd1Input {
+            matched: &matched,
+            new_sequence: &[new_seq],
+            stored_sequence: &[old_seq],
+            new_data: &[new_val],
+            stored_data: None,
+            delete: None,
+            tombstone: None,
+        })
+        .unwrap();
+        assert_eq!(unread.write, plan.write);
+        assert_eq!((unread.counts.updated, unread.counts.unchanged), (3, 0));
     }
 
     fn seq(values: Vec<Option<i64>>) -> ArrayRef {
@@ -290,7 +306,7 @@ mod tests {
             new_sequence: &[new_seq],
             stored_sequence: &[stored_seq],
             new_data: &[Arc::clone(&data)],
-            stored_data: &[data],
+            stored_data: Some(&[data]),
             delete: Some(&delete),
             tombstone: Some((&tomb, &[tomb_seq])),
         })

@@ -139,7 +139,7 @@ fn engine_run(state: &mut State, run: &[Change]) -> ApplyCounts {
         new_sequence: &[new_seq],
         stored_sequence: &[old_seq],
         new_data: &[new_val],
-        stored_data: &[old_val],
+        stored_data: Some(&[old_val]),
         delete: Some(&delete),
         tombstone: Some((&tomb_exists, &[tomb_seq])),
     })

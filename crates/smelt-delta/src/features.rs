@@ -200,6 +200,48 @@ pub(crate) fn with_deletion_vectors(protocol: &Protocol) -> Result<Option<Protoc
         .map_err(|e| Error::internal(format!("turning deletion vectors on: {e}")))
 }
 
+/// The protocol `protocol` needs for a change feed, `None` when it allows one already:
+/// writer version 4 (legacy: it has every feature of 2 and 3), or the `changeDataFeed`
+/// writer feature under table features.
+pub(crate) fn with_change_feed(protocol: &Protocol) -> Result<Option<Protocol>> {
+    const CDF: &str = "changeDataFeed";
+    let names = |features: Option<&[TableFeature]>| -> Vec<String> {
+        features
+            .unwrap_or_default()
+            .iter()
+            .map(|f| f.to_string())
+            .collect()
+    };
+    let writer_version = protocol.min_writer_version();
+    let json = if writer_version < 4 {
+        serde_json::json!({
+            "minReaderVersion": protocol.min_reader_version(),
+            "minWriterVersion": 4,
+        })
+    } else if writer_version < 7 {
+        return Ok(None);
+    } else {
+        let mut writer = names(protocol.writer_features());
+        if writer.iter().any(|f| f == CDF) {
+            return Ok(None);
+        }
+        writer.push(CDF.to_string());
+        writer.sort();
+        let mut json = serde_json::json!({
+            "minReaderVersion": protocol.min_reader_version(),
+            "minWriterVersion": 7,
+            "writerFeatures": writer,
+        });
+        if protocol.min_reader_version() >= 3 {
+            json["readerFeatures"] = names(protocol.reader_features()).into();
+        }
+        json
+    };
+    serde_json::from_value(json)
+        .map(Some)
+        .map_err(|e| Error::internal(format!("turning the change feed on: {e}")))
+}
+
 /// The table's column mapping mode.
 fn column_mapping_mode(state: &DeltaTableState) -> ColumnMappingMode {
     state.snapshot().table_configuration().column_mapping_mode()
@@ -358,6 +400,34 @@ mod tests {
             json["writerFeatures"],
             serde_json::json!(["changeDataFeed", "deletionVectors", "timestampNtz"])
         );
+    }
+
+    #[test]
+    fn a_change_feed_needs_writer_4_or_its_feature() {
+        let legacy = protocol(serde_json::json!({"minReaderVersion": 1, "minWriterVersion": 2}));
+        let up = with_change_feed(&legacy).unwrap().unwrap();
+        assert_eq!((up.min_reader_version(), up.min_writer_version()), (1, 4));
+        let four = protocol(serde_json::json!({"minReaderVersion": 1, "minWriterVersion": 4}));
+        assert!(with_change_feed(&four).unwrap().is_none());
+        let dv = protocol(serde_json::json!({
+            "minReaderVersion": 3, "minWriterVersion": 7,
+            "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"],
+        }));
+        let up = with_change_feed(&dv).unwrap().unwrap();
+        let names = |f: Option<&[TableFeature]>| -> Vec<String> {
+            f.unwrap().iter().map(|f| f.to_string()).collect()
+        };
+        assert_eq!(
+            names(up.writer_features()),
+            ["changeDataFeed", "deletionVectors"]
+        );
+        assert_eq!(names(up.reader_features()), ["deletionVectors"]);
+        assert!(with_change_feed(&up).unwrap().is_none());
+        // Both in one commit: deletion vectors over the feed's protocol keep the feed.
+        let both = with_deletion_vectors(&with_change_feed(&legacy).unwrap().unwrap())
+            .unwrap()
+            .unwrap();
+        assert!(names(both.writer_features()).contains(&"changeDataFeed".to_string()));
     }
 
     #[test]

@@ -384,10 +384,21 @@ impl Model {
         let mut latest: Vec<(String, i64, &str)> = Vec::new();
         let mut conflicted = std::collections::BTreeSet::new();
         for (v, rows) in commits.iter().enumerate().take(to + 1).skip(from) {
-            for &(key, raw) in rows {
+            for (i, &(key, raw)) in rows.iter().enumerate() {
                 let (raw, seq) = split_value(raw, v);
                 if raw == "SRCDEL" && !self.source_deletes {
                     continue; // ignored by kind
+                }
+                // A change-feed delete that an upsert of the same key and sequence follows
+                // in its commit: the key's row replaced (a feed derived from deletion
+                // vectors reads so), the delete as if it were not there.
+                let replaced = raw == "SRCDEL"
+                    && rows[i + 1..].iter().any(|&(k, r)| {
+                        let (r, s) = split_value(r, v);
+                        k == key && s == seq && !matches!(r, "DEL" | "SRCDEL")
+                    });
+                if replaced {
+                    continue;
                 }
                 let key = key.expect("model keys are never NULL").to_string();
                 // A change with the same sequence and other typed data conflicts; a newer

@@ -15,6 +15,8 @@ pub struct Places {
     /// The lake root, without a trailing slash.
     lake: String,
     tables: Vec<(TableName, String)>,
+    /// The pipeline, for the change feeds of the tables its flows create.
+    pipeline: std::sync::Arc<Pipeline>,
 }
 
 impl Places {
@@ -28,7 +30,14 @@ impl Places {
                 .iter()
                 .map(|(name, place)| Ok((name.clone(), absolute(place)?)))
                 .collect::<Result<_>>()?,
+            pipeline: std::sync::Arc::new(pipeline.clone()),
         })
+    }
+
+    /// Whether `table`, created by a flow, keeps a change feed
+    /// ([`Pipeline::change_feed`]).
+    pub fn feed(&self, table: &TableName) -> bool {
+        self.pipeline.change_feed(table).on()
     }
 
     /// The folder or URL of `table` (an Iceberg table: its name; its catalog knows where).

@@ -5,8 +5,8 @@ use smelt_engine::EngineError;
 use smelt_engine::context::RunContext;
 use smelt_spec::COMMIT_TIMESTAMP;
 use smelt_spec::{
-    ApplyFlow, CastDialect, FileFormat, Flow, FlowKind, OnSequenceConflict, OptimizeMode, Pipeline,
-    ReplaceSource, TableName, WriteMode,
+    ApplyFlow, CastDialect, ChangeData, FileFormat, Flow, FlowKind, OnSequenceConflict,
+    OptimizeMode, Pipeline, ReplaceSource, TableName, WriteMode,
 };
 
 /// Every reason the Spark engine cannot run `flow` of `pipeline` as asked.
@@ -104,6 +104,12 @@ fn apply(spec: &ApplyFlow, refuse: &mut impl FnMut(String, &str)) {
         refuse(
             format!("`cast_dialect: {dialect}`"),
             "set `cast_dialect: spark` (Spark's own `try_cast`); a schema file with BigQuery type names (BOOL, INT64) defaults to `bigquery`",
+        );
+    }
+    if spec.change_data == ChangeData::Derived {
+        refuse(
+            "`change_data: derived`".into(),
+            "remove `change_data` (Delta on Spark writes change data files in every merge of a table with a change feed), or run this flow with `--engine embedded`",
         );
     }
     if spec.sequence_by.iter().any(|s| s == COMMIT_TIMESTAMP)

@@ -19,8 +19,8 @@ use crate::ddl::{self, ColumnType, TableDef, TableName};
 use crate::error::SpecError;
 use crate::ordered::Ordered;
 use crate::policy::{
-    OnCastError, OnSequenceConflict, OnViolation, OptimizeMode, SchemaEvolution, SourceDeletes,
-    UpdateColumns, WriteMode,
+    ChangeData, OnCastError, OnSequenceConflict, OnViolation, OptimizeMode, SchemaEvolution,
+    SourceDeletes, UpdateColumns, WriteMode,
 };
 
 mod validate;
@@ -137,6 +137,9 @@ pub struct ApplyFlow {
     pub history: UpdateColumns,
     /// How silver and tombstone rows are replaced and deleted (`write_mode`).
     pub write_mode: WriteMode,
+    /// Merge-on-read: whether change data files are written or derived by readers
+    /// (`change_data`).
+    pub change_data: ChangeData,
     /// Whether the flow optimizes silver and tombstones after its commit (`optimize`).
     pub optimize: OptimizeMode,
 }
@@ -180,6 +183,7 @@ pub(crate) struct RawApply {
     on_violation: Option<OnViolation>,
     on_sequence_conflict: Option<OnSequenceConflict>,
     pub(crate) write_mode: Option<WriteMode>,
+    change_data: Option<ChangeData>,
     optimize: Option<OptimizeMode>,
 }
 

@@ -131,8 +131,11 @@ pub struct TableDef {
     pub columns: Vec<ColumnDef>,
     /// `PRIMARY KEY (...)` columns (constraint or column option), empty if none.
     pub primary_key: Vec<String>,
-    /// `OPTIONS (enable_change_history = TRUE)` or `TBLPROPERTIES (delta.enableChangeDataFeed = true)`.
-    pub change_feed: bool,
+    /// Whether the table asks for a change feed: `Some(true)` with
+    /// `OPTIONS (enable_change_history = TRUE)` or
+    /// `TBLPROPERTIES (delta.enableChangeDataFeed = true)`, `Some(false)` when an option
+    /// turns it off, `None` when no option speaks of it.
+    pub change_feed: Option<bool>,
     /// `CREATE OR REPLACE`.
     pub or_replace: bool,
     /// `IF NOT EXISTS`.
@@ -394,9 +397,10 @@ fn span_line(line: u64) -> usize {
     (line as usize).max(1)
 }
 
-/// True when table options turn the change feed on: BigQuery
-/// `enable_change_history = TRUE` or Delta `delta.enableChangeDataFeed = true`.
-pub fn change_feed_in(options: &CreateTableOptions) -> bool {
+/// What table options say of the change feed: on with BigQuery
+/// `enable_change_history = TRUE` or Delta `delta.enableChangeDataFeed = true`, off with
+/// `false`, `None` when they do not say (the last option that does wins).
+pub fn change_feed_in(options: &CreateTableOptions) -> Option<bool> {
     let list: &[SqlOption] = match options {
         CreateTableOptions::None => &[],
         CreateTableOptions::With(o)
@@ -404,14 +408,16 @@ pub fn change_feed_in(options: &CreateTableOptions) -> bool {
         | CreateTableOptions::Plain(o)
         | CreateTableOptions::TableProperties(o) => o,
     };
-    options_turn_on_change_feed(list)
+    change_feed_option(list)
 }
 
-/// True when `key = value` options turn the change feed on (see [`change_feed_in`]).
-pub fn options_turn_on_change_feed(options: &[SqlOption]) -> bool {
+/// What `key = value` options say of the change feed (see [`change_feed_in`]).
+pub fn change_feed_option(options: &[SqlOption]) -> Option<bool> {
     key_values(options)
         .iter()
-        .any(|(k, v)| is_change_feed_key(k) && v == "true")
+        .rev()
+        .find(|(k, _)| is_change_feed_key(k))
+        .map(|(_, v)| v == "true")
 }
 
 /// Whether smelt carries out the table option `key = value` (both lower case, unquoted).
@@ -492,7 +498,7 @@ PRIMARY KEY (`Id`) NOT ENFORCED
         assert_eq!(t.column("Price").unwrap().ty, ColumnType::Decimal(38, 9));
         assert_eq!(t.column("Amount").unwrap().ty, ColumnType::Decimal(12, 2));
         assert!(t.or_replace);
-        assert!(!t.change_feed);
+        assert_eq!(t.change_feed, None);
     }
 
     #[test]
@@ -502,19 +508,25 @@ PRIMARY KEY (`Id`) NOT ENFORCED
             Path::new("x"),
         )
         .unwrap();
-        assert!(bq.change_feed);
+        assert_eq!(bq.change_feed, Some(true));
         let dbx = parse_table(
             "CREATE TABLE a.b (x STRING) TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')",
             Path::new("x"),
         )
         .unwrap();
-        assert!(dbx.change_feed);
+        assert_eq!(dbx.change_feed, Some(true));
         let dotted = parse_table(
             "CREATE TABLE a.b (x STRING) TBLPROPERTIES (delta.enableChangeDataFeed = true)",
             Path::new("x"),
         )
         .unwrap();
-        assert!(dotted.change_feed);
+        assert_eq!(dotted.change_feed, Some(true));
+        let off = parse_table(
+            "CREATE TABLE a.b (x STRING) OPTIONS (enable_change_history = FALSE)",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(off.change_feed, Some(false));
     }
 
     #[test]

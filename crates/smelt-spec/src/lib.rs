@@ -45,10 +45,10 @@ pub use ddl::{ColumnDef, ColumnType, TableDef, TableName};
 pub use error::{SpecError, SpecErrors, did_you_mean};
 pub use export::{ChangedBy, Compression, ExportFlow};
 pub use ingest::{CsvLayout, FileFormat, IngestAudit, IngestEvolution, IngestFlow};
-pub use model::{Engine, Flow, FlowKind, Pipeline};
+pub use model::{ChangeFeed, Engine, Flow, FlowKind, Pipeline};
 pub use policy::{
-    OnCastError, OnChangedFile, OnRewrite, OnSequenceConflict, OnViolation, OptimizeMode,
-    SchemaEvolution, SourceDeletes, UpdateColumns, WriteMode,
+    ChangeData, OnCastError, OnChangedFile, OnRewrite, OnSequenceConflict, OnViolation,
+    OptimizeMode, SchemaEvolution, SourceDeletes, UpdateColumns, WriteMode,
 };
 pub use replace_where::{ReplaceSource, ReplaceWhereFlow};
 pub use storage::StoreSettings;

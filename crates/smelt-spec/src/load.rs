@@ -572,4 +572,20 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn a_table_gets_a_change_feed_when_a_flow_of_the_pipeline_reads_it() {
+        use crate::model::ChangeFeed;
+        let p = load("lake: l\nflows:\n  a:\n    apply:\n      from: b.x\n      into: s.a\n      keys: [k]\n  b:\n    apply:\n      from: s.a\n      into: g.a\n      keys: [k]\n  c:\n    export:\n      from: g.a\n      to: ./out\n").unwrap();
+        let feed = |t: &str| p.change_feed(&TableName::parse(t).unwrap());
+        assert_eq!(feed("s.a"), ChangeFeed::ReadBy("b".into()));
+        assert!(feed("s.a").on());
+        // An export reads its source's changes too; a table nothing reads has none.
+        assert_eq!(feed("g.a"), ChangeFeed::ReadBy("c".into()));
+        assert_eq!(feed("s.a__tombstones"), ChangeFeed::Unread);
+        assert!(!feed("s.a__tombstones").on());
+        // Bronze is read by `a`: written by no flow here, its feed is not smelt's to set,
+        // but were an ingest to create it, it would keep one.
+        assert_eq!(feed("b.x"), ChangeFeed::ReadBy("a".into()));
+    }
 }

@@ -99,6 +99,16 @@ impl Flow {
         }
     }
 
+    /// The DDL of the table the flow writes (`schema:`), if it has one.
+    pub fn table_def(&self) -> Option<&crate::ddl::TableDef> {
+        match &self.kind {
+            FlowKind::Apply(a) => a.silver.as_ref(),
+            FlowKind::Append(a) => a.target.as_ref(),
+            FlowKind::ReplaceWhere(r) => r.target.as_ref(),
+            FlowKind::Ingest(_) | FlowKind::Export(_) => None,
+        }
+    }
+
     /// The flow's kind as written in the file (`apply`, `ingest`, …).
     pub fn kind_name(&self) -> &'static str {
         match &self.kind {
@@ -160,5 +170,75 @@ impl Pipeline {
     /// The flow called `name`.
     pub fn flow(&self, name: &str) -> Option<&Flow> {
         self.flows.iter().find(|f| f.name == name)
+    }
+
+    /// Whether `table`, created by smelt, keeps a change feed: when its DDL asks for one,
+    /// or, the DDL silent, when a flow of the pipeline reads it (every flow, not only
+    /// those a run selects).
+    pub fn change_feed(&self, table: &TableName) -> ChangeFeed {
+        let declared = self
+            .flows
+            .iter()
+            .filter(|f| f.writes() == Some(table))
+            .find_map(|f| f.table_def().and_then(|d| d.change_feed));
+        let reader = self
+            .flows
+            .iter()
+            .find(|f| f.reads() == Some(table))
+            .map(|f| f.name.clone());
+        match (declared, reader) {
+            (Some(on), reader) => ChangeFeed::Declared { on, reader },
+            (None, Some(flow)) => ChangeFeed::ReadBy(flow),
+            (None, None) => ChangeFeed::Unread,
+        }
+    }
+}
+
+/// Whether a table smelt creates keeps a change feed, and why ([`Pipeline::change_feed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeFeed {
+    /// Its DDL turns the feed on or off (`reader`: a flow of the pipeline that reads it).
+    Declared {
+        /// What the DDL asks.
+        on: bool,
+        /// A flow reading the table, if any.
+        reader: Option<String>,
+    },
+    /// The DDL is silent and this flow reads the table: on.
+    ReadBy(String),
+    /// The DDL is silent and no flow reads the table: off.
+    Unread,
+}
+
+impl ChangeFeed {
+    /// Whether the feed is on.
+    pub fn on(&self) -> bool {
+        match self {
+            ChangeFeed::Declared { on, .. } => *on,
+            ChangeFeed::ReadBy(_) => true,
+            ChangeFeed::Unread => false,
+        }
+    }
+}
+
+impl std::fmt::Display for ChangeFeed {
+    /// `on (flow `x` reads it)` and the like.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChangeFeed::Declared { on: true, .. } => write!(f, "on (its DDL asks for one)"),
+            ChangeFeed::Declared {
+                on: false,
+                reader: Some(flow),
+            } => write!(
+                f,
+                "off (its DDL turns it off; flow `{flow}` reads it and will refuse rows replaced or deleted without one)"
+            ),
+            ChangeFeed::Declared { on: false, .. } => write!(f, "off (its DDL turns it off)"),
+            ChangeFeed::ReadBy(flow) => write!(f, "on (flow `{flow}` reads it)"),
+            ChangeFeed::Unread => write!(
+                f,
+                "off (no flow of the pipeline reads it and its DDL does not ask for one)"
+            ),
+        }
     }
 }

@@ -58,6 +58,22 @@ pub enum WriteMode {
     MergeOnRead,
 }
 
+/// How a merge-on-read apply flow gives change-feed readers the rows it replaces and
+/// deletes (`change_data`), when silver keeps a change feed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeData {
+    /// Written: change data files hold each replaced row's pre-image and each new row, as
+    /// Delta writers that write change data do (readers see `update_preimage` and
+    /// `update_postimage`).
+    #[default]
+    Written,
+    /// Derived: no change data file; readers derive the changes from the commit's
+    /// deletion vectors (the rows they remove are deletes) and new files (inserts). The
+    /// guard reads the key and sequence columns of stored rows only.
+    Derived,
+}
+
 /// Whether an apply flow optimizes its tables after its commit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -2,7 +2,7 @@
 
 use smelt_engine::validate::Problem;
 use smelt_ingest::Files;
-use smelt_spec::{Flow, Pipeline};
+use smelt_spec::{ChangeFeed, Flow, Pipeline, TableName};
 
 use super::{load_pipeline, open_lakes, select};
 use crate::args::{GlobalArgs, ValidateArgs};
@@ -13,16 +13,41 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> Result<u8, Fa
     let pipeline = load_pipeline(global)?;
     let flows = select(&pipeline, &args.flows)?;
     check(global, &pipeline, &flows).await?;
+    let feeds = change_feeds(&pipeline, &flows);
     if global.json {
-        println!("{}", serde_json::json!({ "problems": [] }));
+        let feeds: Vec<_> = feeds
+            .iter()
+            .map(|(table, feed)| {
+                serde_json::json!({ "table": table.to_string(), "on": feed.on(), "why": feed.to_string() })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "problems": [], "change_feeds": feeds })
+        );
     } else if !global.quiet {
         println!(
             "{} flow(s) of {} checked: no problems",
             flows.len(),
             pipeline.file.display()
         );
+        for (table, feed) in &feeds {
+            println!("change feed of `{table}`: {feed}");
+        }
     }
     Ok(0)
+}
+
+/// The change feed of each Delta table `flows` write, as smelt creates it
+/// ([`Pipeline::change_feed`]); Iceberg tables, whose changes are their snapshots, left out.
+fn change_feeds(pipeline: &Pipeline, flows: &[&Flow]) -> Vec<(TableName, ChangeFeed)> {
+    let mut out: Vec<(TableName, ChangeFeed)> = Vec::new();
+    for table in flows.iter().filter_map(|f| f.writes()) {
+        if table.catalog.is_none() && !out.iter().any(|(t, _)| t == table) {
+            out.push((table.clone(), pipeline.change_feed(table)));
+        }
+    }
+    out
 }
 
 /// Fails with every problem of `flows` (printing them as JSON with `--json`).

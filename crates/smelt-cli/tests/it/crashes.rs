@@ -238,6 +238,42 @@ fn deletes_merge_on_read() -> Scenario {
     }
 }
 
+/// [`deletes_merge_on_read`] with derived change data (`change_data: derived`) and a flow
+/// reading the SCD1 silver's change feed into a gold table: no change data file written,
+/// the gold flow derives the changes.
+fn deletes_derived() -> Scenario {
+    fn start() -> Project {
+        let p = Project::product2_deletes();
+        let pipeline = std::fs::read_to_string(p.file("smelt.yaml")).unwrap();
+        let derived = pipeline.replace("    apply:\n", "    apply:\n      change_data: derived\n");
+        assert_ne!(derived, pipeline);
+        let ddl = std::fs::read_to_string(p.file("../product2/silver.sql")).unwrap();
+        let gold = ddl.replace("product2__silver`", "product2__gold`");
+        assert_ne!(gold, ddl);
+        p.write("gold.sql", &gold);
+        p.write(
+            "smelt.yaml",
+            &format!(
+                "write_mode: merge_on_read\n{derived}  product2_gold:
+    apply:
+      from: medallion_demo.product2__silver
+      into: medallion_demo.product2__gold
+      schema: gold.sql
+      sequence_by: [_commit_timestamp]
+      source_deletes: apply
+      on_sequence_conflict: fail
+"
+            ),
+        );
+        p
+    }
+    Scenario {
+        name: "deletes (SCD1 + SCD2), merge-on-read, derived change data",
+        start,
+        ..deletes()
+    }
+}
+
 /// [`deletes_merge_on_read`] with maintenance between its runs: `optimize: auto` on the
 /// SCD1 flow crashed after the run's commit; `smelt optimize` crashed with its files written
 /// and not committed; `smelt vacuum --retain 0s` crashed after its first delete.
@@ -587,6 +623,11 @@ fn crashes_at_merge_on_read_scd1_and_scd2_delete_commits_rerun_to_the_same_lake(
     drill(&deletes_merge_on_read());
 }
 
+#[test]
+fn crashes_with_derived_change_data_rerun_to_the_same_lake() {
+    drill(&deletes_derived());
+}
+
 /// The same workload written copy-on-write and merge-on-read ends with the same rows in
 /// every table (read through `smelt sql`, which applies deletion vectors) and the same
 /// status but for the mode and the share of rows marked deleted; and the merge-on-read
@@ -613,6 +654,22 @@ fn merge_on_read_and_copy_on_write_end_with_the_same_lake() {
     if let Some(d) = diff(&got, &want) {
         panic!("merge-on-read differs from copy-on-write:\n{d}");
     }
+    // Derived change data: the same silver and history, and the gold table reading the
+    // derived feed equals silver.
+    let (derived, mut got) = rows_and_status(&deletes_derived());
+    got.retain(|k, _| k.starts_with("rows of ") && !k.contains("gold"));
+    let mut want_rows = want.clone();
+    want_rows.retain(|k, _| k.starts_with("rows of "));
+    if let Some(d) = diff(&got, &want_rows) {
+        panic!("derived change data differs from copy-on-write:\n{d}");
+    }
+    let columns = "Id, Name, ProductCode, IsActive, SystemModstamp";
+    let rows = |table: &str| {
+        derived.query(&format!(
+            "SELECT {columns} FROM medallion_demo.{table} ORDER BY Id"
+        ))
+    };
+    assert_eq!(rows("product2__gold"), rows("product2__silver"));
     let vectors = commits(&mor.file("lake/medallion_demo/product2__silver/_delta_log"))
         .iter()
         .map(|c| std::fs::read_to_string(c).unwrap())

@@ -32,6 +32,8 @@ pub(super) struct Commit {
     pub operation: String,
     /// A `WRITE` with a predicate (replaceWhere): rows replaced, not the whole table.
     predicate: bool,
+    /// smelt wrote it with derived change data: no row was copied (`change_data: derived`).
+    derived: bool,
     adds: Vec<Add>,
     pub removes: Vec<Remove>,
     cdc: Vec<AddCDCFile>,
@@ -57,6 +59,10 @@ impl DeltaSource {
             match a {
                 Action::CommitInfo(info) => {
                     in_commit_timestamp = info.in_commit_timestamp;
+                    c.derived = info
+                        .info
+                        .get(smelt_engine::ports::keys::CHANGE_DATA)
+                        .is_some_and(|v| v == "derived");
                     c.operation = info.operation.unwrap_or_default();
                     c.predicate = info
                         .operation_parameters
@@ -258,8 +264,13 @@ impl DeltaSource {
             }
             let mut deletes = Vec::new();
             let mut inserts = Vec::new();
-            // Files whose rows this commit deletes.
+            // Files whose rows this commit deletes, and of those the files removed whole
+            // (not added again with a deletion vector).
             let mut deleted_files = 0;
+            let whole = removes
+                .iter()
+                .filter(|r| !adds.iter().any(|a| a.path == r.path))
+                .count();
             // Deletion vectors are read only where rows are read: deletes the flow applies,
             // and a RESTORE's re-added files (a vector that deletes fewer rows brings rows
             // back).
@@ -348,22 +359,11 @@ impl DeltaSource {
             }
             let overwrite =
                 (c.operation == "WRITE" && !c.predicate) || c.operation.starts_with("CREATE");
-            if deleted_files > 0 && new_files > 0 && !overwrite {
-                return Err(Error::user(
-                    format!(
-                        "`{}` version {v} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
-                        self.name,
-                        if c.operation.is_empty() {
-                            "unknown operation"
-                        } else {
-                            &c.operation
-                        }
-                    ),
-                    format!(
-                        "turn on the change feed (`ALTER TABLE {} SET OPTIONS (enable_change_history = TRUE)`, Spark: `delta.enableChangeDataFeed = true`) before rewriting the table, then rebuild what reads it once with `smelt run --full-refresh`",
-                        self.name
-                    ),
-                ));
+            // Rows only marked in deletion vectors (or a smelt commit that says so) were not
+            // copied: the new files' rows are inserts, as the protocol reads them.
+            let derived = c.derived || whole == 0;
+            if deleted_files > 0 && new_files > 0 && !overwrite && !derived {
+                return Err(self.rewrite_without_change_data(v, &c.operation));
             }
             // Deletes without change data are ignored by apply flows (bronze retention
             // must never delete silver), so they are not read, unless the flow applies
@@ -376,5 +376,25 @@ impl DeltaSource {
             files.append(&mut inserts);
         }
         Ok((files, skipped_deletes))
+    }
+
+    /// The error of commit `version` (operation `operation`) that rewrites rows without
+    /// change data: which rows changed cannot be told.
+    fn rewrite_without_change_data(&self, version: i64, operation: &str) -> Error {
+        Error::user(
+            format!(
+                "`{}` version {version} rewrites rows ({}) but has no change data: smelt cannot tell which rows changed",
+                self.name,
+                if operation.is_empty() {
+                    "unknown operation"
+                } else {
+                    operation
+                }
+            ),
+            format!(
+                "turn on the change feed (`ALTER TABLE {} SET OPTIONS (enable_change_history = TRUE)`, Spark: `delta.enableChangeDataFeed = true`) before rewriting the table, then rebuild what reads it once with `smelt run --full-refresh`",
+                self.name
+            ),
+        )
     }
 }

@@ -208,7 +208,9 @@ pub(super) async fn create_table_as(
     }
     lake.prepare(&def.name)?;
     let table = lake.handle(&def.name).await?;
-    let configuration: Vec<(&str, Option<&str>)> = if def.change_feed {
+    // Without an option the feed is off (a replaced table's is turned off).
+    let feed = def.change_feed == Some(true);
+    let configuration: Vec<(&str, Option<&str>)> = if feed {
         vec![("delta.enableChangeDataFeed", Some("true"))]
     } else {
         Vec::new()
@@ -237,16 +239,16 @@ pub(super) async fn create_table_as(
             .configuration()
             .get("delta.enableChangeDataFeed")
             .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        if feed_on != def.change_feed {
+        if feed_on != feed {
             table
                 .set_tbl_properties()
                 .with_properties(HashMap::from([(
                     "delta.enableChangeDataFeed".to_string(),
-                    def.change_feed.to_string(),
+                    feed.to_string(),
                 )]))
                 .await
                 .context(|| format!("setting the change feed of `{}`", def.name))?;
-            note = if def.change_feed {
+            note = if feed {
                 ", change feed turned on"
             } else {
                 ", change feed turned off"
@@ -288,7 +290,8 @@ async fn create(
         } else {
             SaveMode::ErrorIfExists
         });
-    if def.change_feed {
+    let feed = def.change_feed == Some(true);
+    if feed {
         builder =
             builder.with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"));
     }
@@ -300,11 +303,7 @@ async fn create(
         if exists { "replaced" } else { "created" },
         def.name,
         schema.fields().len(),
-        if def.change_feed {
-            ", change feed on"
-        } else {
-            ""
-        }
+        if feed { ", change feed on" } else { "" }
     )))
 }
 

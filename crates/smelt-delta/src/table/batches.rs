@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use deltalake::kernel::Add;
 use deltalake::logstore::ObjectStoreRef;
@@ -99,6 +99,36 @@ pub(super) async fn read_whole(
 }
 
 /// Writes one chunk as data file(s) and returns their `add` actions.
+/// The order that sorts `rows` by `keys` (ascending, NULLs first), `None` without keys or
+/// when they are in order already. Written in it, a table's files hold key ranges that do
+/// not overlap, which the guard's lookup skips by their statistics (`prune`) when the keys
+/// an increment writes are clustered (new keys above the stored ones, recent keys changing).
+pub(super) fn key_order(rows: &RecordBatch, keys: &[String]) -> Result<Option<UInt32Array>> {
+    if keys.is_empty() || rows.num_rows() < 2 {
+        return Ok(None);
+    }
+    let columns = keys
+        .iter()
+        .map(|k| {
+            let values = rows
+                .column_by_name(k)
+                .cloned()
+                .ok_or_else(|| Error::internal(format!("rows to write lack key `{k}`")))?;
+            Ok(arrow::compute::SortColumn {
+                values,
+                options: None,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let order = arrow::compute::lexsort_to_indices(&columns, None)?;
+    let in_order = order
+        .values()
+        .iter()
+        .enumerate()
+        .all(|(i, &row)| row as usize == i);
+    Ok((!in_order).then_some(order))
+}
+
 pub(super) async fn write_file(
     mut writer: RecordBatchWriter,
     rows: RecordBatch,
@@ -130,4 +160,43 @@ where
         .buffered(parquet::cores())
         .try_collect()
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+
+    use super::key_order;
+
+    #[test]
+    fn rows_are_written_in_key_order_and_rows_in_order_are_left_alone() {
+        let rows = RecordBatch::try_from_iter([
+            (
+                "k",
+                Arc::new(StringArray::from(vec![
+                    Some("b"),
+                    None,
+                    Some("a"),
+                    Some("b"),
+                ])) as ArrayRef,
+            ),
+            (
+                "n",
+                Arc::new(Int64Array::from(vec![2, 9, 5, 1])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let keys = ["k".to_string(), "n".to_string()];
+        let order = key_order(&rows, &keys).unwrap().unwrap();
+        assert_eq!(
+            order.values(),
+            &[1, 2, 3, 0],
+            "NULL first, then a, then b by n"
+        );
+        let sorted = arrow::compute::take_record_batch(&rows, &order).unwrap();
+        assert!(key_order(&sorted, &keys).unwrap().is_none());
+        assert!(key_order(&rows, &[]).unwrap().is_none());
+    }
 }

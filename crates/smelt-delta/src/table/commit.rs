@@ -8,7 +8,7 @@ use arrow::datatypes::SchemaRef;
 use deltalake::DeltaTable;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Add, StructType};
+use deltalake::kernel::{Action, Add, Protocol, StructType};
 use deltalake::logstore::get_actions;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use smelt_engine::ports::{TableSink, Watermark, WriteStats};
@@ -18,6 +18,8 @@ use crate::error::{Context, Error, Result};
 
 /// The table property that turns deletion vectors on.
 const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
+/// The table property that turns the change feed on.
+const CHANGE_FEED: &str = "delta.enableChangeDataFeed";
 
 impl DeltaLakeTable {
     /// Commits `actions` with the watermark and reloads the table at the new version.
@@ -85,27 +87,10 @@ impl DeltaLakeTable {
         keys: &[String],
         watermark: &Watermark,
     ) -> smelt_engine::Result<WriteStats> {
-        let props = Self::commit_properties(watermark);
+        let props =
+            Self::commit_properties(watermark, self.feed_on() && !self.writes_change_data());
         let mut staged = std::mem::take(&mut self.staged);
-        // Merge-on-read: deletion vectors on, from the first commit that writes this way.
-        let mut protocol = None;
-        if self.merge_on_read {
-            let on = self
-                .property(DELETION_VECTORS)
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-            if !on {
-                staged
-                    .properties
-                    .push((DELETION_VECTORS.to_string(), "true".to_string()));
-            }
-            if let Some(table) = &self.table {
-                let snapshot = table
-                    .snapshot()
-                    .context(|| format!("reading `{}`", self.name))?;
-                protocol = crate::features::with_deletion_vectors(snapshot.protocol())?
-                    .map(Action::Protocol);
-            }
-        }
+        let protocol = self.features_to_turn_on(&mut staged)?.map(Action::Protocol);
         if let Some(schema) = self.pending.take() {
             return Ok(self
                 .create_with(schema, staged.adds, staged.properties, props)
@@ -179,7 +164,10 @@ impl DeltaLakeTable {
             }
         }
         let rewrote = actions.iter().any(|a| matches!(a, Action::Remove(_)));
-        if !staged.adds.is_empty() && self.compact {
+        // Derived change data: files folded in a commit that changes data would read as
+        // their rows deleted and inserted again.
+        let derived = self.feed_on() && !self.writes_change_data();
+        if !staged.adds.is_empty() && self.compact && !derived {
             let rewritten: HashSet<String> = actions
                 .iter()
                 .filter_map(|a| match a {
@@ -222,6 +210,42 @@ impl DeltaLakeTable {
         Ok(stats)
     }
 
+    /// The features this commit turns on, as table properties added to `staged` and the
+    /// protocol that allows them (`None`: the table's allows them already): the change feed
+    /// wanted on a table without one (the commit writes change data already), deletion
+    /// vectors from the first commit written merge-on-read.
+    fn features_to_turn_on(&self, staged: &mut super::Staged) -> Result<Option<Protocol>> {
+        let mut protocol = None;
+        if self.table.is_some() && self.change_feed && !self.feed_property() {
+            staged
+                .properties
+                .push((CHANGE_FEED.to_string(), "true".to_string()));
+            let snapshot = self
+                .table()?
+                .snapshot()
+                .context(|| format!("reading `{}`", self.name))?;
+            protocol = crate::features::with_change_feed(snapshot.protocol())?;
+        }
+        if self.merge_on_read {
+            let on = self
+                .property(DELETION_VECTORS)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            if !on {
+                staged
+                    .properties
+                    .push((DELETION_VECTORS.to_string(), "true".to_string()));
+            }
+            if let Some(table) = &self.table {
+                let snapshot = table
+                    .snapshot()
+                    .context(|| format!("reading `{}`", self.name))?;
+                let current = protocol.as_ref().unwrap_or(snapshot.protocol());
+                protocol = crate::features::with_deletion_vectors(current)?.or(protocol);
+            }
+        }
+        Ok(protocol)
+    }
+
     /// Creates the table and writes its first rows and the watermark in one commit.
     async fn create_with(
         &mut self,
@@ -241,15 +265,13 @@ impl DeltaLakeTable {
         };
         let columns: StructType = schema.as_ref().try_into_kernel().map_err(Error::Arrow)?;
         let table = self.lake.handle(&self.name).await?;
+        let feed = self.change_feed.then_some("true");
         let table = table
             .create()
             .with_columns(columns.fields().cloned())
             .with_table_name(self.name.table.clone())
             .with_save_mode(SaveMode::ErrorIfExists)
-            .with_configuration_property(
-                deltalake::TableProperty::EnableChangeDataFeed,
-                Some("true"),
-            )
+            .with_configuration_property(deltalake::TableProperty::EnableChangeDataFeed, feed)
             .with_configuration(properties.into_iter().map(|(k, v)| (k, Some(v))))
             .with_actions(adds.into_iter().map(Action::Add))
             .with_commit_properties(props)

@@ -115,12 +115,12 @@ impl DeltaLakeTable {
         })
     }
 
-    /// The columns a lookup asking for `columns` reads: those first, then, merge-on-read,
-    /// every other column of the table, so that marking takes the pre-images from the
-    /// rows found instead of reading them again.
+    /// The columns a lookup asking for `columns` reads: those first, then, merge-on-read
+    /// writing change data, every other column of the table, so that marking takes the
+    /// pre-images from the rows found instead of reading them again.
     fn columns_to_read(&self, columns: &[String]) -> Result<Vec<String>> {
         let mut read = columns.to_vec();
-        if self.merge_on_read {
+        if self.merge_on_read && self.writes_change_data() {
             let schema = self.current_schema(self.table()?)?;
             for f in schema.fields() {
                 if !read.contains(f.name()) {

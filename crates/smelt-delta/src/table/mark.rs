@@ -55,10 +55,14 @@ impl DeltaLakeTable {
                 .collect::<Result<Vec<_>, _>>()?;
             Arc::new(schema.project(&idx)?)
         };
-        // What the lookup found, when it read every column: the pre-images are those rows,
-        // written in one pass, and each file only has its rows marked. Otherwise (several
-        // lookups, or the schema grew since) each file is probed and its rows read again.
+        // What the lookup found, when it read every column or no pre-image is written: the
+        // pre-images are those rows, written in one pass, and each file only has its rows
+        // marked. Otherwise (several lookups, or the schema grew since) each file is probed
+        // and its rows read again.
         let found = found.filter(|f| {
+            if !change_data {
+                return true;
+            }
             let found_schema = f.rows.schema();
             schema
                 .fields()

@@ -76,6 +76,12 @@ pub struct DeltaLakeTable {
     /// Replaced and deleted rows are marked in deletion vectors instead of rewriting the
     /// files that hold them (`write_mode: merge_on_read`).
     merge_on_read: bool,
+    /// Whether the table keeps a change feed ([`TableSink::keep_change_feed`]): a table
+    /// created has one only then, an existing one without gets it in the next commit.
+    change_feed: bool,
+    /// Merge-on-read commits write no change data: readers derive the changes from the
+    /// deletion vectors and new files (`change_data: derived`).
+    derived: bool,
     /// The most bytes of rows a merge-on-read lookup found that wait in memory for the
     /// commit; beyond, they wait in a temporary file.
     found_in_memory: usize,
@@ -128,6 +134,8 @@ impl DeltaLakeTable {
             rows_per_file: ROWS_PER_FILE,
             compact: true,
             merge_on_read: false,
+            change_feed: true,
+            derived: false,
             found_in_memory: FOUND_IN_MEMORY,
         })
     }
@@ -163,6 +171,29 @@ impl DeltaLakeTable {
     pub fn with_found_in_memory(mut self, bytes: usize) -> Self {
         self.found_in_memory = bytes;
         self
+    }
+
+    /// Whether the table keeps a change feed after the next commit: it has one, or the
+    /// commit turns it on.
+    fn feed_on(&self) -> bool {
+        self.change_feed || self.feed_property()
+    }
+
+    /// Whether the table's properties turn its change feed on.
+    fn feed_property(&self) -> bool {
+        self.table
+            .as_ref()
+            .and_then(|t| t.snapshot().ok())
+            .is_some_and(|s| {
+                use deltalake::table::config::TablePropertiesExt;
+                s.table_config().enable_change_data_feed()
+            })
+    }
+
+    /// Whether the next commit writes change data files: the table keeps a change feed
+    /// and its readers are not left to derive the changes (`change_data: derived`).
+    fn writes_change_data(&self) -> bool {
+        self.feed_on() && !(self.merge_on_read && self.derived)
     }
 
     fn table(&self) -> Result<&DeltaTable> {
@@ -309,6 +340,16 @@ impl TableSink for DeltaLakeTable {
 
     async fn write_merge_on_read(&mut self) -> smelt_engine::Result<()> {
         self.merge_on_read = true;
+        Ok(())
+    }
+
+    async fn keep_change_feed(&mut self, on: bool) -> smelt_engine::Result<()> {
+        self.change_feed = on;
+        Ok(())
+    }
+
+    async fn derive_change_data(&mut self) -> smelt_engine::Result<()> {
+        self.derived = true;
         Ok(())
     }
 

@@ -14,7 +14,6 @@ use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{Add, AddCDCFile, Remove};
 use deltalake::logstore::ObjectStoreRef;
 use deltalake::protocol::DeltaOperation;
-use deltalake::table::config::TablePropertiesExt;
 use deltalake::writer::RecordBatchWriter;
 use smelt_core::change::{DELETE, UPDATE_PREIMAGE};
 use smelt_core::dedupe::KeyIndex;
@@ -23,7 +22,7 @@ use smelt_engine::predicate::Predicate;
 
 use super::batches::{key_columns, on_cores, read_whole, with_change_type, write_file};
 use super::{ActiveFile, DeltaLakeTable};
-use crate::error::{Context, Error, Result};
+use crate::error::{Error, Result};
 use crate::parquet;
 
 /// What rewriting one file did.
@@ -38,10 +37,7 @@ impl DeltaLakeTable {
     /// a rewrite of its files needs.
     fn to_rewrite(&self) -> Result<(DeltaTable, bool, SchemaRef)> {
         let table = self.table()?.clone();
-        let snapshot = table
-            .snapshot()
-            .context(|| format!("reading `{}`", self.name))?;
-        let change_data = snapshot.table_config().enable_change_data_feed();
+        let change_data = self.writes_change_data();
         let schema = self.current_schema(&table)?;
         Ok((table, change_data, schema))
     }

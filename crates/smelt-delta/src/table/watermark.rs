@@ -18,7 +18,7 @@ const MAINTENANCE_LOOKBACK: u64 = 100;
 
 impl DeltaLakeTable {
     /// The commit properties of a commit carrying `watermark`.
-    pub(super) fn commit_properties(watermark: &Watermark) -> CommitProperties {
+    pub(super) fn commit_properties(watermark: &Watermark, derived: bool) -> CommitProperties {
         // One `with_metadata` call: a second one would replace the first.
         let mut metadata = vec![
             (
@@ -33,6 +33,9 @@ impl DeltaLakeTable {
         ];
         if let Some(report) = &watermark.report {
             metadata.push((keys::REPORT.to_string(), serde_json::json!(report)));
+        }
+        if derived {
+            metadata.push((keys::CHANGE_DATA.to_string(), serde_json::json!("derived")));
         }
         for (key, value) in &watermark.extra {
             metadata.push((key.clone(), serde_json::json!(value)));

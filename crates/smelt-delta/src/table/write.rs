@@ -6,12 +6,11 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::SchemaRef;
 use deltalake::kernel::Add;
-use deltalake::table::config::TablePropertiesExt;
 use deltalake::writer::RecordBatchWriter;
 use smelt_core::change::{INSERT, UPDATE_POSTIMAGE};
 
 use super::DeltaLakeTable;
-use super::batches::{align_to, key_columns, on_cores, with_change_type, write_file};
+use super::batches::{align_to, key_columns, key_order, on_cores, with_change_type, write_file};
 use crate::error::{Context, Error, Result};
 use crate::parquet;
 
@@ -42,20 +41,30 @@ impl DeltaLakeTable {
     }
 
     /// Writes `rows` as data files of at most `rows_per_file` rows, on all cores.
+    /// With `keys`, the files are written in key order (see [`key_order`]), each file's
+    /// rows taken as its task starts, so that a few files' copies are in memory at a time.
     pub(super) async fn write_data(&self, rows: &RecordBatch, keys: &[String]) -> Result<Vec<Add>> {
-        let mut chunks = Vec::new();
+        let order = key_order(rows, keys)?;
+        let schema = rows.schema();
+        let name = self.name.to_string();
+        let mut tasks = Vec::new();
         let mut offset = 0;
         while offset < rows.num_rows() {
             let len = self.rows_per_file.min(rows.num_rows() - offset);
-            chunks.push(rows.slice(offset, len));
+            let writer = self.writer(&schema, keys)?;
+            let (rows, order, name) = (rows.clone(), order.clone(), name.clone());
+            tasks.push(async move {
+                let chunk = match order {
+                    Some(order) => {
+                        arrow::compute::take_record_batch(&rows, &order.slice(offset, len))?
+                    }
+                    None => rows.slice(offset, len),
+                };
+                drop(rows);
+                write_file(writer, chunk, name).await
+            });
             offset += len;
         }
-        let schema = rows.schema();
-        let name = self.name.to_string();
-        let tasks = chunks
-            .into_iter()
-            .map(|chunk| Ok(write_file(self.writer(&schema, keys)?, chunk, name.clone())))
-            .collect::<Result<Vec<_>>>()?;
         let adds = on_cores(&name, tasks).await?;
         Ok(adds.into_iter().flatten().collect())
     }
@@ -99,7 +108,7 @@ impl DeltaLakeTable {
             // A commit that only appends needs none: readers take its adds as inserts.
             let only_appends =
                 keys.is_empty() && replaces.true_count() == 0 && self.staged.delete_where.is_none();
-            if snapshot.table_config().enable_change_data_feed()
+            if self.writes_change_data()
                 && snapshot.log_data().num_files() > 0
                 && !self.staged.overwrite
                 && !only_appends

@@ -25,6 +25,20 @@ pub(crate) struct LakeCx<'a> {
 }
 
 impl<'a> FlowCx<'a> {
+    /// Opens table `name`, which a flow writes as `role`, with the change feed the
+    /// pipeline wants of it ([`Pipeline::change_feed`]).
+    pub(crate) async fn output(
+        &self,
+        name: &smelt_spec::TableName,
+        role: crate::ports::TableRole,
+    ) -> crate::Result<Box<dyn crate::ports::LakeTable>> {
+        let mut table = self.lake.table(name, role).await?;
+        table
+            .keep_change_feed(self.pipeline.change_feed(name).on())
+            .await?;
+        Ok(table)
+    }
+
     /// The run of flow `name`, of spec `spec`, with this run's settings.
     pub(crate) fn run<S>(&'a self, name: &'a str, spec: &'a S) -> FlowRun<'a, S> {
         FlowRun {

@@ -11,6 +11,10 @@ pub const FLOW: &str = "smelt.flow";
 pub const SOURCE_VERSION: &str = "smelt.source_version";
 /// A maintenance commit's operation (`optimize`, `widen`, …): not a flow's run.
 pub const OPERATION: &str = "smelt.operation";
+/// `derived` on a commit whose change data its readers derive (`change_data: derived`):
+/// the rows its deletion vectors and removed files delete are deletes, the rows of its new
+/// files inserts; no row was copied.
+pub const CHANGE_DATA: &str = "smelt.change_data";
 /// What Iceberg summaries written before 2026-12-05 call [`RUN_ID`]; still read.
 pub const LEGACY_ICEBERG_RUN_ID: &str = "smelt.run-id";
 

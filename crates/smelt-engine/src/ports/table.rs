@@ -181,6 +181,24 @@ pub trait TableSink: TableView {
             "merge-on-read writing (`write_mode: merge_on_read`)",
         ))
     }
+    /// Whether the table keeps a change feed (`on`, [`smelt_spec::Pipeline::change_feed`]):
+    /// a table this run's commit creates has one only when `on`; an existing table
+    /// without one gets it in the next commit, which writes change data already. A feed
+    /// is never turned off here (readers outside the pipeline may use it). A format whose
+    /// changes are its snapshots (Iceberg) has nothing to do.
+    async fn keep_change_feed(&mut self, on: bool) -> Result<()> {
+        let _ = on;
+        Ok(())
+    }
+    /// Makes this run's merge-on-read commits write no change data: change-feed readers
+    /// derive the changes from the rows newly marked deleted and the rows added
+    /// (`change_data: derived`).
+    async fn derive_change_data(&mut self) -> Result<()> {
+        Err(unsupported(
+            self.table(),
+            "derived change data (`change_data: derived`)",
+        ))
+    }
     /// Rewrites the data files whose share of deleted rows or whose size passes `policy`,
     /// without their deleted rows, in a commit of its own that changes no data (change
     /// readers skip it).

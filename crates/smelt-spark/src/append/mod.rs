@@ -331,7 +331,7 @@ impl Append<'_> {
         s.write(
             None,
             "create the target table",
-            create_table(&target, &defs),
+            create_table(&target, &defs, self.places.feed(&self.spec.into)),
         )
         .await?;
         if self.spec.into.catalog.is_some() {

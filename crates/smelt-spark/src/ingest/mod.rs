@@ -400,7 +400,11 @@ impl Ingest<'_> {
         s.write(
             None,
             "create the rejects table",
-            create_table(rejects, &columns),
+            create_table(
+                rejects,
+                &columns,
+                self.places.feed(&rejects_table(&self.spec.into)),
+            ),
         )
         .await?;
         let select = sql::rejects_select(&RejectsOf {
@@ -459,9 +463,15 @@ impl Ingest<'_> {
         // One commit as embedded: bronze created by the load (`CREATE TABLE … AS`), or
         // given its new columns by it (Delta's schema merge, on for this statement only).
         let statement = match (state.schema.is_some(), self.ctx.full_refresh) {
-            (false, _) => format!(
-                "CREATE TABLE {bronze} USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true', '{LOG_CLEANUP}' = 'false') AS {select}"
-            ),
+            (false, _) => {
+                let feed = match self.places.feed(&self.spec.into) {
+                    true => "'delta.enableChangeDataFeed' = 'true', ",
+                    false => "",
+                };
+                format!(
+                    "CREATE TABLE {bronze} USING DELTA TBLPROPERTIES ({feed}'{LOG_CLEANUP}' = 'false') AS {select}"
+                )
+            }
             (true, true) => format!("INSERT OVERWRITE {bronze} {select}"),
             (true, false) => format!("INSERT INTO {bronze} {select}"),
         };

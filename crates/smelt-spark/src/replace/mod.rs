@@ -311,7 +311,7 @@ impl Replace<'_> {
         s.write(
             None,
             "create the target table",
-            create_table(&target, &defs),
+            create_table(&target, &defs, self.places.feed(&self.spec.into)),
         )
         .await?;
         // A batch of files records them as applied, as embedded.

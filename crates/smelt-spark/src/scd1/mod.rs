@@ -35,8 +35,8 @@ use smelt_spec::{
 pub(crate) use discover::{State, discover};
 use read::Span;
 pub(crate) use read::VIEWS;
-use shape::DELETION_VECTORS;
 pub(crate) use shape::Shape;
+use shape::{CHANGE_FEED, DELETION_VECTORS};
 pub(crate) use shape::{create_table, spark_type};
 use stage::Targets;
 
@@ -335,8 +335,19 @@ impl Scd1<'_> {
                 (state.tombstones, &tombs),
             ];
             for (_, table) in existing.iter().filter(|(exists, _)| *exists) {
-                self.enable_deletion_vectors(s, table).await?;
+                self.turn_on(s, table, DELETION_VECTORS, "turn deletion vectors on")
+                    .await?;
             }
+        }
+        let delta = self.spec.into.catalog.is_none();
+        if state.silver.is_some() && delta && self.places.feed(&self.spec.into) {
+            self.turn_on(
+                s,
+                &silver,
+                CHANGE_FEED,
+                "turn the change feed on (a flow reads the table)",
+            )
+            .await?;
         }
         if rebuild && (report.tombstones_written > 0 || state.tombstones) {
             // A rebuild replaces the tombstones whatever watermark they carry (a killed
@@ -433,10 +444,17 @@ impl Scd1<'_> {
         self.spec.write_mode == WriteMode::MergeOnRead
     }
 
-    /// `write_mode: merge_on_read`: deletion vectors turned on for existing `table` before
-    /// its writes (a commit of its own, once: a rerun finds them on), so that Delta marks the
-    /// rows a `MERGE` replaces or deletes instead of rewriting their files.
-    async fn enable_deletion_vectors(&self, s: &Session<'_>, table: &str) -> Result<()> {
+    /// Table property `property` turned on for existing `table` before its writes (a commit
+    /// of its own, once: a rerun finds it on): deletion vectors, so that Delta marks the
+    /// rows a `MERGE` replaces or deletes instead of rewriting their files
+    /// (`write_mode: merge_on_read`); the change feed of a table a flow now reads.
+    async fn turn_on(
+        &self,
+        s: &Session<'_>,
+        table: &str,
+        property: &str,
+        doing: &str,
+    ) -> Result<()> {
         let props = s
             .read(
                 "read the table's properties",
@@ -448,16 +466,11 @@ impl Scd1<'_> {
             .iter()
             .zip(props.strings("value"))
             .any(|(k, v)| {
-                k.as_deref() == Some(DELETION_VECTORS)
-                    && v.is_some_and(|v| v.eq_ignore_ascii_case("true"))
+                k.as_deref() == Some(property) && v.is_some_and(|v| v.eq_ignore_ascii_case("true"))
             });
         if !on {
-            s.write(
-                None,
-                "turn deletion vectors on",
-                write::enable_deletion_vectors(table),
-            )
-            .await?;
+            s.write(None, doing, write::turn_on(table, property))
+                .await?;
         }
         Ok(())
     }
@@ -511,7 +524,7 @@ impl Scd1<'_> {
             s.write(
                 None,
                 "create the rejects table",
-                write::create_rejects(&rejects),
+                write::create_rejects(&rejects, self.places.feed(&rejects_name)),
             )
             .await?;
             let of = write::RejectsOf {
@@ -546,7 +559,12 @@ impl Scd1<'_> {
         s.write(
             None,
             "create the silver table",
-            write::create_silver(&silver, shape, self.merge_on_read()),
+            write::create_silver(
+                &silver,
+                shape,
+                self.merge_on_read(),
+                self.places.feed(&self.spec.into),
+            ),
         )
         .await?;
         if !iceberg {

@@ -198,11 +198,15 @@ pub(crate) fn newer(a: &[String], b: &[String]) -> String {
     out
 }
 
-/// `CREATE TABLE IF NOT EXISTS` of a Delta table with the change feed on, as embedded creates
-/// silver, tombstone and rejects tables (of an Iceberg table, `table` named in its catalog).
-pub(crate) fn create_table(table: &str, columns: &[(String, String, bool)]) -> String {
-    create_table_with(table, columns, false)
+/// `CREATE TABLE IF NOT EXISTS` of a Delta table, with the change feed on where `feed`, as
+/// embedded creates silver, tombstone and rejects tables (of an Iceberg table, `table`
+/// named in its catalog).
+pub(crate) fn create_table(table: &str, columns: &[(String, String, bool)], feed: bool) -> String {
+    create_table_with(table, columns, false, feed)
 }
+
+/// The table property that turns a Delta table's change feed on.
+pub(crate) const CHANGE_FEED: &str = "delta.enableChangeDataFeed";
 
 /// The table property that makes Delta mark replaced and deleted rows in deletion vectors
 /// instead of rewriting their files (`write_mode: merge_on_read`).
@@ -213,6 +217,7 @@ pub(crate) fn create_table_with(
     table: &str,
     columns: &[(String, String, bool)],
     merge_on_read: bool,
+    feed: bool,
 ) -> String {
     let cols: Vec<String> = columns
         .iter()
@@ -232,12 +237,19 @@ pub(crate) fn create_table_with(
             cols.join(", ")
         );
     }
-    let dv = match merge_on_read {
-        true => format!(", '{DELETION_VECTORS}' = 'true'"),
-        false => String::new(),
+    let mut properties = Vec::new();
+    if feed {
+        properties.push(format!("'{CHANGE_FEED}' = 'true'"));
+    }
+    if merge_on_read {
+        properties.push(format!("'{DELETION_VECTORS}' = 'true'"));
+    }
+    let properties = match properties.is_empty() {
+        true => String::new(),
+        false => format!(" TBLPROPERTIES ({})", properties.join(", ")),
     };
     format!(
-        "CREATE TABLE IF NOT EXISTS {table} ({}) USING DELTA TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true'{dv})",
+        "CREATE TABLE IF NOT EXISTS {table} ({}) USING DELTA{properties}",
         cols.join(", ")
     )
 }

@@ -10,9 +10,7 @@ use smelt_engine::report::FlowReport;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{ApplyFlow, OnCastError, OnViolation};
 
-use super::shape::{
-    DELETED_AT, DELETION_VECTORS, Shape, create_table, create_table_with, spark_type,
-};
+use super::shape::{DELETED_AT, Shape, create_table, create_table_with, spark_type};
 use crate::sql::{ident, string_literal};
 
 /// The session conf naming the idempotent writer.
@@ -139,25 +137,28 @@ pub(crate) fn settable_json(text: &str) -> String {
     text.replace('$', "\\u0024").replace('`', "\\u0060")
 }
 
-/// Silver's `CREATE TABLE IF NOT EXISTS` (with deletion vectors on where `mor`).
-pub(crate) fn create_silver(table: &str, shape: &Shape, mor: bool) -> String {
+/// Silver's `CREATE TABLE IF NOT EXISTS` (with deletion vectors on where `mor`, the change
+/// feed where `feed`).
+pub(crate) fn create_silver(table: &str, shape: &Shape, mor: bool, feed: bool) -> String {
     let cols: Vec<(String, String, bool)> = shape
         .silver
         .columns
         .iter()
         .map(|c| (c.name.clone(), spark_type(c.ty), c.nullable))
         .collect();
-    create_table_with(table, &cols, mor)
+    create_table_with(table, &cols, mor, feed)
 }
 
-/// The tombstones' `CREATE TABLE IF NOT EXISTS` (with deletion vectors on where `mor`).
+/// The tombstones' `CREATE TABLE IF NOT EXISTS` (with deletion vectors on where `mor`; no
+/// change feed: nothing reads them).
 pub(crate) fn create_tombstones(table: &str, shape: &Shape, mor: bool) -> String {
-    create_table_with(table, &shape.tombstone_columns(), mor)
+    create_table_with(table, &shape.tombstone_columns(), mor, false)
 }
 
-/// `write_mode: merge_on_read` on an existing table: deletion vectors turned on.
-pub(crate) fn enable_deletion_vectors(table: &str) -> String {
-    format!("ALTER TABLE {table} SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')")
+/// Table property `property` turned on for an existing table (deletion vectors for
+/// `write_mode: merge_on_read`, the change feed of a table a flow now reads).
+pub(crate) fn turn_on(table: &str, property: &str) -> String {
+    format!("ALTER TABLE {table} SET TBLPROPERTIES ('{property}' = 'true')")
 }
 
 /// The tombstone rows of the stage, as the tombstone table's columns.
@@ -248,13 +249,14 @@ pub(crate) const REJECTS_COLUMNS: [(&str, &str, bool); 12] = [
     ("rejected_at", "TIMESTAMP", false),
 ];
 
-/// The rejects table's `CREATE TABLE IF NOT EXISTS`.
-pub(crate) fn create_rejects(table: &str) -> String {
+/// The rejects table's `CREATE TABLE IF NOT EXISTS` (no change feed unless a flow reads
+/// it: `feed`).
+pub(crate) fn create_rejects(table: &str, feed: bool) -> String {
     let cols: Vec<(String, String, bool)> = REJECTS_COLUMNS
         .iter()
         .map(|(n, t, null)| (n.to_string(), t.to_string(), *null))
         .collect();
-    create_table(table, &cols)
+    create_table(table, &cols, feed)
 }
 
 /// Who the rejects rows of a run are from.

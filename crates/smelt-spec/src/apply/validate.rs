@@ -3,14 +3,14 @@
 use std::path::Path;
 
 use super::{
-    ApplyFlow, AuditColumns, COMMIT_TIMESTAMP, CastDialect, RawApply, with_audit_columns,
-    with_history_columns,
+    ApplyFlow, AuditColumns, COMMIT_TIMESTAMP, CastDialect, RawApply, UpdateTimestampOn,
+    with_audit_columns, with_history_columns,
 };
 use crate::check::{Checks, parse_duration, pick_columns, read_table_def};
 use crate::ddl::{ColumnType, TableDef, TableName};
 use crate::error::{SpecError, did_you_mean};
 use crate::locate::line_of;
-use crate::policy::{OnSequenceConflict, OptimizeMode, UpdateColumns};
+use crate::policy::{ChangeData, OnSequenceConflict, OptimizeMode, UpdateColumns, WriteMode};
 
 pub(crate) fn apply_flow(
     path: &Path,
@@ -33,7 +33,10 @@ pub(crate) fn apply_flow(
     let into = table(&mut c, "into", &raw.into, hint);
     let scd = raw.scd.unwrap_or(1);
     check_scd(&mut c, scd, &raw);
-    let audit = audit_columns(&mut c, scd, raw.audit.take());
+    // With derived change data the guard does not read stored data, so by default every
+    // write stamps the update time (`apply`), as seed 000's MERGE does.
+    let derived = raw.change_data == Some(ChangeData::Derived);
+    let audit = audit_columns(&mut c, scd, raw.audit.take(), derived);
 
     let schema_file = raw.schema.as_ref().map(|s| dir.join(s));
     let errors_before_schema = c.errors.len();
@@ -109,6 +112,7 @@ pub(crate) fn apply_flow(
         on_violation: raw.on_violation.unwrap_or_default(),
         on_sequence_conflict: raw.on_sequence_conflict.unwrap_or_default(),
         write_mode: raw.write_mode.unwrap_or_default(),
+        change_data: raw.change_data.unwrap_or_default(),
         optimize: raw.optimize.unwrap_or_default(),
     })
 }
@@ -171,10 +175,23 @@ fn check_scd(c: &mut Checks<'_>, scd: u8, raw: &RawApply) {
     }
 }
 
-/// The audit columns, checked against the SCD type.
-fn audit_columns(c: &mut Checks<'_>, scd: u8, audit: Option<super::RawAudit>) -> AuditColumns {
+/// The audit columns, checked against the SCD type; `update_timestamp_on` by default
+/// `apply` with derived change data, else `change`.
+fn audit_columns(
+    c: &mut Checks<'_>,
+    scd: u8,
+    audit: Option<super::RawAudit>,
+    derived: bool,
+) -> AuditColumns {
+    let default_on = match derived {
+        true => UpdateTimestampOn::Apply,
+        false => UpdateTimestampOn::Change,
+    };
     let Some(a) = audit else {
-        return AuditColumns::default();
+        return AuditColumns {
+            update_timestamp_on: default_on,
+            ..AuditColumns::default()
+        };
     };
     if scd == 2 && a.update_timestamp_on.is_some() {
         refuse(
@@ -195,7 +212,7 @@ fn audit_columns(c: &mut Checks<'_>, scd: u8, audit: Option<super::RawAudit>) ->
     AuditColumns {
         ingest_timestamp: a.ingest_timestamp,
         update_timestamp: a.update_timestamp,
-        update_timestamp_on: a.update_timestamp_on.unwrap_or_default(),
+        update_timestamp_on: a.update_timestamp_on.unwrap_or(default_on),
     }
 }
 
@@ -361,6 +378,26 @@ fn check_options(c: &mut Checks<'_>, scd: u8, raw: &RawApply, into: Option<&Tabl
             "remove `optimize: auto`, and compact the table with Spark's `rewrite_data_files` procedure",
         );
     }
+    if raw.change_data == Some(ChangeData::Derived) {
+        if raw.write_mode != Some(WriteMode::MergeOnRead) {
+            refuse(
+                c,
+                "change_data",
+                "`change_data: derived` works with `write_mode: merge_on_read` only: a copy-on-write commit rewrites whole files, whose changes no reader can derive",
+                "add `write_mode: merge_on_read`, or remove `change_data`",
+            );
+        } else if into.is_some_and(|t| t.catalog.is_some()) {
+            refuse(
+                c,
+                "change_data",
+                format!(
+                    "`change_data` is for Delta tables: Iceberg tables such as `{}` write no change data, their readers always derive changes from snapshots",
+                    raw.into
+                ),
+                "remove `change_data`",
+            );
+        }
+    }
     if scd == 2 && raw.on_sequence_conflict == Some(OnSequenceConflict::Quarantine) {
         refuse(
             c,
@@ -455,6 +492,27 @@ mod tests {
 
     fn load(text: &str) -> Result<Pipeline> {
         Pipeline::from_str(text, Path::new("smelt.yaml"))
+    }
+
+    #[test]
+    fn derived_change_data_stamps_every_write_unless_told_otherwise() {
+        let base = "lake: ./lake\nflows:\n  p:\n    apply:\n      from: bronze.p\n      into: silver.p\n      keys: [Id]\n      write_mode: merge_on_read\n      change_data: derived\n";
+        let on = |yaml: &str| {
+            let p = load(yaml).unwrap();
+            let FlowKind::Apply(a) = &p.flows[0].kind else {
+                panic!()
+            };
+            (a.change_data, a.audit.update_timestamp_on)
+        };
+        use crate::{ChangeData, UpdateTimestampOn};
+        assert_eq!(on(base), (ChangeData::Derived, UpdateTimestampOn::Apply));
+        let told = format!("{base}      audit: {{update_timestamp_on: change}}\n");
+        assert_eq!(on(&told), (ChangeData::Derived, UpdateTimestampOn::Change));
+        let written = base.replace("      change_data: derived\n", "");
+        assert_eq!(
+            on(&written),
+            (ChangeData::Written, UpdateTimestampOn::Change)
+        );
     }
 
     #[test]

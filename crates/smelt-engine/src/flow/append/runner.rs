@@ -23,7 +23,7 @@ impl FlowRunner for Append<'_> {
     async fn run(&self, cx: &FlowCx<'_>, events: &mut Vec<FlowEvent>) -> Result<FlowReport> {
         let spec = self.spec;
         let source = cx.lake.source(&spec.from, SourceOptions::default()).await?;
-        let mut target = cx.lake.table(&spec.into, TableRole::Target).await?;
+        let mut target = cx.output(&spec.into, TableRole::Target).await?;
         cx.recover_event(self.name, &*target, events).await;
         run_append(cx.run(self.name, spec), &*source, &mut *target).await
     }

@@ -23,6 +23,9 @@ use crate::{EngineError, Result};
 
 /// The column of a cast change batch that marks deletes.
 pub(super) const IS_DELETE: &str = "_smelt_is_delete";
+/// The column of a cast change batch that marks the deletes of the source's change feed
+/// (not those of `apply_as_deletes`).
+pub(super) const FEED_DELETE: &str = "_smelt_feed_delete";
 
 /// The change batch schema: bronze columns, then the change metadata.
 pub(super) fn source_change_schema(bronze: &SchemaRef) -> SchemaRef {
@@ -99,6 +102,7 @@ impl CastPlan {
         fields.push(Field::new(COMMIT_TIMESTAMP, timestamp_utc(), true));
         fields.push(Field::new(COMMIT_VERSION, DataType::Int64, true));
         fields.push(Field::new(IS_DELETE, DataType::Boolean, false));
+        fields.push(Field::new(FEED_DELETE, DataType::Boolean, false));
         Self {
             schema: Arc::new(Schema::new(fields)),
             targets,
@@ -158,6 +162,7 @@ impl CastPlan {
         let Selected {
             batch,
             delete,
+            feed_delete,
             truncate,
         } = self.select(batch, sink.report)?;
         let not_upsert = arrow::compute::or(&delete, &truncate)?;
@@ -178,6 +183,7 @@ impl CastPlan {
         )?);
         let upsert = arrow::compute::not(&not_upsert)?;
         columns.push(Arc::new(delete));
+        columns.push(Arc::new(feed_delete));
         let cast = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
         let left_out = BooleanArray::from(quarantined_casts);
         let left_out = self.take_truncates(&cast, &truncate, left_out, sink)?;
@@ -207,18 +213,20 @@ impl CastPlan {
             None => BooleanArray::from(vec![false; batch.num_rows()]),
         };
         let mut keep = upsert;
+        let mut feed_delete = BooleanArray::from(vec![false; batch.num_rows()]);
         if self.source_deletes == SourceDeletes::Apply {
-            let source_delete = is(DELETE)?;
-            keep = arrow::compute::or(&keep, &source_delete)?;
-            delete = arrow::compute::or(&delete, &source_delete)?;
+            feed_delete = is(DELETE)?;
+            keep = arrow::compute::or(&keep, &feed_delete)?;
+            delete = arrow::compute::or(&delete, &feed_delete)?;
         }
         // Filters copy every column: skip them when they keep everything (append-only bronze).
-        let (batch, delete) = if keep.true_count() == batch.num_rows() {
-            (batch.clone(), delete)
+        let (batch, delete, feed_delete) = if keep.true_count() == batch.num_rows() {
+            (batch.clone(), delete, feed_delete)
         } else {
             (
                 filter_record_batch(batch, &keep)?,
                 filter(&delete, &keep)?.as_boolean().clone(),
+                filter(&feed_delete, &keep)?.as_boolean().clone(),
             )
         };
         report.ignored += keep.len() - batch.num_rows();
@@ -231,6 +239,7 @@ impl CastPlan {
         Ok(Selected {
             batch,
             delete,
+            feed_delete,
             truncate,
         })
     }
@@ -367,6 +376,8 @@ struct Selected {
     batch: RecordBatch,
     /// Per change: a delete (from the source, or matching `apply_as_deletes`).
     delete: BooleanArray,
+    /// Per change: a delete of the source's change feed.
+    feed_delete: BooleanArray,
     /// Per change: a truncate (an upsert matching `apply_as_truncates`).
     truncate: BooleanArray,
 }

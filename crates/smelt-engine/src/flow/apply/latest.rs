@@ -11,7 +11,7 @@ use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
 use smelt_core::dedupe::{Latest, latest_per_key_with_ties, sequence_conflicts};
 use smelt_spec::OnSequenceConflict;
 
-use super::cast::{IS_DELETE, column};
+use super::cast::{FEED_DELETE, IS_DELETE, column};
 use super::scd1::PartitionWork;
 use crate::rejects::{Reason, Rejects};
 use crate::report::FlowReport;
@@ -42,7 +42,7 @@ impl PartitionWork<'_> {
                 .iter()
                 .map(|s| col(s))
                 .collect::<Result<_>>()?;
-            let latest = if n == 0 {
+            let mut latest = if n == 0 {
                 Latest {
                     winners: UInt32Array::from(Vec::<u32>::new()),
                     ties: Vec::new(),
@@ -78,6 +78,12 @@ impl PartitionWork<'_> {
                     }
                 })
                 .collect::<Result<_>>()?;
+            replaced_in_commit(
+                &mut latest,
+                &col(FEED_DELETE)?,
+                is_delete,
+                &col(COMMIT_VERSION)?,
+            );
             let conflicts = sequence_conflicts(&data, &latest)?;
             let conflicted = conflicts.conflicted.true_count();
             report.sequence_conflicts += conflicted;
@@ -157,4 +163,42 @@ pub(super) fn storable(
         }
     }
     Ok(keep)
+}
+
+/// Drops from `latest`'s ties each change-feed delete (`feed_delete`) that an upsert of the
+/// same key, sequence and commit follows in bronze order: the key's row deleted and added
+/// again in one commit (rows marked in deletion vectors and new rows, a change feed its
+/// reader derives, as `change_data: derived` writes it) is replaced, the added row being the
+/// state the commit left. Such a delete is no conflict.
+fn replaced_in_commit(
+    latest: &mut Latest,
+    feed_delete: &ArrayRef,
+    is_delete: &BooleanArray,
+    version: &ArrayRef,
+) {
+    let feed_delete = feed_delete.as_boolean();
+    if feed_delete.true_count() == 0 || latest.ties.is_empty() {
+        return;
+    }
+    let version = version.as_primitive::<arrow::datatypes::Int64Type>();
+    // Per tie group (its winner) and commit, the last upsert in bronze order.
+    let mut last_upsert: std::collections::HashMap<(u32, i64), u32> =
+        std::collections::HashMap::new();
+    for &(row, winner) in &latest.ties {
+        for r in [row, winner] {
+            if !is_delete.value(r as usize) {
+                let last = last_upsert
+                    .entry((winner, version.value(r as usize)))
+                    .or_insert(r);
+                *last = (*last).max(r);
+            }
+        }
+    }
+    latest.ties.retain(|&(row, winner)| {
+        let replaced = feed_delete.value(row as usize)
+            && last_upsert
+                .get(&(winner, version.value(row as usize)))
+                .is_some_and(|&upsert| upsert > row);
+        !replaced
+    });
 }

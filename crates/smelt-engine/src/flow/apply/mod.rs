@@ -179,6 +179,7 @@ pub async fn run_apply(
         replayed_tombstones,
         stale_through: stale_through.as_deref(),
         cast_sequence: &casting.sequence,
+        stored_data: scd1::reads_stored_data(flow, audit_update),
     };
     let reshape = Reshape {
         schema: &schema,

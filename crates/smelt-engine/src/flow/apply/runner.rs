@@ -1,7 +1,7 @@
 //! The runner of `apply` flows: bronze changes → silver by key ([`crate::flow::apply`]).
 
 use async_trait::async_trait;
-use smelt_spec::{ApplyFlow, OptimizeMode, SourceDeletes, TableName, WriteMode};
+use smelt_spec::{ApplyFlow, ChangeData, OptimizeMode, SourceDeletes, TableName, WriteMode};
 
 use super::{ApplyTables, check_apply, run_apply, tombstone_table};
 use crate::flow::{FlowCx, FlowRun, FlowRunner, LakeCx};
@@ -36,17 +36,20 @@ impl FlowRunner for Apply<'_> {
             source.pin(to)?;
             ctx.replay_after = Some(after);
         }
-        let mut silver = lake.table(&spec.into, TableRole::Silver).await?;
+        let mut silver = cx.output(&spec.into, TableRole::Silver).await?;
         cx.recover_event(self.name, &*silver, events).await;
-        let mut tombstones = lake
-            .table(&tombstone_table(&spec.into), TableRole::Tombstones)
+        let mut tombstones = cx
+            .output(&tombstone_table(&spec.into), TableRole::Tombstones)
             .await?;
-        let mut rejects = lake
-            .table(&rejects_table(&spec.into), TableRole::Rejects)
+        let mut rejects = cx
+            .output(&rejects_table(&spec.into), TableRole::Rejects)
             .await?;
         if spec.write_mode == WriteMode::MergeOnRead {
             silver.write_merge_on_read().await?;
             tombstones.write_merge_on_read().await?;
+            if spec.change_data == ChangeData::Derived {
+                silver.derive_change_data().await?;
+            }
         }
         let before = silver.version();
         let tables = ApplyTables {

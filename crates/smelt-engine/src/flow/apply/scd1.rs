@@ -14,7 +14,7 @@ use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::{Schema, SchemaRef};
 use smelt_core::change::{COMMIT_TIMESTAMP, COMMIT_VERSION};
 use smelt_core::scd1::{ApplyPlan, Scd1Input, merge_updates, plan_scd1};
-use smelt_spec::{ApplyFlow, UpdateTimestampOn};
+use smelt_spec::{ApplyFlow, ChangeData, UpdateColumns, UpdateTimestampOn, WriteMode};
 
 use super::cast::{IS_DELETE, column};
 use super::lookup::lookup_aligned;
@@ -49,6 +49,20 @@ pub(super) struct PartitionWork<'a> {
     pub(super) stale_through: Option<&'a [ArrayRef]>,
     /// The sequence columns of the cast batch.
     pub(super) cast_sequence: &'a [String],
+    /// The guard reads stored data columns (see [`reads_stored_data`]).
+    pub(super) stored_data: bool,
+}
+
+/// Whether the SCD1 guard reads the data columns of stored rows: to count and stamp
+/// unchanged rows apart, to keep stored values (`column_list`, `ignore_null_updates`).
+/// With derived change data (`change_data: derived`) it reads only keys, sequences and
+/// the update stamp, unless an option needs the stored values.
+pub(super) fn reads_stored_data(flow: &ApplyFlow, audit_update: Option<&str>) -> bool {
+    flow.write_mode != WriteMode::MergeOnRead
+        || flow.change_data != ChangeData::Derived
+        || flow.ignore_null_updates
+        || flow.update_columns != UpdateColumns::All
+        || (audit_update.is_some() && flow.audit.update_timestamp_on == UpdateTimestampOn::Change)
 }
 
 /// What one partition writes.
@@ -131,7 +145,8 @@ impl PartitionWork<'_> {
             .filter(|n| !is_audit(n) && !flow.keys.contains(n))
             .collect();
         let new_keys: Vec<ArrayRef> = flow.keys.iter().map(|k| col(k)).collect::<Result<_>>()?;
-        let wanted = self.guard_columns(&stored_seq_names, &data_names);
+        let read_data: &[String] = if self.stored_data { &data_names } else { &[] };
+        let wanted = self.guard_columns(&stored_seq_names, read_data);
         let Guarded {
             matched,
             stored,
@@ -147,20 +162,26 @@ impl PartitionWork<'_> {
             .map(|c| Arc::clone(&stored[c]))
             .collect();
         let raw_data: Vec<ArrayRef> = data_names.iter().map(|c| col(c)).collect::<Result<_>>()?;
-        let stored_data: Vec<ArrayRef> =
-            data_names.iter().map(|c| Arc::clone(&stored[c])).collect();
-        let updates: Vec<bool> = data_names
-            .iter()
-            .map(|c| flow.update_columns.updates(c))
-            .collect();
-        let new_data = merge_updates(
-            &matched,
-            &raw_data,
-            &stored_data,
-            &updates,
-            flow.ignore_null_updates,
-        )?;
-        drop(raw_data);
+        let stored_data: Option<Vec<ArrayRef>> = self
+            .stored_data
+            .then(|| data_names.iter().map(|c| Arc::clone(&stored[c])).collect());
+        let new_data = match &stored_data {
+            Some(stored_data) => {
+                let updates: Vec<bool> = data_names
+                    .iter()
+                    .map(|c| flow.update_columns.updates(c))
+                    .collect();
+                merge_updates(
+                    &matched,
+                    &raw_data,
+                    stored_data,
+                    &updates,
+                    flow.ignore_null_updates,
+                )?
+            }
+            // Every column updated, NULLs included: the change's values.
+            None => raw_data,
+        };
         let value_of = |name: &str| -> Result<ArrayRef> {
             if Some(name) == self.audit_ingest {
                 Ok(Arc::clone(&new_commit_ts))
@@ -186,7 +207,7 @@ impl PartitionWork<'_> {
             new_sequence: &new_seq,
             stored_sequence: &stored_seq,
             new_data: &new_data,
-            stored_data: &stored_data,
+            stored_data: stored_data.as_deref(),
             delete: Some(&delete),
             tombstone: Some((&tomb_guards, &tomb_seq)),
         })?;

@@ -24,11 +24,10 @@ impl FlowRunner for Ingest<'_> {
 
     async fn run(&self, cx: &FlowCx<'_>, events: &mut Vec<FlowEvent>) -> Result<FlowReport> {
         let spec = self.spec;
-        let mut bronze = cx.lake.table(&spec.into, TableRole::Bronze).await?;
+        let mut bronze = cx.output(&spec.into, TableRole::Bronze).await?;
         cx.recover_event(self.name, &*bronze, events).await;
         let mut rejects = cx
-            .lake
-            .table(&rejects_table(&spec.into), TableRole::Rejects)
+            .output(&rejects_table(&spec.into), TableRole::Rejects)
             .await?;
         let tables = IngestTables {
             bronze: &mut *bronze,

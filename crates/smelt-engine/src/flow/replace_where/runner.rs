@@ -76,7 +76,7 @@ impl FlowRunner for ReplaceWhere<'_> {
 
     async fn run(&self, cx: &FlowCx<'_>, events: &mut Vec<FlowEvent>) -> Result<FlowReport> {
         let (name, spec, ctx) = (self.flow.name.as_str(), self.spec, cx.ctx);
-        let mut target = cx.lake.table(&spec.into, TableRole::Target).await?;
+        let mut target = cx.output(&spec.into, TableRole::Target).await?;
         cx.recover_event(name, &*target, events).await;
         match &spec.from {
             ReplaceSource::Table(table) => {
