@@ -91,7 +91,12 @@ def prepare_copy(src_table, dst_table):
 
 ICEBERG_TOOLS = ("smelt-iceberg", "smelt-iceberg-mor", "pyiceberg")
 # smelt's own tools writing a Delta silver at <lake>/bench/product2_silver.
-SMELT_DELTA_TOOLS = ("smelt", "smelt-mor", "smelt-spark")
+SMELT_DELTA_TOOLS = ("smelt", "smelt-cdf", "smelt-mor", "smelt-mor-cdf", "smelt-mor-derived", "smelt-spark")
+# smelt's merge-on-read Delta configurations: without a change feed (`smelt-mor`), with one and
+# its pre-images written (`smelt-mor-cdf`), with one derived by readers (`smelt-mor-derived`).
+SMELT_MOR_TOOLS = ("smelt-mor", "smelt-mor-cdf", "smelt-mor-derived")
+# smelt's silvers whose DDL asks for the change feed (nothing reads the bench's silver).
+SMELT_FEED_TOOLS = ("smelt-cdf", "smelt-mor-cdf", "smelt-mor-derived")
 # The tools that run on the Spark cluster: smelt's Spark engine, and seed 000's logic written
 # by hand as Spark SQL (spark_peer.py).
 SPARK_TOOLS = ("smelt-spark", "spark-sql")
@@ -107,14 +112,19 @@ def smelt_project(lake, tool, args):
     so that all of them are comparable."""
     silver_sql = open(os.path.join(HERE, "..", "examples", "product2", "silver.sql")).read()
     silver_sql = silver_sql.replace("medallion_demo.product2__silver", "bench.product2_silver")
+    if tool in SMELT_FEED_TOOLS:
+        head, tail = silver_sql.rsplit(")", 1)
+        silver_sql = f"{head}) OPTIONS (enable_change_history = TRUE){tail}"
     with open(os.path.join(lake, "silver.sql"), "w") as f:
         f.write(silver_sql)
     catalogs, into, mode = "", "bench.product2_silver", ""
     if tool in ICEBERG_TOOLS:
         catalogs = "catalogs:\n  ice: {type: sql, uri: 'sqlite:catalog.db', warehouse: ./silver}\n"
         into = "ice." + into
-    if tool in ("smelt-mor", "smelt-iceberg-mor"):
+    if tool in SMELT_MOR_TOOLS or tool == "smelt-iceberg-mor":
         mode = "      write_mode: merge_on_read\n"
+    if tool == "smelt-mor-derived":
+        mode += "      change_data: derived\n"
     if spark_dialect(args):
         mode += "      sequence_by: [_commit_timestamp]\n      cast_dialect: spark\n"
     engine = f"engine: spark\nconnect: {args.spark}\n" if tool == "smelt-spark" else ""
@@ -175,7 +185,7 @@ def canonical(tool, lake, kernel_read):
         con.close()
     elif tool in ICEBERG_TOOLS:
         df = pl.from_arrow(iceberg_silver(lake).scan().to_arrow())
-    elif tool == "smelt-mor" or tool in SPARK_TOOLS:
+    elif tool in SMELT_MOR_TOOLS or tool in SPARK_TOOLS:
         # delta-rs' Python reader refuses deletion vectors (and Spark may write them): the
         # kernel's scan reads them.
         path = os.path.join(lake, "bench", "product2_silver") if tool in SMELT_DELTA_TOOLS else os.path.join(lake, "silver")
@@ -265,7 +275,7 @@ def run_tool(tool, args, src_table, work, bronze_bytes, increments):
         })
         print(f"  {tool:11} {steps[-1]['step']:>12}: {work_s:8.2f} s  rss {rss / 2**20:7.0f} MiB", flush=True)
     optimize = None
-    if tool == "smelt-mor":
+    if tool in SMELT_MOR_TOOLS:
         # The compaction a merge-on-read silver needs sooner or later, timed after the
         # increments (its silver is hashed after it).
         before = set(log_versions(silver))
@@ -366,7 +376,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", required=True)
     ap.add_argument("--increments", type=int, default=5)
-    ap.add_argument("--tools", default="smelt,smelt-mor,deltars,polars,duckdb", help="smelt-mor: Delta silver with deletion vectors; deltars-cdf: delta-rs with the change data feed on, as smelt's silver has it; also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver); smelt-spark (smelt on the Spark cluster), spark-sql (seed 000 by hand as Spark SQL)")
+    ap.add_argument("--tools", default="smelt,smelt-mor,deltars,polars,duckdb", help="smelt-cdf: copy-on-write silver with the change feed on (its DDL asks for it); smelt-mor: Delta silver with deletion vectors, no change feed; smelt-mor-cdf: the same with the feed on and pre-images written; smelt-mor-derived: the same with the feed derived by readers (`change_data: derived`); deltars-cdf: delta-rs with the change data feed on, as smelt's silver has it; also smelt-iceberg, smelt-iceberg-mor, pyiceberg (Iceberg silver); smelt-spark (smelt on the Spark cluster), spark-sql (seed 000 by hand as Spark SQL)")
     ap.add_argument("--spark", default=None, help="sc:// URL of the Spark cluster the Spark tools run on (bench/run.sh starts one)")
     ap.add_argument("--spark-python", default=None, help="the Python with PySpark's Connect client, for spark-sql")
     ap.add_argument("--memory-limit", default=None, help="passed to `smelt run --memory-limit`, e.g. 2GiB")

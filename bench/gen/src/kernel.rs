@@ -31,3 +31,35 @@ pub fn scan(dir: &Path) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> 
     drop(rt);
     Ok(batches)
 }
+
+/// The change feed of the Delta table in `dir` over versions `start..=end`, as the kernel's
+/// change-feed scan returns it (change data files where a commit has them, else the rows
+/// its removes and deletion vectors delete and its adds insert): the table's columns,
+/// `_change_type`, `_commit_version`, `_commit_timestamp`.
+pub fn changes(
+    dir: &Path,
+    start: u64,
+    end: Option<u64>,
+) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> {
+    let dir = std::fs::canonicalize(dir)?;
+    let url = url::Url::from_directory_path(&dir)
+        .map_err(|()| format!("{}: not a folder", dir.display()))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let engine = rt.block_on(async {
+        let table = deltalake::open_table(url.clone()).await?;
+        Ok::<_, deltalake::DeltaTableError>(table.log_store().engine(None))
+    })?;
+    let changes =
+        delta_kernel::table_changes::TableChanges::try_new(url, engine.as_ref(), start, end)?;
+    let scan = changes.into_scan_builder().build()?;
+    let mut batches = Vec::new();
+    for data in scan.execute(Arc::clone(&engine))? {
+        batches.push(
+            ArrowEngineData::try_from_engine_data(data?)?
+                .record_batch()
+                .clone(),
+        );
+    }
+    drop(rt);
+    Ok(batches)
+}
