@@ -25,3 +25,7 @@ CREATE OR REPLACE TABLE `medallion_demo.product2__silver` (
 PRIMARY KEY (`Id`) NOT ENFORCED
 )
 ;
+ALTER TABLE `medallion_demo.product2__silver`
+SET OPTIONS (
+enable_change_history = TRUE
+);

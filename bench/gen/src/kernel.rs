@@ -8,8 +8,15 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use delta_kernel::engine::arrow_data::ArrowEngineData;
 
-/// Every live row of the Delta table in `dir`, as the kernel's scan returns them.
-pub fn scan(dir: &Path) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> {
+/// The table URL of the Delta table in `dir`, delta-rs' kernel engine over its store, and
+/// the runtime the engine's reads run on (kept until they are done).
+type Opened = (
+    url::Url,
+    Arc<dyn delta_kernel::Engine>,
+    tokio::runtime::Runtime,
+);
+
+fn engine(dir: &Path) -> Result<Opened, Box<dyn std::error::Error>> {
     let dir = std::fs::canonicalize(dir)?;
     let url = url::Url::from_directory_path(&dir)
         .map_err(|()| format!("{}: not a folder", dir.display()))?;
@@ -18,6 +25,12 @@ pub fn scan(dir: &Path) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> 
         let table = deltalake::open_table(url.clone()).await?;
         Ok::<_, deltalake::DeltaTableError>(table.log_store().engine(None))
     })?;
+    Ok((url, engine, rt))
+}
+
+/// Every live row of the Delta table in `dir`, as the kernel's scan returns them.
+pub fn scan(dir: &Path) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> {
+    let (url, engine, _runtime) = engine(dir)?;
     let snapshot = delta_kernel::Snapshot::builder_for(url.as_str()).build(engine.as_ref())?;
     let scan = snapshot.scan_builder().build()?;
     let mut batches = Vec::new();
@@ -28,7 +41,6 @@ pub fn scan(dir: &Path) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> 
                 .clone(),
         );
     }
-    drop(rt);
     Ok(batches)
 }
 
@@ -41,14 +53,7 @@ pub fn changes(
     start: u64,
     end: Option<u64>,
 ) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> {
-    let dir = std::fs::canonicalize(dir)?;
-    let url = url::Url::from_directory_path(&dir)
-        .map_err(|()| format!("{}: not a folder", dir.display()))?;
-    let rt = tokio::runtime::Runtime::new()?;
-    let engine = rt.block_on(async {
-        let table = deltalake::open_table(url.clone()).await?;
-        Ok::<_, deltalake::DeltaTableError>(table.log_store().engine(None))
-    })?;
+    let (url, engine, _runtime) = engine(dir)?;
     let changes =
         delta_kernel::table_changes::TableChanges::try_new(url, engine.as_ref(), start, end)?;
     let scan = changes.into_scan_builder().build()?;
@@ -60,6 +65,5 @@ pub fn changes(
                 .clone(),
         );
     }
-    drop(rt);
     Ok(batches)
 }

@@ -162,13 +162,6 @@ fn legacy_writer_features(version: i32) -> &'static [&'static str] {
 /// writer version 7, a legacy version's implied features listed); `None` when it has it.
 pub(crate) fn with_deletion_vectors(protocol: &Protocol) -> Result<Option<Protocol>> {
     const DV: &str = "deletionVectors";
-    let names = |features: Option<&[TableFeature]>| -> Vec<String> {
-        features
-            .unwrap_or_default()
-            .iter()
-            .map(|f| f.to_string())
-            .collect()
-    };
     let mut reader = names(protocol.reader_features());
     let mut writer = names(protocol.writer_features());
     if reader.iter().any(|f| f == DV) && writer.iter().any(|f| f == DV) {
@@ -205,13 +198,6 @@ pub(crate) fn with_deletion_vectors(protocol: &Protocol) -> Result<Option<Protoc
 /// writer feature under table features.
 pub(crate) fn with_change_feed(protocol: &Protocol) -> Result<Option<Protocol>> {
     const CDF: &str = "changeDataFeed";
-    let names = |features: Option<&[TableFeature]>| -> Vec<String> {
-        features
-            .unwrap_or_default()
-            .iter()
-            .map(|f| f.to_string())
-            .collect()
-    };
     let writer_version = protocol.min_writer_version();
     let json = if writer_version < 4 {
         serde_json::json!({
@@ -240,6 +226,15 @@ pub(crate) fn with_change_feed(protocol: &Protocol) -> Result<Option<Protocol>> 
     serde_json::from_value(json)
         .map(Some)
         .map_err(|e| Error::internal(format!("turning the change feed on: {e}")))
+}
+
+/// The names of a protocol's reader or writer features (none when it lists none).
+fn names(features: Option<&[TableFeature]>) -> Vec<String> {
+    features
+        .unwrap_or_default()
+        .iter()
+        .map(|f| f.to_string())
+        .collect()
 }
 
 /// The table's column mapping mode.

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use sqlparser::ast::Spanned;
 use sqlparser::ast::{
-    ColumnOption, CreateTable, CreateTableOptions, HiveDistributionStyle, SqlOption, Statement,
-    TableConstraint,
+    AlterTableOperation, ColumnOption, CreateTable, CreateTableOptions, HiveDistributionStyle,
+    SqlOption, Statement, TableConstraint,
 };
 
 use crate::error::{Result, SpecError, SpecErrors};
@@ -167,7 +167,25 @@ pub fn parse_table(sql: &str, file: &Path) -> Result<TableDef> {
         })
         .collect();
     match creates.as_slice() {
-        [one] => table_def(one, file),
+        [one] => {
+            let mut def = table_def(one, file)?;
+            // `ALTER TABLE t SET OPTIONS (enable_change_history = TRUE)` after it (seed 000's
+            // silver DDL): the table's change feed, as the statement sets it.
+            for s in &stmts {
+                if let Statement::AlterTable(alter) = s
+                    && TableName::from_object_name(&alter.name).as_ref() == Some(&def.name)
+                {
+                    for op in &alter.operations {
+                        if let AlterTableOperation::SetTblProperties { table_properties } = op
+                            && let Some(on) = change_feed_option(table_properties)
+                        {
+                            def.change_feed = Some(on);
+                        }
+                    }
+                }
+            }
+            Ok(def)
+        }
         _ => Err(SpecError::new(
             file,
             "",
@@ -527,6 +545,19 @@ PRIMARY KEY (`Id`) NOT ENFORCED
         )
         .unwrap();
         assert_eq!(off.change_feed, Some(false));
+        // Seed 000's silver DDL turns the feed on in a statement of its own.
+        let altered = parse_table(
+            "CREATE TABLE `a.b` (x STRING);\nALTER TABLE `a.b`\nSET OPTIONS (\nenable_change_history = TRUE\n);",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(altered.change_feed, Some(true));
+        let other = parse_table(
+            "CREATE TABLE a.b (x STRING); ALTER TABLE a.c SET OPTIONS (enable_change_history = TRUE)",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(other.change_feed, None, "another table's option");
     }
 
     #[test]

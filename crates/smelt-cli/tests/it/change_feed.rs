@@ -6,33 +6,8 @@
 use serde_json::Value;
 
 use crate::common::{Project, text};
-
-/// Every commit of a Delta table, in version order, as its actions.
-fn commits(p: &Project, table: &str) -> Vec<Vec<Value>> {
-    let log = p.file(&format!("lake/{}/_delta_log", table.replace('.', "/")));
-    let mut files: Vec<_> = std::fs::read_dir(&log)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect()
-        })
-        .collect()
-}
-
-/// The actions of one kind (`add`, `cdc`, `metaData`, `protocol`) of a commit.
-fn of_kind<'a>(actions: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    actions.iter().filter_map(|a| a.get(kind)).collect()
-}
+use crate::derived_change_data::log as commits;
+use crate::merge_on_read::of_kind;
 
 /// Whether a table's latest metadata turns its change feed on.
 fn feed_on(p: &Project, table: &str) -> bool {
