@@ -28,20 +28,27 @@ fn engine(dir: &Path) -> Result<Opened, Box<dyn std::error::Error>> {
     Ok((url, engine, rt))
 }
 
-/// Every live row of the Delta table in `dir`, as the kernel's scan returns them.
-pub fn scan(dir: &Path) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> {
-    let (url, engine, _runtime) = engine(dir)?;
-    let snapshot = delta_kernel::Snapshot::builder_for(url.as_str()).build(engine.as_ref())?;
-    let scan = snapshot.scan_builder().build()?;
-    let mut batches = Vec::new();
-    for data in scan.execute(Arc::clone(&engine))? {
-        batches.push(
+/// The record batches of a kernel scan's results.
+fn batches(
+    data: impl Iterator<Item = delta_kernel::DeltaResult<Box<dyn delta_kernel::EngineData>>>,
+) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> {
+    let mut out = Vec::new();
+    for data in data {
+        out.push(
             ArrowEngineData::try_from_engine_data(data?)?
                 .record_batch()
                 .clone(),
         );
     }
-    Ok(batches)
+    Ok(out)
+}
+
+/// Every live row of the Delta table in `dir`, as the kernel's scan returns them.
+pub fn scan(dir: &Path) -> Result<Vec<RecordBatch>, Box<dyn std::error::Error>> {
+    let (url, engine, _runtime) = engine(dir)?;
+    let snapshot = delta_kernel::Snapshot::builder_for(url.as_str()).build(engine.as_ref())?;
+    let scan = snapshot.scan_builder().build()?;
+    batches(scan.execute(Arc::clone(&engine))?)
 }
 
 /// The change feed of the Delta table in `dir` over versions `start..=end`, as the kernel's
@@ -57,13 +64,5 @@ pub fn changes(
     let changes =
         delta_kernel::table_changes::TableChanges::try_new(url, engine.as_ref(), start, end)?;
     let scan = changes.into_scan_builder().build()?;
-    let mut batches = Vec::new();
-    for data in scan.execute(Arc::clone(&engine))? {
-        batches.push(
-            ArrowEngineData::try_from_engine_data(data?)?
-                .record_batch()
-                .clone(),
-        );
-    }
-    Ok(batches)
+    batches(scan.execute(Arc::clone(&engine))?)
 }

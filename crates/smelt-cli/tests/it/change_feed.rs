@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::common::{Project, text};
 use crate::derived_change_data::log as commits;
-use crate::merge_on_read::of_kind;
+use crate::merge_on_read::{of_kind, sql_rows};
 
 /// Whether a table's latest metadata turns its change feed on.
 fn feed_on(p: &Project, table: &str) -> bool {
@@ -127,15 +127,8 @@ flows:
         assert_eq!(!of_kind(last, "cdc").is_empty(), *on, "{table}: {last:?}");
     }
     assert_eq!(
-        p.query("SELECT id, status FROM gold.orders ORDER BY id")
-            .iter()
-            .map(|r| (text(&r["id"]), text(&r["status"])))
-            .collect::<Vec<_>>(),
-        [
-            ("1".to_string(), "paid".to_string()),
-            ("2".to_string(), "new".to_string()),
-            ("3".to_string(), "new".to_string())
-        ]
+        sql_rows(&p, "gold.orders"),
+        [["1", "paid"], ["2", "new"], ["3", "new"]]
     );
 }
 
@@ -221,13 +214,8 @@ flows:
     // The next run reads the commit that turned it on; a delete after it too.
     p.ok(&["sql", "INSERT INTO raw.orders VALUES ('4', 'new')"]);
     p.ok(&["run"]);
-    let rows = |table: &str| -> Vec<(String, String)> {
-        p.query(&format!("SELECT id, status FROM {table} ORDER BY id"))
-            .iter()
-            .map(|r| (text(&r["id"]), text(&r["status"])))
-            .collect()
-    };
-    assert_eq!(rows("gold.orders"), rows("silver.orders"), "{write_mode}");
-    assert_eq!(rows("gold.orders").len(), 4);
-    assert_eq!(rows("gold.orders")[0].1, "paid");
+    let gold = sql_rows(&p, "gold.orders");
+    assert_eq!(gold, sql_rows(&p, "silver.orders"), "{write_mode}");
+    assert_eq!(gold.len(), 4);
+    assert_eq!(gold[0], ["1", "paid"]);
 }
