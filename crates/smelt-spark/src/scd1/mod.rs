@@ -341,13 +341,8 @@ impl Scd1<'_> {
         }
         let delta = self.spec.into.catalog.is_none();
         if state.silver.is_some() && delta && self.places.feed(&self.spec.into) {
-            self.turn_on(
-                s,
-                &silver,
-                CHANGE_FEED,
-                "turn the change feed on (a flow reads the table)",
-            )
-            .await?;
+            self.turn_on(s, &silver, CHANGE_FEED, "turn the change feed on")
+                .await?;
         }
         if rebuild && (report.tombstones_written > 0 || state.tombstones) {
             // A rebuild replaces the tombstones whatever watermark they carry (a killed
