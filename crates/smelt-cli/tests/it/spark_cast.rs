@@ -11,7 +11,6 @@ use crate::common::Project;
 use crate::spark_cluster::SparkCluster;
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use smelt_spark::client::Spark;
 use smelt_spark::sql::string_literal;
 
 /// The hard strings, per silver type (DDL spelling, Spark spelling).
@@ -198,11 +197,7 @@ const DIFFERENT: &[(&str, &str)] = &[
 #[test]
 fn spark_try_cast_is_the_oracle_of_the_spark_dialect() {
     let cluster = SparkCluster::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let spark = runtime.block_on(Spark::connect(&cluster.url)).unwrap();
+    let (runtime, spark) = cluster.connect();
     let sql = |what: &str, statement: &str| -> Vec<RecordBatch> {
         runtime
             .block_on(spark.sql(what, statement))

@@ -71,11 +71,7 @@ impl Reader {
 #[test]
 fn spark_reads_smelt_silver_and_its_change_feed_in_every_write_mode() {
     let cluster = SparkCluster::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let spark = runtime.block_on(Spark::connect(&cluster.url)).unwrap();
+    let (runtime, spark) = cluster.connect();
     let reader = Reader { runtime, spark };
     let p = Project::with_pipeline(PIPELINE);
     // No flow reads the silvers: their DDL asks for the change feed Spark reads.

@@ -267,16 +267,14 @@ impl DeltaSource {
             // Files whose rows this commit deletes, and of those the files removed whole
             // (not added again with a deletion vector).
             let mut deleted_files = 0;
-            let whole = removes
-                .iter()
-                .filter(|r| !adds.iter().any(|a| a.path == r.path))
-                .count();
+            let mut whole = 0;
             // Deletion vectors are read only where rows are read: deletes the flow applies,
             // and a RESTORE's re-added files (a vector that deletes fewer rows brings rows
             // back).
             let restore = c.operation == "RESTORE";
             for r in &removes {
                 let re_added = adds.iter().find(|a| a.path == r.path);
+                whole += usize::from(re_added.is_none());
                 let read = self.read_removed || (restore && re_added.is_some());
                 if !read {
                     deleted_files += 1;

@@ -64,6 +64,20 @@ impl SparkCluster {
     }
 }
 
+impl SparkCluster {
+    /// A Spark Connect session on the cluster and the runtime that drives it.
+    pub fn connect(&self) -> (tokio::runtime::Runtime, smelt_spark::client::Spark) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let spark = runtime
+            .block_on(smelt_spark::client::Spark::connect(&self.url))
+            .unwrap();
+        (runtime, spark)
+    }
+}
+
 impl Drop for SparkCluster {
     fn drop(&mut self) {
         if let Some(dir) = &self.dir {
