@@ -44,13 +44,29 @@ impl DeltaLakeTable {
     /// With `keys`, the files are written in key order (see [`key_order`]), each file's
     /// rows taken as its task starts, so that a few files' copies are in memory at a time.
     pub(super) async fn write_data(&self, rows: &RecordBatch, keys: &[String]) -> Result<Vec<Add>> {
-        let order = key_order(rows, keys)?;
+        (self.write_data_in(rows, keys, self.rows_per_file, true)).await
+    }
+
+    /// As [`Self::write_data`], in files of at most `per_file` rows, in key order only when
+    /// `in_key_order`.
+    async fn write_data_in(
+        &self,
+        rows: &RecordBatch,
+        keys: &[String],
+        per_file: usize,
+        in_key_order: bool,
+    ) -> Result<Vec<Add>> {
+        let order = if in_key_order {
+            key_order(rows, keys)?
+        } else {
+            None
+        };
         let schema = rows.schema();
         let name = self.name.to_string();
         let mut tasks = Vec::new();
         let mut offset = 0;
         while offset < rows.num_rows() {
-            let len = self.rows_per_file.min(rows.num_rows() - offset);
+            let len = per_file.max(1).min(rows.num_rows() - offset);
             let writer = self.writer(&schema, keys)?;
             let (rows, order, name) = (rows.clone(), order.clone(), name.clone());
             tasks.push(async move {
@@ -129,7 +145,20 @@ impl DeltaLakeTable {
                 }));
             }
         }
-        let adds = match self.write_data(&rows, keys).await {
+        let per_file = new_rows_per_file(rows.num_rows(), self.rows_per_file, parquet::cores());
+        // The first rows of a table (or of its rebuild) are written in key order, so that
+        // each file holds a key range of its own. A later run's rows are written as they
+        // come: their files' ranges overlap the stored files' whatever their order, and
+        // sorting them (the key sort, then every column taken in its order) was a third of
+        // a merge-on-read run's write (BENCHMARKS.md, run J). `smelt optimize --cluster`
+        // puts a table's files in key order.
+        let first_rows = self.staged.overwrite
+            || self
+                .table
+                .as_ref()
+                .and_then(|t| t.snapshot().ok())
+                .is_none_or(|s| s.log_data().num_files() == 0);
+        let adds = match (self.write_data_in(&rows, keys, per_file, first_rows)).await {
             Ok(adds) => adds,
             Err(e) => {
                 // The change data would go with nothing: stop writing it.
@@ -158,5 +187,39 @@ impl DeltaLakeTable {
             self.staged.replaced.push(replaced);
         }
         Ok(())
+    }
+}
+
+/// Rows per file for `rows` new rows of a run: the table's `rows_per_file`, or fewer so that
+/// each of `cores` encodes a file (encoding is most of a write) when every file still holds
+/// at least a quarter of `rows_per_file` (smaller ones count as small files to compact).
+/// 185,000 new rows on two cores: two files of 92,500 rows, written at once, not one.
+fn new_rows_per_file(rows: usize, rows_per_file: usize, cores: usize) -> usize {
+    let small = (rows_per_file / 4).max(1);
+    let files = rows.div_ceil(rows_per_file.max(1));
+    if files >= cores {
+        return rows_per_file;
+    }
+    let files = cores.min(rows / small).max(files).max(1);
+    rows.div_ceil(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_rows_per_file;
+
+    #[test]
+    fn new_rows_are_spread_over_the_cores_while_files_stay_a_quarter_full() {
+        let full = 262_144;
+        // One file's worth on two cores: two files.
+        assert_eq!(new_rows_per_file(185_000, full, 2), 92_500);
+        // Too few rows for two quarter-full files: one.
+        assert_eq!(new_rows_per_file(100_000, full, 2), 100_000);
+        // Enough files for the cores already: full files.
+        assert_eq!(new_rows_per_file(2_000_000, full, 2), full);
+        // Four cores, rows for three quarter-full files: three.
+        assert_eq!(new_rows_per_file(200_000, full, 4), 66_667);
+        assert_eq!(new_rows_per_file(300_000, full, 8), 75_000);
+        assert_eq!(new_rows_per_file(1, full, 2), 1);
     }
 }
