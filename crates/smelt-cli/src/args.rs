@@ -169,6 +169,15 @@ pub struct OptimizeArgs {
     /// per file smelt writes (65,536), at most half of them (131,072).
     #[arg(long)]
     pub small_file_rows: Option<usize>,
+    /// Also rewrite, in primary-key order, every file of a table (or partition) whose
+    /// files' key ranges overlap: each file then holds a key range of its own, which the
+    /// next runs' lookups skip by (apply flows' tables only).
+    #[arg(long)]
+    pub cluster: bool,
+    /// Memory for the rows being put in key order, e.g. `2GiB` (default: half the
+    /// machine's memory); past it they are sorted in runs spilled to `$TMPDIR`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -52,6 +52,11 @@ pub struct Target {
     /// Chosen because no table was named: one smelt does not maintain is skipped, not
     /// refused.
     pub implicit: bool,
+    /// Its primary key: the keys of the apply flow writing it (its silver or tombstones);
+    /// empty for other tables.
+    pub keys: Vec<String>,
+    /// Named as a table (`schema.table`), not chosen as one of a flow's tables.
+    pub named: bool,
 }
 
 impl Target {
@@ -76,47 +81,58 @@ impl Target {
 /// table the pipeline's flows write; each once, in pipeline order, with the role it is
 /// written as.
 pub fn tables(pipeline: &Pipeline, targets: &[String]) -> Result<Vec<Target>> {
-    let written = |flow: &smelt_spec::Flow| -> Vec<(TableName, TableRole)> {
+    let written = |flow: &smelt_spec::Flow| -> Vec<(TableName, TableRole, Vec<String>)> {
         match &flow.kind {
             FlowKind::Apply(a) => vec![
-                (a.into.clone(), TableRole::Silver),
-                (tombstone_table(&a.into), TableRole::Tombstones),
-                (rejects_table(&a.into), TableRole::Rejects),
+                (a.into.clone(), TableRole::Silver, a.keys.clone()),
+                (
+                    tombstone_table(&a.into),
+                    TableRole::Tombstones,
+                    a.keys.clone(),
+                ),
+                (rejects_table(&a.into), TableRole::Rejects, Vec::new()),
             ],
-            FlowKind::Ingest(i) => vec![(i.into.clone(), TableRole::Bronze)],
+            FlowKind::Ingest(i) => vec![(i.into.clone(), TableRole::Bronze, Vec::new())],
             _ => flow
                 .writes()
-                .map(|t| vec![(t.clone(), TableRole::Target)])
+                .map(|t| vec![(t.clone(), TableRole::Target, Vec::new())])
                 .unwrap_or_default(),
         }
     };
     let mut out: Vec<Target> = Vec::new();
     let implicit = targets.is_empty();
-    let mut push = |(table, role): (TableName, TableRole)| {
+    let mut push = |(table, role, keys): (TableName, TableRole, Vec<String>), named: bool| {
         if !out.iter().any(|t| t.table == table) {
             out.push(Target {
                 table,
                 role,
                 implicit,
+                keys,
+                named,
             });
         }
     };
     if implicit {
-        pipeline.flows.iter().flat_map(written).for_each(&mut push);
+        for t in pipeline.flows.iter().flat_map(written) {
+            push(t, false);
+        }
         return Ok(out);
     }
     for target in targets {
         if let Some(flow) = pipeline.flow(target) {
-            written(flow).into_iter().for_each(&mut push);
+            for t in written(flow) {
+                push(t, false);
+            }
         } else if let Some(table) = TableName::parse(target) {
-            let role = pipeline
+            let found = pipeline
                 .flows
                 .iter()
                 .flat_map(written)
-                .find(|(t, _)| t == &table)
-                .map(|(_, r)| r)
-                .unwrap_or(TableRole::Target);
-            push((table, role));
+                .find(|(t, _, _)| t == &table);
+            push(
+                found.unwrap_or((table, TableRole::Target, Vec::new())),
+                true,
+            );
         } else {
             return Err(EngineError::user(
                 format!("`{target}` is neither a flow of the pipeline nor a table name"),
@@ -127,12 +143,25 @@ pub fn tables(pipeline: &Pipeline, targets: &[String]) -> Result<Vec<Target>> {
     Ok(out)
 }
 
-/// Optimizes `tables` one after the other; tables not created yet are skipped.
+/// Optimizes `tables` one after the other, each with its key; tables not created yet are
+/// skipped. With `policy.cluster`, a table named without a key is refused (one of a flow's,
+/// or chosen implicitly, is optimized without clustering).
 pub async fn optimize(
     lake: &dyn Lake,
     tables: &[Target],
     policy: &OptimizePolicy,
 ) -> Result<Vec<Optimized>> {
+    if policy.cluster
+        && let Some(t) = tables.iter().find(|t| t.named && t.keys.is_empty())
+    {
+        return Err(EngineError::user(
+            format!(
+                "`--cluster` puts a table's files in the order of its primary key, and `{}` has none: no apply flow of the pipeline writes it",
+                t.table
+            ),
+            "cluster the silver (or the flow) of an apply flow, or drop `--cluster`",
+        ));
+    }
     let mut out = Vec::new();
     for target in tables {
         let skipped = target.skip("optimize");
@@ -143,7 +172,12 @@ pub async fn optimize(
             if table.schema().is_none() {
                 continue;
             }
-            table.optimize(policy).await?
+            let policy = OptimizePolicy {
+                keys: target.keys.clone(),
+                cluster: policy.cluster && !target.keys.is_empty(),
+                ..policy.clone()
+            };
+            table.optimize(&policy).await?
         };
         out.push(Optimized {
             table: target.table.to_string(),

@@ -23,6 +23,11 @@ pub async fn optimize(global: &GlobalArgs, args: &OptimizeArgs) -> Result<u8, Fa
     let policy = OptimizePolicy {
         deleted_fraction: args.deleted_fraction,
         small_file_rows: args.small_file_rows,
+        cluster: args.cluster,
+        memory_limit: args
+            .memory_limit
+            .or_else(smelt_engine::context::default_memory_limit),
+        ..OptimizePolicy::default()
     };
     let done = smelt_engine::maintain::optimize(&lakes.ports(), &tables, &policy).await?;
     if global.json {
@@ -38,15 +43,26 @@ pub async fn optimize(global: &GlobalArgs, args: &OptimizeArgs) -> Result<u8, Fa
             }
             match s.version {
                 None => println!("{}: nothing to rewrite", t.table),
-                Some(v) => println!(
-                    "{}: version {v}: {} files rewritten into {} ({} rows kept, {} deleted rows purged, {} bytes written)",
-                    t.table,
-                    s.files_removed,
-                    s.files_added,
-                    s.rows_rewritten,
-                    s.rows_purged,
-                    s.bytes_written
-                ),
+                Some(v) => {
+                    let clustered = match s.partitions_clustered {
+                        0 => String::new(),
+                        1 => ", in key order".to_string(),
+                        n => format!(", {n} partitions in key order"),
+                    };
+                    let spilled = match s.bytes_spilled {
+                        0 => String::new(),
+                        b => format!(", {b} bytes spilled"),
+                    };
+                    println!(
+                        "{}: version {v}: {} files rewritten into {} ({} rows kept, {} deleted rows purged, {} bytes written{clustered}{spilled})",
+                        t.table,
+                        s.files_removed,
+                        s.files_added,
+                        s.rows_rewritten,
+                        s.rows_purged,
+                        s.bytes_written
+                    )
+                }
             }
         }
     }

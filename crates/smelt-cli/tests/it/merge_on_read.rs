@@ -686,3 +686,60 @@ flows:
     let (_, err) = p.fails(&["validate"], 2);
     insta::assert_snapshot!("optimize_auto_on_iceberg", pinned(&p, &err));
 }
+
+/// `smelt optimize --cluster` rewrites a silver whose runs left files of overlapping key
+/// ranges in key order (rows unchanged, the rows marked deleted purged), says so, and has
+/// nothing to do the second time; a table no apply flow writes has no key to cluster by.
+#[test]
+fn optimize_cluster_puts_overlapping_files_in_key_order() {
+    let p = Project::with_pipeline(
+        "lake: ./lake
+write_mode: merge_on_read
+flows:
+  mor:
+    apply:
+      from: raw.orders
+      into: silver.mor
+      schema: mor.sql
+      keys: [id]
+",
+    );
+    schemas(&p, &["silver.mor"], "status STRING");
+    p.ok(&["sql", "CREATE TABLE raw.orders (id STRING, status STRING)"]);
+    // Three runs of interleaved ids: each run's file spans the others' ranges.
+    for run in 0..3 {
+        let values = (0..10)
+            .filter(|i| i % 3 == run)
+            .map(|i| format!("('{i}', 'new')"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        p.ok(&["sql", &format!("INSERT INTO raw.orders VALUES {values}")]);
+        p.ok(&["run"]);
+    }
+    p.ok(&["sql", "INSERT INTO raw.orders VALUES ('4', 'paid')"]);
+    p.ok(&["run"]);
+    let expected = kernel_rows(&p, "silver.mor", &["id", "status"]);
+    assert_eq!(expected.len(), 10);
+    let files = data_files(&p, "silver.mor").len();
+    assert_eq!(files, 4);
+
+    // Thresholds no file passes: only `--cluster` rewrites.
+    let none = ["--deleted-fraction", "1", "--small-file-rows", "1", "mor"];
+    let plain: Value =
+        serde_json::from_str(&p.ok(&[&["--json", "optimize"][..], &none].concat())).unwrap();
+    assert!(plain[0]["version"].is_null(), "{plain}");
+    let out = p.ok(&[&["optimize", "--cluster"][..], &none].concat());
+    assert!(
+        out.contains("4 files rewritten into 1 (10 rows kept, 1 deleted rows purged")
+            && out.contains(", in key order)"),
+        "{out}"
+    );
+    assert_eq!(kernel_rows(&p, "silver.mor", &["id", "status"]), expected);
+    let again: Value =
+        serde_json::from_str(&p.ok(&["--json", "optimize", "--cluster", "mor"])).unwrap();
+    assert!(again[0]["version"].is_null(), "{again}");
+    assert_eq!(again[0]["partitions_clustered"], 0, "{again}");
+
+    let (_, err) = p.fails(&["optimize", "--cluster", "raw.orders"], 1);
+    insta::assert_snapshot!("optimize_cluster_without_a_key", pinned(&p, &err));
+}

@@ -43,8 +43,7 @@ impl DeltaLakeTable {
             .small_file_rows
             .unwrap_or(self.rows_per_file / 4)
             .clamp(1, (self.rows_per_file / 2).max(1));
-        let mut by_partition: BTreeMap<String, (Vec<ActiveFile>, Vec<ActiveFile>)> =
-            BTreeMap::new();
+        let mut by_partition: BTreeMap<String, Partition> = BTreeMap::new();
         for f in self.active_files(&table).await? {
             let live = f.rows.unwrap_or(usize::MAX);
             let total = live.saturating_add(f.deleted.len()).max(1);
@@ -54,55 +53,64 @@ impl DeltaLakeTable {
             part.sort();
             let entry = by_partition.entry(format!("{part:?}")).or_default();
             if heavy {
-                entry.0.push(f);
+                entry.heavy.push(f);
             } else if live < small_rows {
-                entry.1.push(f);
+                entry.small.push(f);
+            } else {
+                entry.rest.push(f);
             }
         }
-        // Per partition: the heavy files, and the small ones when there are two files or
-        // more to write together.
-        let groups: Vec<Vec<ActiveFile>> = by_partition
-            .into_values()
-            .map(|(mut heavy, small)| {
-                if heavy.len() + small.len() >= 2 {
-                    heavy.extend(small);
-                }
-                heavy
-            })
-            .filter(|g| !g.is_empty())
-            .collect();
         let mut stats = OptimizeStats::default();
+        // Per partition: every file when `cluster` and their key ranges overlap; else the
+        // heavy files, and the small ones when there are two files or more to write
+        // together.
+        let mut groups: Vec<(Vec<ActiveFile>, bool)> = Vec::new();
+        for p in by_partition.into_values() {
+            if policy.cluster && self.overlapping(snapshot, &policy.keys, &p)? {
+                stats.partitions_clustered += 1;
+                groups.push((
+                    p.heavy.into_iter().chain(p.small).chain(p.rest).collect(),
+                    true,
+                ));
+                continue;
+            }
+            let mut group = p.heavy;
+            if group.len() + p.small.len() >= 2 {
+                group.extend(p.small);
+            }
+            if !group.is_empty() {
+                groups.push((group, false));
+            }
+        }
         if groups.is_empty() {
             return Ok(stats);
         }
-        let store = table.object_store();
-        let name = self.name.to_string();
         let mut actions = Vec::new();
-        // One output file's worth of rows at a time, never the whole group.
-        let mut pending: Vec<RecordBatch> = Vec::new();
-        let mut pending_rows = 0;
-        for group in groups {
-            for f in group {
-                let rows =
-                    read_whole(Arc::clone(&store), &name, &f.file, None, None, &schema).await?;
+        for (group, cluster) in groups {
+            for f in &group {
                 stats.rows_purged += f.deleted.len() as u64;
-                stats.rows_rewritten += rows.num_rows() as u64;
                 stats.files_removed += 1;
-                let mut remove = f.remove;
+                let mut remove = f.remove.clone();
                 remove.data_change = false;
                 actions.push(Action::Remove(remove));
-                pending_rows += rows.num_rows();
-                pending.push(rows);
-                if pending_rows >= self.rows_per_file {
-                    self.flush(&schema, &mut pending, &mut actions, &mut stats)
-                        .await?;
-                    pending_rows = 0;
-                }
             }
-            // Partitions are not mixed in one file.
-            self.flush(&schema, &mut pending, &mut actions, &mut stats)
-                .await?;
-            pending_rows = 0;
+            let files = group.into_iter().map(|f| f.file).collect();
+            let adds = if !cluster {
+                self.pack(files, &schema, &policy.keys, &mut stats).await?
+            } else {
+                let keys = &policy.keys;
+                let done =
+                    (self.rewrite_in_key_order(files, &schema, keys, policy.memory_limit)).await?;
+                stats.rows_rewritten += done.rows;
+                stats.bytes_spilled += done.bytes_spilled;
+                done.adds
+            };
+            for mut add in adds {
+                add.data_change = false;
+                stats.files_added += 1;
+                stats.bytes_written += add.size.max(0) as u64;
+                actions.push(Action::Add(add));
+            }
         }
         let props = CommitProperties::default()
             .with_metadata([(keys::OPERATION.to_string(), serde_json::json!("optimize"))])
@@ -119,27 +127,66 @@ impl DeltaLakeTable {
         Ok(stats)
     }
 
-    /// Writes the rows in `pending` (then empties it) as data files that change no data.
+    /// Whether the files of partition `p` hold key ranges that overlap (the first of `keys`;
+    /// a key type the lookup does not skip by never counts as overlapping).
+    fn overlapping(
+        &self,
+        snapshot: &deltalake::table::state::DeltaTableState,
+        keys: &[String],
+        p: &Partition,
+    ) -> Result<bool> {
+        let Some(first) = keys.first() else {
+            return Ok(false);
+        };
+        let files: Vec<usize> = (p.heavy.iter().chain(&p.small).chain(&p.rest))
+            .map(|f| f.index)
+            .collect();
+        Ok(super::prune::ranges_overlap(snapshot, first, &files)?.unwrap_or(false))
+    }
+
+    /// The live rows of `files` (one partition's, in log order) packed into files of up to
+    /// the table's rows per file, one output file's worth in memory at a time, each file's
+    /// rows in the order of `keys` (if any).
+    async fn pack(
+        &self,
+        files: Vec<crate::parquet::FileRef>,
+        schema: &arrow::datatypes::SchemaRef,
+        keys: &[String],
+        stats: &mut OptimizeStats,
+    ) -> Result<Vec<deltalake::kernel::Add>> {
+        let store = self.table()?.object_store();
+        let name = self.name.to_string();
+        let mut adds = Vec::new();
+        let mut pending: Vec<RecordBatch> = Vec::new();
+        let mut pending_rows = 0;
+        for file in files {
+            let rows = read_whole(Arc::clone(&store), &name, &file, None, None, schema).await?;
+            stats.rows_rewritten += rows.num_rows() as u64;
+            pending_rows += rows.num_rows();
+            pending.push(rows);
+            if pending_rows >= self.rows_per_file {
+                adds.extend(self.flush(schema, &mut pending, keys).await?);
+                pending_rows = 0;
+            }
+        }
+        adds.extend(self.flush(schema, &mut pending, keys).await?);
+        Ok(adds)
+    }
+
+    /// Writes the rows in `pending` (then empties it) as data files, in the order of `keys`.
     async fn flush(
         &self,
         schema: &arrow::datatypes::SchemaRef,
         pending: &mut Vec<RecordBatch>,
-        actions: &mut Vec<Action>,
-        stats: &mut OptimizeStats,
-    ) -> Result<()> {
+        keys: &[String],
+    ) -> Result<Vec<deltalake::kernel::Add>> {
         if pending.iter().all(|b| b.num_rows() == 0) {
             pending.clear();
-            return Ok(());
+            return Ok(Vec::new());
         }
         let merged = arrow::compute::concat_batches(schema, pending.iter())?;
         pending.clear();
-        for mut add in self.write_data(&merged, &[]).await? {
-            add.data_change = false;
-            stats.files_added += 1;
-            stats.bytes_written += add.size.max(0) as u64;
-            actions.push(Action::Add(add));
-        }
-        Ok(())
+        self.write_data(&merged, keys).await
     }
 
     /// `TableSink::vacuum`: delta-rs' vacuum, full mode, lists the candidates (files the
@@ -290,6 +337,14 @@ impl DeltaLakeTable {
         }
         Ok(refs)
     }
+}
+
+/// One partition's files for optimize: heavy with deleted rows, small, the others.
+#[derive(Default)]
+struct Partition {
+    heavy: Vec<ActiveFile>,
+    small: Vec<ActiveFile>,
+    rest: Vec<ActiveFile>,
 }
 
 /// Files written less than this long ago (ms) that no commit of that time holds are kept:

@@ -20,11 +20,14 @@
 //! * `schema`: schema evolution (new columns, wider types);
 //! * `compact`: folding small files;
 //! * `maintain`: `optimize` and `vacuum`;
+//! * `cluster`: rewriting files in key order (`optimize` of a keyed table), through
+//!   DataFusion's spilling sort;
 //! * `commit`: assembling and making the commit, creating the table;
 //! * `watermark`: the `txn` watermark and the commit info beside it, read back (the last
 //!   commit).
 
 mod batches;
+mod cluster;
 mod commit;
 mod compact;
 mod found;

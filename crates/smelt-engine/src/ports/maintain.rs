@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// When [`optimize`](crate::ports::TableSink::optimize) rewrites a data file.
-#[derive(Debug, Clone, Copy)]
+/// When [`optimize`](crate::ports::TableSink::optimize) rewrites a data file, and how.
+#[derive(Debug, Clone)]
 pub struct OptimizePolicy {
     /// A file whose share of rows marked deleted is at least this (0 to 1) is rewritten
     /// without them.
@@ -12,6 +12,15 @@ pub struct OptimizePolicy {
     /// Files with fewer live rows than this are small; two or more are packed together.
     /// `None`: the table's default (a quarter of the rows per file it writes).
     pub small_file_rows: Option<usize>,
+    /// The table's primary key (empty when it has none): rewritten rows are written in its
+    /// order, so that each file holds a key range of its own.
+    pub keys: Vec<String>,
+    /// Rewrite every file of a partition whose files' key ranges overlap, in key order
+    /// (needs `keys`).
+    pub cluster: bool,
+    /// Memory for the rows being put in key order; past it they are sorted in runs
+    /// spilled to local disk. `None`: no limit.
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for OptimizePolicy {
@@ -19,6 +28,9 @@ impl Default for OptimizePolicy {
         Self {
             deleted_fraction: 0.2,
             small_file_rows: None,
+            keys: Vec::new(),
+            cluster: false,
+            memory_limit: None,
         }
     }
 }
@@ -38,6 +50,13 @@ pub struct OptimizeStats {
     pub rows_rewritten: u64,
     /// Bytes of the files written.
     pub bytes_written: u64,
+    /// Partitions (the whole table, unpartitioned) whose files were rewritten in key order
+    /// because their key ranges overlapped.
+    #[serde(default)]
+    pub partitions_clustered: usize,
+    /// Bytes the key-order sort spilled to local disk.
+    #[serde(default)]
+    pub bytes_spilled: u64,
 }
 
 /// What [`vacuum`](crate::ports::TableSink::vacuum) may delete.

@@ -62,7 +62,7 @@ impl FlowRunner for Apply<'_> {
         if spec.optimize == OptimizeMode::Auto && !ctx.dry_run && silver.version() != before {
             // After the run's commit, in commits of their own: the run stands whatever
             // happens here, and the next optimize does what this one could not.
-            match optimize_after(&mut *silver, &mut *tombstones).await {
+            match optimize_after(&mut *silver, &mut *tombstones, &spec.keys).await {
                 Ok(Some(done)) => {
                     report.silver_version = silver.version();
                     report.optimized = Some(done);
@@ -101,10 +101,15 @@ impl FlowRunner for Apply<'_> {
 async fn optimize_after<'a>(
     silver: &'a mut dyn LakeTable,
     tombstones: &'a mut dyn LakeTable,
+    keys: &[String],
 ) -> Result<Option<OptimizeStats>> {
     // The run committed; its optimize not begun.
     crate::failpoint("before_auto_optimize")?;
-    let policy = OptimizePolicy::default();
+    // Each rewritten file's rows in key order; no clustering of the table after each run.
+    let policy = OptimizePolicy {
+        keys: keys.to_vec(),
+        ..OptimizePolicy::default()
+    };
     let mut done = OptimizeStats::default();
     let mut any = false;
     for (table, is_silver) in [(silver, true), (tombstones, false)] {
@@ -122,6 +127,7 @@ async fn optimize_after<'a>(
             done.rows_purged += s.rows_purged;
             done.rows_rewritten += s.rows_rewritten;
             done.bytes_written += s.bytes_written;
+            done.bytes_spilled += s.bytes_spilled;
         }
     }
     Ok(any.then_some(done))
