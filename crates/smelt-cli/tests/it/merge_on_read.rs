@@ -431,9 +431,10 @@ fn data_files(p: &Project, table: &str) -> Vec<String> {
     files
 }
 
-#[test]
-fn optimize_purges_deleted_rows_and_vacuum_keeps_what_a_flow_still_reads() {
-    let p = Project::with_pipeline(
+/// A merge-on-read pipeline: flow `mor` from `raw.orders` (created, empty) into `silver.mor`
+/// keyed by `id`, then the flows in `more`.
+fn mor_orders(more: &str) -> Project {
+    let p = Project::with_pipeline(&format!(
         "lake: ./lake
 write_mode: merge_on_read
 flows:
@@ -443,7 +444,17 @@ flows:
       into: silver.mor
       schema: mor.sql
       keys: [id]
-  gold:
+{more}"
+    ));
+    schemas(&p, &["silver.mor", "gold.orders"], "status STRING");
+    p.ok(&["sql", "CREATE TABLE raw.orders (id STRING, status STRING)"]);
+    p
+}
+
+#[test]
+fn optimize_purges_deleted_rows_and_vacuum_keeps_what_a_flow_still_reads() {
+    let p = mor_orders(
+        "  gold:
     apply:
       from: silver.mor
       into: gold.orders
@@ -452,8 +463,6 @@ flows:
       sequence_by: [_commit_timestamp]
 ",
     );
-    schemas(&p, &["silver.mor", "gold.orders"], "status STRING");
-    p.ok(&["sql", "CREATE TABLE raw.orders (id STRING, status STRING)"]);
     let values = (0..10)
         .map(|i| format!("('{i}', 'new')"))
         .collect::<Vec<_>>()
@@ -692,20 +701,7 @@ flows:
 /// nothing to do the second time; a table no apply flow writes has no key to cluster by.
 #[test]
 fn optimize_cluster_puts_overlapping_files_in_key_order() {
-    let p = Project::with_pipeline(
-        "lake: ./lake
-write_mode: merge_on_read
-flows:
-  mor:
-    apply:
-      from: raw.orders
-      into: silver.mor
-      schema: mor.sql
-      keys: [id]
-",
-    );
-    schemas(&p, &["silver.mor"], "status STRING");
-    p.ok(&["sql", "CREATE TABLE raw.orders (id STRING, status STRING)"]);
+    let p = mor_orders("");
     // Three runs of interleaved ids: each run's file spans the others' ranges.
     for run in 0..3 {
         let values = (0..10)
