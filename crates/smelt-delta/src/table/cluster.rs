@@ -1,5 +1,5 @@
-//! Files rewritten in key order (`smelt optimize` of a keyed table): the live rows of a
-//! partition's files go through DataFusion's sort, which spills sorted runs to local disk
+//! Files rewritten in key order across them (`smelt optimize --cluster`): the live rows of
+//! a partition's files go through DataFusion's sort, which spills sorted runs to local disk
 //! past the memory limit and merges them, and come out cut into files of the table's rows
 //! per file. Each new file then holds a key range of its own, which the guard's lookup
 //! skips by (`prune`).

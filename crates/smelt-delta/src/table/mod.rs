@@ -20,8 +20,8 @@
 //! * `schema`: schema evolution (new columns, wider types);
 //! * `compact`: folding small files;
 //! * `maintain`: `optimize` and `vacuum`;
-//! * `cluster`: rewriting files in key order (`optimize` of a keyed table), through
-//!   DataFusion's spilling sort;
+//! * `cluster`: rewriting a partition's files in key order across them (`optimize
+//!   --cluster`), through DataFusion's spilling sort;
 //! * `commit`: assembling and making the commit, creating the table;
 //! * `watermark`: the `txn` watermark and the commit info beside it, read back (the last
 //!   commit).
