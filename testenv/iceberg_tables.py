@@ -59,6 +59,12 @@ def main():
     args = p.parse_args()
     warehouse = args.warehouse if "://" in args.warehouse else f"file://{args.warehouse}"
     props = dict(kv.split("=", 1) for kv in args.prop)
+    if "s3.endpoint" in props:
+        # pyarrow's S3 client gives up on a request that moves no byte for 3 s (the AWS SDK's
+        # default): a loopback server on a CI machine busy with a Spark cluster can stall
+        # longer than that (CI, 2026-12-05: `UploadPart ... Timeout was reached`).
+        props.setdefault("s3.connect-timeout", "60")
+        props.setdefault("s3.request-timeout", "300")
     if args.uri.startswith("http"):
         catalog = RestCatalog(args.catalog, uri=args.uri, warehouse=warehouse, **props)
     else:
