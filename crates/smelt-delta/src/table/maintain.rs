@@ -14,6 +14,7 @@ use smelt_engine::ports::keys;
 use smelt_engine::ports::{OptimizePolicy, OptimizeStats, VacuumPlan, VacuumStats};
 
 use super::batches::read_whole;
+use super::prune::KeyRanges;
 use super::{ActiveFile, DeltaLakeTable};
 use crate::error::{Context, Error, Result};
 use object_store::ObjectStoreExt;
@@ -64,9 +65,13 @@ impl DeltaLakeTable {
         // Per partition: every file when `cluster` and their key ranges overlap; else the
         // heavy files, and the small ones when there are two files or more to write
         // together.
+        let ranges = match policy.keys.first() {
+            Some(first) if policy.cluster => KeyRanges::of(snapshot, first)?,
+            _ => None,
+        };
         let mut groups: Vec<(Vec<ActiveFile>, bool)> = Vec::new();
         for p in by_partition.into_values() {
-            if policy.cluster && self.overlapping(snapshot, &policy.keys, &p)? {
+            if ranges.as_ref().is_some_and(|r| r.overlap(&p.indices())) {
                 stats.partitions_clustered += 1;
                 groups.push((
                     p.heavy.into_iter().chain(p.small).chain(p.rest).collect(),
@@ -125,23 +130,6 @@ impl DeltaLakeTable {
         stats.version = Some(committed.version);
         tracing::info!(table = %self.name, files = stats.files_removed, purged = stats.rows_purged, "optimized");
         Ok(stats)
-    }
-
-    /// Whether the files of partition `p` hold key ranges that overlap (the first of `keys`;
-    /// a key type the lookup does not skip by never counts as overlapping).
-    fn overlapping(
-        &self,
-        snapshot: &deltalake::table::state::DeltaTableState,
-        keys: &[String],
-        p: &Partition,
-    ) -> Result<bool> {
-        let Some(first) = keys.first() else {
-            return Ok(false);
-        };
-        let files: Vec<usize> = (p.heavy.iter().chain(&p.small).chain(&p.rest))
-            .map(|f| f.index)
-            .collect();
-        Ok(super::prune::ranges_overlap(snapshot, first, &files)?.unwrap_or(false))
     }
 
     /// The live rows of `files` (one partition's, in log order) packed into files of up to
@@ -345,6 +333,15 @@ struct Partition {
     heavy: Vec<ActiveFile>,
     small: Vec<ActiveFile>,
     rest: Vec<ActiveFile>,
+}
+
+impl Partition {
+    /// Its files' places in the log's file list.
+    fn indices(&self) -> Vec<usize> {
+        (self.heavy.iter().chain(&self.small).chain(&self.rest))
+            .map(|f| f.index)
+            .collect()
+    }
 }
 
 /// Files written less than this long ago (ms) that no commit of that time holds are kept:

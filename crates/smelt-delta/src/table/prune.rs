@@ -7,7 +7,7 @@
 
 use arrow::array::{Array, ArrayRef};
 use arrow::datatypes::DataType;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 use deltalake::datafusion::common::Column;
 use deltalake::datafusion::physical_optimizer::pruning::PruningStatistics;
 use deltalake::table::state::DeltaTableState;
@@ -113,47 +113,67 @@ fn may_hold(
     Ok(Some(out))
 }
 
-/// Whether the key ranges (first key column `column`) of `files` (places in the log's file
-/// list, as `ActiveFile::index`) overlap: ordered by least value, some file's greatest lies
-/// above the next one's least. A file without both bounds overlaps every other. Equal
-/// bounds do not overlap: a composite key's first column may span two files written in
-/// key order. `None` when the column's type is not one the lookup skips files by, or its
-/// statistics cannot be read (clustering would not help the lookup).
-pub(super) fn ranges_overlap(
-    state: &DeltaTableState,
-    column: &str,
-    files: &[usize],
-) -> Result<Option<bool>> {
-    let log = state.log_data();
-    let column = Column::from_name(column);
-    let (Some(least), Some(greatest)) = (log.min_values(&column), log.max_values(&column)) else {
-        return Ok(None);
-    };
-    overlap(&least, &greatest, files)
+/// The key ranges (least and greatest value of the first key column) of a table's files,
+/// converted once, to ask of any group of them whether they overlap.
+pub(super) struct KeyRanges {
+    lows: Rows,
+    highs: Rows,
+    /// Per file (log order, as `ActiveFile::index`): whether it has both bounds.
+    bounded: Vec<bool>,
 }
 
-fn overlap(least: &ArrayRef, greatest: &ArrayRef, files: &[usize]) -> Result<Option<bool>> {
-    let ty = least.data_type();
-    let skippable = matches!(
-        ty,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-    ) || ty.is_integer()
-        || matches!(ty, DataType::Date32 | DataType::Date64);
-    if !skippable || greatest.data_type() != ty || least.len() != greatest.len() {
-        return Ok(None);
+impl KeyRanges {
+    /// The ranges of `state`'s files in key column `column`; `None` when the column's type
+    /// is not one the lookup skips files by, or its statistics cannot be read (clustering
+    /// would not help the lookup).
+    pub(super) fn of(state: &DeltaTableState, column: &str) -> Result<Option<Self>> {
+        let log = state.log_data();
+        let column = Column::from_name(column);
+        let (Some(least), Some(greatest)) = (log.min_values(&column), log.max_values(&column))
+        else {
+            return Ok(None);
+        };
+        Self::new(&least, &greatest)
     }
-    if files
-        .iter()
-        .any(|&i| i >= least.len() || least.is_null(i) || greatest.is_null(i))
-    {
-        return Ok(Some(files.len() > 1));
+
+    fn new(least: &ArrayRef, greatest: &ArrayRef) -> Result<Option<Self>> {
+        let ty = least.data_type();
+        let skippable = matches!(
+            ty,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ) || ty.is_integer()
+            || matches!(ty, DataType::Date32 | DataType::Date64);
+        if !skippable || greatest.data_type() != ty || least.len() != greatest.len() {
+            return Ok(None);
+        }
+        let converter = RowConverter::new(vec![SortField::new(ty.clone())])?;
+        Ok(Some(Self {
+            lows: converter.convert_columns(std::slice::from_ref(least))?,
+            highs: converter.convert_columns(std::slice::from_ref(greatest))?,
+            bounded: (0..least.len())
+                .map(|i| !least.is_null(i) && !greatest.is_null(i))
+                .collect(),
+        }))
     }
-    let converter = RowConverter::new(vec![SortField::new(ty.clone())])?;
-    let lows = converter.convert_columns(std::slice::from_ref(least))?;
-    let highs = converter.convert_columns(std::slice::from_ref(greatest))?;
-    let mut ranges: Vec<_> = files.iter().map(|&i| (lows.row(i), highs.row(i))).collect();
-    ranges.sort_unstable();
-    Ok(Some(ranges.windows(2).any(|w| w[0].1 > w[1].0)))
+
+    /// Whether the ranges of `files` (places in the log's file list) overlap: ordered by
+    /// least value, some file's greatest lies above the next one's least. A file without
+    /// both bounds overlaps every other. Equal bounds do not overlap: a composite key's
+    /// first column may span two files written in key order.
+    pub(super) fn overlap(&self, files: &[usize]) -> bool {
+        if files
+            .iter()
+            .any(|&i| !self.bounded.get(i).copied().unwrap_or(false))
+        {
+            return files.len() > 1;
+        }
+        let mut ranges: Vec<_> = files
+            .iter()
+            .map(|&i| (self.lows.row(i), self.highs.row(i)))
+            .collect();
+        ranges.sort_unstable();
+        ranges.windows(2).any(|w| w[0].1 > w[1].0)
+    }
 }
 
 #[cfg(test)]
@@ -202,6 +222,11 @@ mod tests {
     fn timestamps_are_not_trusted() {
         let ts: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![1_001]));
         assert!(may_hold(&ts, &ts, &ts, SAMPLE).unwrap().is_none());
+    }
+
+    /// Whether `files` of the table with these bounds overlap (`None`: not known).
+    fn overlap(least: &ArrayRef, greatest: &ArrayRef, files: &[usize]) -> Result<Option<bool>> {
+        Ok(KeyRanges::new(least, greatest)?.map(|r| r.overlap(files)))
     }
 
     #[test]
