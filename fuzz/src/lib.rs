@@ -19,8 +19,11 @@ use smelt_engine::ports::{Lake as _, Malformed, RawRows, SourceOptions};
 use smelt_ingest::RowSink;
 use smelt_spec::{CsvLayout, Pipeline, TableName};
 
+/// A fuzz target: its name (its folder of `corpus/`) and the function fed each input.
+pub type Target = (&'static str, fn(&[u8]));
+
 /// The targets, by name (the folders of `corpus/`).
-pub const TARGETS: [(&str, fn(&[u8])); 6] = [
+pub const TARGETS: [Target; 6] = [
     ("pipeline", pipeline),
     ("sql", sql),
     ("cast", cast),
