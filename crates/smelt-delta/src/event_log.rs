@@ -4,10 +4,9 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use deltalake::operations::optimize::OptimizeType;
 use deltalake::protocol::SaveMode;
-use smelt_core::change::timestamp_utc;
 use smelt_engine::report::FlowEvent;
 use smelt_spec::TableName;
 
@@ -16,40 +15,12 @@ use crate::error::{Context, Result};
 
 /// The event log's table name.
 pub fn table_name() -> TableName {
-    TableName::new("_smelt", "event_log")
+    let (schema, table) = smelt_rules::tables::EVENT_LOG;
+    TableName::new(schema, table)
 }
 
 fn schema() -> SchemaRef {
-    let int = |n: &str| Field::new(n, DataType::Int64, true);
-    let text = |n: &str| Field::new(n, DataType::Utf8, true);
-    Arc::new(Schema::new(vec![
-        text("run_id"),
-        text("flow"),
-        text("status"),
-        Field::new("started_at", timestamp_utc(), true),
-        Field::new("finished_at", timestamp_utc(), true),
-        text("source"),
-        text("target"),
-        int("from_version"),
-        int("to_version"),
-        int("silver_version"),
-        int("changes_read"),
-        int("ignored"),
-        int("duplicates_collapsed"),
-        int("stale"),
-        int("inserted"),
-        int("updated"),
-        int("unchanged"),
-        int("deleted"),
-        int("rejected"),
-        int("cast_failures"),
-        int("files_read"),
-        int("bytes_read"),
-        int("files_written"),
-        int("bytes_written"),
-        text("error"),
-        text("report"),
-    ]))
+    smelt_engine::schema::side_table(&smelt_rules::tables::EVENT_LOG_COLUMNS)
 }
 
 /// True when the event log has a row for `flow` in run `run_id`.

@@ -47,10 +47,7 @@ pub fn cast_to_in(
     let mut inputs = Vec::with_capacity(target.fields().len());
     for f in target.fields() {
         let c = batch.column_by_name(f.name()).ok_or_else(|| {
-            EngineError::user(
-                format!("column `{}` of the target is not in the input", f.name()),
-                "add the column to the input, or remove it from the target's CREATE TABLE",
-            )
+            EngineError::rule(smelt_rules::messages::target_column_not_in_input(f.name()))
         })?;
         inputs.push((Arc::clone(c), f.data_type().clone()));
     }

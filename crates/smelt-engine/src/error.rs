@@ -75,6 +75,11 @@ impl EngineError {
         }
     }
 
+    /// A user error from a rule both engines apply ([`smelt_rules::Message`]).
+    pub fn rule(message: smelt_rules::Message) -> Self {
+        EngineError::user(message.text, message.hint)
+    }
+
     /// Wraps a storage error with what smelt was doing.
     pub fn storage(
         context: impl Into<String>,

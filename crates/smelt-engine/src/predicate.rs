@@ -1,5 +1,7 @@
-//! SQL predicates of a flow (`apply_as_deletes`, `where`), compiled once with DataFusion and
-//! evaluated on Arrow batches.
+//! SQL predicates of a flow (`apply_as_deletes`, `where`, expectations, a replace_where
+//! `predicate`), parsed once in smelt's predicate dialect ([`smelt_spec::Predicate`]),
+//! checked against the columns they see (the scopes of [`smelt_rules::predicate`]),
+//! compiled with DataFusion and evaluated on Arrow batches.
 
 use std::sync::Arc;
 
@@ -23,6 +25,21 @@ impl Predicate {
     /// Compiles `sql` (a SQL boolean expression; column names are case-sensitive) over
     /// `schema`. `what` names the option in errors, e.g. "flow `p`: `apply_as_deletes`".
     pub fn compile(sql: &str, schema: &SchemaRef, what: &str) -> Result<Self> {
+        let scope: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        Self::compile_in(sql, schema, &scope, what)
+    }
+
+    /// [`Predicate::compile`] for a predicate that may read only the columns of `scope`
+    /// (all of them columns of `schema`).
+    pub fn compile_in(sql: &str, schema: &SchemaRef, scope: &[&str], what: &str) -> Result<Self> {
+        let parsed = smelt_spec::Predicate::parse(sql)
+            .map_err(|e| EngineError::user(format!("{what}: {}", e.message), e.hint))?;
+        parsed
+            .check_scope(scope, what)
+            .map_err(|e| EngineError::user(e.message, e.hint))?;
+        let rendered = parsed
+            .render(&smelt_spec::predicate::DataFusionSql)
+            .map_err(|e| EngineError::user(format!("{what}: `{sql}`: {}", e.message), e.hint))?;
         let config = SessionConfig::new()
             .set_bool("datafusion.sql_parser.enable_ident_normalization", false);
         let ctx = SessionContext::new_with_config(config);
@@ -40,7 +57,7 @@ impl Predicate {
             )
         };
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(invalid)?;
-        let expr = ctx.parse_sql_expr(sql, &df_schema).map_err(invalid)?;
+        let expr = ctx.parse_sql_expr(&rendered, &df_schema).map_err(invalid)?;
         // Simplified first: `arrow_cast` (typed literals) and constants are folded here.
         let simplify = SimplifyContext::builder()
             .with_schema(Arc::new(df_schema.clone()))
@@ -142,11 +159,13 @@ mod tests {
         .unwrap_err();
         let text = e.to_string();
         assert!(
-            text.starts_with("flow `p`: `apply_as_deletes`: `isdeleted = 'true'`"),
+            text.starts_with(
+                "flow `p`: `apply_as_deletes`: `isdeleted = 'true'` reads the column `isdeleted`"
+            ),
             "{text}"
         );
         assert!(
-            e.hint().unwrap().contains("IsDeleted, op"),
+            e.hint().unwrap().contains("did you mean `IsDeleted`?"),
             "{:?}",
             e.hint()
         );

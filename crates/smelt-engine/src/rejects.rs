@@ -8,7 +8,7 @@ use arrow::array::{
     UInt32Array,
 };
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::util::display::array_value_to_string;
 use smelt_core::change::{CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, timestamp_utc};
 use smelt_spec::TableName;
@@ -21,25 +21,11 @@ pub fn rejects_table(silver: &TableName) -> TableName {
 }
 
 /// Column of the rejects table holding the bronze version of the rejected change.
-pub const SOURCE_VERSION: &str = "source_version";
+pub use smelt_rules::tables::SOURCE_VERSION;
 
-/// The rejects table's columns.
+/// The rejects table's columns ([`smelt_rules::tables::REJECTS_COLUMNS`]).
 pub fn schema() -> SchemaRef {
-    let text = |n: &str, null| Field::new(n, DataType::Utf8, null);
-    Arc::new(Schema::new(vec![
-        text("run_id", false),
-        text("flow", false),
-        text("source_table", false),
-        Field::new(SOURCE_VERSION, DataType::Int64, false),
-        Field::new("source_commit_timestamp", timestamp_utc(), true),
-        text("rule", false),
-        text("column_name", true),
-        text("raw_value", true),
-        text("target_type", true),
-        text("reason", false),
-        text("raw_row", false),
-        Field::new("rejected_at", timestamp_utc(), false),
-    ]))
+    crate::schema::side_table(&smelt_rules::tables::REJECTS_COLUMNS)
 }
 
 /// Why rows are rejected: the rule (an expectation's name, `cast` or `sequence_conflict`),
@@ -192,6 +178,7 @@ fn row_json(batch: &RecordBatch) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::datatypes::{Field, Schema};
 
     #[test]
     fn rows_keep_raw_values_and_json_and_drop_replayed_versions() {

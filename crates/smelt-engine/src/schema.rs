@@ -104,6 +104,23 @@ pub fn is_widening(from: &DataType, to: &DataType) -> bool {
     }
 }
 
+/// The Arrow schema of a side table both engines write ([`smelt_rules::tables`]).
+pub fn side_table(columns: &[smelt_rules::tables::Column]) -> arrow::datatypes::SchemaRef {
+    use smelt_rules::tables::Kind;
+    let fields: Vec<arrow::datatypes::Field> = columns
+        .iter()
+        .map(|c| {
+            let ty = match c.kind {
+                Kind::Text => DataType::Utf8,
+                Kind::Int => DataType::Int64,
+                Kind::Timestamp => smelt_core::change::timestamp_utc(),
+            };
+            arrow::datatypes::Field::new(c.name, ty, c.nullable)
+        })
+        .collect();
+    std::sync::Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,39 +9,10 @@ use crate::client::Spark;
 use crate::places::Places;
 use crate::sql::string_literal;
 
-/// The event log's columns and Spark types, as `smelt-delta` creates them.
-const COLUMNS: [(&str, &str); 26] = [
-    ("run_id", "STRING"),
-    ("flow", "STRING"),
-    ("status", "STRING"),
-    ("started_at", "TIMESTAMP"),
-    ("finished_at", "TIMESTAMP"),
-    ("source", "STRING"),
-    ("target", "STRING"),
-    ("from_version", "BIGINT"),
-    ("to_version", "BIGINT"),
-    ("silver_version", "BIGINT"),
-    ("changes_read", "BIGINT"),
-    ("ignored", "BIGINT"),
-    ("duplicates_collapsed", "BIGINT"),
-    ("stale", "BIGINT"),
-    ("inserted", "BIGINT"),
-    ("updated", "BIGINT"),
-    ("unchanged", "BIGINT"),
-    ("deleted", "BIGINT"),
-    ("rejected", "BIGINT"),
-    ("cast_failures", "BIGINT"),
-    ("files_read", "BIGINT"),
-    ("bytes_read", "BIGINT"),
-    ("files_written", "BIGINT"),
-    ("bytes_written", "BIGINT"),
-    ("error", "STRING"),
-    ("report", "STRING"),
-];
-
 /// The event log's table in Spark SQL.
 pub(crate) fn table(places: &Places) -> String {
-    places.sql(&TableName::new("_smelt", "event_log"))
+    let (schema, table) = smelt_rules::tables::EVENT_LOG;
+    places.sql(&TableName::new(schema, table))
 }
 
 /// One event as a `VALUES` row.
@@ -92,7 +63,10 @@ pub(crate) async fn append(spark: &Spark, places: &Places, events: &[FlowEvent])
         return Ok(());
     }
     let table = table(places);
-    let cols: Vec<String> = COLUMNS.iter().map(|(n, t)| format!("{n} {t}")).collect();
+    let cols: Vec<String> = crate::sql::side_table(&smelt_rules::tables::EVENT_LOG_COLUMNS)
+        .into_iter()
+        .map(|(n, t, _)| format!("{n} {t}"))
+        .collect();
     spark
         .sql(
             "create the event log",

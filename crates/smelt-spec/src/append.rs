@@ -81,6 +81,8 @@ pub(crate) fn append_flow(
             "`where` is empty",
             "write a SQL predicate over source columns, e.g. `status = 'active'`",
         );
+    } else if let Some(Err(e)) = raw.filter.as_deref().map(crate::Predicate::parse) {
+        c.error("where", format!("`where`: {}", e.message), &e.hint);
     }
     let target = c.ddl(dir, &raw.schema);
     c.zone("tz", &raw.tz);

@@ -92,7 +92,8 @@ impl From<SpecError> for SpecErrors {
 /// Result alias of the spec crate.
 pub type Result<T, E = SpecErrors> = std::result::Result<T, E>;
 
-/// The closest candidate to `word` (case-insensitive edit distance ≤ 2), for "did you mean".
+/// The closest candidate to `word` (case-insensitive edit distance ≤ 2, and less than the
+/// word's length), for "did you mean".
 pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
@@ -101,7 +102,9 @@ pub fn did_you_mean<'a>(
     candidates
         .into_iter()
         .map(|c| (levenshtein(&w, &c.to_lowercase()), c))
-        .filter(|(d, _)| *d <= 2.max(w.len() / 4))
+        // Within two edits (a quarter of a long word), and fewer than the word has letters:
+        // `x` is no misspelling of `Id`.
+        .filter(|(d, _)| *d <= 2.max(w.len() / 4) && *d < w.chars().count())
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
@@ -129,6 +132,9 @@ mod tests {
     fn suggests_near_misses_only() {
         assert_eq!(did_you_mean("Idd", ["Id", "Name"]), Some("Id"));
         assert_eq!(did_you_mean("zzz", ["Id", "Name"]), None);
+        // A one-letter word is no misspelling of a two-letter name.
+        assert_eq!(did_you_mean("x", ["Id", "Name"]), None);
+        assert_eq!(did_you_mean("ix", ["Id", "Name"]), Some("Id"));
         assert_eq!(
             did_you_mean("sequnce_by", ["sequence_by", "keys"]),
             Some("sequence_by")

@@ -31,6 +31,7 @@ mod model;
 mod name;
 mod ordered;
 mod policy;
+pub mod predicate;
 mod replace_where;
 mod script;
 mod storage;
@@ -50,5 +51,8 @@ pub use policy::{
     ChangeData, OnCastError, OnChangedFile, OnRewrite, OnSequenceConflict, OnViolation,
     OptimizeMode, SchemaEvolution, SourceDeletes, UpdateColumns, WriteMode,
 };
+pub use predicate::{Predicate, PredicateError};
 pub use replace_where::{ReplaceSource, ReplaceWhereFlow};
+/// The SQL parser predicates and table definitions are read with.
+pub use sqlparser;
 pub use storage::StoreSettings;

@@ -118,6 +118,10 @@ pub(crate) fn replace_where_flow(
             "`predicate` is empty",
             "write the rows the batch replaces, e.g. `updated_at >= {min(updated_at)}`",
         );
+    } else if let Err(e) =
+        crate::Predicate::parse(&crate::predicate::without_bounds(&raw.predicate))
+    {
+        c.error("predicate", format!("`predicate`: {}", e.message), &e.hint);
     }
     c.zone("tz", &raw.tz);
     let on_cast_error = c.cast_policy(raw.on_cast_error);

@@ -49,6 +49,30 @@ pub struct How {
     pub crash: bool,
 }
 
+/// Where the model suites ([`crate::scd1`], [`crate::scd2`]) run: a table format under the
+/// embedded engine ([`Harness`]), or another engine (the Spark engine, in smelt-cli's tests).
+/// The model is the oracle of every target.
+#[async_trait(?Send)]
+pub trait Target: Sized {
+    /// Whether the target replays a window of bronze (`--since`); the suites leave replays
+    /// out where it does not.
+    const REPLAYS: bool = true;
+    /// A new, empty lake.
+    async fn start() -> Self;
+    /// The apply flow `flow` of a pipeline whose flow body (under `apply:`, indented six
+    /// spaces) is `body`, `{from}` and `{into}` standing for bronze `b.t` and silver
+    /// `into`, and whose schema file `s.sql` holds `ddl` (`{into}` for the silver name).
+    fn apply_flow(&self, flow: &str, into: &str, ddl: &str, body: &str) -> ApplyFlow;
+    /// Appends `batch` to bronze `b.t` in one commit (creating the table first).
+    async fn append(&mut self, batch: RecordBatch);
+    /// One run of `flow` named `name`, as `smelt run` does it (every table opened anew);
+    /// its report, `None` for a run that crashed (`how.crash`).
+    async fn run(&self, name: &str, flow: &ApplyFlow, how: How) -> Option<FlowReport>;
+    /// Every row of table `table`, by the format's own reader; `None` when it does not
+    /// exist.
+    async fn scan(&self, table: &TableName) -> Option<RecordBatch>;
+}
+
 /// A lake of `B` in a temporary folder, with its bronze commits.
 pub struct Harness<B> {
     pub dir: tempfile::TempDir,
@@ -58,8 +82,20 @@ pub struct Harness<B> {
 }
 
 impl<B: Backend> Harness<B> {
-    /// A new, empty lake.
-    pub async fn new() -> Self {
+    /// Table `schema.table` of this lake.
+    pub fn table(&self, table: &str) -> TableName {
+        TableName::parse(&self.backend.name(table)).expect("a table name")
+    }
+
+    /// The bronze version appended commit `commit` made.
+    pub fn version_of(&self, commit: usize) -> i64 {
+        self.versions[commit]
+    }
+}
+
+#[async_trait(?Send)]
+impl<B: Backend> Target for Harness<B> {
+    async fn start() -> Self {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let backend = B::create(dir.path()).await;
         Harness {
@@ -69,15 +105,7 @@ impl<B: Backend> Harness<B> {
         }
     }
 
-    /// Table `schema.table` of this lake.
-    pub fn table(&self, table: &str) -> TableName {
-        TableName::parse(&self.backend.name(table)).expect("a table name")
-    }
-
-    /// The apply flow `flow` of a pipeline whose flow body (under `apply:`, indented six
-    /// spaces) is `body`, `{from}` and `{into}` standing for bronze `b.t` and silver
-    /// `into`, and whose schema file `s.sql` holds `ddl` (`{into}` for the silver name).
-    pub fn apply_flow(&self, flow: &str, into: &str, ddl: &str, body: &str) -> ApplyFlow {
+    fn apply_flow(&self, flow: &str, into: &str, ddl: &str, body: &str) -> ApplyFlow {
         let (from, into) = (self.backend.name("b.t"), self.backend.name(into));
         let dir = self.dir.path();
         std::fs::write(dir.join("s.sql"), ddl.replace("{into}", &into)).expect("writing s.sql");
@@ -93,8 +121,7 @@ impl<B: Backend> Harness<B> {
         apply
     }
 
-    /// Appends `batch` to bronze `b.t` in one commit (creating the table first).
-    pub async fn append(&mut self, batch: RecordBatch) {
+    async fn append(&mut self, batch: RecordBatch) {
         let lake = self.backend.lake();
         let name = self.table("b.t");
         let mut bronze = lake.table(&name, TableRole::Bronze).await.expect("bronze");
@@ -129,9 +156,8 @@ impl<B: Backend> Harness<B> {
         self.versions.push(source.version());
     }
 
-    /// One run of `flow` named `name`, as `smelt run` does it (every table opened anew);
-    /// its report, `None` for a run that crashed.
-    pub async fn run(&self, name: &str, flow: &ApplyFlow, how: How) -> Option<FlowReport> {
+    /// `how.partitioned` runs in key partitions under a memory limit of one byte.
+    async fn run(&self, name: &str, flow: &ApplyFlow, how: How) -> Option<FlowReport> {
         let lake = self.backend.lake();
         let source = lake
             .source(&flow.from, SourceOptions::default())
@@ -157,7 +183,7 @@ impl<B: Backend> Harness<B> {
             .await
             .expect("rejects");
         let mut ctx = RunContext::new(false, how.full_refresh);
-        ctx.replay_after = how.replay_after.map(|c| self.versions[c]);
+        ctx.replay_after = how.replay_after.map(|c| self.version_of(c));
         if how.partitioned {
             ctx.memory_limit = Some(1);
         }
@@ -182,9 +208,7 @@ impl<B: Backend> Harness<B> {
         Some(result.unwrap_or_else(|e| panic!("the run failed: {e}")))
     }
 
-    /// Every row of table `table`, by the format's own reader; `None` when it does not
-    /// exist.
-    pub async fn scan(&self, table: &TableName) -> Option<RecordBatch> {
+    async fn scan(&self, table: &TableName) -> Option<RecordBatch> {
         self.backend.scan(table).await
     }
 }

@@ -1,6 +1,6 @@
 //! SCD type 2 history with late and out-of-order changes, against a reference model
 //! written separately from the engine (each key's history rebuilt from all its changes
-//! sorted by sequence); run on every table format ([`Backend`]). Random streams of upserts
+//! sorted by sequence); run on every table format and engine ([`Target`]). Random streams of upserts
 //! and deletes for a few dozen keys are delivered in random order over several runs (with
 //! replays and crashes); history must match the model after every run, and after a
 //! rebuild.
@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use smelt_engine::flow::apply::tombstone_table;
 use smelt_spec::ApplyFlow;
 
-use crate::backend::{Backend, Harness, How, block_on, cut_into_commits};
+use crate::backend::{How, Target, block_on, cut_into_commits};
 use crate::batches::{column, ints, text_batch, texts};
 
 /// One change of key `key`: an upsert of `val`, or a delete (`None`).
@@ -70,7 +70,7 @@ fn model(changes: &[Change], only_val_tracked: bool) -> History {
 
 /// The flow: silver `s.h` keyed on `id`, its history by `seq`, `op = 'D'` deletes; with
 /// `options` (`track_history: [val]`).
-fn flow<B: Backend>(h: &Harness<B>, options: &str) -> ApplyFlow {
+fn flow<T: Target>(h: &T, options: &str) -> ApplyFlow {
     let ddl = "CREATE TABLE {into} (id STRING NOT NULL, val STRING, seq BIGINT, PRIMARY KEY (id))";
     let body = format!(
         "      scd: 2\n      sequence_by: [seq]\n      apply_as_deletes: op = 'D'\n{options}"
@@ -79,7 +79,7 @@ fn flow<B: Backend>(h: &Harness<B>, options: &str) -> ApplyFlow {
 }
 
 /// Appends `changes` to bronze (all text, as bronze is) in one commit.
-async fn append<B: Backend>(h: &mut Harness<B>, changes: &[Change]) {
+async fn append<T: Target>(h: &mut T, changes: &[Change]) {
     let text = |f: &dyn Fn(&Change) -> Option<String>| changes.iter().map(f).collect::<Vec<_>>();
     h.append(text_batch(vec![
         ("id", text(&|c| Some(key_name(c.key)))),
@@ -95,14 +95,14 @@ async fn append<B: Backend>(h: &mut Harness<B>, changes: &[Change]) {
 
 /// One run of the flow (`crash`: one that dies at silver's commit, after the tombstones
 /// commit); no key is ever rejected.
-async fn run<B: Backend>(h: &Harness<B>, flow: &ApplyFlow, how: How) {
+async fn run<T: Target>(h: &T, flow: &ApplyFlow, how: How) {
     if let Some(report) = h.run("h", flow, how).await {
         assert_eq!(report.rejected, 0);
     }
 }
 
 /// The stored history, read by the format's own reader (not smelt's lookups).
-async fn history<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> History {
+async fn history<T: Target>(h: &T, flow: &ApplyFlow) -> History {
     let Some(b) = h.scan(&flow.into).await else {
         return History::new();
     };
@@ -123,7 +123,7 @@ async fn history<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> History {
 }
 
 /// The stored tombstones (key, sequence), sorted.
-async fn tombstones<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<(String, i64)> {
+async fn tombstones<T: Target>(h: &T, flow: &ApplyFlow) -> Vec<(String, i64)> {
     let Some(b) = h.scan(&tombstone_table(&flow.into)).await else {
         return Vec::new();
     };
@@ -137,8 +137,8 @@ async fn tombstones<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<(String
 }
 
 /// History as the model says, and tombstones that are delivered deletes, each once.
-async fn check<B: Backend>(
-    h: &Harness<B>,
+async fn check<T: Target>(
+    h: &T,
     flow: &ApplyFlow,
     delivered: &[Change],
     only_val_tracked: bool,
@@ -266,14 +266,14 @@ fn paired(plan: &Plan) -> Plan {
 /// through a flow that tracks `val` alone (in-place updates keep a version's start), where
 /// each key's upserts, in sequence order, come in pairs of one value: a version takes at
 /// most one in-place update, the one whose sequence smelt keeps (docs/pipeline.md, limits).
-pub fn deliver<B: Backend>(plan: &Plan, only_val_tracked: bool) {
+pub fn deliver<T: Target>(plan: &Plan, only_val_tracked: bool) {
     let plan = &if only_val_tracked {
         paired(plan)
     } else {
         plan.clone()
     };
     block_on(async {
-        let mut h = Harness::<B>::new().await;
+        let mut h = T::start().await;
         let options = if only_val_tracked {
             "      track_history: [val]\n"
         } else {
@@ -288,7 +288,7 @@ pub fn deliver<B: Backend>(plan: &Plan, only_val_tracked: bool) {
             let Some(kind) = plan.runs[i] else { continue };
             match kind {
                 // A replay (`--since`) needs a run before it.
-                Run::Replay(after) if ran => {
+                Run::Replay(after) if ran && T::REPLAYS => {
                     let how = How {
                         replay_after: Some(after as usize),
                         ..How::default()
@@ -335,9 +335,9 @@ pub fn deliver<B: Backend>(plan: &Plan, only_val_tracked: bool) {
 }
 
 /// The two histories of issue 13, delivered as reported.
-pub fn deletes_that_arrive_before_the_versions_they_close<B: Backend>() {
+pub fn deletes_that_arrive_before_the_versions_they_close<T: Target>() {
     block_on(async {
-        let mut h = Harness::<B>::new().await;
+        let mut h = T::start().await;
         let flow = flow(&h, "");
         let ch = |key, seq, val| Change { key, seq, val };
         // k024 (key 24): a delete at 1001 first; then a delete at 1081, an upsert at 1083

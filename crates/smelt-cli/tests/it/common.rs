@@ -188,33 +188,12 @@ impl Project {
     /// The project folder as working directory, and no smelt setting from the test's
     /// environment.
     fn clean_env(&self, c: &mut std::process::Command) {
-        c.current_dir(self.path())
-            .env_remove("SMELT_FAILPOINT")
-            .env_remove("SMELT_LAKE")
-            .env_remove("SMELT_PIPELINE")
-            .env_remove("SMELT_SPARK_REMOTE");
+        clean_env(c, self.path());
     }
 
-    /// `smelt <args>` with `SMELT_FAILPOINT=<point>:abort`: the process aborts at `point`
-    /// (SIGABRT on Unix), nothing cleaned up. On Unix it runs through `sh` with core dumps
-    /// off, so that the drills leave no core files behind.
+    /// `smelt <args>` with `SMELT_FAILPOINT=<point>:abort` ([`abort_at_in`]).
     pub fn abort_at(&self, point: &str, args: &[&str]) -> std::process::Output {
-        #[cfg(unix)]
-        let mut c = {
-            let mut c = std::process::Command::new("sh");
-            c.arg("-c")
-                .arg("ulimit -c 0 2>/dev/null; exec \"$0\" \"$@\"")
-                .arg(env!("CARGO_BIN_EXE_smelt"));
-            self.clean_env(&mut c);
-            c
-        };
-        #[cfg(not(unix))]
-        let mut c = self.smelt_process();
-        c.args(args)
-            .env("SMELT_FAILPOINT", format!("{point}:abort"))
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
+        abort_at_in(self.path(), point, args)
     }
 
     /// `smelt run` aborting at the failpoint `point` (a crash drill that kills the process).
@@ -502,4 +481,35 @@ fn uuid_like() -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::SeqCst)
     )
+}
+
+/// `dir` as working directory, and no smelt setting from the test's environment.
+pub fn clean_env(c: &mut std::process::Command, dir: &Path) {
+    c.current_dir(dir)
+        .env_remove("SMELT_FAILPOINT")
+        .env_remove("SMELT_LAKE")
+        .env_remove("SMELT_PIPELINE")
+        .env_remove("SMELT_SPARK_REMOTE");
+}
+
+/// `smelt <args>` in `dir` with `SMELT_FAILPOINT=<point>:abort`: the process aborts at
+/// `point` (SIGABRT on Unix), nothing cleaned up. On Unix it runs through `sh` with core
+/// dumps off, so that the drills leave no core files behind.
+pub fn abort_at_in(dir: &Path, point: &str, args: &[&str]) -> std::process::Output {
+    #[cfg(unix)]
+    let mut c = {
+        let mut c = std::process::Command::new("sh");
+        c.arg("-c")
+            .arg("ulimit -c 0 2>/dev/null; exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_smelt"));
+        c
+    };
+    #[cfg(not(unix))]
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_smelt"));
+    clean_env(&mut c, dir);
+    c.args(args)
+        .env("SMELT_FAILPOINT", format!("{point}:abort"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
 }

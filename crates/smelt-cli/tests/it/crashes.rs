@@ -761,10 +761,10 @@ fn every_failpoint_is_drilled() {
         .flat_map(|s| s.drills())
         .map(|(_, p)| p.to_string())
         .collect();
-    // The Spark engine's points are drilled on the test cluster, by spark_engine.rs and
-    // its Iceberg scenario.
+    // The Spark engine's points are drilled on the test cluster, by spark_engine/ and its
+    // Iceberg scenario.
     let spark: String = [
-        "tests/it/spark_engine.rs",
+        "tests/it/spark_engine/mod.rs",
         "tests/it/spark_engine/spark_iceberg/mod.rs",
     ]
     .iter()

@@ -24,6 +24,7 @@ mod keys;
 mod ledgers;
 mod merge_on_read;
 mod pipelines;
+mod predicates;
 mod product2;
 mod product2_deletes;
 mod quarantine;

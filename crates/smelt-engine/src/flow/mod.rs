@@ -97,9 +97,8 @@ impl FlowCx<'_> {
     }
 
     pub(crate) fn cannot_check(&self, flow: &str, e: EngineError) {
-        self.reporter.warn(&format!(
-            "could not check the event log for flow `{flow}`: {e}"
-        ));
+        self.reporter
+            .warn(&smelt_rules::messages::cannot_check_event_log(flow, &e));
     }
 }
 

@@ -6,10 +6,14 @@ use smelt_engine::{EngineError, Result};
 use smelt_spec::{AppendFlow, ApplyFlow, ColumnDef, IngestFlow, ReplaceWhereFlow};
 
 use super::SparkEngine;
-use crate::ingest::{self, Ingest};
-use crate::scd1::{columns, discover, spark_type};
+use crate::flow::apply::{columns, discover};
+use crate::flow::ingest::{self, Ingest};
+use crate::flow::{append, replace_where as replace};
+use crate::predicate::spark_sql;
 use crate::session::{Mode, Session};
-use crate::{append, replace, sql};
+use crate::sql;
+use crate::sql::spark_type;
+use smelt_rules::predicate::{self as scope, Sees};
 
 impl SparkEngine {
     /// The problems of apply flow `name` on the cluster: its columns against silver and
@@ -24,7 +28,10 @@ impl SparkEngine {
             Ok(columns) => columns,
             Err(problems) => return problems,
         };
-        match self.check_predicates(spec, &columns.silver.columns).await {
+        match self
+            .check_predicates(spec, &columns.silver.columns, &state.bronze_schema)
+            .await
+        {
             Ok(()) => Vec::new(),
             Err(e) => vec![e],
         }
@@ -42,14 +49,24 @@ impl SparkEngine {
             return problems;
         }
         if let Some(pred) = &spec.filter {
+            let columns: Vec<&str> = state
+                .source_schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect();
+            let spark = match spark_sql(pred, "`where`", Some(&columns)) {
+                Ok(spark) => spark,
+                Err(e) => return vec![e],
+            };
             let sql = format!(
-                "SELECT * FROM {} WHERE ({pred}) LIMIT 0",
+                "SELECT * FROM {} WHERE ({spark}) LIMIT 0",
                 self.places.sql(&spec.from)
             );
             if let Err(e) = self.spark.sql("check `where`", &sql).await {
                 return vec![EngineError::user(
-                    format!("`where` does not run on Spark: {e}"),
-                    "write it as a Spark SQL condition over the source's columns",
+                    format!("`where` (`{pred}`) does not run on Spark: {e}"),
+                    "write it with the columns, operators and functions docs/pipeline.md lists for predicates",
                 )];
             }
         }
@@ -94,16 +111,12 @@ impl SparkEngine {
                 )
             })
             .collect();
-        let sql = format!(
-            "SELECT ({predicate}) AS x FROM (SELECT {}) LIMIT 0",
-            nulls.join(", ")
-        );
-        match self.spark.sql("check `predicate`", &sql).await {
-            Ok(_) => Vec::new(),
-            Err(e) => vec![EngineError::user(
-                format!("`predicate` does not run on Spark: {e}"),
-                "write it as a Spark SQL condition over the target's columns",
-            )],
+        match self
+            .check_condition("`predicate`", &spec.predicate, &predicate, &nulls)
+            .await
+        {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![e],
         }
     }
 
@@ -134,41 +147,15 @@ impl SparkEngine {
         listed
     }
 
-    /// The expectations, `where` and `apply_as_deletes`, run on the cluster over the
-    /// columns of a run (`silver`).
+    /// The expectations, `where` and `apply_as_deletes`: each checked against the columns it
+    /// sees (the rules both engines apply), written as Spark SQL, and run on the cluster
+    /// over those columns, typed as in a run (`silver`, `bronze` as stored).
     pub(super) async fn check_predicates(
         &self,
         spec: &ApplyFlow,
         silver: &[ColumnDef],
+        bronze: &arrow::datatypes::SchemaRef,
     ) -> Result<()> {
-        self.check_conditions(spec, silver).await?;
-        if let Some(pred) = &spec.apply_as_deletes {
-            let sql = format!(
-                "SELECT * FROM {} WHERE ({pred}) LIMIT 0",
-                self.places.sql(&spec.from)
-            );
-            self.spark
-                .sql("check `apply_as_deletes`", &sql)
-                .await
-                .map_err(|e| {
-                    EngineError::user(
-                        format!("`apply_as_deletes` does not run on Spark: {e}"),
-                        "write it as a Spark SQL predicate over bronze's columns",
-                    )
-                })?;
-        }
-        Ok(())
-    }
-
-    /// The expectations and `where`, run on the cluster over the columns they see in a run:
-    /// an expectation silver's cast (non-audit) columns and the change's `_commit_timestamp`
-    /// and `_commit_version`; `where` silver's columns but the update audit column.
-    pub(super) async fn check_conditions(
-        &self,
-        spec: &ApplyFlow,
-        silver: &[ColumnDef],
-    ) -> Result<()> {
-        let audit = |c: &ColumnDef, a: &Option<String>| a.as_deref() == Some(c.name.as_str());
         let typed = |c: &ColumnDef| {
             format!(
                 "CAST(NULL AS {}) AS {}",
@@ -176,56 +163,77 @@ impl SparkEngine {
                 sql::ident(&c.name)
             )
         };
-        let expectation_cols: Vec<String> = silver
-            .iter()
-            .filter(|c| {
-                !audit(c, &spec.audit.ingest_timestamp) && !audit(c, &spec.audit.update_timestamp)
-            })
-            .map(typed)
-            .chain([
-                "CAST(NULL AS TIMESTAMP) AS _commit_timestamp".to_string(),
-                "CAST(NULL AS BIGINT) AS _commit_version".to_string(),
-            ])
-            .collect();
-        let where_cols: Vec<String> = silver
-            .iter()
-            .filter(|c| !audit(c, &spec.audit.update_timestamp))
-            .map(typed)
-            .collect();
-        let conditions = spec
-            .expectations
-            .iter()
-            .map(|(e, pred)| (format!("expectation `{e}`"), pred, &expectation_cols))
-            .chain(
-                spec.filter
-                    .iter()
-                    .map(|pred| ("`where`".to_string(), pred, &where_cols)),
-            );
-        for (what, pred, cols) in conditions {
-            let sql = format!(
-                "SELECT ({pred}) AS x FROM (SELECT {}) LIMIT 0",
-                cols.join(", ")
-            );
-            let rows = self
-                .spark
-                .sql("check a condition", &sql)
-                .await
-                .map_err(|e| {
-                    EngineError::user(
-                        format!("{what} does not run on Spark: {e}"),
-                        "write it as a Spark SQL condition over silver's columns",
-                    )
-                })?;
-            let ty = rows
-                .schema
-                .as_ref()
-                .and_then(|s| s.fields().first().map(|f| f.data_type().clone()));
-            if ty.is_some_and(|t| t != arrow::datatypes::DataType::Boolean) {
-                return Err(EngineError::user(
-                    format!("{what} (`{pred}`) is not a condition"),
-                    "write a comparison such as `Name IS NOT NULL`",
-                ));
-            }
+        let change = [
+            "CAST(NULL AS TIMESTAMP) AS _commit_timestamp".to_string(),
+            "CAST(NULL AS BIGINT) AS _commit_version".to_string(),
+        ];
+        let names: Vec<&str> = silver.iter().map(|c| c.name.as_str()).collect();
+        let bronze_names: Vec<&str> = bronze.fields().iter().map(|f| f.name().as_str()).collect();
+        let bronze_type = |c: &str| {
+            let ty = bronze
+                .field_with_name(c)
+                .ok()
+                .map(|f| f.data_type().clone());
+            ty.and_then(|t| smelt_engine::schema::column_type(&t))
+                .map_or("STRING".to_string(), spark_type)
+        };
+        for (what, pred, sees) in scope::apply_predicates(spec) {
+            let seen = scope::scope(spec, sees, &names, &bronze_names);
+            // The columns it sees, typed as in a run: silver's, bronze's as stored, the
+            // change's own.
+            let cols: Vec<String> = seen
+                .iter()
+                .map(|c| match (sees, c.as_str()) {
+                    (_, "_commit_version") => change[1].clone(),
+                    (_, "_commit_timestamp") => change[0].clone(),
+                    (Sees::Change, c) => {
+                        format!("CAST(NULL AS {}) AS {}", bronze_type(c), sql::ident(c))
+                    }
+                    (_, c) => silver.iter().find(|d| d.name == c).map_or_else(
+                        || format!("CAST(NULL AS STRING) AS {}", sql::ident(c)),
+                        typed,
+                    ),
+                })
+                .collect();
+            let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
+            let spark = spark_sql(pred, &what, Some(&seen))?;
+            self.check_condition(&what, pred, &spark, &cols).await?;
+        }
+        Ok(())
+    }
+
+    /// Predicate `pred` of option `what`, as Spark SQL (`spark`), run over `cols` (typed
+    /// NULLs): it must run, and be a condition.
+    async fn check_condition(
+        &self,
+        what: &str,
+        pred: &str,
+        spark: &str,
+        cols: &[String],
+    ) -> Result<()> {
+        let sql = format!(
+            "SELECT ({spark}) AS x FROM (SELECT {}) LIMIT 0",
+            cols.join(", ")
+        );
+        let rows = self
+            .spark
+            .sql("check a condition", &sql)
+            .await
+            .map_err(|e| {
+                EngineError::user(
+                    format!("{what} (`{pred}`) does not run on Spark: {e}"),
+                    "write it with the columns, operators and functions docs/pipeline.md lists for predicates",
+                )
+            })?;
+        let ty = rows
+            .schema
+            .as_ref()
+            .and_then(|s| s.fields().first().map(|f| f.data_type().clone()));
+        if ty.is_some_and(|t| t != arrow::datatypes::DataType::Boolean) {
+            return Err(EngineError::user(
+                format!("{what} (`{pred}`) is not a condition"),
+                "write a comparison such as `Name IS NOT NULL`",
+            ));
         }
         Ok(())
     }

@@ -14,16 +14,15 @@ use smelt_spec::{
     AppendFlow, ApplyFlow, ExportFlow, Flow, FlowKind, IngestFlow, Pipeline, ReplaceWhereFlow,
 };
 
-use crate::append::{self, Append};
 use crate::client::Spark;
-use crate::commits::Last;
-use crate::export::{self, Export};
-use crate::ingest::{self, Ingest};
+use crate::delta::describe::Last;
+use crate::flow::append::{self, Append};
+use crate::flow::apply::{Apply, VIEWS, discover};
+use crate::flow::export::{self, Export};
+use crate::flow::ingest::{self, Ingest};
+use crate::flow::replace_where::{self as replace, ReplaceWhere};
 use crate::places::Places;
-use crate::replace::{self, Replace};
-use crate::scd1::{Scd1, VIEWS, discover};
 use crate::session::{Mode, Session, Statement};
-use crate::support::refusals;
 use crate::{event_log, sql};
 
 mod check;
@@ -46,7 +45,7 @@ const RUN_SETTINGS: [&str; 8] = [
 enum Runnable<'f> {
     Apply(&'f ApplyFlow),
     Append(&'f AppendFlow),
-    Replace(&'f ReplaceWhereFlow),
+    ReplaceWhere(&'f ReplaceWhereFlow),
     Ingest(&'f IngestFlow),
     Export(&'f ExportFlow),
 }
@@ -82,7 +81,7 @@ impl SparkEngine {
                 flow: flow.name.clone(),
                 error,
             };
-            let refused = refusals(&self.pipeline, flow, &self.settings);
+            let refused = self.refusals(flow);
             if !refused.is_empty() {
                 problems.extend(refused.into_iter().map(problem));
                 continue;
@@ -149,30 +148,41 @@ impl SparkEngine {
             Runnable::Apply(spec) => {
                 let state = discover(s, &self.places, name, spec).await?;
                 if let Some(events) = events {
-                    self.recover(name, state.silver.as_ref(), events).await;
+                    self.recover(s.reporter, name, state.silver.as_ref(), events)
+                        .await;
                 }
-                let scd1 = Scd1 {
+                let spark = crate::predicate::apply_flow(spec)?;
+                let apply = Apply {
                     name,
-                    spec,
+                    spec: &spark,
+                    written: spec,
                     places: &self.places,
                     ctx,
                 };
-                scd1.run(s, &state).await
+                apply.run(s, &state).await
             }
             Runnable::Append(spec) => {
                 let state = append::discover(s, &self.places, name, spec).await?;
                 if let Some(events) = events {
-                    self.recover(name, state.target.as_ref(), events).await;
+                    self.recover(s.reporter, name, state.target.as_ref(), events)
+                        .await;
                 }
+                let source: Vec<&str> = state
+                    .source_schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect();
+                let spark = crate::predicate::append_flow(spec, &source)?;
                 let append = Append {
                     name,
-                    spec,
+                    spec: &spark,
                     places: &self.places,
                     ctx,
                 };
                 append.run(s, &state).await
             }
-            Runnable::Replace(spec) => {
+            Runnable::ReplaceWhere(spec) => {
                 let (state, batch) = replace::discover(
                     s,
                     &self.places,
@@ -182,9 +192,10 @@ impl SparkEngine {
                 )
                 .await?;
                 if let Some(events) = events {
-                    self.recover(name, state.target.as_ref(), events).await;
+                    self.recover(s.reporter, name, state.target.as_ref(), events)
+                        .await;
                 }
-                let replace = Replace {
+                let replace = ReplaceWhere {
                     name,
                     spec,
                     places: &self.places,
@@ -205,7 +216,8 @@ impl SparkEngine {
             Runnable::Ingest(spec) => {
                 let state = ingest::discover(s, &self.places, name, spec).await?;
                 if let Some(events) = events {
-                    self.recover(name, state.bronze.as_ref(), events).await;
+                    self.recover(s.reporter, name, state.bronze.as_ref(), events)
+                        .await;
                 }
                 let ingest = Ingest {
                     name,
@@ -218,15 +230,24 @@ impl SparkEngine {
         }
     }
 
+    /// Every reason this engine cannot run `flow` as asked ([`smelt_rules::capability`]).
+    fn refusals(&self, flow: &Flow) -> Vec<EngineError> {
+        let since = self.settings.since.is_some();
+        smelt_rules::capability::spark_refusals(&self.pipeline, flow, since)
+            .into_iter()
+            .map(EngineError::rule)
+            .collect()
+    }
+
     fn runnable<'f>(&self, flow: &'f Flow) -> Result<Runnable<'f>> {
-        let mut refused = refusals(&self.pipeline, flow, &self.settings);
+        let mut refused = self.refusals(flow);
         if !refused.is_empty() {
             return Err(refused.remove(0));
         }
         match &flow.kind {
             FlowKind::Apply(spec) => Ok(Runnable::Apply(spec)),
             FlowKind::Append(spec) => Ok(Runnable::Append(spec)),
-            FlowKind::ReplaceWhere(spec) => Ok(Runnable::Replace(spec)),
+            FlowKind::ReplaceWhere(spec) => Ok(Runnable::ReplaceWhere(spec)),
             FlowKind::Ingest(spec) => Ok(Runnable::Ingest(spec)),
             FlowKind::Export(spec) => Ok(Runnable::Export(spec)),
         }
@@ -237,7 +258,7 @@ impl SparkEngine {
     /// a view before those it reads (Spark would otherwise cache again every cache over a
     /// view dropped, reading the tables again).
     async fn drop_views(&self, s: &Session<'_>) {
-        let views = crate::scd1::scd2::VIEWS
+        let views = crate::flow::apply::scd2::VIEWS
             .iter()
             .chain([
                 &append::VIEW,
@@ -272,7 +293,13 @@ impl SparkEngine {
     }
 
     /// An event-log row lost to a crash after silver's last commit comes back from it.
-    async fn recover(&self, flow: &str, last: Option<&Last>, events: &mut Vec<FlowEvent>) {
+    async fn recover(
+        &self,
+        reporter: &dyn Reporter,
+        flow: &str,
+        last: Option<&Last>,
+        events: &mut Vec<FlowEvent>,
+    ) {
         let Some(last) = last else { return };
         let Some(text) = &last.metadata else { return };
         let Ok(meta) = serde_json::from_str::<serde_json::Value>(text) else {
@@ -289,13 +316,15 @@ impl SparkEngine {
         if report.flow != flow {
             return;
         }
-        if let Ok(false) = event_log::has_run(&self.spark, &self.places, run_id, flow).await {
-            events.push(FlowEvent {
+        match event_log::has_run(&self.spark, &self.places, run_id, flow).await {
+            Ok(false) => events.push(FlowEvent {
                 report,
                 started_at_us: last.at_us,
                 finished_at_us: last.at_us,
                 error: None,
-            });
+            }),
+            Ok(true) => {}
+            Err(e) => reporter.warn(&smelt_rules::messages::cannot_check_event_log(flow, &e)),
         }
     }
 

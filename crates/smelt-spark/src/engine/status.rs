@@ -7,11 +7,11 @@ use smelt_engine::status::{FlowStatus, utc_text};
 use smelt_spec::{Flow, TableName};
 
 use super::{Runnable, SparkEngine};
-use crate::export;
-use crate::ingest::{self, Ingest};
-use crate::scd1::discover;
+use crate::flow::apply::discover;
+use crate::flow::export;
+use crate::flow::ingest::{self, Ingest};
+use crate::flow::{append, replace_where as replace};
 use crate::session::{Mode, Session};
-use crate::{append, replace};
 
 impl SparkEngine {
     /// Where each of `flows` stands (`smelt status`), read through Spark: bronze's version,
@@ -46,7 +46,7 @@ impl SparkEngine {
             row.bronze_version = Some(state.source_version);
             row.watermark = state.saved.version;
             if state.saved.number == 0 {
-                row.problem = Some("not exported yet: run `smelt run`".into());
+                row.problem = Some(smelt_rules::messages::NOT_EXPORTED_YET.into());
             }
             return Ok(());
         }
@@ -62,7 +62,7 @@ impl SparkEngine {
                 let (v, w) = (state.source_version, state.watermark);
                 (v, w, state.target, &spec.into)
             }
-            Runnable::Replace(spec) => {
+            Runnable::ReplaceWhere(spec) => {
                 let exported = self.exported(&flow.name);
                 let (state, batch) =
                     replace::discover(&s, &self.places, (&flow.name, spec), exported, false)

@@ -15,7 +15,7 @@ use smelt_engine::{EngineError, Result};
 use smelt_spec::{CatalogKind, Pipeline, TableName};
 
 use crate::client::Spark;
-use crate::commits::Last;
+use crate::delta::describe::Last;
 use crate::session::Session;
 use crate::sql::{ident, string_literal};
 
@@ -92,10 +92,10 @@ pub(crate) fn set_conf(key: &str, value: &str) -> String {
 }
 
 /// `report` as the JSON text of a snapshot summary's `smelt.report`, settable
-/// ([`crate::scd1::write::settable_json`]).
+/// ([`crate::sql::settable_json`]).
 pub(crate) fn report_json(report: &smelt_engine::report::FlowReport) -> Result<String> {
     let text = serde_json::to_string(report).map_err(|e| EngineError::Internal(e.to_string()))?;
-    Ok(crate::scd1::write::settable_json(&text))
+    Ok(crate::sql::settable_json(&text))
 }
 
 /// The metadata of `table` after a run's writes (`None` in a plan or a compile).

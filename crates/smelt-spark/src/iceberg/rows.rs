@@ -112,19 +112,10 @@ fn paths_in(files: &[&File]) -> String {
         .join(", ")
 }
 
-async fn increment(
-    s: &Session<'_>,
-    src: &Source<'_>,
-    snaps: &[&Snap],
-) -> Result<(String, usize, u64, usize)> {
-    let snaps: Vec<&Snap> = snaps
-        .iter()
-        .copied()
-        .filter(|s| s.operation != "replace")
-        .collect();
-    if snaps.is_empty() {
-        return Ok((empty(src), 0, 0, 0));
-    }
+/// The data files `snaps` added and removed, in the order the manifests list them (the
+/// embedded engine's file order), each once (a manifest listed by several snapshots is read
+/// again), and the number of delete files they added.
+async fn entries(s: &Session<'_>, src: &Source<'_>, snaps: &[&Snap]) -> Result<(Vec<File>, usize)> {
     let ids: Vec<String> = snaps.iter().map(|s| s.id.to_string()).collect();
     let rows = s
         .read(
@@ -144,8 +135,6 @@ async fn increment(
         rows.ints("content"),
     );
     let (paths, sizes) = (rows.strings("path"), rows.ints("size"));
-    // In the order the manifests list them (the embedded engine's file order), each once
-    // (a manifest listed by several snapshots is read again).
     let mut files: Vec<File> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut delete_files = 0;
@@ -167,6 +156,55 @@ async fn increment(
             size: sizes[i].unwrap_or(0) as u64,
         });
     }
+    Ok((files, delete_files))
+}
+
+/// The rows of `side` — files snapshot `snap` added (read at it) or removed (read at its
+/// parent, `at`) — as changes of `kind`, their file positions after `offset`; a rewrite's
+/// rows carry the snapshot's index (`rewrite`).
+fn side_select(
+    src: &Source<'_>,
+    cols: &str,
+    snap: &Snap,
+    (side, at, kind, offset): (&[&File], i64, &str, usize),
+    rewrite: Option<usize>,
+) -> String {
+    let pos: Vec<String> = side
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("WHEN {} THEN {}", string_literal(&f.path), offset + i))
+        .collect();
+    format!(
+        "SELECT {cols}, '{kind}' AS _change_type, {seq}L AS _commit_version, \
+         timestamp_micros({us}L) AS _commit_timestamp, CASE d._file {} END AS _file_pos, \
+         d._pos AS _row_pos{snap_col}\n\
+         FROM {table} VERSION AS OF {at} d WHERE d._file IN ({})",
+        pos.join(" "),
+        paths_in(side),
+        seq = snap.seq,
+        us = snap.at_us,
+        table = src.table,
+        snap_col = match rewrite {
+            Some(k) => format!(", {k} AS __snap"),
+            None => String::new(),
+        },
+    )
+}
+
+async fn increment(
+    s: &Session<'_>,
+    src: &Source<'_>,
+    snaps: &[&Snap],
+) -> Result<(String, usize, u64, usize)> {
+    let snaps: Vec<&Snap> = snaps
+        .iter()
+        .copied()
+        .filter(|s| s.operation != "replace")
+        .collect();
+    if snaps.is_empty() {
+        return Ok((empty(src), 0, 0, 0));
+    }
+    let (files, delete_files) = entries(s, src, &snaps).await?;
     if delete_files > 0 && src.removes {
         return Err(EngineError::user(
             format!(
@@ -222,26 +260,12 @@ async fn increment(
             };
             read.0 += side.len();
             read.1 += side.iter().map(|f| f.size).sum::<u64>();
-            let pos: Vec<String> = side
-                .iter()
-                .enumerate()
-                .map(|(i, f)| format!("WHEN {} THEN {}", string_literal(&f.path), offset + i))
-                .collect();
-            let part = format!(
-                "SELECT {cols}, '{kind}' AS _change_type, {seq}L AS _commit_version, \
-                 timestamp_micros({us}L) AS _commit_timestamp, CASE d._file {} END AS _file_pos, \
-                 d._pos AS _row_pos{snap_col}\n\
-                 FROM {table} VERSION AS OF {at} d WHERE d._file IN ({})",
-                pos.join(" "),
-                paths_in(side),
-                seq = snap.seq,
-                us = snap.at_us,
-                table = src.table,
-                snap_col = if rewrite {
-                    format!(", {k} AS __snap")
-                } else {
-                    String::new()
-                },
+            let part = side_select(
+                src,
+                &cols,
+                snap,
+                (side.as_slice(), at, kind, offset),
+                rewrite.then_some(k),
             );
             match rewrite {
                 true => rewrites.push(part),

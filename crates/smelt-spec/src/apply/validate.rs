@@ -11,6 +11,7 @@ use crate::ddl::{ColumnType, TableDef, TableName};
 use crate::error::{SpecError, did_you_mean};
 use crate::locate::line_of;
 use crate::policy::{ChangeData, OnSequenceConflict, OptimizeMode, UpdateColumns, WriteMode};
+use crate::predicate::Predicate;
 
 pub(crate) fn apply_flow(
     path: &Path,
@@ -365,6 +366,10 @@ fn check_options(c: &mut Checks<'_>, scd: u8, raw: &RawApply, into: Option<&Tabl
                 format!("expectation `{name}` is empty"),
                 "write a SQL predicate over silver columns, e.g. `Name IS NOT NULL`",
             );
+        } else if let Err(e) = Predicate::parse(predicate) {
+            let line = line_of(c.text, &["flows", c.flow, "apply", "expect", name]);
+            let message = format!("expectation `{name}`: {}", e.message);
+            push(c, &format!("expect.{name}"), line, message, &e.hint);
         }
     }
     if raw.optimize == Some(OptimizeMode::Auto) && into.is_some_and(|t| t.catalog.is_some()) {
@@ -426,6 +431,8 @@ fn check_options(c: &mut Checks<'_>, scd: u8, raw: &RawApply, into: Option<&Tabl
                 format!("`{leaf}` is empty"),
                 "write a SQL predicate, e.g. `IsDeleted = 'true'`",
             );
+        } else if let Some(Err(e)) = predicate.as_deref().map(Predicate::parse) {
+            refuse(c, leaf, format!("`{leaf}`: {}", e.message), &e.hint);
         }
     }
 }

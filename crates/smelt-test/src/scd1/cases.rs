@@ -37,9 +37,9 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
 
 /// NULL and composite keys, late deletes, a delete before its insert, a tie, spelled out
 /// (copy-on-write, or with `merge_on_read`).
-pub fn null_and_composite_keys<B: Backend>(merge_on_read: bool) {
+pub fn null_and_composite_keys<T: Target>(merge_on_read: bool) {
     block_on(async {
-        let mut h = Harness::<B>::new().await;
+        let mut h = T::start().await;
         let flow = flow(&h, merge_on_read);
         let (a1, a2, empty) = (Some("a1"), Some("a2"), Some(""));
         let commits = vec![

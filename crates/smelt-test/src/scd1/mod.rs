@@ -1,6 +1,6 @@
 //! SCD type 1 with late, duplicate and conflicting changes, composite keys and NULL keys,
 //! against a reference model written separately from the engine; run on every table
-//! format ([`Backend`]).
+//! format and engine ([`Target`]).
 //!
 //! The flow keys silver on two columns, `a STRING NOT NULL` and `b BIGINT` (nullable), and
 //! sequences it by a bronze column `seq`, with soft deletes (`op = 'D'`). The model follows
@@ -31,7 +31,7 @@ use smelt_engine::rejects::rejects_table;
 use smelt_engine::report::{FlowReport, ReportStatus};
 use smelt_spec::ApplyFlow;
 
-use crate::backend::{Backend, Harness, How, block_on, cut_into_commits};
+use crate::backend::{How, Target, block_on, cut_into_commits};
 use crate::batches::{column, ints, text_batch, texts};
 
 mod cases;
@@ -189,7 +189,7 @@ impl Model {
 
 /// The flow: silver `s.t` keyed on (a, b), sequenced by `seq`, `op = 'D'` deletes,
 /// written copy-on-write or merge-on-read.
-fn flow<B: Backend>(h: &Harness<B>, merge_on_read: bool) -> ApplyFlow {
+fn flow<T: Target>(h: &T, merge_on_read: bool) -> ApplyFlow {
     let mode = if merge_on_read {
         "      write_mode: merge_on_read\n"
     } else {
@@ -205,7 +205,7 @@ fn flow<B: Backend>(h: &Harness<B>, merge_on_read: bool) -> ApplyFlow {
 }
 
 /// Appends `changes` to bronze (all text, as bronze is) in one commit, in order.
-async fn append<B: Backend>(h: &mut Harness<B>, changes: &[Change]) {
+async fn append<T: Target>(h: &mut T, changes: &[Change]) {
     let text = |f: &dyn Fn(&Change) -> Option<String>| changes.iter().map(f).collect::<Vec<_>>();
     h.append(text_batch(vec![
         ("a", text(&|c| key_cols(c.key).0.map(str::to_string))),
@@ -221,7 +221,7 @@ async fn append<B: Backend>(h: &mut Harness<B>, changes: &[Change]) {
 }
 
 /// The stored silver rows, read by the format's own reader (not smelt's lookups), sorted.
-async fn silver_rows<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<Row> {
+async fn silver_rows<T: Target>(h: &T, flow: &ApplyFlow) -> Vec<Row> {
     let Some(b) = h.scan(&flow.into).await else {
         return Vec::new();
     };
@@ -239,7 +239,7 @@ async fn silver_rows<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<Row> {
 }
 
 /// The stored tombstones, sorted.
-async fn tombstones<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<Tomb> {
+async fn tombstones<T: Target>(h: &T, flow: &ApplyFlow) -> Vec<Tomb> {
     let Some(b) = h.scan(&tombstone_table(&flow.into)).await else {
         return Vec::new();
     };
@@ -259,8 +259,8 @@ async fn tombstones<B: Backend>(h: &Harness<B>, flow: &ApplyFlow) -> Vec<Tomb> {
 }
 
 /// Silver, the tombstones and the run's rejected count as the model says.
-async fn check<B: Backend>(
-    h: &Harness<B>,
+async fn check<T: Target>(
+    h: &T,
     flow: &ApplyFlow,
     model: &Model,
     report: &FlowReport,
@@ -417,9 +417,9 @@ pub fn delivery() -> impl Strategy<Value = Plan> {
 /// Delivers `plan`, checking silver, the tombstones and the rejected count after every
 /// run; then a `--full-refresh`, which must give the incremental silver, and the
 /// tombstones of a single run over all of bronze.
-pub fn deliver<B: Backend>(plan: &Plan) {
+pub fn deliver<T: Target>(plan: &Plan) {
     block_on(async {
-        let mut h = Harness::<B>::new().await;
+        let mut h = T::start().await;
         let flow = flow(&h, plan.merge_on_read);
         let mut model = Model::default();
         for (i, commit) in plan.commits.iter().enumerate() {
@@ -429,7 +429,7 @@ pub fn deliver<B: Backend>(plan: &Plan) {
             let delivered = &plan.commits[..=i];
             match kind {
                 // A replay (`--since`) needs a run before it.
-                Run::Replay(after) if model.watermark.is_some() => {
+                Run::Replay(after) if model.watermark.is_some() && T::REPLAYS => {
                     let how = How {
                         replay_after: Some(after as usize),
                         ..How::default()

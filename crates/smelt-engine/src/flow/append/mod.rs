@@ -80,16 +80,27 @@ pub async fn run_append(
     let v = source.version();
     let stored = target.watermark(&app).await?;
     let mut rebuild = ctx.full_refresh || stored.is_none();
+    // The flow's policy, whether or not the run reads anything (as on Spark).
     let mut report = FlowReport {
         from_version: stored,
         to_version: v,
         silver_version: target.version(),
+        on_cast_error: format!("{:?}", flow.on_cast_error).to_lowercase(),
         ..run.report()
     };
     if stored == Some(v) && !ctx.full_refresh {
         report.status = ReportStatus::UpToDate;
         report.mode = ReadMode::Incremental;
         return Ok(report);
+    }
+    if let Some(w) = stored.filter(|w| *w > v && !ctx.full_refresh) {
+        return Err(EngineError::rule(smelt_rules::watermark::ahead(
+            &format!("the target `{}`", flow.into),
+            &format!("the source `{}`", flow.from),
+            w,
+            v,
+            smelt_rules::watermark::AheadFix::FullRefresh,
+        )));
     }
     let started = Instant::now();
     if let (Some(after), false) = (stored, rebuild) {
@@ -184,7 +195,6 @@ pub async fn run_append(
     report.rows_written = buffer.rows_written;
     report.inserted = buffer.rows_written;
     report.cast_failures = failures;
-    report.on_cast_error = format!("{:?}", flow.on_cast_error).to_lowercase();
     let read_ms = started.elapsed().as_millis() as u64;
 
     reporter.phase(flow_name, "commit");

@@ -139,9 +139,12 @@ impl CastPlan {
         casting.as_truncates = as_truncates;
         // `_commit_timestamp` in `sequence_by` is the change batch's own column.
         casting.sequence = flow.sequence_by.clone();
+        let silver: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let scope = smelt_rules::predicate::expectation_scope(flow, silver);
+        let scope: Vec<&str> = scope.iter().map(String::as_str).collect();
         for (name, sql) in &flow.expectations {
-            let predicate =
-                Predicate::compile(sql, &casting.schema, &format!("expectation `{name}`"))?;
+            let what = format!("expectation `{name}`");
+            let predicate = Predicate::compile_in(sql, &casting.schema, &scope, &what)?;
             casting.expectations.push((name.clone(), predicate));
         }
         Ok(casting)
@@ -356,11 +359,12 @@ impl CastPlan {
                     if sink.first_violation.is_none() {
                         let r = rows.value(0) as usize;
                         let key = changes.key_of(r)?;
-                        *sink.first_violation = Some(format!(
-                            "expectation `{name}` (`{}`) failed for the change of key {key} in bronze `{}` version {}",
+                        *sink.first_violation = Some(smelt_rules::messages::violation(
+                            name,
                             predicate.text(),
-                            flow.from,
-                            array_value_to_string(changes.raw(COMMIT_VERSION)?, r)?
+                            &key,
+                            &flow.from.to_string(),
+                            &array_value_to_string(changes.raw(COMMIT_VERSION)?, r)?,
                         ));
                     }
                 }
@@ -476,5 +480,16 @@ mod tests {
             smelt_spec::COMMIT_TIMESTAMP,
             smelt_core::change::COMMIT_TIMESTAMP
         );
+    }
+
+    /// `apply_as_deletes` sees bronze's columns and the change columns of the rules, which
+    /// are the change batch's.
+    #[test]
+    fn the_change_batch_carries_the_change_columns_of_the_rules() {
+        let names: Vec<String> = smelt_core::change::metadata_fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, smelt_rules::predicate::CHANGE_COLUMNS);
     }
 }

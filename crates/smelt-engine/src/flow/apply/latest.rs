@@ -115,14 +115,12 @@ impl PartitionWork<'_> {
                             .clone();
                     }
                     OnSequenceConflict::Fail => {
-                        return Err(EngineError::user(
-                            format!(
-                                "changes of key {} share the greatest sequence ({}) but differ; {conflicted} key(s) conflict in all",
-                                describe(&flow.keys, &key_arrays)?,
-                                describe(&flow.sequence_by, &seq_arrays)?
-                            ),
-                            "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last` (bronze order wins) or `quarantine`",
-                        ));
+                        return Err(EngineError::rule(smelt_rules::messages::sequence_conflict(
+                            &describe(&flow.keys, &key_arrays)?,
+                            &describe(&flow.sequence_by, &seq_arrays)?,
+                            conflicted,
+                            true,
+                        )));
                     }
                 }
             }

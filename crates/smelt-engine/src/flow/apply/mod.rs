@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use smelt_spec::{ApplyFlow, END_AT, OnCastError, START_AT};
+use smelt_spec::{ApplyFlow, OnCastError};
 
 mod cast;
 pub(crate) use cast::core_dialect;
@@ -59,12 +59,8 @@ use crate::rejects::Rejects;
 use crate::report::{FlowReport, ReportStatus};
 use crate::{Result, failpoint};
 
-/// Columns smelt fills itself: the audit columns and, for SCD2, the history bounds.
-pub(super) fn is_audit(flow: &ApplyFlow, n: &str) -> bool {
-    Some(n) == flow.audit.ingest_timestamp.as_deref()
-        || Some(n) == flow.audit.update_timestamp.as_deref()
-        || (flow.scd == 2 && (n == START_AT || n == END_AT))
-}
+/// Columns smelt fills itself: the rule both engines apply.
+pub(super) use smelt_rules::predicate::is_audit;
 
 /// The tables an apply flow writes.
 pub struct ApplyTables<'a> {

@@ -2,6 +2,7 @@
 //! `--since`, the watermark to commit, the report's `mode`, and whether silver is up to date
 //! (or ahead of bronze, which was recreated).
 
+use smelt_rules::watermark::{self, AheadFix};
 use smelt_spec::ApplyFlow;
 
 use crate::context::RunContext;
@@ -106,13 +107,13 @@ impl Range {
                 return Ok(true);
             }
             if w > v {
-                return Err(EngineError::user(
-                    format!(
-                        "silver `{}` has applied bronze version {w}, but `{}` is only at version {v}",
-                        flow.into, flow.from
-                    ),
-                    "the bronze table was recreated; rebuild silver with `smelt run --full-refresh`",
-                ));
+                return Err(EngineError::rule(watermark::ahead(
+                    &format!("silver `{}`", flow.into),
+                    &format!("bronze `{}`", flow.from),
+                    w,
+                    v,
+                    AheadFix::FullRefresh,
+                )));
             }
         }
         Ok(false)

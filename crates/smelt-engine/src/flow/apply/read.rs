@@ -108,9 +108,8 @@ pub(super) async fn read_and_cast(
     }
     if let Some(message) = first_violation {
         let total: usize = report.expectations.values().sum();
-        return Err(EngineError::user(
-            format!("{message}; {total} change(s) failed expectations in all"),
-            "fix the change in bronze, or set `on_violation:` to `warn`, `drop` or `quarantine`",
+        return Err(EngineError::rule(
+            smelt_rules::messages::expectations_failed(&message, total),
         ));
     }
     Ok(CastChanges {

@@ -320,12 +320,8 @@ impl PartitionWork<'_> {
         report.sequence_conflicts += plan.sequence_conflicts;
         if plan.sequence_conflicts > 0 && self.flow.on_sequence_conflict == OnSequenceConflict::Fail
         {
-            return Err(EngineError::user(
-                format!(
-                    "{} key(s) have two changes with one sequence and different data",
-                    plan.sequence_conflicts
-                ),
-                "add a column to `sequence_by` that orders them, or set `on_sequence_conflict: last`",
+            return Err(EngineError::rule(
+                smelt_rules::messages::history_sequence_conflict(plan.sequence_conflicts),
             ));
         }
         Ok(())

@@ -314,20 +314,21 @@ pub(super) fn resolve_schema_all(
     else {
         return (None, problems);
     };
-    let audit_update = flow.audit.update_timestamp.as_deref();
     let as_deletes = flow.apply_as_deletes.as_deref().and_then(|sql| {
         Predicate::compile(sql, &source_change_schema(bronze), "`apply_as_deletes`")
             .map_err(|e| problems.push(e))
             .ok()
     });
+    // What `where` sees (smelt_rules::predicate::state_scope), typed as silver.
+    let sees = smelt_rules::predicate::state_scope(
+        flow,
+        schema.fields().iter().map(|f| f.name().as_str()),
+    );
     let state_schema = Arc::new(Schema::new(
         schema
             .fields()
             .iter()
-            .filter(|f| {
-                let n = f.name().as_str();
-                Some(n) != audit_update && n != START_AT && n != END_AT
-            })
+            .filter(|f| sees.contains(f.name()))
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect::<Vec<_>>(),
     ));

@@ -25,7 +25,7 @@ pub fn tombstone_table(silver: &smelt_spec::TableName) -> smelt_spec::TableName 
 }
 
 /// The column of a tombstone that says when the key was deleted (the run's time).
-pub const DELETED_AT: &str = "_deleted_at";
+pub use smelt_rules::tables::DELETED_AT;
 
 /// The tombstone table's columns: the keys, the sequence columns as silver stores them,
 /// and [`DELETED_AT`].

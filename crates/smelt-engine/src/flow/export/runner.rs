@@ -51,7 +51,7 @@ impl FlowRunner for Export<'_> {
     /// The watermark is what the export's state says it exported.
     async fn status(&self, cx: &LakeCx<'_>, row: &mut FlowStatus) -> Result<()> {
         if cx.files.target_missing(self.spec) {
-            row.problem = Some("not exported yet: run `smelt run`".into());
+            row.problem = Some(smelt_rules::messages::NOT_EXPORTED_YET.into());
         } else {
             match export_state(cx.files, self.name, self.spec).await {
                 Ok(state) => row.watermark = state.version,

@@ -7,13 +7,13 @@
 //! loads nothing twice. Malformed rows go to `<bronze>__rejects` ([`super::rejects`]),
 //! committed before bronze.
 
+use smelt_rules::messages::too_many_malformed;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::TryStreamExt;
 use smelt_spec::IngestFlow;
 
-use super::FIX_FILE;
 use super::conform::Conformer;
 use super::ledger::{Listing, files_entry, loaded_files, plan_files};
 use super::rejects::write_rejects;
@@ -268,16 +268,16 @@ impl Loader<'_> {
     }
 
     fn malformed(&mut self, row: Malformed, file: &LandingFile) -> Result<()> {
-        if self.malformed.len() >= MAX_MALFORMED {
-            return Err(EngineError::user(
-                format!(
-                    "{}: more than {MAX_MALFORMED} malformed rows in this run (the last: line {}, {}); the files do not look like the flow says",
-                    file.url, row.line, row.reason
-                ),
-                FIX_FILE,
-            ));
-        }
         self.malformed.push((file.url.clone(), row));
+        if self.malformed.len() > MAX_MALFORMED {
+            let (url, first) = &self.malformed[0];
+            return Err(EngineError::rule(too_many_malformed(
+                url,
+                MAX_MALFORMED,
+                first.line,
+                &first.reason,
+            )));
+        }
         Ok(())
     }
 }

@@ -19,4 +19,4 @@ mod rescue;
 pub use load::{IngestTables, LOG_CLEANUP, run_ingest};
 
 /// The fix for a file that does not fit its flow.
-pub const FIX_FILE: &str = "fix or replace the file (a new name loads as a new file), or move it out of the landing folder";
+pub use smelt_rules::messages::FIX_FILE;

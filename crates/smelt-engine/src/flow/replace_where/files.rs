@@ -54,7 +54,7 @@ impl BatchSource for FileBatch<'_> {
                         let batch = with_partitions(&raw, file)?;
                         let origin = Origin {
                             source: &file.url,
-                            rows: &raw.rows,
+                            rows: Some(&raw.rows),
                         };
                         sink(batch, origin)?;
                     }

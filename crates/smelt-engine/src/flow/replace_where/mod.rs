@@ -29,12 +29,23 @@ use crate::stage::{Buffered, block_on, commit_report};
 use crate::{EngineError, Result};
 
 /// Where rows of a batch come from, for error messages: a file or table, and each row's
-/// 1-based number in it.
+/// 1-based number in a file.
 pub struct Origin<'a> {
-    /// The file's URL, or `table version N`.
+    /// The file's URL, or `` `table` version N ``.
     pub source: &'a str,
-    /// Row numbers, one per row of the batch.
-    pub rows: &'a [i64],
+    /// Row numbers in the file, one per row of the batch; `None` in a table, whose rows have
+    /// no numbers a user could find (both engines name such a row by its values).
+    pub rows: Option<&'a [i64]>,
+}
+
+impl Origin<'_> {
+    /// Row `i` of the batch, for a message: "row 3 of file:///…", "a row of `t` version 2".
+    pub fn row(&self, i: usize) -> String {
+        match self.rows {
+            Some(rows) => format!("row {} of {}", rows[i], self.source),
+            None => format!("a row of {}", self.source),
+        }
+    }
 }
 
 /// A sink of batch rows.
@@ -54,18 +65,13 @@ pub struct TableBatch<'a>(pub &'a dyn ChangeSource);
 impl BatchSource for TableBatch<'_> {
     async fn read(&self, sink: &mut BatchSink<'_>) -> Result<()> {
         let label = format!("`{}` version {}", self.0.table(), self.0.version());
-        let mut next = 1i64;
         let mut batches = self.0.read(None);
         while let Some(batch) = batches.try_next().await? {
-            let rows: Vec<i64> = (next..next + batch.num_rows() as i64).collect();
-            next += batch.num_rows() as i64;
-            sink(
-                batch,
-                Origin {
-                    source: &label,
-                    rows: &rows,
-                },
-            )?;
+            let origin = Origin {
+                source: &label,
+                rows: None,
+            };
+            sink(batch, origin)?;
         }
         Ok(())
     }
@@ -298,16 +304,12 @@ pub async fn run_replace_where(
     let mut check = |rows: RecordBatch, origin: Origin<'_>| -> Result<RecordBatch> {
         let cast = cast_to_in(&rows, &schema, tz, dialect)?;
         if let (OnCastError::Fail, Some(miss)) = (flow.on_cast_error, cast.first) {
-            let row = origin.rows[miss.row];
-            return Err(cast_failed(
-                miss,
-                &format!("row {row} of {}", origin.source),
-            ));
+            let row = origin.row(miss.row);
+            return Err(cast_failed(miss, &row));
         }
         let pass = predicate.evaluate(&cast.batch)?;
         if let Some(i) = (0..pass.len()).find(|&i| !pass.value(i)) {
-            let row = format!("row {} of {}", origin.rows[i], origin.source);
-            return Err(outside(&row, &text, &describe(&cast.batch, i)));
+            return Err(outside(&origin.row(i), &text, &describe(&cast.batch, i)));
         }
         for (c, n) in &cast.failures {
             *report.cast_failures.entry(c.clone()).or_default() += n;

@@ -1,6 +1,7 @@
 //! The runner of `replace_where` flows: a batch (a table's snapshot, or new files)
 //! replaces the target rows matching a predicate ([`crate::flow::replace_where`]).
 
+use crate::predicate::Predicate;
 use async_trait::async_trait;
 use smelt_spec::{Flow, IngestFlow, ReplaceSource, ReplaceWhereFlow, TableName};
 
@@ -86,6 +87,15 @@ impl FlowRunner for ReplaceWhere<'_> {
                 if applied == Some(v) && !ctx.full_refresh {
                     return Ok(up_to_date(name, spec, ctx, applied, v, target.version()));
                 }
+                if let Some(w) = applied.filter(|w| *w > v && !ctx.full_refresh) {
+                    return Err(EngineError::rule(smelt_rules::watermark::ahead(
+                        &format!("the target `{}`", spec.into),
+                        &format!("the source `{table}`"),
+                        w,
+                        v,
+                        smelt_rules::watermark::AheadFix::FullRefresh,
+                    )));
+                }
                 let batch = TableBatch(&*source);
                 let watermark = watermark(name, ctx, v, Vec::new());
                 run_replace_where(cx.run(name, spec), &batch, &mut *target, watermark).await
@@ -105,7 +115,18 @@ impl FlowRunner for ReplaceWhere<'_> {
         }
         // Opened as a run opens it: a table smelt must not write is a problem too.
         match cx.lake.table(&self.spec.into, TableRole::Target).await {
-            Ok(target) => problems.extend(target_schema(self.spec, target.schema()).err()),
+            Ok(target) => match target_schema(self.spec, target.schema()) {
+                // The predicate over the target's columns, its bounds NULL (as on Spark).
+                Ok(schema) => problems.extend(
+                    Predicate::compile(
+                        &smelt_spec::predicate::without_bounds(&self.spec.predicate),
+                        &schema,
+                        "`predicate`",
+                    )
+                    .err(),
+                ),
+                Err(e) => problems.push(e),
+            },
             Err(e) => problems.push(e),
         }
         problems

@@ -1,0 +1,119 @@
+//! The SCD1 and SCD2 model suites of `smelt-test` on the Spark engine: the model is the
+//! oracle, as it is of every table format embedded. Bronze is a Delta table written by
+//! smelt's Delta lake; each run is `smelt run` of a pipeline with `engine: spark` on the
+//! test cluster, killed (SIGABRT) at the silver `MERGE` for a crash; silver and its
+//! tombstones are read back by the embedded Delta reader. What the Spark engine does not
+//! run is left out: replays (`--since`, refused on Spark) and runs in key partitions (an
+//! embedded memory limit: on Spark a plain run).
+
+use std::path::Path;
+use std::sync::MutexGuard;
+
+use arrow::array::RecordBatch;
+use async_trait::async_trait;
+use smelt_engine::report::FlowReport;
+use smelt_spec::{ApplyFlow, TableName};
+use smelt_test::{Backend, Harness, How, Target};
+
+use crate::common;
+use crate::spark_cluster::SparkCluster;
+
+/// smelt's Delta lake in a folder: bronze's writer, and the reader of what Spark wrote.
+struct Delta(smelt_delta::Lake);
+
+#[async_trait]
+impl Backend for Delta {
+    async fn create(dir: &Path) -> Self {
+        Delta(smelt_delta::Lake::new(dir.join("lake")).expect("a lake"))
+    }
+
+    fn lake(&self) -> &dyn smelt_engine::ports::Lake {
+        &self.0
+    }
+
+    async fn scan(&self, table: &TableName) -> Option<RecordBatch> {
+        if !self.0.exists(table).await.expect("listing the lake") {
+            return None;
+        }
+        let ctx = self.0.session().await.expect("a session");
+        let frame = ctx
+            .sql(&format!("SELECT * FROM {table}"))
+            .await
+            .expect("a query");
+        let schema = frame.schema().inner().clone();
+        let batches = frame.collect().await.expect("the rows");
+        Some(arrow::compute::concat_batches(&schema, &batches).expect("one schema"))
+    }
+}
+
+/// The Spark engine over a Delta lake in a temporary folder (`spark.yaml` there), and the
+/// test's turn on the cluster.
+pub(crate) struct Spark {
+    lake: Harness<Delta>,
+    _turn: MutexGuard<'static, ()>,
+}
+
+#[async_trait(?Send)]
+impl Target for Spark {
+    const REPLAYS: bool = false;
+
+    async fn start() -> Self {
+        let turn = crate::spark_cluster::turn();
+        SparkCluster::start();
+        Spark {
+            lake: <Harness<Delta> as Target>::start().await,
+            _turn: turn,
+        }
+    }
+
+    fn apply_flow(&self, flow: &str, into: &str, ddl: &str, body: &str) -> ApplyFlow {
+        let apply = self.lake.apply_flow(flow, into, ddl, body);
+        let url = &SparkCluster::start().url;
+        let yaml = format!(
+            "engine: spark\nconnect: {url}\nlake: ./lake\nflows:\n  {flow}:\n    apply:\n      \
+             from: b.t\n      into: {into}\n      schema: s.sql\n      cast_dialect: spark\n{body}"
+        );
+        std::fs::write(self.lake.dir.path().join("spark.yaml"), yaml).expect("writing spark.yaml");
+        apply
+    }
+
+    async fn append(&mut self, batch: RecordBatch) {
+        self.lake.append(batch).await;
+    }
+
+    async fn run(&self, _name: &str, _flow: &ApplyFlow, how: How) -> Option<FlowReport> {
+        assert!(how.replay_after.is_none(), "no replay on Spark");
+        let mut args = vec!["-p", "spark.yaml", "--json", "run"];
+        if how.full_refresh {
+            args.push("--full-refresh");
+        }
+        let dir = self.lake.dir.path();
+        let mut smelt = std::process::Command::new(env!("CARGO_BIN_EXE_smelt"));
+        common::clean_env(&mut smelt, dir);
+        smelt.args(&args);
+        if how.crash {
+            let out = common::abort_at_in(dir, "before_spark_silver", &args);
+            assert!(
+                common::signal_of(&out.status).is_some(),
+                "the run was not killed at the silver MERGE: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return None;
+        }
+        let out = smelt.output().expect("smelt runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the Spark run failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON report");
+        Some(serde_json::from_value(report["flows"][0].clone()).expect("a flow report"))
+    }
+
+    async fn scan(&self, table: &TableName) -> Option<RecordBatch> {
+        self.lake.scan(table).await
+    }
+}
+
+smelt_test::model_suite!(Spark, 1, 1);
