@@ -1235,8 +1235,10 @@ const RANDOM: &str = "  r:
 /// `where` (`v <> 20`: deleted from silver, with a tombstone) — applied
 /// commit by commit by both engines, then replayed from the snapshot (`--full-refresh`).
 fn random_streams(url: &str, writer: &Writer) {
+    // One random case (more with `PROPTEST_CASES`): the model suites (`model.rs`) draw
+    // random streams on Spark too.
     let config = Config {
-        cases: 3,
+        cases: smelt_test::cases(1),
         failure_persistence: None,
         max_shrink_iters: 8,
         ..Config::default()
@@ -1307,8 +1309,10 @@ fn random_histories(url: &str, writer: &Writer) {
         vec![(some("a"), some("3"), some("10"), "false")],
     ];
     history_stream(url, writer, &merged);
+    // One random case (more with `PROPTEST_CASES`): the model suites (`model.rs`) draw
+    // random streams on Spark too.
     let config = Config {
-        cases: 3,
+        cases: smelt_test::cases(1),
         failure_persistence: None,
         max_shrink_iters: 8,
         ..Config::default()
