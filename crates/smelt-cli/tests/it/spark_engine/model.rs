@@ -57,6 +57,9 @@ pub(crate) struct Spark {
 impl Target for Spark {
     const REPLAYS: bool = false;
 
+    // The turn is held for the whole test, awaits included: other tests wait for it on
+    // their own threads.
+    #[allow(clippy::await_holding_lock)]
     async fn start() -> Self {
         let turn = crate::spark_cluster::turn();
         SparkCluster::start();
