@@ -1076,7 +1076,7 @@ fn replace_where(url: &str) {
     let compiled = pair.p.ok(&["-p", "spark.yaml", "compile"]);
     for part in [
         "INSERT INTO delta.`",
-        "REPLACE WHERE sale_date >= CAST('2026-07-20' AS DATE)",
+        "REPLACE WHERE `sale_date` >= CAST('2026-07-20' AS DATE)",
         "txnAppId=`smelt/sales`",
         "try_cast(r.`unit_price` AS DECIMAL(18,2))",
     ] {
