@@ -281,7 +281,8 @@ impl ReplaceWhere<'_> {
                 source_name(self.spec),
                 report.to_version
             );
-            return Err(outside(&row, predicate, &values.join(", ")));
+            // The predicate as written, as the embedded engine quotes it.
+            return Err(outside(&row, &self.spec.predicate, &values.join(", ")));
         }
         Ok(())
     }
