@@ -11,7 +11,11 @@
 use smelt_spec::{ApplyFlow, END_AT, START_AT};
 
 /// The change columns a bronze row carries: its kind, its commit's version and time.
-pub const CHANGE_COLUMNS: [&str; 3] = ["_change_type", "_commit_version", "_commit_timestamp"];
+pub const CHANGE_COLUMNS: [&str; 3] = [
+    "_change_type",
+    crate::order::COMMIT_VERSION,
+    smelt_spec::COMMIT_TIMESTAMP,
+];
 
 /// Columns smelt fills itself: the audit columns and, for SCD2, the history bounds.
 pub fn is_audit(flow: &ApplyFlow, name: &str) -> bool {
@@ -43,7 +47,8 @@ pub fn expectation_scope<'a>(
         .filter(|c| !is_audit(flow, c))
         .map(String::from)
         .collect();
-    for c in ["_commit_timestamp", "_commit_version"] {
+    // The change columns but `_change_type` (an expectation sees upserts only).
+    for c in [smelt_spec::COMMIT_TIMESTAMP, crate::order::COMMIT_VERSION] {
         if !scope.iter().any(|s| s == c) {
             scope.push(c.to_string());
         }

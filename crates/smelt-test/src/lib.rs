@@ -4,6 +4,7 @@
 //!   without storage;
 //! * [`batches`]: building bronze batches and reading columns back;
 //! * [`crash`]: a table whose commit dies as a killed process would;
+//! * [`delta`]: smelt's Delta lake as a [`Backend`];
 //! * [`backend`]: where the model suites run ([`Target`]): a table format under test and a
 //!   harness that runs apply flows on it as `smelt run` does, or another engine;
 //! * [`scd1`], [`scd2`]: the SCD model properties — the suite every table format runs
@@ -15,6 +16,7 @@
 pub mod backend;
 pub mod batches;
 pub mod crash;
+pub mod delta;
 pub mod mem;
 pub mod scd1;
 pub mod scd2;

@@ -6,45 +6,17 @@
 //! run is left out: replays (`--since`, refused on Spark) and runs in key partitions (an
 //! embedded memory limit: on Spark a plain run).
 
-use std::path::Path;
 use std::sync::MutexGuard;
 
 use arrow::array::RecordBatch;
 use async_trait::async_trait;
 use smelt_engine::report::FlowReport;
 use smelt_spec::{ApplyFlow, TableName};
-use smelt_test::{Backend, Harness, How, Target};
+use smelt_test::delta::Delta;
+use smelt_test::{Harness, How, Target};
 
 use crate::common;
 use crate::spark_cluster::SparkCluster;
-
-/// smelt's Delta lake in a folder: bronze's writer, and the reader of what Spark wrote.
-struct Delta(smelt_delta::Lake);
-
-#[async_trait]
-impl Backend for Delta {
-    async fn create(dir: &Path) -> Self {
-        Delta(smelt_delta::Lake::new(dir.join("lake")).expect("a lake"))
-    }
-
-    fn lake(&self) -> &dyn smelt_engine::ports::Lake {
-        &self.0
-    }
-
-    async fn scan(&self, table: &TableName) -> Option<RecordBatch> {
-        if !self.0.exists(table).await.expect("listing the lake") {
-            return None;
-        }
-        let ctx = self.0.session().await.expect("a session");
-        let frame = ctx
-            .sql(&format!("SELECT * FROM {table}"))
-            .await
-            .expect("a query");
-        let schema = frame.schema().inner().clone();
-        let batches = frame.collect().await.expect("the rows");
-        Some(arrow::compute::concat_batches(&schema, &batches).expect("one schema"))
-    }
-}
 
 /// The Spark engine over a Delta lake in a temporary folder (`spark.yaml` there), and the
 /// test's turn on the cluster.
