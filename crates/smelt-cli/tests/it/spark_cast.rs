@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
+use crate::cluster::SparkCluster;
 use crate::common::Project;
-use crate::spark_cluster::SparkCluster;
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use smelt_spark::sql::string_literal;

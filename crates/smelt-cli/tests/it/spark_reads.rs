@@ -7,9 +7,9 @@
 
 use smelt_spark::client::Spark;
 
+use crate::cluster::SparkCluster;
 use crate::common::Project;
 use crate::derived_change_data::{Model, STEPS, log};
-use crate::spark_cluster::SparkCluster;
 
 const PIPELINE: &str = "lake: ./lake
 flows:

@@ -12,7 +12,6 @@ mod spark_iceberg;
 mod spark_parquet;
 
 use crate::common::{self, Project};
-use crate::spark_cluster::SparkCluster;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::Value;
@@ -1842,41 +1841,54 @@ fn predicates(url: &str) {
     }
 }
 
-/// One test per scenario, each on the process's one cluster (started by the first), so a
-/// failure names its scenario; the scenarios take turns on it ([`crate::spark_cluster::turn`]).
-macro_rules! scenarios {
-    ($($name:ident => $run:expr;)*) => {$(
-        #[test]
-        fn $name() {
-            let _turn = crate::spark_cluster::turn();
-            let cluster = SparkCluster::start();
-            #[allow(clippy::redundant_closure_call)]
-            ($run)(cluster.url.as_str());
-        }
-    )*};
-}
+/// A scenario, given the cluster's Spark Connect URL; it panics when it fails.
+pub(crate) type Scenario = fn(&str);
 
-scenarios! {
-    refused_by_name => |url| refusals(url, &Writer::new(url));
-    seed_000_product2 => product2;
-    seed_000_product2_deletes => product2_deletes;
-    runs_killed_at_random => random_kills;
-    quarantined_changes => quarantine;
-    sequence_conflicts_fail => conflicts_fail;
-    bronze_deletes_applied => source_deletes;
-    schema_drift_and_new_columns => schema_drift;
-    merge_on_read_silver => |url| merge_on_read(url, &Writer::new(url));
-    seed_004_append => append;
-    append_active_example => append_active;
-    seed_003_replace_where => replace_where;
-    scd2_history => history;
-    random_change_streams => |url| random_streams(url, &Writer::new(url));
-    random_histories_scd2 => |url| random_histories(url, &Writer::new(url));
-    seed_002_ingest => ingest;
-    ingest_json_lines => ingest_json;
-    ingest_parquet_types => spark_parquet::ingest_parquet;
-    replace_where_from_files => replace_files;
-    seed_003_export => export;
-    seed_004_iceberg => spark_iceberg::foundry;
-    predicates_mean_the_same => predicates;
-}
+/// Every scenario of smelt's Spark engine, in the order they run, one after another on the
+/// process's one cluster ([`crate::cluster::runs_every_spark_scenario_in_turn`]).
+pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
+    ("refused_by_name", |url| refusals(url, &Writer::new(url))),
+    ("seed_000_product2", product2),
+    ("seed_000_product2_deletes", product2_deletes),
+    ("runs_killed_at_random", random_kills),
+    ("quarantined_changes", quarantine),
+    ("sequence_conflicts_fail", conflicts_fail),
+    ("bronze_deletes_applied", source_deletes),
+    ("schema_drift_and_new_columns", schema_drift),
+    ("merge_on_read_silver", |url| {
+        merge_on_read(url, &Writer::new(url))
+    }),
+    ("seed_004_append", append),
+    ("append_active_example", append_active),
+    ("seed_003_replace_where", replace_where),
+    ("scd2_history", history),
+    ("random_change_streams", |url| {
+        random_streams(url, &Writer::new(url))
+    }),
+    ("random_histories_scd2", |url| {
+        random_histories(url, &Writer::new(url))
+    }),
+    ("seed_002_ingest", ingest),
+    ("ingest_json_lines", ingest_json),
+    ("ingest_parquet_types", spark_parquet::ingest_parquet),
+    ("replace_where_from_files", replace_files),
+    ("seed_003_export", export),
+    ("seed_004_iceberg", spark_iceberg::foundry),
+    ("predicates_mean_the_same", predicates),
+    (
+        "model_scd1_silver_and_tombstones_match_the_model_after_every_run",
+        |_| model::scd1_silver_and_tombstones_match_the_model_after_every_run(),
+    ),
+    (
+        "model_scd1_null_and_composite_keys_with_late_deletes_and_a_tie",
+        |_| model::scd1_null_and_composite_keys_with_late_deletes_and_a_tie(),
+    ),
+    (
+        "model_scd1_null_and_composite_keys_with_late_deletes_and_a_tie_merge_on_read",
+        |_| model::scd1_null_and_composite_keys_with_late_deletes_and_a_tie_merge_on_read(),
+    ),
+    (
+        "model_scd2_deletes_that_arrive_before_the_versions_they_close",
+        |_| model::scd2_deletes_that_arrive_before_the_versions_they_close(),
+    ),
+];
