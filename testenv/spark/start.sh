@@ -40,6 +40,10 @@ appender.stderr.name = stderr
 appender.stderr.target = SYSTEM_ERR
 appender.stderr.layout.type = PatternLayout
 appender.stderr.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
+# A stack trace per file set read through a glob (`{a,b}`): the path is looked up as a
+# streaming sink's folder first.
+logger.sink.name = org.apache.spark.sql.execution.streaming.sinks.FileStreamSink
+logger.sink.level = error
 EOF
 export SPARK_HOME="$spark_home" SPARK_CONF_DIR="$dir/conf" SPARK_LOG_DIR="$dir/logs"
 export SPARK_LOCAL_IP=127.0.0.1 SPARK_LOCAL_HOSTNAME=127.0.0.1 SPARK_LOCAL_DIRS="$dir/tmp"
