@@ -11,9 +11,9 @@
 //! side by side on the cluster, two SCD2 scenarios once came out wrong where each alone was
 //! right (the cause is not found yet), and tests waiting for their turn would hold the test
 //! threads the rest of the suite needs. It is named to start early: the test harness starts
-//! tests in the order of their names, and this one is the longest (about 25 minutes on the
-//! 2-core test machine). `SMELT_TEST_SPARK_SCENARIOS=a,b` runs only the scenarios whose
-//! names contain `a` or `b`.
+//! tests in the order of their names, and this one is the longest (about 38 minutes in the
+//! suite on the 2-core test machine). `SMELT_TEST_SPARK_SCENARIOS=a,b` runs only the
+//! scenarios whose names contain `a` or `b`.
 
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -74,8 +74,8 @@ pub struct SparkCluster {
 }
 
 impl SparkCluster {
-    /// The cluster of `testenv/spark`: the one this process started, else a new one (about
-    /// 40 s to start), or the one named by `SMELT_TEST_SPARK_REMOTE`.
+    /// The cluster of `testenv/spark`: the one this process started, else a new one (20 to
+    /// 30 s to start), or the one named by `SMELT_TEST_SPARK_REMOTE`.
     pub fn start() -> &'static Self {
         CLUSTER.get_or_init(Self::new)
     }
