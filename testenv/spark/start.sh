@@ -40,8 +40,8 @@ appender.stderr.name = stderr
 appender.stderr.target = SYSTEM_ERR
 appender.stderr.layout.type = PatternLayout
 appender.stderr.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
-# A stack trace per file set read through a glob (`{a,b}`): the path is looked up as a
-# streaming sink's folder first.
+# A WARN with a stack trace for every read through a glob (smelt's `…/{name,…}`): Spark
+# first looks the glob up as a streaming sink's folder, which does not exist.
 logger.sink.name = org.apache.spark.sql.execution.streaming.sinks.FileStreamSink
 logger.sink.level = error
 EOF

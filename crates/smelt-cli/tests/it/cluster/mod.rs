@@ -37,7 +37,14 @@ fn runs_every_spark_scenario_in_turn() {
         .collect();
     assert!(
         !chosen.is_empty(),
-        "no Spark scenario's name contains any of SMELT_TEST_SPARK_SCENARIOS={only:?}"
+        "no Spark scenario's name contains any of SMELT_TEST_SPARK_SCENARIOS={:?}; \
+         the scenarios: {}",
+        only.unwrap_or_default(),
+        crate::spark_engine::SCENARIOS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let url = &SparkCluster::start().url;
     let mut failed = Vec::new();

@@ -1238,13 +1238,7 @@ const RANDOM: &str = "  r:
 fn random_streams(url: &str, writer: &Writer) {
     // One random case (more with `PROPTEST_CASES`): the model suites (`model.rs`) draw
     // random streams on Spark too.
-    let config = Config {
-        cases: smelt_test::cases(1),
-        failure_persistence: None,
-        max_shrink_iters: 8,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
+    let mut runner = one_case();
     runner
         .run(&stream(), |commits| {
             let p = Project::with_pipeline("flows: {}\n");
@@ -1312,13 +1306,7 @@ fn random_histories(url: &str, writer: &Writer) {
     history_stream(url, writer, &merged);
     // One random case (more with `PROPTEST_CASES`): the model suites (`model.rs`) draw
     // random streams on Spark too.
-    let config = Config {
-        cases: smelt_test::cases(1),
-        failure_persistence: None,
-        max_shrink_iters: 8,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
+    let mut runner = one_case();
     runner
         .run(&stream(), |commits| {
             history_stream(url, writer, &commits);
@@ -1839,6 +1827,17 @@ fn predicates(url: &str) {
             _ => pin_spark(pin, &pair.p, &s),
         }
     }
+}
+
+/// A runner of one random case (more with `PROPTEST_CASES`), shrinking little: each case is
+/// several Spark runs.
+fn one_case() -> TestRunner {
+    TestRunner::new(Config {
+        cases: smelt_test::cases(1),
+        failure_persistence: None,
+        max_shrink_iters: 8,
+        ..Config::default()
+    })
 }
 
 /// A scenario, given the cluster's Spark Connect URL; it panics when it fails.

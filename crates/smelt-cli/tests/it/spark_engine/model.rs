@@ -11,7 +11,6 @@ use async_trait::async_trait;
 use smelt_engine::report::FlowReport;
 use smelt_spec::{ApplyFlow, TableName};
 use smelt_test::delta::Delta;
-use smelt_test::proptest::test_runner::{Config, TestRunner};
 use smelt_test::{Harness, How, Target};
 
 use crate::cluster::SparkCluster;
@@ -90,13 +89,7 @@ impl Target for Spark {
 
 /// One random SCD1 delivery (more with `PROPTEST_CASES`).
 pub(super) fn scd1_silver_and_tombstones_match_the_model_after_every_run() {
-    let config = Config {
-        cases: smelt_test::cases(1),
-        failure_persistence: None,
-        max_shrink_iters: 8,
-        ..Config::default()
-    };
-    TestRunner::new(config)
+    super::one_case()
         .run(&smelt_test::scd1::delivery(), |plan| {
             smelt_test::scd1::deliver::<Spark>(&plan);
             Ok(())
