@@ -8,7 +8,8 @@ pub enum CoreError {
     Arrow(#[from] ArrowError),
     /// A value could not be cast and the flow asked to fail on cast errors.
     #[error(
-        "cannot cast column `{column}` to {target}: value {value:?} at input row {row}{context}"
+        "{}",
+        smelt_rules::messages::cannot_cast(column, target, value, context)
     )]
     CastFailed {
         /// Column name.
@@ -17,8 +18,6 @@ pub enum CoreError {
         target: String,
         /// The raw value.
         value: String,
-        /// Row number within the input batch.
-        row: usize,
         /// Extra context provided by the caller (e.g. bronze version and key).
         context: String,
     },

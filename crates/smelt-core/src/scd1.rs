@@ -1,4 +1,5 @@
-//! The SCD1 apply plan (DESIGN §3.5–3.6), with the newer-than guard of [`crate::guard`].
+//! The SCD1 apply plan (DESIGN §3.5–3.6): the facts of each change (the newer-than guard of
+//! [`crate::guard`] among them) run through the decision table of [`smelt_rules::scd1`].
 //!
 //! Input: the latest change per key (already cast to silver types) lined up with what
 //! silver stores for the same key (NULLs where the key is new) and with the key's
@@ -10,6 +11,8 @@ use arrow::array::{Array, ArrayRef, BooleanArray};
 use arrow::compute::is_null;
 use arrow::compute::kernels::boolean::{and, and_not, not, or};
 use arrow::compute::kernels::zip::zip;
+
+use smelt_rules::scd1::{self, Action, Fact};
 
 use crate::guard::newer_than;
 use crate::{CoreError, Result};
@@ -123,36 +126,32 @@ pub fn plan_scd1(input: &Scd1Input<'_>) -> Result<ApplyPlan> {
         }
         None => BooleanArray::from(vec![true; n]),
     };
-    let upsert = and_not(&past_tombstone, &delete)?;
-
     // Data is only compared where silver has the key (nothing to compare for inserts).
     let differs = match input.stored_data {
         _ if matched.true_count() == 0 => BooleanArray::from(vec![false; n]),
-        Some(stored) => crate::columns::any_distinct(input.new_data, stored, n)?,
+        Some(stored) => strip_nulls(&crate::columns::any_distinct(input.new_data, stored, n)?),
         None => BooleanArray::from(vec![true; n]),
     };
-
-    let inserts = and_not(&upsert, &matched)?;
-    let matched_newer = and(&matched, &newer)?;
-    let upsert_matched_newer = and(&upsert, &matched_newer)?;
-    let updates = and(&upsert_matched_newer, &differs)?;
-    let unchanged = and_not(&upsert_matched_newer, &differs)?;
-    let write = or(&inserts, &upsert_matched_newer)?;
-    let changed = or(&inserts, &updates)?;
-    let remove = and(&delete, &matched_newer)?;
-    // A delete older than the stored row changes nothing, so it leaves no tombstone.
-    let past_stored = or(&not(&matched)?, &newer)?;
-    let tombstone = and(&and(&delete, &past_tombstone)?, &past_stored)?;
-
-    let count = |b: &BooleanArray| b.true_count();
-    let acted = or(&or(&write, &remove)?, &tombstone)?;
-    let counts = ApplyCounts {
-        inserted: count(&inserts),
-        updated: count(&updates),
-        unchanged: count(&unchanged),
-        deleted: count(&remove),
-        stale: n - count(&acted),
+    let facts = Facts {
+        delete: &delete,
+        stored: &matched,
+        newer: &strip_nulls(&newer),
+        past_tombstone: &strip_nulls(&past_tombstone),
+        differs: &differs,
     };
+    let decided = facts.decide()?;
+    let count = |b: &BooleanArray| b.true_count();
+    let counts = ApplyCounts {
+        inserted: count(decided.of(Action::Insert)),
+        updated: count(decided.of(Action::Update)),
+        unchanged: count(decided.of(Action::Unchanged)),
+        deleted: count(decided.of(Action::Delete)),
+        stale: count(decided.of(Action::Stale)),
+    };
+    let write = decided.any(|a| a.writes_row())?;
+    let changed = decided.any(|a| a.changes_data())?;
+    let remove = decided.of(Action::Delete).clone();
+    let tombstone = decided.tombstone;
     Ok(ApplyPlan {
         write,
         changed,
@@ -197,6 +196,92 @@ pub fn merge_updates(
             Ok(zip(&keep, stored, new)?)
         })
         .collect()
+}
+
+/// The facts of [`smelt_rules::scd1`] for each deduplicated change, NULL-free.
+struct Facts<'a> {
+    delete: &'a BooleanArray,
+    stored: &'a BooleanArray,
+    newer: &'a BooleanArray,
+    past_tombstone: &'a BooleanArray,
+    differs: &'a BooleanArray,
+}
+
+/// Which changes take each action, and which write a tombstone.
+struct Decided {
+    actions: Vec<(Action, BooleanArray)>,
+    tombstone: BooleanArray,
+}
+
+impl Decided {
+    /// The changes that take `action`.
+    fn of(&self, action: Action) -> &BooleanArray {
+        let (_, mask) = self
+            .actions
+            .iter()
+            .find(|(a, _)| *a == action)
+            .expect("every action has a mask");
+        mask
+    }
+
+    /// The changes whose action is one `which` picks.
+    fn any(&self, which: impl Fn(Action) -> bool) -> Result<BooleanArray> {
+        let n = self.tombstone.len();
+        self.actions
+            .iter()
+            .filter(|(a, _)| which(*a))
+            .try_fold(BooleanArray::from(vec![false; n]), |acc, (_, m)| {
+                Ok(or(&acc, m)?)
+            })
+    }
+}
+
+impl Facts<'_> {
+    fn get(&self, fact: Fact) -> &BooleanArray {
+        match fact {
+            Fact::Delete => self.delete,
+            Fact::Stored => self.stored,
+            Fact::Newer => self.newer,
+            Fact::PastTombstone => self.past_tombstone,
+            Fact::Differs => self.differs,
+        }
+    }
+
+    /// The decision table of [`smelt_rules::scd1::ACTIONS`] over every change at once:
+    /// each rule takes the changes no earlier rule took and that meet its conditions.
+    fn decide(&self) -> Result<Decided> {
+        let n = self.delete.len();
+        let mut left = BooleanArray::from(vec![true; n]);
+        let mut actions: Vec<(Action, BooleanArray)> = Action::ALL
+            .iter()
+            .map(|&a| (a, BooleanArray::from(vec![false; n])))
+            .collect();
+        let mut tombstone = BooleanArray::from(vec![false; n]);
+        for rule in scd1::ACTIONS.iter() {
+            let mut taken = left.clone();
+            for &(fact, holds) in rule.when {
+                taken = match holds {
+                    true => and(&taken, self.get(fact))?,
+                    false => and_not(&taken, self.get(fact))?,
+                };
+            }
+            left = and_not(&left, &taken)?;
+            let (_, mask) = actions
+                .iter_mut()
+                .find(|(a, _)| *a == rule.then.action)
+                .expect("every action has a mask");
+            *mask = or(mask, &taken)?;
+            if rule.then.tombstone {
+                tombstone = or(&tombstone, &taken)?;
+            }
+        }
+        let (_, stale) = actions
+            .iter_mut()
+            .find(|(a, _)| *a == scd1::STALE.action)
+            .expect("every action has a mask");
+        *stale = or(stale, &left)?;
+        Ok(Decided { actions, tombstone })
+    }
 }
 
 fn strip_nulls(b: &BooleanArray) -> BooleanArray {

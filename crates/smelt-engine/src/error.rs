@@ -119,9 +119,7 @@ impl EngineError {
                 Some(hint)
             }
             EngineError::User { hint, .. } => hint.as_deref(),
-            EngineError::Cast { .. } => Some(
-                "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure",
-            ),
+            EngineError::Cast { .. } => Some(smelt_rules::messages::FIX_CAST),
             EngineError::Internal(_) => {
                 Some("this is a bug in smelt; please report it with the command you ran")
             }

@@ -8,6 +8,7 @@
 //!   [`smelt_spec::Predicate`]).
 //! * [`order`]: which of a key's changes is the latest — the sequence, then the read
 //!   order that breaks its ties.
+//! * [`scd1`]: what a key's latest change does to SCD1 silver, as a decision table.
 //! * [`watermark`]: where a flow stands against its source, and the message when the
 //!   stored watermark is ahead of it.
 //! * [`capability`]: what the Spark engine runs, and the refusal of the rest by name.
@@ -22,6 +23,7 @@ pub mod capability;
 pub mod messages;
 pub mod order;
 pub mod predicate;
+pub mod scd1;
 pub mod tables;
 pub mod watermark;
 

@@ -5,6 +5,18 @@ use crate::Message;
 /// The fix for a file that does not fit its flow.
 pub const FIX_FILE: &str = "fix or replace the file (a new name loads as a new file), or move it out of the landing folder";
 
+/// The fix for a value that does not cast under `on_cast_error: fail`.
+pub const FIX_CAST: &str =
+    "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure";
+
+/// `on_cast_error: fail`: `value` of column `column` does not cast to `target`; `context`
+/// follows (where the value is, e.g. " (bronze `b` version 2, key Id=7)", and how many failed
+/// in all). The row's place in a batch or file is not named: it means nothing to the user,
+/// and it is not the same on both engines.
+pub fn cannot_cast(column: &str, target: &str, value: &str, context: &str) -> String {
+    format!("cannot cast column `{column}` to {target}: value {value:?}{context}")
+}
+
 /// An ingest run met more than `max` malformed rows; the first of them (in the order the
 /// files and their lines were read) is line `line` of `url`, malformed for `reason`.
 pub fn too_many_malformed(

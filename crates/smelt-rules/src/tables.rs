@@ -91,6 +91,29 @@ pub const REJECTS_COLUMNS: [Column; 12] = {
     ]
 };
 
+/// The rejects' `rule` of a change whose value does not cast (`on_cast_error: quarantine`).
+pub const RULE_CAST: &str = "cast";
+
+/// The rejects' `rule` of changes of one key that share the greatest sequence but differ
+/// (`on_sequence_conflict: quarantine`).
+pub const RULE_SEQUENCE_CONFLICT: &str = "sequence_conflict";
+
+/// The rejects' `reason` of a value that does not cast to `target_type` (the rule
+/// [`RULE_CAST`]).
+pub fn cast_reason(target_type: &str) -> String {
+    format!("the value cannot be cast to {target_type}")
+}
+
+/// The rejects' `reason` of a change failing expectation `name` (`predicate`, as written in
+/// the pipeline file); its rule is the expectation's name.
+pub fn expectation_reason(name: &str, predicate: &str) -> String {
+    format!("expectation `{name}` failed: {predicate}")
+}
+
+/// The rejects' `reason` of [`RULE_SEQUENCE_CONFLICT`].
+pub const SEQUENCE_CONFLICT_REASON: &str =
+    "changes of one key share the greatest sequence but differ; none was applied";
+
 /// The tombstones' column holding the time of the run that wrote each (what
 /// `tombstone_retention` expires by).
 pub const DELETED_AT: &str = "_deleted_at";

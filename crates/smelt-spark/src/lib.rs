@@ -32,6 +32,7 @@ pub mod places;
 pub mod predicate;
 pub mod session;
 pub mod sql;
+mod views;
 
 pub use engine::SparkEngine;
 pub use error::{Error, Result};

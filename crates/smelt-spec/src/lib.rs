@@ -18,6 +18,7 @@
 
 mod append;
 mod apply;
+pub mod bounds;
 pub mod catalog;
 mod check;
 pub mod ddl;

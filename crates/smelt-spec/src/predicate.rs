@@ -219,30 +219,6 @@ impl Predicate {
     }
 }
 
-/// A replace_where predicate with each `{min(col)}` / `{max(col)}` bound a NULL: what its
-/// syntax is checked on before a batch fills the bounds. Other braces are left as they
-/// are, so the syntax check refuses them.
-pub fn without_bounds(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else {
-            break;
-        };
-        let inner = rest[open + 1..open + close].trim();
-        let bound =
-            (inner.starts_with("min(") || inner.starts_with("max(")) && inner.ends_with(')');
-        out.push_str(&rest[..open]);
-        match bound {
-            true => out.push_str("NULL"),
-            false => out.push_str(&rest[open..open + close + 1]),
-        }
-        rest = &rest[open + close + 1..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// What the dialect does not take, by name: what would read another table, or a literal
 /// whose text an engine would read otherwise.
 fn unsupported(e: &Expr) -> Option<&'static str> {
@@ -317,16 +293,6 @@ fn rewrite(e: &mut Expr, render: &dyn Render) -> Result<(), PredicateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_min_and_max_bounds_are_nulled() {
-        assert_eq!(
-            without_bounds("d >= {min(d)} AND d <= { max(\"d\") }"),
-            "d >= NULL AND d <= NULL"
-        );
-        assert_eq!(without_bounds("d >= {x}"), "d >= {x}");
-        assert!(Predicate::parse(&without_bounds("d >= {x}")).is_err());
-    }
 
     #[test]
     fn subqueries_and_other_literals_are_refused_by_name() {

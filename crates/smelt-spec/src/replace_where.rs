@@ -118,9 +118,22 @@ pub(crate) fn replace_where_flow(
             "`predicate` is empty",
             "write the rows the batch replaces, e.g. `updated_at >= {min(updated_at)}`",
         );
-    } else if let Err(e) =
-        crate::Predicate::parse(&crate::predicate::without_bounds(&raw.predicate))
+    } else if let Some(p) = crate::bounds::placeholders(&raw.predicate)
+        .into_iter()
+        .find(|p| p.quoted)
     {
+        c.error(
+            "predicate",
+            format!(
+                "`predicate`: the bound `{}` is inside a string literal, where it is not filled",
+                p.text
+            ),
+            &format!(
+                "write it outside the quotes, e.g. `{0} >= {{min({0})}}`: it is filled with a literal of the column's type",
+                p.column
+            ),
+        );
+    } else if let Err(e) = crate::Predicate::parse(&crate::bounds::without_bounds(&raw.predicate)) {
         c.error("predicate", format!("`predicate`: {}", e.message), &e.hint);
     }
     c.zone("tz", &raw.tz);

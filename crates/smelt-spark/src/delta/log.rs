@@ -11,16 +11,10 @@
 //! the live files, each row stamped with the commit that added its file.
 
 use crate::sql::ident;
+use crate::views::{CHANGES, COMMITS, FILES, LOG, RAW, STAGE, View};
 
 /// The temporary views and caches of one flow run, in the order they are made.
-pub(crate) const VIEWS: [&str; 6] = [
-    "smelt_log",
-    "smelt_commits",
-    "smelt_files",
-    "smelt_raw",
-    "smelt_changes",
-    "smelt_stage",
-];
+pub(crate) const VIEWS: [View; 6] = [LOG, COMMITS, FILES, RAW, CHANGES, STAGE];
 
 /// Which commits a run reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +43,7 @@ pub(crate) fn log_view(bronze: &str, span: Span) -> String {
     };
     let path = format!("{bronze}/_delta_log/{files}");
     format!(
-        "CREATE OR REPLACE TEMPORARY VIEW smelt_log AS\n\
+        "CREATE OR REPLACE TEMPORARY VIEW {LOG} AS\n\
          SELECT try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS version,\n\
          \x20      monotonically_increasing_id() AS line,\n\
          \x20      from_json(value, 'add STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, cdc STRUCT<path: STRING, size: BIGINT>, commitInfo STRUCT<operation: STRING, operationParameters: MAP<STRING, STRING>>') AS a\n\
@@ -71,7 +65,7 @@ pub(crate) fn commits_view(commits: &[(i64, i64)]) -> String {
         rows.join(", ")
     };
     format!(
-        "CREATE OR REPLACE TEMPORARY VIEW smelt_commits AS\n\
+        "CREATE OR REPLACE TEMPORARY VIEW {COMMITS} AS\n\
          SELECT * FROM VALUES {rows} AS c(version, ts)"
     )
 }
@@ -98,7 +92,7 @@ pub(crate) fn files_view(span: Span, removes: bool) -> String {
                 false => ("line".to_string(), String::new()),
             };
             format!(
-                "WITH l AS (SELECT * FROM smelt_log WHERE version > {after} AND version <= {to}),\n\
+                "WITH l AS (SELECT * FROM {LOG} WHERE version > {after} AND version <= {to}),\n\
                  cdc_versions AS (SELECT DISTINCT version FROM l WHERE a.cdc IS NOT NULL)\n\
                  SELECT version, line AS pos, {cdc} AS name, a.cdc.path AS path, 'cdc' AS kind, a.cdc.size AS size\n\
                  FROM l WHERE a.cdc IS NOT NULL\n\
@@ -110,7 +104,7 @@ pub(crate) fn files_view(span: Span, removes: bool) -> String {
             )
         }
         Span::Snapshot(at) => format!(
-            "WITH l AS (SELECT * FROM smelt_log WHERE version <= {at}),\n\
+            "WITH l AS (SELECT * FROM {LOG} WHERE version <= {at}),\n\
              adds AS (SELECT a.add.path AS path, min(struct(version, line)) AS first, max(version) AS last, max(a.add.size) AS size\n\
              \x20        FROM l WHERE a.add IS NOT NULL GROUP BY a.add.path),\n\
              removes AS (SELECT a.remove.path AS path, max(version) AS last FROM l WHERE a.remove IS NOT NULL GROUP BY a.remove.path)\n\
@@ -120,7 +114,7 @@ pub(crate) fn files_view(span: Span, removes: bool) -> String {
             add = name("adds.path"),
         ),
     };
-    format!("CREATE OR REPLACE TEMPORARY VIEW smelt_files AS\n{body}")
+    format!("CREATE OR REPLACE TEMPORARY VIEW {FILES} AS\n{body}")
 }
 
 /// Added to an insert file's position when the read has deletes without change data (log
@@ -128,16 +122,21 @@ pub(crate) fn files_view(span: Span, removes: bool) -> String {
 const INSERTS_AFTER: i64 = 1 << 62;
 
 /// The files of the read, collected by smelt: kind, name, path, version, size.
-pub(crate) const FILES_QUERY: &str =
-    "SELECT kind, name, path, version, size FROM smelt_files ORDER BY version, pos";
+pub(crate) fn files_query() -> String {
+    format!("SELECT kind, name, path, version, size FROM {FILES} ORDER BY version, pos")
+}
 
 /// The log entries of the read that remove and add files without change data, per version
 /// (collected: a rewrite without change data stops the run, as embedded).
-pub(crate) const REWRITES_QUERY: &str = "SELECT version, \
-     count_if(a.remove.dataChange) AS removes, count_if(a.add.dataChange) AS adds, \
-     count_if(a.cdc IS NOT NULL) AS cdc, max(a.commitInfo.operation) AS operation, \
-     max(a.commitInfo.operationParameters['predicate']) AS predicate \
-     FROM smelt_log GROUP BY version ORDER BY version";
+pub(crate) fn rewrites_query() -> String {
+    format!(
+        "SELECT version, \
+         count_if(a.remove.dataChange) AS removes, count_if(a.add.dataChange) AS adds, \
+         count_if(a.cdc IS NOT NULL) AS cdc, max(a.commitInfo.operation) AS operation, \
+         max(a.commitInfo.operationParameters['predicate']) AS predicate \
+         FROM {LOG} GROUP BY version ORDER BY version"
+    )
+}
 
 /// Where the rows of `files` (relative paths under `bronze`) are read from: a glob naming
 /// each (only they are opened), or, for many files or names a glob cannot hold, the folder
@@ -201,8 +200,8 @@ pub(crate) fn raw_view(columns: &[String], sources: Sources<'_>) -> String {
         parts.push(format!(
             "SELECT {cols}, '{change}' AS _change_type, f.version AS _commit_version, c.ts AS _commit_timestamp, f.pos AS _file_pos, d.__row AS _row_pos\n\
              FROM ({}) d\n\
-             JOIN smelt_files f ON f.kind = '{kind}' AND f.name = d.__file\n\
-             JOIN smelt_commits c ON c.version = f.version",
+             JOIN {FILES} f ON f.kind = '{kind}' AND f.name = d.__file\n\
+             JOIN {COMMITS} c ON c.version = f.version",
             parquet_rows(glob, columns, present, "")
         ));
     }
@@ -211,8 +210,8 @@ pub(crate) fn raw_view(columns: &[String], sources: Sources<'_>) -> String {
         parts.push(format!(
             "SELECT {cols}, d._change_type, f.version AS _commit_version, c.ts AS _commit_timestamp, f.pos AS _file_pos, d.__row AS _row_pos\n\
              FROM ({}) d\n\
-             JOIN smelt_files f ON f.kind = 'cdc' AND f.name = d.__file\n\
-             JOIN smelt_commits c ON c.version = f.version",
+             JOIN {FILES} f ON f.kind = 'cdc' AND f.name = d.__file\n\
+             JOIN {COMMITS} c ON c.version = f.version",
             parquet_rows(glob, columns, present, ", _change_type")
         ));
     }
@@ -230,7 +229,7 @@ pub(crate) fn raw_view(columns: &[String], sources: Sources<'_>) -> String {
         ));
     }
     format!(
-        "CREATE OR REPLACE TEMPORARY VIEW smelt_raw AS\n{}",
+        "CREATE OR REPLACE TEMPORARY VIEW {RAW} AS\n{}",
         parts.join("\nUNION ALL\n")
     )
 }

@@ -69,9 +69,7 @@ pub(crate) async fn rows(
         log::files_view(span, src.removes),
     )
     .await?;
-    let files = s
-        .read("list the change files", log::FILES_QUERY.to_string())
-        .await?;
+    let files = s.read("list the change files", log::files_query()).await?;
     let (kinds, paths, sizes) = (
         files.strings("kind"),
         files.strings("path"),

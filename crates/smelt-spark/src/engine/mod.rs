@@ -271,10 +271,7 @@ impl SparkEngine {
         for view in views {
             let _ = s
                 .spark
-                .sql(
-                    "drop a view",
-                    &format!("DROP VIEW IF EXISTS {}", sql::ident(view)),
-                )
+                .sql("drop a view", &format!("DROP VIEW IF EXISTS {view}"))
                 .await;
         }
         // The session settings a flow run changes, back to the cluster's for the next flow

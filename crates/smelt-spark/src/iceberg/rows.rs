@@ -17,6 +17,7 @@ use smelt_engine::{EngineError, Result};
 use super::{Meta, Snap};
 use crate::session::Session;
 use crate::sql::{ident, string_literal};
+use crate::views::RAW;
 
 /// An Iceberg table read by a flow run.
 #[derive(Debug, Clone, Copy)]
@@ -280,7 +281,7 @@ async fn increment(
         return Ok((empty(src), 0, 0, ignored));
     }
     let sql = format!(
-        "CREATE OR REPLACE TEMPORARY VIEW smelt_raw AS\n{}",
+        "CREATE OR REPLACE TEMPORARY VIEW {RAW} AS\n{}",
         plain.join("\nUNION ALL\n")
     );
     Ok((sql, read.0, read.1, ignored))
@@ -369,7 +370,7 @@ async fn snapshot(s: &Session<'_>, src: &Source<'_>) -> Result<(String, usize, u
         })
         .collect();
     let sql = format!(
-        "CREATE OR REPLACE TEMPORARY VIEW smelt_raw AS\n\
+        "CREATE OR REPLACE TEMPORARY VIEW {RAW} AS\n\
          SELECT {}, 'insert' AS _change_type, f.v AS _commit_version, f.ts AS _commit_timestamp, \
          f.pos AS _file_pos, d._pos AS _row_pos\n\
          FROM {} VERSION AS OF {current} d\n\
@@ -385,7 +386,7 @@ async fn snapshot(s: &Session<'_>, src: &Source<'_>) -> Result<(String, usize, u
 /// `smelt_raw` without a row.
 fn empty(src: &Source<'_>) -> String {
     format!(
-        "CREATE OR REPLACE TEMPORARY VIEW smelt_raw AS\n\
+        "CREATE OR REPLACE TEMPORARY VIEW {RAW} AS\n\
          SELECT {}, CAST(NULL AS STRING) AS _change_type, CAST(NULL AS BIGINT) AS _commit_version, \
          CAST(NULL AS TIMESTAMP) AS _commit_timestamp, CAST(NULL AS BIGINT) AS _file_pos, \
          CAST(NULL AS BIGINT) AS _row_pos FROM {} d WHERE false",

@@ -47,8 +47,6 @@ pub(super) struct CastFailure {
     pub(super) column: String,
     pub(super) target: String,
     pub(super) value: String,
-    /// Among the run's upserts.
-    pub(super) row: usize,
     pub(super) version: String,
     pub(super) key: String,
 }
@@ -159,7 +157,6 @@ impl CastPlan {
         &self,
         batch: &RecordBatch,
         flow: &ApplyFlow,
-        offset: usize,
         sink: &mut CastSink<'_>,
     ) -> Result<RecordBatch> {
         let Selected {
@@ -172,7 +169,6 @@ impl CastPlan {
         let changes = Changes {
             flow,
             batch: &batch,
-            offset,
             not_upsert: &not_upsert,
         };
         let (mut columns, quarantined_casts) = self.cast_upserts(&changes, sink)?;
@@ -350,7 +346,10 @@ impl CastPlan {
                             rule: name,
                             column: None,
                             target_type: None,
-                            reason: &format!("expectation `{name}` failed: {}", predicate.text()),
+                            reason: &smelt_rules::tables::expectation_reason(
+                                name,
+                                predicate.text(),
+                            ),
                         },
                     )?;
                     left_out = arrow::compute::or(&left_out, &violated)?;
@@ -391,8 +390,6 @@ struct Changes<'a> {
     flow: &'a ApplyFlow,
     /// The changes as read (bronze columns and change metadata).
     batch: &'a RecordBatch,
-    /// How many changes the run kept before `batch` (for [`CastFailure::row`]).
-    offset: usize,
     /// Per change: a delete or a truncate, which needs only its key and sequence.
     not_upsert: &'a BooleanArray,
 }
@@ -434,10 +431,10 @@ impl Changes<'_> {
                 self.batch,
                 &rows,
                 &Reason {
-                    rule: "cast",
+                    rule: smelt_rules::tables::RULE_CAST,
                     column: Some(name),
                     target_type: Some(&target_type),
-                    reason: &format!("the value cannot be cast to {target_type}"),
+                    reason: &smelt_rules::tables::cast_reason(&target_type),
                 },
             )?;
             for &r in failed {
@@ -453,7 +450,6 @@ impl Changes<'_> {
                 column: name.to_owned(),
                 target: type_name(target),
                 value: array_value_to_string(self.raw(name)?, row)?,
-                row: self.offset + row,
                 version: array_value_to_string(self.raw(COMMIT_VERSION)?, row)?,
                 key,
             });

@@ -104,10 +104,10 @@ impl PartitionWork<'_> {
                             &batch,
                             &conflicts.rows,
                             &Reason {
-                                rule: "sequence_conflict",
+                                rule: smelt_rules::tables::RULE_SEQUENCE_CONFLICT,
                                 column: None,
                                 target_type: None,
-                                reason: "changes of one key share the greatest sequence but differ; none was applied",
+                                reason: smelt_rules::tables::SEQUENCE_CONFLICT_REASON,
                             },
                         )?;
                         winners = filter(&winners, &arrow::compute::not(&conflicts.conflicted)?)?

@@ -55,7 +55,6 @@ pub(super) async fn read_and_cast(
     let mut first_failure: Option<CastFailure> = None;
     let mut first_violation: Option<String> = None;
     let mut rejects = Rejects::new(&ctx.run_id, flow_name, &flow.from, ctx.run_timestamp_us);
-    let mut rows_seen = 0usize;
     let read_started = Instant::now();
     let changes = source.change_set(watermark).await?;
     let mut batches = source.read(watermark);
@@ -65,7 +64,6 @@ pub(super) async fn read_and_cast(
         let cast = casting.cast(
             &batch,
             flow,
-            rows_seen,
             &mut CastSink {
                 report,
                 first_failure: &mut first_failure,
@@ -74,7 +72,6 @@ pub(super) async fn read_and_cast(
                 truncates: &mut truncates,
             },
         )?;
-        rows_seen += cast.num_rows();
         // A run that will fail only keeps counting failures.
         let failing = (flow.on_cast_error == OnCastError::Fail && first_failure.is_some())
             || first_violation.is_some();
@@ -98,7 +95,6 @@ pub(super) async fn read_and_cast(
                 column: f.column,
                 target: f.target,
                 value: f.value,
-                row: f.row,
                 context: format!(
                     " (bronze `{}` version {}, key {}); {total} value(s) failed in all",
                     flow.from, f.version, f.key

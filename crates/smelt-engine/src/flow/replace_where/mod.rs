@@ -77,44 +77,7 @@ impl BatchSource for TableBatch<'_> {
     }
 }
 
-/// A `{min(col)}` or `{max(col)}` placeholder of a predicate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placeholder {
-    /// As written, braces included.
-    pub text: String,
-    /// `max` (else `min`).
-    pub max: bool,
-    /// The target column bounded.
-    pub column: String,
-}
-
-/// The `{min(col)}` / `{max(col)}` placeholders of `predicate`, in order.
-pub fn placeholders(predicate: &str) -> Vec<Placeholder> {
-    let mut out = Vec::new();
-    let mut rest = predicate;
-    while let Some(start) = rest.find('{') {
-        let Some(len) = rest[start..].find('}') else {
-            break;
-        };
-        let text = &rest[start..start + len + 1];
-        let inner = text[1..text.len() - 1].trim();
-        let call = inner
-            .strip_prefix("min(")
-            .map(|c| (false, c))
-            .or_else(|| inner.strip_prefix("max(").map(|c| (true, c)));
-        if let Some((max, column)) = call
-            && let Some(column) = column.strip_suffix(')')
-        {
-            out.push(Placeholder {
-                text: text.to_string(),
-                max,
-                column: column.trim().trim_matches('"').to_string(),
-            });
-        }
-        rest = &rest[start + len + 1..];
-    }
-    out
-}
+pub use smelt_spec::bounds::{Placeholder, placeholders};
 
 /// A value as a SQL literal of its exact type: integers as they are, strings quoted, the
 /// rest (decimals, floats, dates, timestamps) as `arrow_cast('<text>', '<type>')`, so that
@@ -176,7 +139,6 @@ pub fn cast_failed(miss: CastMiss, row: &str) -> EngineError {
             column: miss.column,
             target: miss.target,
             value: miss.value,
-            row: miss.row,
             context: format!(" ({row})"),
         }),
     }
@@ -429,23 +391,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn placeholders_are_found_and_filled() {
-        let p = placeholders("updated_at >= {min(updated_at)} AND id <= { max(\"Id\") } {x}");
-        assert_eq!(
-            p,
-            vec![
-                Placeholder {
-                    text: "{min(updated_at)}".into(),
-                    max: false,
-                    column: "updated_at".into()
-                },
-                Placeholder {
-                    text: "{ max(\"Id\") }".into(),
-                    max: true,
-                    column: "Id".into()
-                },
-            ]
-        );
+    fn bounds_are_filled_as_literals_of_their_type() {
         assert_eq!(literal(&ScalarValue::Int64(Some(3))).unwrap(), "3");
         assert_eq!(
             literal(&ScalarValue::Utf8(Some("it's".into()))).unwrap(),

@@ -119,7 +119,7 @@ impl FlowRunner for ReplaceWhere<'_> {
                 // The predicate over the target's columns, its bounds NULL (as on Spark).
                 Ok(schema) => problems.extend(
                     Predicate::compile(
-                        &smelt_spec::predicate::without_bounds(&self.spec.predicate),
+                        &smelt_spec::bounds::without_bounds(&self.spec.predicate),
                         &schema,
                         "`predicate`",
                     )

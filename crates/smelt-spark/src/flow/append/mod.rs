@@ -16,7 +16,7 @@ use smelt_spec::{AppendFlow, OnCastError, OnRewrite};
 
 use crate::delta::ddl::create_table;
 use crate::delta::describe;
-use crate::delta::log::{REWRITES_QUERY, Span};
+use crate::delta::log::{Span, rewrites_query};
 use crate::delta::read::{self as rows, Source};
 use crate::delta::txn::{self, commit_metadata};
 use crate::flow::tables::{self, Column, Tables, Wanted};
@@ -24,13 +24,14 @@ use crate::iceberg::{self, rows as ice_rows};
 use crate::places::Places;
 use crate::session::{Mode, Session};
 use crate::sql::spark_type;
+use crate::views::View;
 use smelt_rules::watermark;
 
 mod sql;
 use sql::{cache, counts, first_failure, insert};
 
 /// The cache of an append run's rows.
-pub(crate) const VIEW: &str = "smelt_append";
+pub(crate) const VIEW: View = View::new("append");
 
 /// Where append flow `name` (`spec`) stands.
 pub(crate) async fn discover(
@@ -193,7 +194,7 @@ impl Append<'_> {
         let rows = s
             .read(
                 "look for source commits that rewrite rows",
-                REWRITES_QUERY.to_string(),
+                rewrites_query(),
             )
             .await?;
         let (versions, removes, ops) = (
@@ -272,12 +273,6 @@ impl Append<'_> {
                     .cloned()
                     .flatten()
                     .unwrap_or_default(),
-                row: rows
-                    .ints("_row_pos")
-                    .first()
-                    .copied()
-                    .flatten()
-                    .unwrap_or(0) as usize,
                 context: format!(" (`{}` version {version})", self.spec.from),
             }),
         }

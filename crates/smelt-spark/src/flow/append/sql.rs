@@ -6,6 +6,7 @@ use smelt_spec::AppendFlow;
 use super::{Column, VIEW};
 use crate::flow::tables::{first_failed, typed};
 use crate::sql::ident;
+use crate::views::RAW;
 
 /// `smelt_append`: each row read — inserted (`__insert`), kept by `where` (`__keep`), its
 /// values cast (`__v<i>`) and whether each failed (`__f<i>`) — but those of `skipped`
@@ -21,7 +22,7 @@ pub(super) fn cache(spec: &AppendFlow, columns: &[Column], skipped: &[i64]) -> S
         cols.push(format!("{failed} AS __f{i}"));
     }
     format!(
-        "CACHE TABLE {VIEW} AS\nSELECT {}\nFROM smelt_raw r WHERE {}",
+        "CACHE TABLE {VIEW} AS\nSELECT {}\nFROM {RAW} r WHERE {}",
         cols.join(",\n  "),
         unskipped(skipped)
     )
@@ -72,7 +73,7 @@ pub(super) fn first_failure(spec: &AppendFlow, columns: &[Column], skipped: &[i6
     );
     format!(
         "SELECT w.i, w.raw, _commit_version, _row_pos FROM (\n\
-         SELECT {which} AS w, _commit_version, _file_pos, _row_pos FROM smelt_raw r WHERE {keep} AND ({any})\n\
+         SELECT {which} AS w, _commit_version, _file_pos, _row_pos FROM {RAW} r WHERE {keep} AND ({any})\n\
          ) ORDER BY {} LIMIT 1",
         crate::sql::order_by(&smelt_rules::order::read_order())
     )
@@ -174,7 +175,9 @@ mod tests {
         assert!(sql.contains("r._commit_version NOT IN (4L, 6L)"), "{sql}");
         assert_eq!(
             insert("delta.`/s/t`", &cols, false),
-            "INSERT INTO delta.`/s/t` SELECT __v0 AS `id`, __v1 AS `status` FROM smelt_append WHERE __insert AND __keep"
+            format!(
+                "INSERT INTO delta.`/s/t` SELECT __v0 AS `id`, __v1 AS `status` FROM {VIEW} WHERE __insert AND __keep"
+            )
         );
         assert!(insert("t", &cols, true).starts_with("INSERT OVERWRITE t "));
     }

@@ -10,12 +10,12 @@ use super::shape::Shape;
 use super::{Apply, Counts, fail};
 use crate::session::Session;
 use crate::sql::{ident, try_cast as cast};
+use crate::views::{CHANGES, RAW};
 
 impl Apply<'_> {
     /// Step 3a: the typed changes, cached; their counts; `on_cast_error: fail`.
     pub(super) async fn changes(&self, s: &Session<'_>, shape: &Shape) -> Result<Counts> {
-        s.setting("DROP VIEW IF EXISTS smelt_changes".to_string())
-            .await?;
+        s.setting(format!("DROP VIEW IF EXISTS {CHANGES}")).await?;
         s.read("read and cast the changes", changes_cache(self.spec, shape))
             .await?;
         let rows = s
@@ -97,11 +97,11 @@ pub(crate) fn changes_cache(spec: &ApplyFlow, shape: &Shape) -> String {
         false => "__cbad",
     };
     let cast = format!(
-        "SELECT *, {bad} AS {flag} FROM (SELECT r.*,\n  {}\nFROM smelt_raw r) r",
+        "SELECT *, {bad} AS {flag} FROM (SELECT r.*,\n  {}\nFROM {RAW} r) r",
         cols.join(",\n  ")
     );
     format!(
-        "CACHE TABLE smelt_changes AS\n{}",
+        "CACHE TABLE {CHANGES} AS\n{}",
         expectations(spec, shape, &cast)
     )
 }
@@ -171,5 +171,5 @@ pub(crate) fn changes_counts(spec: &ApplyFlow, shape: &Shape) -> String {
     for j in 0..spec.expectations.len() {
         cols.push(format!("count_if(__x{j}) AS x{j}"));
     }
-    format!("SELECT {} FROM smelt_changes", cols.join(", "))
+    format!("SELECT {} FROM {CHANGES}", cols.join(", "))
 }

@@ -8,7 +8,7 @@ use smelt_engine::{EngineError, Result};
 use smelt_spec::{ApplyFlow, SourceDeletes};
 
 use crate::delta::describe::{Last, check_bronze, last_commit, schema_of};
-use crate::delta::log::REWRITES_QUERY;
+use crate::delta::log::rewrites_query;
 use crate::delta::txn::txn_of;
 use crate::flow::tables::{check_readable, target};
 use crate::iceberg::{Meta, meta};
@@ -124,10 +124,7 @@ pub(crate) async fn check_rewrites(
     span: (i64, i64),
 ) -> Result<usize> {
     let rows = s
-        .read(
-            "look for rewrites without change data",
-            REWRITES_QUERY.to_string(),
-        )
+        .read("look for rewrites without change data", rewrites_query())
         .await?;
     let (versions, removes, adds, cdc) = (
         rows.ints("version"),

@@ -15,6 +15,7 @@ use super::shape::{Shape, key_texts};
 use crate::client::Rows;
 use crate::session::Session;
 use crate::sql::order_by;
+use crate::views::CHANGES;
 
 /// `on_cast_error: fail`: the first value of the first failing column that does not cast.
 pub(super) async fn cast(
@@ -35,17 +36,19 @@ pub(super) async fn cast(
         Err(e) => return e,
     };
     let raw = text(&first, "raw").unwrap_or_default();
-    EngineError::user(
-        format!(
-            "cannot cast column `{}` to {}: value \"{raw}\" (bronze `{}` version {}, key {}); {total} value(s) failed in all",
-            column.name,
-            column.ty,
-            spec.from,
-            version(&first),
-            keys(shape, &first)
-        ),
-        "fix the value in bronze, or set `on_cast_error: null` to store NULL and count the failure",
-    )
+    EngineError::Cast {
+        source: Box::new(smelt_core::CoreError::CastFailed {
+            column: column.name.clone(),
+            target: column.ty.to_string(),
+            value: raw,
+            context: format!(
+                " (bronze `{}` version {}, key {}); {total} value(s) failed in all",
+                spec.from,
+                version(&first),
+                keys(shape, &first)
+            ),
+        }),
+    }
 }
 
 /// `on_violation: fail`: the first expectation (in the file's order) that changes fail, and
@@ -147,7 +150,7 @@ fn keys(shape: &Shape, rows: &Rows) -> String {
 /// (collected): its version and its keys as text.
 fn first_violation(shape: &Shape, j: usize) -> String {
     format!(
-        "SELECT _commit_version, {} FROM smelt_changes WHERE __x{j} \
+        "SELECT _commit_version, {} FROM {CHANGES} WHERE __x{j} \
          ORDER BY {} LIMIT 1",
         key_texts(shape).join(", "),
         order_by(&read_order()),
@@ -158,7 +161,7 @@ fn first_violation(shape: &Shape, j: usize) -> String {
 fn first_failure(shape: &Shape, i: usize) -> String {
     let keys = key_texts(shape);
     format!(
-        "SELECT CAST({} AS STRING) AS raw, _commit_version, {} FROM smelt_changes \
+        "SELECT CAST({} AS STRING) AS raw, _commit_version, {} FROM {CHANGES} \
          WHERE __kind = 'upsert' AND __f{i} ORDER BY {} LIMIT 1",
         shape.name(i),
         keys.join(", "),

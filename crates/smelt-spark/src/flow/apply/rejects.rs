@@ -1,11 +1,13 @@
 //! The rejects table of an apply flow on Spark (`<silver>__rejects`): its columns and the
 //! statements that create it and write a run's quarantined changes.
 
+use smelt_rules::tables;
 use smelt_spec::{ApplyFlow, OnCastError, OnViolation};
 
 use super::shape::Shape;
 use crate::delta::ddl::create_table;
 use crate::sql::{ident, string_literal};
+use crate::views::CHANGES;
 
 /// The rejects table's `CREATE TABLE IF NOT EXISTS` (no change feed unless a flow reads
 /// it: `feed`).
@@ -49,7 +51,7 @@ pub(crate) fn insert_rejects(
                 cond: String| {
         format!(
             "SELECT {}, {}, {}, _commit_version, _commit_timestamp, {rule}, {column}, {raw}, {ty}, {reason}, {raw_row}, timestamp_micros({}L) \
-             FROM smelt_changes WHERE {cond}",
+             FROM {CHANGES} WHERE {cond}",
             string_literal(of.run_id),
             string_literal(of.flow),
             string_literal(of.source),
@@ -66,11 +68,11 @@ pub(crate) fn insert_rejects(
             let c = &shape.silver.columns[i];
             let ty = c.ty.to_string();
             from(
-                "'cast'".into(),
+                string_literal(tables::RULE_CAST),
                 string_literal(&c.name),
                 format!("CAST({} AS STRING)", ident(&c.name)),
                 string_literal(&ty),
-                string_literal(&format!("the value cannot be cast to {ty}")),
+                string_literal(&tables::cast_reason(&ty)),
                 format!("__kind = 'upsert' AND __f{i}"),
             )
         })
@@ -82,7 +84,7 @@ pub(crate) fn insert_rejects(
                 null(),
                 null(),
                 null(),
-                string_literal(&format!("expectation `{name}` failed: {pred}")),
+                string_literal(&tables::expectation_reason(name, pred)),
                 format!("__x{j}"),
             ));
         }

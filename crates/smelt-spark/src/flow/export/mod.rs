@@ -26,6 +26,8 @@ use crate::places::Places;
 use crate::session::{Mode, Session};
 use crate::sql::typed_literal as literal;
 use crate::sql::{ident, string_literal};
+use crate::views::RAW;
+use crate::views::View;
 
 /// The rows of an export run, cached.
 mod state;
@@ -33,7 +35,7 @@ mod state;
 pub(crate) use state::{ExportState, discover, to};
 use state::{file_count, state_table};
 
-pub(crate) const VIEW: &str = "smelt_export";
+pub(crate) const VIEW: View = View::new("export");
 
 /// One export flow run.
 pub(crate) struct Export<'a> {
@@ -175,7 +177,7 @@ impl Export<'_> {
                 let history = rows::open(s, src, span).await?;
                 rows::rows(s, src, span, &history).await?;
                 (
-                    "smelt_raw".to_string(),
+                    RAW.to_string(),
                     "_change_type IN ('insert', 'update_postimage')".to_string(),
                 )
             }

@@ -9,19 +9,20 @@
 use smelt_spec::CsvLayout;
 
 use crate::sql::{ident, string_literal};
+use crate::views::View;
 
 /// The landing's listing.
-pub(crate) const LISTING: &str = "smelt_listing";
+pub(crate) const LISTING: View = View::new("listing");
 /// The files a run loads, as read: index, path, size and time when listed.
-pub(crate) const FILES: &str = "smelt_ingest_files";
+pub(crate) const FILES: View = View::new("ingest_files");
 /// The files a run loads, as loaded: index, URL, time, column group, partition values.
-pub(crate) const META: &str = "smelt_ingest_meta";
+pub(crate) const META: View = View::new("ingest_meta");
 /// The cached non-empty lines of the files a run loads, their fields cut.
-pub(crate) const LINES: &str = "smelt_ingest_lines";
+pub(crate) const LINES: View = View::new("ingest_lines");
 /// The lines as rows: columns per file, malformed ones with their reason.
-pub(crate) const ROWS: &str = "smelt_ingest_rows";
+pub(crate) const ROWS: View = View::new("ingest_rows");
 /// The views of an ingest run, those that read others first.
-pub(crate) const VIEWS: [&str; 5] = [ROWS, META, LINES, FILES, LISTING];
+pub(crate) const VIEWS: [View; 5] = [ROWS, META, LINES, FILES, LISTING];
 
 /// A file a run loads, as the statements name it.
 #[derive(Debug, Clone)]

@@ -23,9 +23,10 @@ use crate::places::Places;
 use crate::session::Session;
 use crate::sql::spark_type;
 use crate::sql::{ident, string_literal};
+use crate::views::View;
 
 /// The view of a run's files.
-pub(crate) const VIEW: &str = "smelt_replace_files";
+pub(crate) const VIEW: View = View::new("replace_files");
 
 /// The files of a run.
 #[derive(Debug, Clone, Default)]
@@ -169,5 +170,5 @@ async fn view(s: &Session<'_>, flow: &IngestFlow, files: &[LandingFile]) -> Resu
         ),
     )
     .await?;
-    schema_of(s, "read the batch's columns", VIEW).await
+    schema_of(s, "read the batch's columns", &VIEW.to_string()).await
 }

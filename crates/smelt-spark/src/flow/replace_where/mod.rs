@@ -28,12 +28,13 @@ use crate::flow::tables::{self, Column, Tables, Wanted};
 use crate::places::Places;
 use crate::session::{Mode, Session};
 use crate::sql::spark_type;
+use crate::views::View;
 
 pub(crate) mod files;
 pub(crate) mod sql;
 
 /// The cache of a replace_where run's batch.
-pub(crate) const VIEW: &str = "smelt_replace";
+pub(crate) const VIEW: View = View::new("replace");
 
 /// Where replace_where flow `name` (`spec`) stands: the source and the target; a batch of
 /// files, for a flow from files (see [`files::discover`]; `exported`: an export of the

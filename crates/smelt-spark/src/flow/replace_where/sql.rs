@@ -130,7 +130,9 @@ mod tests {
         let d = column("d", ColumnType::Date, false);
         assert_eq!(
             bounds(&[(&d, false), (&d, true)]),
-            "SELECT CAST(min(`d`) AS STRING) AS b0, CAST(max(`d`) AS STRING) AS b1 FROM smelt_replace"
+            format!(
+                "SELECT CAST(min(`d`) AS STRING) AS b0, CAST(max(`d`) AS STRING) AS b1 FROM {VIEW}"
+            )
         );
     }
 
@@ -156,7 +158,7 @@ mod tests {
         assert!(!sql.contains("__f0"), "{sql}");
         assert_eq!(
             replace("delta.`/t`", &cols, "id > 1"),
-            "INSERT INTO delta.`/t` REPLACE WHERE id > 1\nSELECT `id`, `amt` FROM smelt_replace"
+            format!("INSERT INTO delta.`/t` REPLACE WHERE id > 1\nSELECT `id`, `amt` FROM {VIEW}")
         );
         let sql = first_failure("delta.`/s` VERSION AS OF 3", &cols);
         assert!(sql.contains("WHEN (r.`amt` IS NOT NULL"), "{sql}");

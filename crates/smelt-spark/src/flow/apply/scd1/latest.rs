@@ -5,12 +5,14 @@
 //! reads them, not bronze.
 
 use smelt_rules::order::latest_first;
+use smelt_rules::scd1::{self, Action, Fact, Outcome};
 
 use smelt_spec::{ApplyFlow, UpdateTimestampOn};
 
 use crate::flow::apply::shape::{Shape, key_texts, newer};
 use crate::sql::ident;
 use crate::sql::{order_by, spark_type};
+use crate::views::{CHANGES, STAGE};
 
 /// What the stage needs to know about the tables a run writes.
 #[derive(Debug, Clone, Copy)]
@@ -67,8 +69,8 @@ fn latest_ctes(shape: &Shape) -> String {
     let data_struct = named_struct(&data);
     let window = format!("PARTITION BY {} ORDER BY {}", keys.join(", "), order);
     let sql = format!(
-        "CACHE TABLE smelt_stage AS\n\
-         WITH c AS (SELECT * FROM smelt_changes WHERE __kind IN ('upsert', 'delete') AND NOT __bad),\n\
+        "CACHE TABLE {STAGE} AS\n\
+         WITH c AS (SELECT * FROM {CHANGES} WHERE __kind IN ('upsert', 'delete') AND NOT __bad),\n\
          r AS (SELECT c.*, row_number() OVER w AS __rn, first_value({seq_struct}) OVER w AS __wseq,\n\
          \x20      first_value({data_struct}) OVER w AS __wdata FROM c WINDOW w AS ({window})),\n\
          k AS (SELECT r.*, max(CAST(__rn > 1 AND {seq_struct} <=> __wseq AND NOT ({data_struct} <=> __wdata) AS INT))\n\
@@ -238,25 +240,29 @@ fn action_cte(shape: &Shape, from: &str) -> String {
         .map(|i| format!("NOT (__o{i} <=> __s{i})"))
         .chain(["false".to_string()])
         .collect();
-    let (upsert, delete) = match from {
-        "h" => (
-            "__kind = 'upsert' AND NOT __wf",
-            "(__kind = 'delete' OR __wf)",
-        ),
-        _ => ("__kind = 'upsert'", "__kind = 'delete'"),
+    let delete = match from {
+        "h" => "(__kind = 'delete' OR __wf)",
+        _ => "__kind = 'delete'",
     };
-    let action = format!(
-        "CASE WHEN {} THEN 'rejected'\n\
-         \x20 WHEN {upsert} THEN CASE WHEN NOT __m2 AND __pt THEN 'insert'\n\
-         \x20   WHEN __m2 AND __n AND __pt THEN CASE WHEN {} THEN 'update' ELSE 'unchanged' END\n\
-         \x20   ELSE 'stale' END\n\
-         \x20 WHEN __m2 AND __n THEN 'delete' WHEN __pt AND NOT __m2 THEN 'tombstone' ELSE 'stale' END",
-        shape.null_key(),
-        differs.join(" OR ")
-    );
+    let differs = format!("({})", differs.join(" OR "));
+    let fact = |f: Fact| -> String {
+        let sql = match f {
+            Fact::Delete => delete,
+            Fact::Stored => "__m2",
+            Fact::Newer => "__n",
+            Fact::PastTombstone => "__pt",
+            Fact::Differs => &differs,
+        };
+        format!("coalesce({sql}, false)")
+    };
+    let null_key = shape.null_key();
+    let action = decision(&null_key, "'rejected'", &fact, |o| {
+        format!("'{}'", o.action.name())
+    });
+    let tomb = decision(&null_key, "false", &fact, |o| o.tombstone.to_string());
     sql.push_str(&format!(
         "p AS (SELECT {from}.*, (__pt0 OR ({delete} AND __rp)) AS __pt FROM {from}),\n\
-         a AS (SELECT p.*, {action} AS __action FROM p)\n"
+         a AS (SELECT p.*, {action} AS __action, {tomb} AS __tomb FROM p)\n"
     ));
 
     sql
@@ -289,14 +295,15 @@ fn output(spec: &ApplyFlow, shape: &Shape, run_us: i64) -> String {
         } else if spec.audit.update_timestamp_on == UpdateTimestampOn::Apply {
             run.clone()
         } else {
-            format!("CASE WHEN __action IN ('insert', 'update') THEN {run} ELSE __s{i} END")
+            format!(
+                "CASE WHEN __action IN ({}) THEN {run} ELSE __s{i} END",
+                named(Action::changes_data)
+            )
         };
         out.push(format!("{value} AS {name}"));
     }
     out.push("__action".into());
-    out.push(
-        "(__action IN ('delete', 'tombstone') AND __pt AND (NOT __m2 OR __n)) AS __tomb".into(),
-    );
+    out.push("__tomb".into());
     for (j, s) in tomb_seq.iter().enumerate() {
         out.push(format!("{} AS __tomb{j}", s.read));
     }
@@ -307,6 +314,36 @@ fn output(spec: &ApplyFlow, shape: &Shape, run_us: i64) -> String {
     });
     sql.push_str(&format!("SELECT {} FROM a", out.join(", ")));
     sql
+}
+
+/// The decision table of [`smelt_rules::scd1::ACTIONS`] as one `CASE`: `rejected` (SQL) for
+/// a change whose key is NULL (`null_key`), else `then` of the first rule whose facts hold,
+/// else `then` of [`scd1::STALE`].
+fn decision(
+    null_key: &str,
+    rejected: &str,
+    fact: &dyn Fn(Fact) -> String,
+    then: impl Fn(Outcome) -> String,
+) -> String {
+    let rules: Vec<String> = scd1::ACTIONS
+        .iter()
+        .map(|rule| {
+            let when: Vec<String> = rule
+                .when
+                .iter()
+                .map(|&(f, holds)| match holds {
+                    true => fact(f),
+                    false => format!("NOT {}", fact(f)),
+                })
+                .collect();
+            format!("WHEN {} THEN {}", when.join(" AND "), then(rule.then))
+        })
+        .collect();
+    format!(
+        "CASE WHEN {null_key} THEN {rejected}\n  {}\n  ELSE {} END",
+        rules.join("\n  "),
+        then(scd1::STALE)
+    )
 }
 
 fn named_struct(values: &[String]) -> String {
@@ -326,18 +363,41 @@ pub(crate) fn first_conflict(shape: &Shape) -> String {
         .collect();
     let order: Vec<String> = shape.keys.iter().map(|&k| shape.name(k)).collect();
     format!(
-        "SELECT {}, {} FROM smelt_stage WHERE __conflict = 1 ORDER BY {} LIMIT 1",
+        "SELECT {}, {} FROM {STAGE} WHERE __conflict = 1 ORDER BY {} LIMIT 1",
         key_texts(shape).join(", "),
         seq.join(", "),
         order.join(", ")
     )
 }
 
-/// The counts of the stage (collected).
-pub(crate) const COUNTS: &str = "SELECT count(*) AS winners, \
-     count_if(__action = 'insert') AS inserted, count_if(__action = 'update') AS updated, \
-     count_if(__action = 'unchanged') AS unchanged, count_if(__action = 'delete') AS deleted, \
-     count_if(__action = 'stale') AS stale, count_if(__tomb) AS tombstones, \
-     count_if(__action = 'rejected') AS rejected, count_if(__conflict = 1) AS conflicts, \
-     count_if(__filtered AND (__action = 'delete' OR __tomb)) AS filtered \
-     FROM smelt_stage";
+/// The counts of the stage (collected): the winners, each action's (named as the report
+/// names them), the tombstones, the rejected, the conflicts and the deletes `where` made.
+pub(crate) fn counts() -> String {
+    let actions: Vec<String> = [
+        (Action::Insert, "inserted"),
+        (Action::Update, "updated"),
+        (Action::Unchanged, "unchanged"),
+        (Action::Delete, "deleted"),
+        (Action::Stale, "stale"),
+    ]
+    .iter()
+    .map(|(a, name)| format!("count_if(__action = '{}') AS {name}", a.name()))
+    .collect();
+    format!(
+        "SELECT count(*) AS winners, {}, count_if(__tomb) AS tombstones, \
+         count_if(__action = 'rejected') AS rejected, count_if(__conflict = 1) AS conflicts, \
+         count_if(__filtered AND (__action = '{}' OR __tomb)) AS filtered FROM {STAGE}",
+        actions.join(", "),
+        Action::Delete.name()
+    )
+}
+
+/// The actions `which` picks, as a Spark SQL list of their names (`'insert', 'update'`).
+pub(crate) fn named(which: impl Fn(Action) -> bool) -> String {
+    let names: Vec<String> = Action::ALL
+        .iter()
+        .filter(|&&a| which(a))
+        .map(|a| format!("'{}'", a.name()))
+        .collect();
+    names.join(", ")
+}

@@ -14,6 +14,7 @@ pub(super) use latest::Targets;
 use super::shape::Shape;
 use super::{Apply, Counts, fail};
 use crate::session::Session;
+use crate::views::STAGE;
 
 impl Apply<'_> {
     /// Step 4 of SCD1: the latest change per key, guarded, cached (`smelt_stage`); its counts.
@@ -24,16 +25,13 @@ impl Apply<'_> {
         targets: Targets<'_>,
         counts: &mut Counts,
     ) -> Result<()> {
-        s.setting("DROP VIEW IF EXISTS smelt_stage".to_string())
-            .await?;
+        s.setting(format!("DROP VIEW IF EXISTS {STAGE}")).await?;
         s.read(
             "pick the latest change per key",
             latest::cache(self.spec, shape, targets),
         )
         .await?;
-        let rows = s
-            .read("count what the run does", latest::COUNTS.to_string())
-            .await?;
+        let rows = s.read("count what the run does", latest::counts()).await?;
         let one = |name: &str| rows.ints(name).first().copied().flatten().unwrap_or(0) as usize;
         counts.winners = one("winners");
         counts.inserted = one("inserted");

@@ -4,8 +4,12 @@
 //! carries the run's report in its `userMetadata`. Order: tombstones, then silver, as
 //! embedded; tombstone expiry after, in a commit of its own.
 
+use smelt_rules::scd1::Action;
+
+use crate::flow::apply::scd1::latest::named;
 use crate::flow::apply::shape::{DELETED_AT, Shape};
 use crate::sql::ident;
+use crate::views::STAGE;
 
 /// The tombstone rows of the stage, as the tombstone table's columns.
 fn tombstone_rows(shape: &Shape, run_us: i64) -> String {
@@ -19,7 +23,7 @@ fn tombstone_rows(shape: &Shape, run_us: i64) -> String {
         "timestamp_micros({run_us}L) AS {}",
         ident(DELETED_AT)
     ));
-    format!("SELECT {} FROM smelt_stage WHERE __tomb", cols.join(", "))
+    format!("SELECT {} FROM {STAGE} WHERE __tomb", cols.join(", "))
 }
 
 fn on(shape: &Shape) -> String {
@@ -54,13 +58,15 @@ pub(crate) fn merge_silver(table: &str, shape: &Shape) -> String {
         .collect();
     let set: Vec<String> = cols.iter().map(|c| format!("t.{c} = s.{c}")).collect();
     let values: Vec<String> = cols.iter().map(|c| format!("s.{c}")).collect();
+    let (delete, insert) = (Action::Delete.name(), Action::Insert.name());
     format!(
         "MERGE INTO {table} AS t\n\
-         USING (SELECT * FROM smelt_stage WHERE __action IN ('insert', 'update', 'unchanged', 'delete')) AS s\n\
+         USING (SELECT * FROM {STAGE} WHERE __action IN ({})) AS s\n\
          ON {}\n\
-         WHEN MATCHED AND s.__action = 'delete' THEN DELETE\n\
+         WHEN MATCHED AND s.__action = '{delete}' THEN DELETE\n\
          WHEN MATCHED THEN UPDATE SET {}\n\
-         WHEN NOT MATCHED AND s.__action = 'insert' THEN INSERT ({}) VALUES ({})",
+         WHEN NOT MATCHED AND s.__action = '{insert}' THEN INSERT ({}) VALUES ({})",
+        named(|a| a.writes_row() || a == Action::Delete),
         on(shape),
         set.join(", "),
         cols.join(", "),
@@ -74,7 +80,8 @@ pub(crate) fn overwrite_silver(table: &str, shape: &Shape) -> String {
         .map(|i| shape.name(i))
         .collect();
     format!(
-        "INSERT OVERWRITE {table} SELECT {} FROM smelt_stage WHERE __action = 'insert'",
-        cols.join(", ")
+        "INSERT OVERWRITE {table} SELECT {} FROM {STAGE} WHERE __action = '{}'",
+        cols.join(", "),
+        Action::Insert.name()
     )
 }

@@ -23,6 +23,7 @@ use smelt_spec::ApplyFlow;
 use super::names::Names;
 use crate::flow::apply::Shape;
 use crate::sql::ident;
+use crate::views::{CHANGES, EVENTS, HCHANGES};
 
 /// Where the run reads the stored state from.
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +59,8 @@ pub(crate) fn caches(
 fn changes(spec: &ApplyFlow, n: &Names<'_>) -> String {
     let shape = n.shape;
     let seq = &shape.seq[0].read;
-    let kept = "SELECT * FROM smelt_changes WHERE __kind IN ('upsert', 'delete') AND NOT __bad";
+    let kept =
+        format!("SELECT * FROM {CHANGES} WHERE __kind IN ('upsert', 'delete') AND NOT __bad");
     let from = match &spec.filter {
         Some(pred) => {
             // The predicate sees the change's values under silver's names.
@@ -96,7 +98,7 @@ fn changes(spec: &ApplyFlow, n: &Names<'_>) -> String {
         cols.push(format!("{c} AS __o{}", i + 1));
     }
     format!(
-        "CACHE TABLE smelt_hchanges AS SELECT {} FROM {from} c",
+        "CACHE TABLE {HCHANGES} AS SELECT {} FROM {from} c",
         cols.join(", ")
     )
 }
@@ -172,7 +174,7 @@ fn events(n: &Names<'_>, stored: Stored<'_>) -> String {
     let null_carried = n.null_carried().join(", ");
     let carried: Vec<String> = n.carried.iter().map(|i| format!("__c{i}")).collect();
     let mut ctes = vec![
-        "hc AS (SELECT * FROM smelt_hchanges WHERE NOT __rej)".to_string(),
+        format!("hc AS (SELECT * FROM {HCHANGES} WHERE NOT __rej)"),
         format!("hk AS (SELECT DISTINCT {keys} FROM hc)"),
     ];
     let mut parts = Vec::new();
@@ -247,7 +249,7 @@ fn events(n: &Names<'_>, stored: Stored<'_>) -> String {
     // Every window is partitioned by the keys (and more): one exchange, by the keys, feeds
     // them all.
     format!(
-        "CACHE TABLE smelt_events AS\n\
+        "CACHE TABLE {EVENTS} AS\n\
          WITH {},\n\
          ev AS (SELECT * FROM ({}) u DISTRIBUTE BY {keys}),\n\
          d AS (SELECT ev.*, row_number() OVER ({rank}) AS __rn,\n\
@@ -314,8 +316,8 @@ pub(super) fn rows_written(shape: &Shape, run_us: i64) -> Option<String> {
             .join(", ")
     };
     Some(format!(
-        "SELECT {}, 'upsert' AS __op FROM smelt_events WHERE __changed AND __vlast \
-         UNION ALL SELECT {}, 'delete' AS __op FROM smelt_events WHERE __changed AND __vs AND NOT __opens",
+        "SELECT {}, 'upsert' AS __op FROM {EVENTS} WHERE __changed AND __vlast \
+         UNION ALL SELECT {}, 'delete' AS __op FROM {EVENTS} WHERE __changed AND __vs AND NOT __opens",
         columns(true),
         columns(false)
     ))
@@ -410,15 +412,15 @@ mod tests {
     fn a_rebuilt_version_is_written_with_its_bounds_and_the_run_time() {
         let rows = rows_written(&shape(), 42).unwrap();
         for part in [
-            "__vstart AS `__START_AT`",
-            "__next AS `__END_AT`",
-            "timestamp_micros(42L) AS `_update_timestamp`",
-            "__k0 AS `id`",
-            "'upsert' AS __op FROM smelt_events WHERE __changed AND __vlast",
-            "__seq AS `__START_AT`",
-            "'delete' AS __op FROM smelt_events WHERE __changed AND __vs AND NOT __opens",
+            "__vstart AS `__START_AT`".to_string(),
+            "__next AS `__END_AT`".to_string(),
+            "timestamp_micros(42L) AS `_update_timestamp`".to_string(),
+            "__k0 AS `id`".to_string(),
+            format!("'upsert' AS __op FROM {EVENTS} WHERE __changed AND __vlast"),
+            "__seq AS `__START_AT`".to_string(),
+            format!("'delete' AS __op FROM {EVENTS} WHERE __changed AND __vs AND NOT __opens"),
         ] {
-            assert!(rows.contains(part), "`{part}` not in {rows}");
+            assert!(rows.contains(&part), "`{part}` not in {rows}");
         }
     }
 }

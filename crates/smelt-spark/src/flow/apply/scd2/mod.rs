@@ -15,10 +15,11 @@ use smelt_spec::OnSequenceConflict;
 
 use crate::flow::apply::{Apply, Counts, Shape};
 use crate::session::Session;
+use crate::views::{EVENTS, HCHANGES, View};
 pub(crate) use events::Stored;
 
 /// The caches an SCD2 run makes, dropped before and after.
-pub(crate) const VIEWS: [&str; 2] = ["smelt_events", "smelt_hchanges"];
+pub(crate) const VIEWS: [View; 2] = [EVENTS, HCHANGES];
 
 /// The session conf that keeps a view's analyzed plan instead of its text (on while an SCD2
 /// run makes its views and caches; see [`sql`]).
@@ -57,11 +58,9 @@ impl Apply<'_> {
         }
         s.setting(format!("RESET {ANALYZED_VIEWS}")).await?;
         made?;
-        let rows = s
-            .read("count what the run does", write::COUNTS.into())
-            .await?;
+        let rows = s.read("count what the run does", write::counts()).await?;
         let changes = s
-            .read("count the changes kept", write::CHANGE_COUNTS.into())
+            .read("count the changes kept", write::change_counts())
             .await?;
         let one = |name: &str| {
             let rows = match name {

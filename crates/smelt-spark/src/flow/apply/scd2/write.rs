@@ -8,20 +8,29 @@ use super::names::Names;
 use crate::flow::apply::Shape;
 use crate::flow::apply::shape::DELETED_AT;
 use crate::sql::ident;
+use crate::views::{EVENTS, HCHANGES};
 
 /// What the run does (collected): keys inserted (no stored version) and updated (their
 /// history changed), changes dropped as stale (replays, earlier changes of one sequence, and
 /// the changes of keys whose history they leave as it was), versions closed by deletes,
 /// keys with conflicting changes, tombstones written.
-pub(crate) const COUNTS: &str = "SELECT count_if(__changed AND NOT __had) AS inserted, \
-     count_if(__changed AND __had) AS updated, \
-     sum(__dropped + IF(__kc > 0 AND NOT __changed, __kc - __tombch, 0)) AS stale, \
-     sum(IF(__changed, __closed, 0)) AS deleted, count_if(__conflict = 1) AS conflicts, \
-     sum(IF(__kc > 0, __tombs, 0)) AS tombstones FROM smelt_events WHERE __first";
+pub(crate) fn counts() -> String {
+    format!(
+        "SELECT count_if(__changed AND NOT __had) AS inserted, \
+         count_if(__changed AND __had) AS updated, \
+         sum(__dropped + IF(__kc > 0 AND NOT __changed, __kc - __tombch, 0)) AS stale, \
+         sum(IF(__changed, __closed, 0)) AS deleted, count_if(__conflict = 1) AS conflicts, \
+         sum(IF(__kc > 0, __tombs, 0)) AS tombstones FROM {EVENTS} WHERE __first"
+    )
+}
 
 /// The changes rejected (a NULL key), filtered (`where`) and kept (collected).
-pub(crate) const CHANGE_COUNTS: &str = "SELECT count_if(__rej) AS rejected, \
-     count_if(__wf AND NOT __rej) AS filtered, count_if(NOT __rej) AS kept FROM smelt_hchanges";
+pub(crate) fn change_counts() -> String {
+    format!(
+        "SELECT count_if(__rej) AS rejected, \
+         count_if(__wf AND NOT __rej) AS filtered, count_if(NOT __rej) AS kept FROM {HCHANGES}"
+    )
+}
 
 /// The new tombstones: deletes that close no version, as the tombstone table's columns.
 fn tombstone_rows(shape: &Shape, run_us: i64) -> String {
@@ -44,7 +53,7 @@ fn tombstone_rows(shape: &Shape, run_us: i64) -> String {
         })
         .collect();
     format!(
-        "SELECT {} FROM smelt_events WHERE __kc > 0 AND __newtomb",
+        "SELECT {} FROM {EVENTS} WHERE __kc > 0 AND __newtomb",
         cols.join(", ")
     )
 }
