@@ -465,7 +465,7 @@ fn replace_where_names_the_row_that_does_not_cast() {
 #[test]
 fn flow_spec_errors_name_the_option() {
     let p = Project::with_pipeline(
-        "lake: ./lake\nflows:\n  a:\n    append:\n      from: x\n      into: s.t\n      on_cast_error: quarantine\n  e:\n    export:\n      from: s.t\n      to: ./out\n      since: '2026-01-01'\n      partition: {tz: Mars/Olympus}\n  r:\n    replace_where:\n      from: s.u\n      into: s.v\n      sep: \"|\"\n      predicate: \" \"\n",
+        "lake: ./lake\nflows:\n  a:\n    append:\n      from: x\n      into: s.t\n      on_cast_error: quarantine\n  e:\n    export:\n      from: s.t\n      to: ./out\n      since: '2026-01-01'\n      partition: {tz: Mars/Olympus}\n  r:\n    replace_where:\n      from: s.u\n      into: s.v\n      sep: \"|\"\n      predicate: \" \"\n  q:\n    replace_where:\n      from: s.u\n      into: s.w\n      predicate: \"d >= {min(d)} AND note <> 'as of {max(d)}'\"\n",
     );
     let (_, err) = p.fails(&["run"], 2);
     insta::assert_snapshot!("flow_spec_errors", pinned(&p, &err));

@@ -6,20 +6,21 @@
 //! process ends. `SMELT_TEST_SPARK_REMOTE=sc://…` points the tests at a cluster already
 //! running instead.
 //!
-//! The scenarios of smelt's Spark engine ([`crate::spark_engine::SCENARIOS`]) run one after
-//! another in one test, [`runs_every_spark_scenario_in_turn`], beside the other tests: run
-//! side by side on the cluster, two SCD2 scenarios once came out wrong where each alone was
-//! right (the cause is not found yet), and tests waiting for their turn would hold the test
-//! threads the rest of the suite needs. It is named to start early: the test harness starts
-//! tests in the order of their names, and this one is the longest (about 38 minutes in the
-//! suite on the 2-core test machine). `SMELT_TEST_SPARK_SCENARIOS=a,b` runs only the
-//! scenarios whose names contain `a` or `b`.
+//! The scenarios of smelt's Spark engine ([`crate::spark_engine::SCENARIOS`]) run in one test,
+//! [`runs_every_spark_scenario_in_turn`], two at a time on the one cluster (as two teams'
+//! pipelines would: each smelt run has its own Spark session and its own view names, see
+//! `smelt-spark/src/views.rs`), beside the other tests, without holding the test threads the
+//! rest of the suite needs. It is named to start early: the test harness starts tests in the
+//! order of their names, and this one is the longest. `SMELT_TEST_SPARK_SCENARIOS=a,b` runs
+//! only the scenarios whose names contain `a` or `b`; `SMELT_TEST_SPARK_AT_ONCE=n` runs `n` at
+//! a time (1: in turn).
 
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 /// The cluster of this test process, once a test asked for it.
@@ -47,24 +48,36 @@ fn runs_every_spark_scenario_in_turn() {
             .join(", ")
     );
     let url = &SparkCluster::start().url;
-    let mut failed = Vec::new();
-    for (i, (name, scenario)) in chosen.iter().enumerate() {
-        let started = Instant::now();
-        // A failed scenario's panic is printed (with the test's output) and the next runs.
-        let passed = catch_unwind(AssertUnwindSafe(|| scenario(url))).is_ok();
-        let line = format!(
-            "Spark scenario {}/{} {name}: {} in {:.0} s\n",
-            i + 1,
-            chosen.len(),
-            if passed { "ok" } else { "FAILED" },
-            started.elapsed().as_secs_f64()
-        );
-        // Progress for whoever watches the suite (stderr, not the test's captured output).
-        let _ = std::io::stderr().write_all(line.as_bytes());
-        if !passed {
-            failed.push(*name);
+    let at_once: usize = std::env::var("SMELT_TEST_SPARK_AT_ONCE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2)
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let failed = Mutex::new(Vec::new());
+    let run_some = || {
+        while let Some((name, scenario)) = chosen.get(next.fetch_add(1, Ordering::SeqCst)) {
+            let started = Instant::now();
+            // A failed scenario's panic is printed (with the test's output) and the next runs.
+            let passed = catch_unwind(AssertUnwindSafe(|| scenario(url))).is_ok();
+            let line = format!(
+                "Spark scenario {name}: {} in {:.0} s\n",
+                if passed { "ok" } else { "FAILED" },
+                started.elapsed().as_secs_f64()
+            );
+            // Progress for whoever watches the suite (stderr, not the test's captured output).
+            let _ = std::io::stderr().write_all(line.as_bytes());
+            if !passed {
+                failed.lock().unwrap().push(*name);
+            }
         }
-    }
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..at_once {
+            scope.spawn(run_some);
+        }
+    });
+    let failed = failed.into_inner().unwrap();
     assert!(
         failed.is_empty(),
         "{} of {} Spark scenarios failed (their panics are above): {}",

@@ -82,16 +82,25 @@ impl Target for Spark {
     }
 }
 
-// The SCD1 property and the spelled-out cases of both models, scenarios of
-// [`super::SCENARIOS`]. The SCD2 properties (`smelt_test::scd2::deliver`) are left out here:
-// a delivery is about ten runs, and one run of the Spark engine takes about 10 s on the
-// 2-core test machine.
+// The SCD1 and SCD2 properties, one random delivery each (a delivery is about ten runs, and
+// a run of the Spark engine takes about 10 s on the 2-core test machine), and the
+// spelled-out cases of both models: scenarios of [`super::SCENARIOS`].
 
 /// One random SCD1 delivery (more with `PROPTEST_CASES`).
 pub(super) fn scd1_silver_and_tombstones_match_the_model_after_every_run() {
     super::one_case()
         .run(&smelt_test::scd1::delivery(), |plan| {
             smelt_test::scd1::deliver::<Spark>(&plan);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// One random SCD2 delivery (more with `PROPTEST_CASES`).
+pub(super) fn scd2_history_matches_the_model_after_every_run() {
+    super::one_case()
+        .run(&smelt_test::scd2::delivery(), |plan| {
+            smelt_test::scd2::deliver::<Spark>(&plan, false);
             Ok(())
         })
         .unwrap();
