@@ -513,3 +513,18 @@ pub fn abort_at_in(dir: &Path, point: &str, args: &[&str]) -> std::process::Outp
         .output()
         .unwrap()
 }
+
+/// Every file under `dir` whose name ends with `suffix`, sorted by name.
+pub fn files_under(dir: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files_under(&path, suffix));
+        } else if path.to_string_lossy().ends_with(suffix) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::common::{Project, signal_of, text};
+use crate::common::{Project, files_under, signal_of, text};
 use serde_json::{Map, Value};
 
 const SIGABRT: i32 = 6;
@@ -761,14 +761,14 @@ fn every_failpoint_is_drilled() {
         .flat_map(|s| s.drills())
         .map(|(_, p)| p.to_string())
         .collect();
-    // The Spark engine's points are drilled on the test cluster, by spark_engine/ and its
-    // Iceberg scenario.
-    let spark: String = [
-        "tests/it/spark_engine/mod.rs",
-        "tests/it/spark_engine/spark_iceberg/mod.rs",
-    ]
+    // The Spark engine's points are drilled on the test cluster, by the files of
+    // spark_engine/.
+    let spark: String = files_under(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/spark_engine"),
+        ".rs",
+    )
     .iter()
-    .map(|f| std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap())
+    .map(|f| std::fs::read_to_string(f).unwrap())
     .collect();
     drilled.extend(
         points

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::common::{Project, pinned, without_audit};
+use crate::common::{Project, files_under, pinned, without_audit};
 
 const BRONZE: &str = "lake/medallion_demo/product2__bronze";
 
@@ -157,21 +157,6 @@ fn a_missing_pipeline_or_schema_file_is_named() {
     insta::assert_snapshot!("missing_schema_file", pinned(&p, &err));
     let err = with_damaged(&p, "smelt.yaml", None, || p.fails(&["run"], 2).1);
     insta::assert_snapshot!("missing_pipeline_file", pinned(&p, &err));
-}
-
-/// Every file under `dir` whose name ends with `suffix`, sorted by name.
-fn files_under(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(files_under(&path, suffix));
-        } else if path.to_string_lossy().ends_with(suffix) {
-            out.push(path);
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

@@ -104,26 +104,64 @@ pub(crate) fn commit_metadata_with(
 }
 
 /// The version of flow `name`'s last Delta transaction in the table at `dir` (its latest,
-/// as Delta keeps it, not the greatest), read from the JSON log entries.
+/// as Delta keeps it, not the greatest): from the JSON log entries after the latest
+/// checkpoint, else from that checkpoint, which holds every writer's latest transaction — so
+/// a watermark outlives Delta's log cleanup, which removes the entries a checkpoint covers.
 pub(crate) async fn txn_of(
     s: &Session<'_>,
     dir: &str,
     name: &str,
     what: &str,
 ) -> Result<Option<i64>> {
+    let log = format!("{dir}/_delta_log");
+    let app = string_literal(&app_id(name));
+    let checkpoint = s
+        .read(what, latest_checkpoint(&log))
+        .await?
+        .ints("v")
+        .first()
+        .copied()
+        .flatten();
+    let after = checkpoint.map_or(String::new(), |c| format!(" AND v > {c}"));
     let sql = format!(
         "SELECT t.txn.version AS version FROM (SELECT from_json(value, 'txn STRUCT<appId: STRING, version: BIGINT>') AS t, \
          try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
-         WHERE t.txn.appId = {} AND v IS NOT NULL ORDER BY v DESC LIMIT 1",
-        ident(&format!("{dir}/_delta_log/*.json")),
-        string_literal(&app_id(name))
+         WHERE t.txn.appId = {app} AND v IS NOT NULL{after} ORDER BY v DESC LIMIT 1",
+        ident(&format!("{log}/*.json")),
     );
-    Ok(s.read(what, sql)
+    let logged = s
+        .read(what, sql)
         .await?
         .ints("version")
         .first()
         .copied()
-        .flatten())
+        .flatten();
+    match (logged, checkpoint) {
+        (Some(v), _) => Ok(Some(v)),
+        (None, None) => Ok(None),
+        (None, Some(c)) => {
+            let sql = format!(
+                "SELECT txn.version AS version FROM parquet.{} WHERE txn.appId = {app}",
+                ident(&format!("{log}/{c:020}.checkpoint*.parquet"))
+            );
+            Ok(s.read(what, sql)
+                .await?
+                .ints("version")
+                .first()
+                .copied()
+                .flatten())
+        }
+    }
+}
+
+/// The version of the latest classic checkpoint (`<v>.checkpoint.parquet`, or its parts) in
+/// the log folder `log`, listed without reading a file (NULL when there is none).
+fn latest_checkpoint(log: &str) -> String {
+    format!(
+        "SELECT max(try_cast(regexp_extract(path, '/([0-9]+)[.]checkpoint([.][0-9]+[.][0-9]+)?[.]parquet$', 1) AS BIGINT)) AS v \
+         FROM binaryFile.{}",
+        ident(log)
+    )
 }
 
 #[cfg(test)]

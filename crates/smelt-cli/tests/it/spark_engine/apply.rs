@@ -36,6 +36,10 @@ pub(super) fn product2(url: &str) {
     assert_eq!(first.1[0]["inserted"], 3, "{:?}", first.1);
     same_reports("product2 step 1", &first);
     pair.same_tables("product2 step 1", false);
+    // Spark's silver checkpointed and its log cleaned up to the checkpoint, as Delta's log
+    // retention does: the watermark is read from the checkpoint, and step 2 reads only the
+    // new changes, as embedded.
+    checkpoint_and_clean_up(url, &pair.p.file("lake_s/medallion_demo/product2__silver"));
 
     pair.bronze("insert_2.sql");
     // A plan says what the run will do, and writes nothing.
@@ -613,4 +617,35 @@ pub(super) fn predicates(url: &str) {
             _ => pin_spark(pin, &pair.p, &s),
         }
     }
+}
+
+/// A checkpoint of the Delta table at `dir` written by the cluster (a commit setting
+/// `delta.checkpointInterval` to 1 is checkpointed), then every log entry before it removed.
+fn checkpoint_and_clean_up(url: &str, dir: &std::path::Path) {
+    Writer::new(url).sql(&format!(
+        "ALTER TABLE delta.`{}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1')",
+        dir.display()
+    ));
+    let log = dir.join("_delta_log");
+    let version = |name: &str| name.split('.').next()?.parse::<u64>().ok();
+    let names: Vec<String> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let checkpoint = names
+        .iter()
+        .filter(|n| n.ends_with(".checkpoint.parquet"))
+        .filter_map(|n| version(n))
+        .max()
+        .expect("a checkpoint after the commit");
+    let mut removed = 0;
+    for name in &names {
+        if (name.ends_with(".json") || name.ends_with(".crc"))
+            && version(name).is_some_and(|v| v < checkpoint)
+        {
+            std::fs::remove_file(log.join(name)).unwrap();
+            removed += 1;
+        }
+    }
+    assert!(removed > 0, "no log entry before the checkpoint: {names:?}");
 }
