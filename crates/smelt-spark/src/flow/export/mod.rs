@@ -26,8 +26,7 @@ use crate::places::Places;
 use crate::session::{Mode, Session};
 use crate::sql::typed_literal as literal;
 use crate::sql::{ident, string_literal};
-use crate::views::RAW;
-use crate::views::View;
+use crate::views::{RAW, View};
 
 /// The rows of an export run, cached.
 mod state;
