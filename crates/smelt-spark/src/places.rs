@@ -20,6 +20,11 @@ pub struct Places {
 }
 
 impl Places {
+    /// The lake root.
+    pub(crate) fn lake(&self) -> &str {
+        &self.lake
+    }
+
     /// The places of `pipeline`'s tables. A local lake folder becomes an absolute path: the
     /// cluster does not run where smelt does.
     pub fn new(pipeline: &Pipeline) -> Result<Self> {

@@ -5,12 +5,14 @@
 //! and compiles again, in the session dropping it, the caches of other sessions that read a
 //! view of that name. Two smelt runs on one cluster that share view names thus break each
 //! other's caches (seen as Spark's `INTERNAL_ERROR_ATTRIBUTE_NOT_FOUND` in a `MERGE` of one run
-//! while another dropped its views). So each name carries a token drawn once per process:
-//! `smelt_stage_1f0c9a2b`.
+//! while another dropped its views). So each name carries a token of the flow being run — a
+//! hash of its lake and name, `smelt_stage_1f0c9a2b` —: runs of other flows never share a name,
+//! and a run's `DROP VIEW`s before it makes its caches also free those a killed run of the same
+//! flow left on the cluster (a killed process never drops them, and Spark keeps them).
 
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::OnceLock;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::RwLock;
 
 /// A temporary view of a run, shown as its name on this process's sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,14 +31,23 @@ impl fmt::Display for View {
     }
 }
 
-/// This process's token: 32 random bits (std's per-process random hasher keys), in hex.
-fn token() -> &'static str {
-    static TOKEN: OnceLock<String> = OnceLock::new();
-    TOKEN.get_or_init(|| {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u32(std::process::id());
-        format!("{:08x}", hasher.finish() as u32)
-    })
+/// The token of the flow being run (set by [`scope_to`]; the flows of a process run one
+/// after another).
+static TOKEN: RwLock<String> = RwLock::new(String::new());
+
+/// From here on, the views are flow `flow`'s of lake `lake`: 32 bits of a hash of both, in hex.
+pub(crate) fn scope_to(lake: &str, flow: &str) {
+    *TOKEN.write().expect("the view token") = token_of(lake, flow);
+}
+
+fn token_of(lake: &str, flow: &str) -> String {
+    let mut hasher = DefaultHasher::new();
+    (lake, flow).hash(&mut hasher);
+    format!("{:08x}", hasher.finish() as u32)
+}
+
+fn token() -> String {
+    TOKEN.read().expect("the view token").clone()
 }
 
 /// `smelt_log`: the action lines of the bronze commits a run reads.
@@ -61,11 +72,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_name_carries_the_process_token() {
-        let name = STAGE.to_string();
-        let token = name.strip_prefix("smelt_stage_").expect(&name);
+    fn a_flow_has_its_own_token_in_every_run() {
+        let token = token_of("/lake", "f");
         assert_eq!(token.len(), 8);
-        assert!(token.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
-        assert_eq!(CHANGES.to_string(), format!("smelt_changes_{token}"));
+        assert!(token.chars().all(|c| c.is_ascii_hexdigit()), "{token}");
+        assert_eq!(token_of("/lake", "f"), token);
+        assert_ne!(token_of("/other", "f"), token);
+        assert_ne!(token_of("/lake", "g"), token);
+        assert!(STAGE.to_string().starts_with("smelt_stage_"));
     }
 }

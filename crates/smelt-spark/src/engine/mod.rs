@@ -144,6 +144,7 @@ impl SparkEngine {
         events: Option<&mut Vec<FlowEvent>>,
     ) -> Result<FlowReport> {
         let name = &flow.name;
+        crate::views::scope_to(self.places.lake(), name);
         match self.runnable(flow)? {
             Runnable::Apply(spec) => {
                 let state = discover(s, &self.places, name, spec).await?;

@@ -8,7 +8,7 @@
 //!
 //! The scenarios of smelt's Spark engine ([`crate::spark_engine::SCENARIOS`]) run in one test,
 //! [`runs_every_spark_scenario_in_turn`], two at a time on the one cluster (as two teams'
-//! pipelines would: each smelt run has its own Spark session and its own view names, see
+//! pipelines would: each smelt run has its own Spark session and its flow its own view names, see
 //! `smelt-spark/src/views.rs`), beside the other tests, without holding the test threads the
 //! rest of the suite needs. It is named to start early: the test harness starts tests in the
 //! order of their names, and this one is the longest. `SMELT_TEST_SPARK_SCENARIOS=a,b` runs
