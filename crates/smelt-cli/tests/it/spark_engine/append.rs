@@ -88,14 +88,7 @@ pub(super) fn append(url: &str) {
     pair.p.write("more.sql", MORE_ROWS);
     pair.bronze("more.sql");
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    let out = pair
-        .p
-        .abort_at("before_spark_append", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "the append was not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    abort_spark_run(&pair.p, "before_spark_append");
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     assert_eq!(
         rerun[0]["cast_failures"],

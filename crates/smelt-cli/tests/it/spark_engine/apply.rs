@@ -133,12 +133,7 @@ pub(super) fn product2_deletes(url: &str) {
         pair.bronze(file);
         let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
         for point in points {
-            let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
-            assert!(
-                common::signal_of(&out.status).is_some(),
-                "{step}: the run was not killed at {point}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            abort_spark_run(&pair.p, point);
         }
         let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
         assert_eq!(rerun[0]["status"], "applied", "{rerun:?}");
@@ -216,12 +211,7 @@ pub(super) fn history(url: &str) {
         same_reports(&format!("{step}, plan"), &planned);
         let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
         for point in points {
-            let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
-            assert!(
-                common::signal_of(&out.status).is_some(),
-                "{step}: the run was not killed at {point}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            abort_spark_run(&pair.p, point);
         }
         let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
         assert_eq!(rerun[0]["status"], "applied", "{rerun:?}");
@@ -340,12 +330,7 @@ pub(super) fn quarantine(url: &str) {
         "{embedded:?}"
     );
     for point in ["before_spark_rejects", "before_spark_silver"] {
-        let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
-        assert!(
-            common::signal_of(&out.status).is_some(),
-            "the run was not killed at {point}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        abort_spark_run(&pair.p, point);
     }
     let spark = pair.p.flows(&["-p", "spark.yaml", "run"]);
     same_reports(
@@ -481,14 +466,7 @@ pub(super) fn schema_drift(url: &str) {
     pair.same_tables("drift plan of step 2", false);
     // Killed before its ALTER TABLE: the rerun adds the columns and writes as embedded.
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    let out = pair
-        .p
-        .abort_at("before_spark_add_columns", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "the run was not killed before its ALTER TABLE: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    abort_spark_run(&pair.p, "before_spark_add_columns");
     let second = (embedded, pair.p.flows(&["-p", "spark.yaml", "run"]));
     assert_eq!(
         second.1[0]["columns_added"],

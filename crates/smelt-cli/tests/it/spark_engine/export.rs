@@ -67,12 +67,7 @@ pub(super) fn export(url: &str) {
         "before_spark_export",
         "before_spark_export_publish",
     ] {
-        let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
-        assert!(
-            common::signal_of(&out.status).is_some(),
-            "the export was not killed at {point}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        abort_spark_run(&pair.p, point);
     }
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     assert_eq!(rerun[0]["status"], "up_to_date", "{rerun:?}");

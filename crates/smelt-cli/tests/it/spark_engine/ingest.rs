@@ -120,12 +120,7 @@ pub(super) fn ingest(url: &str) {
     land(&pair.p, "landing/day=3/odd.tbl", &odd_lines(), 30);
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
     for point in ["before_spark_bronze", "before_spark_ingest_rejects"] {
-        let out = pair.p.abort_at(point, &["-p", "spark.yaml", "run"]);
-        assert!(
-            common::signal_of(&out.status).is_some(),
-            "not killed at {point}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        abort_spark_run(&pair.p, point);
     }
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     assert_eq!(rerun[0]["to_version"], 3, "{rerun:?}");

@@ -78,14 +78,7 @@ pub(super) fn replace_where(url: &str) {
     );
     pair.bronze("more.sql");
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    let out = pair
-        .p
-        .abort_at("before_spark_replace", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "the replace was not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    abort_spark_run(&pair.p, "before_spark_replace");
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     same_reports_but(
         "replace step 3, killed and run again",
@@ -210,14 +203,7 @@ pub(super) fn replace_files(url: &str) {
     std::thread::sleep(std::time::Duration::from_millis(1100));
     pair.p.ok(&["-p", "export.yaml", "run"]);
     let embedded = pair.p.flows(&["-p", "embedded.yaml", "run"]);
-    let out = pair
-        .p
-        .abort_at("before_spark_replace", &["-p", "spark.yaml", "run"]);
-    assert!(
-        common::signal_of(&out.status).is_some(),
-        "the replace was not killed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    abort_spark_run(&pair.p, "before_spark_replace");
     let rerun = pair.p.flows(&["-p", "spark.yaml", "run"]);
     assert_eq!(rerun[0]["files_new"], 1, "{rerun:?}");
     replaced(
