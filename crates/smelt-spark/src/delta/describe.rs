@@ -1,9 +1,8 @@
-//! A Delta table's commits as Spark reads them: the last one ([`Last`]), its schema, a
-//! flow's last transaction, and the bronze layouts the engine cannot read.
+//! A Delta table's commits as Spark reads them: the last one ([`Last`]), its schema and its
+//! history.
 
 use arrow::datatypes::SchemaRef;
 use smelt_engine::{EngineError, Result};
-use smelt_spec::ddl::TableName;
 
 use crate::delta::log::Span;
 use crate::session::Session;
@@ -57,59 +56,6 @@ pub(crate) async fn schema_of(s: &Session<'_>, what: &str, table: &str) -> Resul
     rows.schema.ok_or_else(|| {
         EngineError::Internal(format!("Spark sent no schema for `SELECT * FROM {table}`"))
     })
-}
-
-/// Bronze tables whose files the engine cannot read as Parquet rows are refused by name:
-/// partitioned (the values are in the paths), deletion vectors (rows marked deleted inside
-/// files), column mapping (physical names in the files).
-pub(crate) async fn check_bronze(s: &Session<'_>, from: &TableName, bronze: &str) -> Result<()> {
-    let refuse = |what: String| {
-        EngineError::user(
-            format!("`{from}` {what}: not supported on the Spark engine yet"),
-            "run this flow with `--engine embedded`",
-        )
-    };
-    let detail = s
-        .read("read bronze's layout", format!("DESCRIBE DETAIL {bronze}"))
-        .await?;
-    if detail
-        .list_lens("partitionColumns")
-        .first()
-        .copied()
-        .flatten()
-        .unwrap_or(0)
-        > 0
-    {
-        return Err(refuse("is partitioned".into()));
-    }
-    let props = s
-        .read(
-            "read bronze's properties",
-            format!("SHOW TBLPROPERTIES {bronze}"),
-        )
-        .await?;
-    for (key, value) in props.strings("key").into_iter().zip(props.strings("value")) {
-        let (key, value) = (key.unwrap_or_default(), value.unwrap_or_default());
-        match key.as_str() {
-            "delta.feature.deletionVectors" => {
-                return Err(refuse(
-                    "has the deletion vectors feature (`delta.feature.deletionVectors`)".into(),
-                ));
-            }
-            "delta.enableDeletionVectors" if value.eq_ignore_ascii_case("true") => {
-                return Err(refuse(
-                    "has deletion vectors (`delta.enableDeletionVectors`)".into(),
-                ));
-            }
-            "delta.columnMapping.mode" if value != "none" => {
-                return Err(refuse(format!(
-                    "uses column mapping (`delta.columnMapping.mode = {value}`)"
-                )));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// One commit of bronze's history.

@@ -1,14 +1,16 @@
 //! Reading a bronze table's changes through Spark, in the embedded engine's order: the Delta
 //! log as Spark reads it (`text` + `from_json` over `_delta_log/*.json`) says which files each
-//! commit's changes are in and in what order; the files are read as Parquet with
-//! `_metadata.row_index`, so every change has its version, file position and row position,
-//! the tie-breaks of DESIGN §3 (`table_changes` exposes neither file nor row order).
+//! commit's changes are in, in what order and at which version their rows are read; the rows
+//! then come with their version, file position and row position (`_metadata.row_index`),
+//! the tie-breaks of DESIGN §3 (`table_changes` exposes neither file nor row order) — read
+//! as Parquet ([`crate::delta::parquet`]) or by Delta's own reader ([`crate::delta::reader`]).
 //!
 //! As Delta's change feed defines it: a commit with change-data files (`cdc` actions) has its
 //! changes there, each row with its `_change_type`; any other commit's new files are inserts,
-//! and its removed files are deletes without change data (counted, not read; read as deletes
-//! before the commit's inserts under `source_deletes: apply`). A first run reads the snapshot:
-//! the live files, each row stamped with the commit that added its file.
+//! and its removed files and newly marked rows are deletes without change data (counted,
+//! not read; read as deletes before the commit's inserts under `source_deletes: apply`). A
+//! first run reads the snapshot: the live rows, each stamped with the commit that added its
+//! file.
 
 use crate::sql::ident;
 use crate::views::{CHANGES, COMMITS, FILES, LOG, RAW, STAGE, View};
@@ -46,7 +48,7 @@ pub(crate) fn log_view(bronze: &str, span: Span) -> String {
         "CREATE OR REPLACE TEMPORARY VIEW {LOG} AS\n\
          SELECT try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS version,\n\
          \x20      monotonically_increasing_id() AS line,\n\
-         \x20      from_json(value, 'add STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, cdc STRUCT<path: STRING, size: BIGINT>, commitInfo STRUCT<operation: STRING, operationParameters: MAP<STRING, STRING>>') AS a\n\
+         \x20      from_json(value, 'add STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, cdc STRUCT<path: STRING, size: BIGINT, partitionValues: MAP<STRING, STRING>>, commitInfo STRUCT<operation: STRING, operationParameters: MAP<STRING, STRING>>') AS a\n\
          FROM text.{} WHERE try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) IS NOT NULL",
         ident(&path)
     )
@@ -71,152 +73,114 @@ pub(crate) fn commits_view(commits: &[(i64, i64)]) -> String {
 }
 
 /// `smelt_files`: the files whose rows are the changes read, with their version, position
-/// in the commit (`pos`), name and kind (`add`: inserts; `cdc`: change data; with
-/// `removes`, `remove`: the rows of a file removed without change data, deletes — as
-/// embedded, before the commit's inserts).
+/// in the commit (`pos`), name, path, kind, size, the version they are read at (`at`) and,
+/// for change-data files, their partition values (`pv`).
+///
+/// A range's kinds, as the embedded engine reads a commit (DESIGN §3): a commit with
+/// change-data files has its changes there (`cdc`); any other commit's new files are inserts
+/// (`add`), read at the range's last version unless a later commit of the range touches the
+/// file again (a deletion vector), then at their own. With `removes` (`source_deletes:
+/// apply`), a file removed whole is read at the version before, its rows deletes
+/// (`remove`); a file removed and added again in one commit has a new deletion vector: the
+/// rows it marks are deletes (`dvdel`: rows at the version before less those at the
+/// commit), the rows it no longer marks come back as inserts (`dvback`, also read for a
+/// `RESTORE`). Deletes come before the commit's inserts, files that come back before new
+/// ones, whatever their lines. A snapshot's files are the first add of each path still in
+/// the log, the stamps of the rows Delta's reader gives (see [`crate::delta::reader`]).
 pub(crate) fn files_view(span: Span, removes: bool) -> String {
     let name = |col: &str| format!("regexp_extract({col}, '[^/]*$', 0)");
+    let no_pv = "CAST(NULL AS MAP<STRING, STRING>)";
     let body = match span {
         Span::Range(after, to) => {
-            let (add_pos, removed) = match removes {
-                // A commit's deletes come before its inserts whatever their lines.
-                true => (
-                    format!("line + {INSERTS_AFTER}L"),
-                    format!(
-                        "\nUNION ALL\n\
-                         SELECT version, line, {}, a.remove.path, 'remove', a.remove.size\n\
-                         FROM l WHERE a.remove.dataChange AND version NOT IN (SELECT version FROM cdc_versions)",
-                        name("a.remove.path")
-                    ),
+            let n = name("p.path");
+            let mut parts = vec![
+                format!(
+                    "SELECT version, line AS pos, {} AS name, a.cdc.path AS path, 'cdc' AS kind, a.cdc.size AS size, version AS at, a.cdc.partitionValues AS pv\n\
+                     FROM l WHERE a.cdc IS NOT NULL",
+                    name("a.cdc.path")
                 ),
-                false => ("line".to_string(), String::new()),
-            };
+                format!(
+                    "SELECT p.version, p.line + {NEW_FILES}L, {n}, p.path, 'add', p.size, \
+                     CASE WHEN t.last > p.version THEN p.version ELSE {to}L END, {no_pv}\n\
+                     FROM per p JOIN touched t ON t.path = p.path WHERE p.added AND NOT p.removed"
+                ),
+                format!(
+                    "SELECT p.version, p.line + {BACK_FILES}L, {n}, p.path, 'dvback', p.size, p.version, {no_pv}\n\
+                     FROM per p WHERE p.added AND p.removed AND ({removes} OR p.op = 'RESTORE')"
+                ),
+            ];
+            if removes {
+                parts.push(format!(
+                    "SELECT p.version, p.line, {n}, p.path, 'remove', p.size, p.version - 1, {no_pv}\n\
+                     FROM per p WHERE p.removed AND NOT p.added"
+                ));
+                parts.push(format!(
+                    "SELECT p.version, p.line, {n}, p.path, 'dvdel', p.size, p.version, {no_pv}\n\
+                     FROM per p WHERE p.removed AND p.added"
+                ));
+            }
             format!(
                 "WITH l AS (SELECT * FROM {LOG} WHERE version > {after} AND version <= {to}),\n\
-                 cdc_versions AS (SELECT DISTINCT version FROM l WHERE a.cdc IS NOT NULL)\n\
-                 SELECT version, line AS pos, {cdc} AS name, a.cdc.path AS path, 'cdc' AS kind, a.cdc.size AS size\n\
-                 FROM l WHERE a.cdc IS NOT NULL\n\
-                 UNION ALL\n\
-                 SELECT version, {add_pos}, {add}, a.add.path, 'add', a.add.size\n\
-                 FROM l WHERE a.add.dataChange AND version NOT IN (SELECT version FROM cdc_versions){removed}",
-                cdc = name("a.cdc.path"),
-                add = name("a.add.path"),
+                 cdc_versions AS (SELECT DISTINCT version FROM l WHERE a.cdc IS NOT NULL),\n\
+                 ch AS (SELECT version, line, a.add.path AS path, a.add.size AS size, true AS is_add FROM l WHERE a.add.dataChange\n\
+                 \x20      UNION ALL SELECT version, line, a.remove.path, a.remove.size, false FROM l WHERE a.remove.dataChange),\n\
+                 ops AS (SELECT version, max(a.commitInfo.operation) AS op FROM l GROUP BY version),\n\
+                 per AS (SELECT c.version, c.path, min(c.line) AS line, max(c.size) AS size, bool_or(c.is_add) AS added, \
+                 bool_or(NOT c.is_add) AS removed, max(o.op) AS op\n\
+                 \x20       FROM ch c LEFT JOIN ops o ON o.version = c.version\n\
+                 \x20       WHERE c.version NOT IN (SELECT version FROM cdc_versions) GROUP BY c.version, c.path),\n\
+                 touched AS (SELECT path, max(version) AS last FROM ch GROUP BY path)\n{}",
+                parts.join("\nUNION ALL\n")
             )
         }
         Span::Snapshot(at) => format!(
-            "WITH l AS (SELECT * FROM {LOG} WHERE version <= {at}),\n\
-             adds AS (SELECT a.add.path AS path, min(struct(version, line)) AS first, max(version) AS last, max(a.add.size) AS size\n\
-             \x20        FROM l WHERE a.add IS NOT NULL GROUP BY a.add.path),\n\
-             removes AS (SELECT a.remove.path AS path, max(version) AS last FROM l WHERE a.remove IS NOT NULL GROUP BY a.remove.path)\n\
-             SELECT adds.first.version AS version, adds.first.line AS pos, {add} AS name, adds.path, 'add' AS kind, adds.size\n\
-             FROM adds LEFT JOIN removes ON adds.path = removes.path\n\
-             WHERE removes.last IS NULL OR adds.last > removes.last",
-            add = name("adds.path"),
+            "SELECT first.version AS version, first.line + {NEW_FILES}L AS pos, {} AS name, path, 'add' AS kind, size, {at}L AS at, {no_pv} AS pv\n\
+             FROM (SELECT a.add.path AS path, min(struct(version, line)) AS first, max(a.add.size) AS size\n\
+             \x20     FROM {LOG} WHERE version <= {at} AND a.add IS NOT NULL GROUP BY a.add.path)",
+            name("path"),
         ),
     };
     format!("CREATE OR REPLACE TEMPORARY VIEW {FILES} AS\n{body}")
 }
 
-/// Added to an insert file's position when the read has deletes without change data (log
-/// lines are far below it: `monotonically_increasing_id` of a few log files).
-const INSERTS_AFTER: i64 = 1 << 62;
+/// Added to the position of a file whose rows come back (a deletion vector that marks
+/// fewer rows): after the commit's deletes (at their log lines, which are far below it:
+/// `monotonically_increasing_id` of a few log files), before its new files.
+const BACK_FILES: i64 = 1 << 60;
 
-/// The files of the read, collected by smelt: kind, name, path, version, size.
+/// Added to a new file's position: after the commit's deletes and the rows that come back.
+const NEW_FILES: i64 = 1 << 61;
+
+/// The files of a range read, collected by smelt: kind, name, path, version, size and the
+/// version each is read at.
 pub(crate) fn files_query() -> String {
-    format!("SELECT kind, name, path, version, size FROM {FILES} ORDER BY version, pos")
+    format!("SELECT kind, name, path, version, size, at FROM {FILES} ORDER BY version, pos")
 }
 
 /// The log entries of the read that remove and add files without change data, per version
-/// (collected: a rewrite without change data stops the run, as embedded).
+/// (collected: a rewrite without change data stops the run, as embedded): the files removed
+/// (`removes`), of those the files removed whole (`whole`: not added again with a new
+/// deletion vector), the new files (`adds`), the change-data files, the operation.
 pub(crate) fn rewrites_query() -> String {
     format!(
-        "SELECT version, \
-         count_if(a.remove.dataChange) AS removes, count_if(a.add.dataChange) AS adds, \
+        "WITH re AS (SELECT version, a.add.path AS path FROM {LOG} WHERE a.add.dataChange\n\
+         \x20           INTERSECT SELECT version, a.remove.path FROM {LOG} WHERE a.remove.dataChange)\n\
+         SELECT l.version, \
+         count_if(a.remove.dataChange) AS removes, \
+         count_if(a.remove.dataChange AND re.path IS NULL) AS whole, \
+         count_if(a.add.dataChange AND re.path IS NULL) AS adds, \
          count_if(a.cdc IS NOT NULL) AS cdc, max(a.commitInfo.operation) AS operation, \
          max(a.commitInfo.operationParameters['predicate']) AS predicate \
-         FROM {LOG} GROUP BY version ORDER BY version"
+         FROM {LOG} l LEFT JOIN re ON re.version = l.version AND re.path = coalesce(a.add.path, a.remove.path) \
+         GROUP BY l.version ORDER BY l.version"
     )
 }
 
-/// Where the rows of `files` (relative paths under `bronze`) are read from: a glob naming
-/// each (only they are opened), or, for many files or names a glob cannot hold, the folder
-/// (`subdir`), every file of it listed and the others left out by the join.
-pub(crate) fn source_glob(bronze: &str, subdir: Option<&str>, files: &[String]) -> String {
-    let plain =
-        |p: &String| !p.is_empty() && !p.contains(['{', '}', ',', '[', ']', '*', '?', '\\', '%']);
-    if !files.is_empty() && files.len() <= 2_000 && files.iter().all(plain) {
-        format!("{bronze}/{{{}}}", files.join(","))
-    } else {
-        match subdir {
-            Some(dir) => format!("{bronze}/{dir}"),
-            None => bronze.to_string(),
-        }
-    }
-}
-
-/// A read of the Parquet files at `glob`: the bronze columns (`present` in the files, the
-/// others NULL), the file name and the row's index in it.
-fn parquet_rows(glob: &str, columns: &[String], present: &[String], extra: &str) -> String {
-    let cols: Vec<String> = columns
-        .iter()
-        .map(|c| {
-            if present.iter().any(|p| p == c) {
-                ident(c)
-            } else {
-                format!("CAST(NULL AS STRING) AS {}", ident(c))
-            }
-        })
-        .collect();
-    format!(
-        "SELECT {}{extra}, _metadata.file_name AS __file, _metadata.row_index AS __row FROM parquet.{}",
-        cols.join(", "),
-        ident(glob)
-    )
-}
-
-/// The globs of a read's files and the columns their files have: new files, change-data
-/// files, removed files (each `None` when the read has none).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Sources<'a> {
-    pub(crate) adds: Option<(&'a str, &'a [String])>,
-    pub(crate) cdc: Option<(&'a str, &'a [String])>,
-    pub(crate) removes: Option<(&'a str, &'a [String])>,
-}
-
-/// `smelt_raw`: the change rows, bronze columns as stored plus `_change_type`,
-/// `_commit_version`, `_commit_timestamp`, `_file_pos`, `_row_pos`, from `sources`.
-pub(crate) fn raw_view(columns: &[String], sources: Sources<'_>) -> String {
-    let cols: Vec<String> = columns.iter().map(|c| format!("d.{}", ident(c))).collect();
-    let cols = cols.join(", ");
-    let mut parts = Vec::new();
-    let whole_files = [
-        (sources.adds, "add", "insert"),
-        (sources.removes, "remove", "delete"),
-    ];
-    for (files, kind, change) in whole_files {
-        let Some((glob, present)) = files else {
-            continue;
-        };
-        parts.push(format!(
-            "SELECT {cols}, '{change}' AS _change_type, f.version AS _commit_version, c.ts AS _commit_timestamp, f.pos AS _file_pos, d.__row AS _row_pos\n\
-             FROM ({}) d\n\
-             JOIN {FILES} f ON f.kind = '{kind}' AND f.name = d.__file\n\
-             JOIN {COMMITS} c ON c.version = f.version",
-            parquet_rows(glob, columns, present, "")
-        ));
-    }
-    let cdc = sources.cdc;
-    if let Some((glob, present)) = cdc {
-        parts.push(format!(
-            "SELECT {cols}, d._change_type, f.version AS _commit_version, c.ts AS _commit_timestamp, f.pos AS _file_pos, d.__row AS _row_pos\n\
-             FROM ({}) d\n\
-             JOIN {FILES} f ON f.kind = 'cdc' AND f.name = d.__file\n\
-             JOIN {COMMITS} c ON c.version = f.version",
-            parquet_rows(glob, columns, present, ", _change_type")
-        ));
-    }
+/// `smelt_raw`: the change rows, bronze columns plus `_change_type`, `_commit_version`,
+/// `_commit_timestamp`, `_file_pos`, `_row_pos`, the union of `parts` (none: the same
+/// columns, no row).
+pub(crate) fn raw_view(columns: &[String], mut parts: Vec<String>) -> String {
     if parts.is_empty() {
-        // Nothing to read: the same columns, no row.
         let nulls: Vec<String> = columns
             .iter()
             .map(|c| format!("CAST(NULL AS STRING) AS {}", ident(c)))
@@ -234,11 +198,6 @@ pub(crate) fn raw_view(columns: &[String], sources: Sources<'_>) -> String {
     )
 }
 
-/// The columns a Parquet read of `glob` has (no row is read).
-pub(crate) fn probe(glob: &str) -> String {
-    format!("SELECT * FROM parquet.{} LIMIT 0", ident(glob))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,42 +212,5 @@ mod tests {
             "{sql}"
         );
         assert!(log_view("/l/b", Span::Snapshot(4)).contains("_delta_log/*.json`"));
-    }
-
-    /// A read of change-data files only (a `DELETE` with the change feed on) names the
-    /// change columns itself: it is the first part of the union (a bug once).
-    #[test]
-    fn every_part_of_the_change_rows_names_its_columns() {
-        let columns = vec!["Id".to_string()];
-        let present = columns.clone();
-        let only_cdc = raw_view(
-            &columns,
-            Sources {
-                cdc: Some(("/b/_change_data", &present)),
-                ..Sources::default()
-            },
-        );
-        for name in [
-            "_commit_version",
-            "_commit_timestamp",
-            "_file_pos",
-            "_row_pos",
-        ] {
-            assert!(
-                only_cdc.contains(&format!("AS {name}")),
-                "{name}: {only_cdc}"
-            );
-        }
-    }
-
-    #[test]
-    fn globs_name_plain_files_and_fall_back_to_the_folder() {
-        let files = vec!["a.parquet".to_string(), "b.parquet".to_string()];
-        assert_eq!(source_glob("/b", None, &files), "/b/{a.parquet,b.parquet}");
-        let odd = vec!["a,b.parquet".to_string()];
-        assert_eq!(
-            source_glob("/b", Some("_change_data"), &odd),
-            "/b/_change_data"
-        );
     }
 }

@@ -156,7 +156,7 @@ pub(crate) async fn txn_of(
 
 /// The version of the latest classic checkpoint (`<v>.checkpoint.parquet`, or its parts) in
 /// the log folder `log`, listed without reading a file (NULL when there is none).
-fn latest_checkpoint(log: &str) -> String {
+pub(crate) fn latest_checkpoint(log: &str) -> String {
     format!(
         "SELECT max(try_cast(regexp_extract(path, '/([0-9]+)[.]checkpoint([.][0-9]+[.][0-9]+)?[.]parquet$', 1) AS BIGINT)) AS v \
          FROM binaryFile.{}",

@@ -7,7 +7,7 @@ use smelt_engine::schema::column_type;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{CastDialect, ColumnType, TableDef, TableName};
 
-use crate::delta::describe::{Last, check_bronze, last_commit, schema_of};
+use crate::delta::describe::{Last, last_commit, schema_of};
 use crate::delta::txn::txn_of;
 use crate::iceberg::{Meta, meta};
 use crate::places::Places;
@@ -32,15 +32,12 @@ pub(crate) struct Tables {
     pub(crate) source_meta: Option<Meta>,
 }
 
-/// Where flow `name`, from `from` into `into`, stands. A flow that reads the source's
-/// files itself (`files`, as append flows do) needs a layout it can read them in; one that
-/// reads the source through Spark's Delta reader does not.
+/// Where flow `name`, from `from` into `into`, stands.
 pub(crate) async fn discover(
     s: &Session<'_>,
     places: &Places,
     name: &str,
     (from, into): (&TableName, &TableName),
-    files: bool,
 ) -> Result<Tables> {
     let source = places.sql(from);
     let (last, source_meta) = match from.catalog {
@@ -69,9 +66,6 @@ pub(crate) async fn discover(
             .into(),
         });
     };
-    if files && from.catalog.is_none() {
-        check_bronze(s, from, &source).await?;
-    }
     let source_schema = schema_of(s, "read the source's columns", &source).await?;
     let (target, target_schema, watermark) = self::target(s, places, name, into).await?;
     Ok(Tables {

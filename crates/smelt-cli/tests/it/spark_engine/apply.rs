@@ -599,7 +599,7 @@ pub(super) fn predicates(url: &str) {
 
 /// A checkpoint of the Delta table at `dir` written by the cluster (a commit setting
 /// `delta.checkpointInterval` to 1 is checkpointed), then every log entry before it removed.
-fn checkpoint_and_clean_up(url: &str, dir: &std::path::Path) {
+pub(super) fn checkpoint_and_clean_up(url: &str, dir: &std::path::Path) {
     Writer::new(url).sql(&format!(
         "ALTER TABLE delta.`{}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1')",
         dir.display()

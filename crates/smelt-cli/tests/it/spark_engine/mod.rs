@@ -15,6 +15,7 @@ mod append;
 mod apply;
 mod export;
 mod ingest;
+mod layouts;
 mod model;
 mod random;
 mod replace_where;
@@ -278,7 +279,7 @@ fn line_of<'a>(stderr: &'a str, part: &str) -> &'a str {
 
 /// What the Spark engine does not run yet is refused by name at `validate`, before anything
 /// runs; `--engine embedded` runs the same file embedded.
-fn refusals(url: &str, writer: &Writer) {
+fn refusals(url: &str) {
     let flows =
         format!("{DELETES}      on_sequence_conflict: quarantine\n      widen_types: true\n");
     let pair = Pair::new(Project::product2_deletes(), &flows, url);
@@ -293,25 +294,6 @@ fn refusals(url: &str, writer: &Writer) {
     );
     pair.p
         .ok(&["-p", "spark.yaml", "--engine", "embedded", "validate"]);
-
-    // Bronze tables whose files are not plain rows: refused by name.
-    let pair = Pair::new(Project::product2(), PRODUCT2, url);
-    let bronze = format!("delta.`{}`", pair.p.file("bronze").display());
-    let columns = "Id STRING, Name STRING";
-    for (layout, name) in [
-        ("PARTITIONED BY (Name)", "bronze_partitioned"),
-        (
-            "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
-            "bronze_with_deletion_vectors",
-        ),
-    ] {
-        let _ = std::fs::remove_dir_all(pair.p.file("bronze"));
-        writer.sql(&format!(
-            "CREATE TABLE {bronze} ({columns}) USING DELTA {layout}"
-        ));
-        let (_, stderr) = pair.p.fails(&["-p", "spark.yaml", "validate"], 1);
-        pin_spark(name, &pair.p, &stderr);
-    }
 }
 
 /// A Spark session of the test's own, to write bronze tables as Spark writes them.
@@ -353,9 +335,12 @@ pub(crate) type Scenario = fn(&str);
 /// Every scenario of smelt's Spark engine, in the order they run, one after another on the
 /// process's one cluster ([`crate::cluster::runs_every_spark_scenario_in_turn`]).
 pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
-    ("refused_by_name", |url| refusals(url, &Writer::new(url))),
+    ("refused_by_name", refusals),
     ("seed_000_product2", product2),
     ("seed_000_product2_deletes", product2_deletes),
+    ("databricks_bronze", |url| {
+        layouts::databricks_bronze(url, &Writer::new(url))
+    }),
     ("runs_killed_at_random", random_kills),
     ("quarantined_changes", quarantine),
     ("sequence_conflicts_fail", conflicts_fail),

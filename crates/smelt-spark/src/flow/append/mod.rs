@@ -40,7 +40,7 @@ pub(crate) async fn discover(
     name: &str,
     spec: &AppendFlow,
 ) -> Result<Tables> {
-    tables::discover(s, places, name, (&spec.from, &spec.into), true).await
+    tables::discover(s, places, name, (&spec.from, &spec.into)).await
 }
 
 /// The columns `spec` appends — the target's, else its DDL's, else the source's — each a
@@ -382,15 +382,15 @@ impl Append<'_> {
 async fn read_delta(
     s: &Session<'_>,
     src: Source<'_>,
-    opened: Option<(Span, Vec<crate::delta::describe::Commit>)>,
+    opened: Option<(Span, rows::Opened)>,
 ) -> Result<()> {
-    let (span, history) = match opened {
+    let (span, opened) = match opened {
         Some(opened) => opened,
         None => {
             let span = Span::Snapshot(src.version);
             (span, rows::open(s, src, span).await?)
         }
     };
-    rows::rows(s, src, span, &history).await?;
+    rows::rows(s, src, span, &opened).await?;
     Ok(())
 }

@@ -7,7 +7,7 @@ use smelt_engine::flow::apply::tombstone_table;
 use smelt_engine::{EngineError, Result};
 use smelt_spec::{ApplyFlow, SourceDeletes};
 
-use crate::delta::describe::{Last, check_bronze, last_commit, schema_of};
+use crate::delta::describe::{Last, last_commit, schema_of};
 use crate::delta::log::rewrites_query;
 use crate::delta::txn::txn_of;
 use crate::flow::tables::{check_readable, target};
@@ -73,9 +73,6 @@ pub(crate) async fn discover(
             .into(),
         });
     };
-    if spec.from.catalog.is_none() {
-        check_bronze(s, &spec.from, &bronze).await?;
-    }
     let bronze_schema = schema_of(s, "read bronze's columns", &bronze).await?;
     let tombs = tombstone_table(&spec.into);
     let (silver, silver_schema, watermark) = target(s, places, name, &spec.into).await?;
@@ -126,9 +123,10 @@ pub(crate) async fn check_rewrites(
     let rows = s
         .read("look for rewrites without change data", rewrites_query())
         .await?;
-    let (versions, removes, adds, cdc) = (
+    let (versions, removes, whole, adds, cdc) = (
         rows.ints("version"),
         rows.ints("removes"),
+        rows.ints("whole"),
         rows.ints("adds"),
         rows.ints("cdc"),
     );
@@ -144,9 +142,10 @@ pub(crate) async fn check_rewrites(
     }
     let mut ignored = 0;
     for i in 0..versions.len() {
-        let (v, r, a, c) = (
+        let (v, r, w, a, c) = (
             versions[i].unwrap_or(-1),
             removes[i].unwrap_or(0),
+            whole[i].unwrap_or(0),
             adds[i].unwrap_or(0),
             cdc[i].unwrap_or(0),
         );
@@ -156,7 +155,9 @@ pub(crate) async fn check_rewrites(
         let op = ops[i].clone().unwrap_or_default();
         // As embedded: an overwrite is a `WRITE` without a predicate, or a `CREATE…`.
         let overwrite = (op == "WRITE" && predicates[i].is_none()) || op.starts_with("CREATE");
-        if a > 0 && !overwrite {
+        // Rows only marked in deletion vectors were not copied (no file removed whole): the
+        // new files' rows are inserts, as the protocol reads them.
+        if w > 0 && a > 0 && !overwrite {
             return Err(EngineError::user(
                 format!(
                     "`{}` version {v} rewrites rows ({op}) but has no change data: its changes cannot be read",

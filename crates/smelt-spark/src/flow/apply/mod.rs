@@ -234,12 +234,12 @@ impl Apply<'_> {
             columns: &state.bronze_columns,
             removes: self.spec.source_deletes == SourceDeletes::Apply,
         };
-        let history = rows::open(s, src, span).await?;
+        let opened = rows::open(s, src, span).await?;
         if let Span::Range(after, to) = span {
             report.delete_files_ignored =
                 discover::check_rewrites(s, self.spec, (after, to)).await?;
         }
-        rows::rows(s, src, span, &history).await
+        rows::rows(s, src, span, &opened).await
     }
 }
 

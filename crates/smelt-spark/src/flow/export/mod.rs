@@ -173,8 +173,8 @@ impl Export<'_> {
                     removes: false,
                 };
                 let span = Span::Range(after, b.version);
-                let history = rows::open(s, src, span).await?;
-                rows::rows(s, src, span, &history).await?;
+                let opened = rows::open(s, src, span).await?;
+                rows::rows(s, src, span, &opened).await?;
                 (
                     RAW.to_string(),
                     "_change_type IN ('insert', 'update_postimage')".to_string(),

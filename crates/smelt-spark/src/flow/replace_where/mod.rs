@@ -48,7 +48,7 @@ pub(crate) async fn discover(
 ) -> Result<(Tables, Option<files::Batch>)> {
     match &spec.from {
         ReplaceSource::Table(from) => {
-            let state = tables::discover(s, places, name, (from, &spec.into), false).await?;
+            let state = tables::discover(s, places, name, (from, &spec.into)).await?;
             Ok((state, None))
         }
         ReplaceSource::Files(flow) => {

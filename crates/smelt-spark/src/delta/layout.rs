@@ -1,0 +1,194 @@
+//! How a Delta source's rows are laid out in its files — deletion vectors, partition
+//! columns, column mapping — which decides how a run reads them: straight from the Parquet
+//! files ([`crate::delta::parquet`]) when there is none of these, else through Delta's own
+//! reader ([`crate::delta::reader`]), which applies them.
+
+use smelt_engine::{EngineError, Result};
+
+use crate::delta::txn::latest_checkpoint;
+use crate::session::Session;
+use crate::sql::ident;
+
+/// A Delta table's layout, as far as reading its rows goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Rows may be marked deleted inside files.
+    pub(crate) deletion_vectors: bool,
+    /// The partition columns and their Spark types (`date`).
+    pub(crate) partitions: Vec<(String, String)>,
+    /// Under column mapping, each column's physical name (its name in the files and in the
+    /// actions' partition values).
+    pub(crate) physical: Vec<(String, String)>,
+}
+
+impl Layout {
+    /// Whether the rows are read by Delta's reader rather than straight from the files.
+    pub(crate) fn reader(&self) -> bool {
+        self.deletion_vectors || !self.partitions.is_empty() || !self.physical.is_empty()
+    }
+
+    /// Column `column`'s name in the files.
+    pub(crate) fn physical<'a>(&'a self, column: &'a str) -> &'a str {
+        self.physical
+            .iter()
+            .find(|(c, _)| c == column)
+            .map_or(column, |(_, p)| p.as_str())
+    }
+
+    /// The Spark type of partition column `column` (`None`: not a partition column).
+    pub(crate) fn partition_type(&self, column: &str) -> Option<&str> {
+        self.partitions
+            .iter()
+            .find(|(c, _)| c == column)
+            .map(|(_, t)| t.as_str())
+    }
+}
+
+/// The layout of the Delta table `table` (its SQL name) at `dir` (its folder).
+pub(crate) async fn layout(s: &Session<'_>, table: &str, dir: &str) -> Result<Layout> {
+    let props = s
+        .read(
+            "read the source's properties",
+            format!("SHOW TBLPROPERTIES {table}"),
+        )
+        .await?;
+    let mut out = Layout::default();
+    let mut mapped = false;
+    for (key, value) in props.strings("key").into_iter().zip(props.strings("value")) {
+        let (key, value) = (key.unwrap_or_default(), value.unwrap_or_default());
+        match key.as_str() {
+            "delta.feature.deletionVectors" => out.deletion_vectors = true,
+            "delta.enableDeletionVectors" if value.eq_ignore_ascii_case("true") => {
+                out.deletion_vectors = true
+            }
+            "delta.columnMapping.mode" if value != "none" => mapped = true,
+            _ => {}
+        }
+    }
+    let described = s
+        .read(
+            "read the source's partition columns",
+            format!("DESCRIBE {table}"),
+        )
+        .await?;
+    out.partitions = partitions(
+        &described.strings("col_name"),
+        &described.strings("data_type"),
+    );
+    if mapped {
+        let schema = schema_string(s, dir).await?.ok_or_else(|| {
+            EngineError::Internal(format!("the log of `{dir}` holds no table schema"))
+        })?;
+        out.physical = physical_names(&schema)?;
+    }
+    Ok(out)
+}
+
+/// The partition columns of a `DESCRIBE` (names, types): the rows after
+/// `# Partition Information` and its `# col_name` header.
+fn partitions(names: &[Option<String>], types: &[Option<String>]) -> Vec<(String, String)> {
+    let Some(start) = names
+        .iter()
+        .position(|n| n.as_deref() == Some("# Partition Information"))
+    else {
+        return Vec::new();
+    };
+    names[start + 1..]
+        .iter()
+        .zip(&types[start + 1..])
+        .filter_map(|(n, t)| Some((n.clone()?, t.clone()?)))
+        .take_while(|(n, _)| !n.is_empty() && (n == "# col_name" || !n.starts_with('#')))
+        .filter(|(n, _)| n != "# col_name")
+        .collect()
+}
+
+/// Each top-level column of Delta schema `schema` (a `metaData.schemaString`) and its
+/// physical name.
+fn physical_names(schema: &str) -> Result<Vec<(String, String)>> {
+    let parsed: serde_json::Value = serde_json::from_str(schema)
+        .map_err(|e| EngineError::Internal(format!("a Delta schema that is not JSON: {e}")))?;
+    let fields = parsed["fields"].as_array().cloned().unwrap_or_default();
+    Ok(fields
+        .iter()
+        .filter_map(|f| {
+            let name = f["name"].as_str()?;
+            let physical = f["metadata"]["delta.columnMapping.physicalName"]
+                .as_str()
+                .unwrap_or(name);
+            Some((name.to_string(), physical.to_string()))
+        })
+        .collect())
+}
+
+/// The table's latest `metaData.schemaString`: from the JSON log entries after the latest
+/// checkpoint, else from that checkpoint (after a log cleanup the entries before it are gone).
+async fn schema_string(s: &Session<'_>, dir: &str) -> Result<Option<String>> {
+    let what = "read the source's column mapping";
+    let log = format!("{dir}/_delta_log");
+    let checkpoint = s
+        .read(what, latest_checkpoint(&log))
+        .await?
+        .ints("v")
+        .first()
+        .copied()
+        .flatten();
+    let after = checkpoint.map_or(String::new(), |c| format!(" AND v >= {c}"));
+    let sql = format!(
+        "SELECT m.metaData.schemaString AS schema FROM (SELECT from_json(value, 'metaData STRUCT<schemaString: STRING>') AS m, \
+         try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
+         WHERE m.metaData.schemaString IS NOT NULL AND v IS NOT NULL{after} ORDER BY v DESC LIMIT 1",
+        ident(&format!("{log}/*.json")),
+    );
+    if let Some(schema) = s
+        .read(what, sql)
+        .await?
+        .strings("schema")
+        .into_iter()
+        .flatten()
+        .next()
+    {
+        return Ok(Some(schema));
+    }
+    let Some(c) = checkpoint else {
+        return Ok(None);
+    };
+    let sql = format!(
+        "SELECT metaData.schemaString AS schema FROM parquet.{} WHERE metaData IS NOT NULL",
+        ident(&format!("{log}/{c:020}.checkpoint*.parquet"))
+    );
+    Ok(s.read(what, sql)
+        .await?
+        .strings("schema")
+        .into_iter()
+        .flatten()
+        .next())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn some(v: &[&str]) -> Vec<Option<String>> {
+        v.iter().map(|s| Some(s.to_string())).collect()
+    }
+
+    #[test]
+    fn partition_columns_are_read_from_describe() {
+        let names = some(&["Id", "day", "# Partition Information", "# col_name", "day"]);
+        let types = some(&["string", "date", "", "data_type", "date"]);
+        assert_eq!(
+            partitions(&names, &types),
+            vec![("day".to_string(), "date".to_string())]
+        );
+        assert!(partitions(&some(&["Id"]), &some(&["string"])).is_empty());
+    }
+
+    #[test]
+    fn physical_names_come_from_the_schema() {
+        let schema = r#"{"type":"struct","fields":[{"name":"Id","type":"string","nullable":true,"metadata":{"delta.columnMapping.id":1,"delta.columnMapping.physicalName":"col-9"}},{"name":"v","type":"string","nullable":true,"metadata":{}}]}"#;
+        assert_eq!(
+            physical_names(schema).unwrap(),
+            vec![("Id".into(), "col-9".into()), ("v".into(), "v".into())]
+        );
+    }
+}
