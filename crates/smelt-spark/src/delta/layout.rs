@@ -1,6 +1,7 @@
 //! How a Delta source's rows are laid out in its files — deletion vectors, partition
 //! columns, column mapping — which decides how a run reads them: straight from the Parquet
-//! files ([`crate::delta::parquet`]) when there is none of these, else through Delta's own
+//! files ([`crate::delta::parquet`]), the partition values from the log and the columns by
+//! their physical names, unless the table has deletion vectors, then through Delta's own
 //! reader ([`crate::delta::reader`]), which applies them.
 
 use smelt_engine::{EngineError, Result};
@@ -22,9 +23,12 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// Whether the rows are read by Delta's reader rather than straight from the files.
+    /// Whether the rows are read by Delta's reader rather than straight from the files: it
+    /// applies deletion vectors, and gives `_metadata.row_index` only on a table that
+    /// supports them (or row tracking). Partition values and physical names are applied to
+    /// the files' rows by smelt, from the log.
     pub(crate) fn reader(&self) -> bool {
-        self.deletion_vectors || !self.partitions.is_empty() || !self.physical.is_empty()
+        self.deletion_vectors
     }
 
     /// Column `column`'s name in the files.

@@ -48,7 +48,7 @@ pub(crate) fn log_view(bronze: &str, span: Span) -> String {
         "CREATE OR REPLACE TEMPORARY VIEW {LOG} AS\n\
          SELECT try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS version,\n\
          \x20      monotonically_increasing_id() AS line,\n\
-         \x20      from_json(value, 'add STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, cdc STRUCT<path: STRING, size: BIGINT, partitionValues: MAP<STRING, STRING>>, commitInfo STRUCT<operation: STRING, operationParameters: MAP<STRING, STRING>>') AS a\n\
+         \x20      from_json(value, 'add STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN, partitionValues: MAP<STRING, STRING>>, remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN, partitionValues: MAP<STRING, STRING>>, cdc STRUCT<path: STRING, size: BIGINT, partitionValues: MAP<STRING, STRING>>, commitInfo STRUCT<operation: STRING, operationParameters: MAP<STRING, STRING>>') AS a\n\
          FROM text.{} WHERE try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) IS NOT NULL",
         ident(&path)
     )
@@ -86,8 +86,9 @@ pub(crate) fn commits_view(commits: &[(i64, i64)]) -> String {
 /// commit), the rows it no longer marks come back as inserts (`dvback`, also read for a
 /// `RESTORE`). Deletes come before the commit's inserts, files that come back before new
 /// ones, whatever their lines. A snapshot's files are the first add of each path still in
-/// the log, the stamps of the rows Delta's reader gives (see [`crate::delta::reader`]).
-pub(crate) fn files_view(span: Span, removes: bool) -> String {
+/// the log, the stamps of the rows Delta's reader gives (see [`crate::delta::reader`]), or
+/// without the `reader`, the live files, from the whole log.
+pub(crate) fn files_view(span: Span, removes: bool, reader: bool) -> String {
     let name = |col: &str| format!("regexp_extract({col}, '[^/]*$', 0)");
     let no_pv = "CAST(NULL AS MAP<STRING, STRING>)";
     let body = match span {
@@ -101,7 +102,7 @@ pub(crate) fn files_view(span: Span, removes: bool) -> String {
                 ),
                 format!(
                     "SELECT p.version, p.line + {NEW_FILES}L, {n}, p.path, 'add', p.size, \
-                     CASE WHEN t.last > p.version THEN p.version ELSE {to}L END, {no_pv}\n\
+                     CASE WHEN t.last > p.version THEN p.version ELSE {to}L END, p.pv\n\
                      FROM per p JOIN touched t ON t.path = p.path WHERE p.added AND NOT p.removed"
                 ),
                 format!(
@@ -111,7 +112,7 @@ pub(crate) fn files_view(span: Span, removes: bool) -> String {
             ];
             if removes {
                 parts.push(format!(
-                    "SELECT p.version, p.line, {n}, p.path, 'remove', p.size, p.version - 1, {no_pv}\n\
+                    "SELECT p.version, p.line, {n}, p.path, 'remove', p.size, p.version - 1, p.pv\n\
                      FROM per p WHERE p.removed AND NOT p.added"
                 ));
                 parts.push(format!(
@@ -122,17 +123,28 @@ pub(crate) fn files_view(span: Span, removes: bool) -> String {
             format!(
                 "WITH l AS (SELECT * FROM {LOG} WHERE version > {after} AND version <= {to}),\n\
                  cdc_versions AS (SELECT DISTINCT version FROM l WHERE a.cdc IS NOT NULL),\n\
-                 ch AS (SELECT version, line, a.add.path AS path, a.add.size AS size, true AS is_add FROM l WHERE a.add.dataChange\n\
-                 \x20      UNION ALL SELECT version, line, a.remove.path, a.remove.size, false FROM l WHERE a.remove.dataChange),\n\
+                 ch AS (SELECT version, line, a.add.path AS path, a.add.size AS size, true AS is_add, a.add.partitionValues AS pv FROM l WHERE a.add.dataChange\n\
+                 \x20      UNION ALL SELECT version, line, a.remove.path, a.remove.size, false, a.remove.partitionValues FROM l WHERE a.remove.dataChange),\n\
                  ops AS (SELECT version, max(a.commitInfo.operation) AS op FROM l GROUP BY version),\n\
                  per AS (SELECT c.version, c.path, min(c.line) AS line, max(c.size) AS size, bool_or(c.is_add) AS added, \
-                 bool_or(NOT c.is_add) AS removed, max(o.op) AS op\n\
+                 bool_or(NOT c.is_add) AS removed, max(o.op) AS op, first(c.pv, true) AS pv\n\
                  \x20       FROM ch c LEFT JOIN ops o ON o.version = c.version\n\
                  \x20       WHERE c.version NOT IN (SELECT version FROM cdc_versions) GROUP BY c.version, c.path),\n\
                  touched AS (SELECT path, max(version) AS last FROM ch GROUP BY path)\n{}",
                 parts.join("\nUNION ALL\n")
             )
         }
+        Span::Snapshot(at) if !reader => format!(
+            "WITH l AS (SELECT * FROM {LOG} WHERE version <= {at}),\n\
+             adds AS (SELECT a.add.path AS path, min(struct(version, line)) AS first, max(version) AS last, max(a.add.size) AS size, \
+             first(a.add.partitionValues, true) AS pv\n\
+             \x20        FROM l WHERE a.add IS NOT NULL GROUP BY a.add.path),\n\
+             removes AS (SELECT a.remove.path AS path, max(version) AS last FROM l WHERE a.remove IS NOT NULL GROUP BY a.remove.path)\n\
+             SELECT adds.first.version AS version, adds.first.line + {NEW_FILES}L AS pos, {} AS name, adds.path, 'add' AS kind, adds.size, {at}L AS at, adds.pv\n\
+             FROM adds LEFT JOIN removes ON adds.path = removes.path\n\
+             WHERE removes.last IS NULL OR adds.last > removes.last",
+            name("adds.path"),
+        ),
         Span::Snapshot(at) => format!(
             "SELECT first.version AS version, first.line + {NEW_FILES}L AS pos, {} AS name, path, 'add' AS kind, size, {at}L AS at, {no_pv} AS pv\n\
              FROM (SELECT a.add.path AS path, min(struct(version, line)) AS first, max(a.add.size) AS size\n\

@@ -1,8 +1,7 @@
 //! Change rows read straight from a bronze table's Parquet files (the files a commit named,
-//! through a glob that opens only them): every file of a table without deletion vectors,
-//! partitions or column mapping, and the change-data files of any table — their columns
-//! under their physical names when the table maps columns, a partition column the file
-//! lacks from the action's partition values.
+//! through a glob that opens only them): every file of a table without deletion vectors, and
+//! the change-data files of any table — their columns under their physical names when the
+//! table maps columns, partition columns from the action's partition values.
 
 use crate::delta::layout::Layout;
 use crate::sql::{ident, string_literal};
@@ -41,16 +40,17 @@ pub(crate) fn part(files: Files<'_>, columns: &[String], layout: &Layout) -> Str
     let mut outer = Vec::new();
     for c in columns {
         let physical = layout.physical(c);
-        if files.present.iter().any(|p| p == physical) {
-            inner.push(format!("{} AS {}", ident(physical), ident(c)));
-            outer.push(format!("d.{}", ident(c)));
-        } else if let Some(ty) = layout.partition_type(c) {
-            // A partition column is in the paths, not the files: the action's value.
+        if let Some(ty) = layout.partition_type(c) {
+            // A partition column is in the paths (where Spark may read it with a type of
+            // its own guess), not the files: the action's value.
             outer.push(format!(
                 "CAST(f.pv[{}] AS {ty}) AS {}",
                 string_literal(physical),
                 ident(c)
             ));
+        } else if files.present.iter().any(|p| p == physical) {
+            inner.push(format!("{} AS {}", ident(physical), ident(c)));
+            outer.push(format!("d.{}", ident(c)));
         } else {
             outer.push(format!("CAST(NULL AS STRING) AS {}", ident(c)));
         }

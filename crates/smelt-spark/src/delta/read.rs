@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use smelt_engine::Result;
+use smelt_engine::{EngineError, Result};
 
 use crate::delta::describe::{Commit, history};
 use crate::delta::layout::{Layout, layout};
@@ -41,12 +41,24 @@ pub(crate) struct Opened {
 }
 
 /// The table's history for `span`, its layout and its log entries (`smelt_log`): what a
-/// check of the commits read needs, before any row is. A snapshot needs no log entry before
-/// the ones Delta's log cleanup left.
+/// check of the commits read needs, before any row is. A snapshot of a table with deletion
+/// vectors (read by Delta's reader) needs no log entry before the ones Delta's log cleanup
+/// left; another table's snapshot is read from its whole log.
 pub(crate) async fn open(s: &Session<'_>, src: Source<'_>, span: Span) -> Result<Opened> {
     let table = delta_path(src.location);
     let history = history(s, &table, src.version, span, src.name).await?;
     let layout = layout(s, &table, src.location).await?;
+    if let (Span::Snapshot(_), false) = (span, layout.reader())
+        && let Some(first) = history.first().filter(|c| c.version > 0)
+    {
+        return Err(EngineError::user(
+            format!(
+                "`{}`'s log starts at version {} (cleaned up after a checkpoint): the Spark engine reads the snapshot of a table without deletion vectors from its whole log",
+                src.name, first.version
+            ),
+            "run this flow's first run (or `--full-refresh`) with `--engine embedded`; later runs read increments on Spark",
+        ));
+    }
     s.view(
         "define the log entries read (smelt_log)",
         log::log_view(src.location, span),
@@ -75,11 +87,11 @@ pub(crate) async fn rows(
     .await?;
     s.view(
         "define the change files (smelt_files)",
-        log::files_view(span, src.removes),
+        log::files_view(span, src.removes, opened.layout.reader()),
     )
     .await?;
     let table = delta_path(src.location);
-    if let Span::Snapshot(at) = span {
+    if let (Span::Snapshot(at), true) = (span, opened.layout.reader()) {
         // Files added before the first commit still in the log: the version before it.
         let older = opened.history.first().map_or(0, |c| (c.version - 1).max(0));
         let part = reader::snapshot_part(&table, src.columns, at, older);

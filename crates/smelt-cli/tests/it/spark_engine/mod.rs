@@ -341,6 +341,9 @@ pub(crate) const SCENARIOS: &[(&str, Scenario)] = &[
     ("databricks_bronze", |url| {
         layouts::databricks_bronze(url, &Writer::new(url))
     }),
+    ("mapped_bronze_with_change_data", |url| {
+        layouts::mapped_bronze_with_change_data(url, &Writer::new(url))
+    }),
     ("runs_killed_at_random", random_kills),
     ("quarantined_changes", quarantine),
     ("sequence_conflicts_fail", conflicts_fail),
