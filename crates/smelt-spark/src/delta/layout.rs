@@ -6,9 +6,8 @@
 
 use smelt_engine::{EngineError, Result};
 
-use crate::delta::txn::latest_checkpoint;
+use crate::delta::txn::{Action, latest};
 use crate::session::Session;
-use crate::sql::ident;
 
 /// A Delta table's layout, as far as reading its rows goes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -124,48 +123,17 @@ fn physical_names(schema: &str) -> Result<Vec<(String, String)>> {
         .collect())
 }
 
-/// The table's latest `metaData.schemaString`: from the JSON log entries after the latest
-/// checkpoint, else from that checkpoint (after a log cleanup the entries before it are gone).
+/// The table's latest `metaData.schemaString`, as Delta's snapshot keeps it (after a log
+/// cleanup, in the checkpoint).
 async fn schema_string(s: &Session<'_>, dir: &str) -> Result<Option<String>> {
-    let what = "read the source's column mapping";
-    let log = format!("{dir}/_delta_log");
-    let checkpoint = s
-        .read(what, latest_checkpoint(&log))
-        .await?
-        .ints("v")
-        .first()
-        .copied()
-        .flatten();
-    let after = checkpoint.map_or(String::new(), |c| format!(" AND v >= {c}"));
-    let sql = format!(
-        "SELECT m.metaData.schemaString AS schema FROM (SELECT from_json(value, 'metaData STRUCT<schemaString: STRING>') AS m, \
-         try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
-         WHERE m.metaData.schemaString IS NOT NULL AND v IS NOT NULL{after} ORDER BY v DESC LIMIT 1",
-        ident(&format!("{log}/*.json")),
-    );
-    if let Some(schema) = s
-        .read(what, sql)
-        .await?
-        .strings("schema")
-        .into_iter()
-        .flatten()
-        .next()
-    {
-        return Ok(Some(schema));
-    }
-    let Some(c) = checkpoint else {
-        return Ok(None);
+    let action = Action {
+        name: "metaData",
+        fields: "schemaString: STRING",
+        value: "schemaString",
+        when: "schemaString IS NOT NULL",
     };
-    let sql = format!(
-        "SELECT metaData.schemaString AS schema FROM parquet.{} WHERE metaData IS NOT NULL",
-        ident(&format!("{log}/{c:020}.checkpoint*.parquet"))
-    );
-    Ok(s.read(what, sql)
-        .await?
-        .strings("schema")
-        .into_iter()
-        .flatten()
-        .next())
+    let rows = latest(s, dir, "read the source's column mapping", action).await?;
+    Ok(rows.strings("value").into_iter().flatten().next())
 }
 
 #[cfg(test)]

@@ -104,17 +104,54 @@ pub(crate) fn commit_metadata_with(
 }
 
 /// The version of flow `name`'s last Delta transaction in the table at `dir` (its latest,
-/// as Delta keeps it, not the greatest): from the JSON log entries after the latest
-/// checkpoint, else from that checkpoint, which holds every writer's latest transaction — so
-/// a watermark outlives Delta's log cleanup, which removes the entries a checkpoint covers.
+/// as Delta keeps it, not the greatest), so a watermark outlives Delta's log cleanup.
 pub(crate) async fn txn_of(
     s: &Session<'_>,
     dir: &str,
     name: &str,
     what: &str,
 ) -> Result<Option<i64>> {
+    let action = Action {
+        name: "txn",
+        fields: "appId: STRING, version: BIGINT",
+        value: "version",
+        when: &format!("appId = {}", string_literal(&app_id(name))),
+    };
+    Ok(latest(s, dir, what, action)
+        .await?
+        .ints("value")
+        .first()
+        .copied()
+        .flatten())
+}
+
+/// An action of the log sought by [`latest`]: its name (`txn`), the fields read (Spark's
+/// struct syntax), the field returned as `value`, and a condition on the fields (by their
+/// bare names) it must meet.
+pub(crate) struct Action<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) fields: &'a str,
+    pub(crate) value: &'a str,
+    pub(crate) when: &'a str,
+}
+
+/// The latest `action` in the table at `dir` as Delta's snapshot keeps it: from the JSON log
+/// entries after the latest checkpoint, else from that checkpoint (which holds the
+/// snapshot's state), so it outlives Delta's log cleanup, which removes the entries a
+/// checkpoint covers. One row (`value`), or none.
+pub(crate) async fn latest(
+    s: &Session<'_>,
+    dir: &str,
+    what: &str,
+    action: Action<'_>,
+) -> Result<crate::client::Rows> {
+    let Action {
+        name,
+        fields,
+        value,
+        when,
+    } = action;
     let log = format!("{dir}/_delta_log");
-    let app = string_literal(&app_id(name));
     let checkpoint = s
         .read(what, latest_checkpoint(&log))
         .await?
@@ -124,33 +161,21 @@ pub(crate) async fn txn_of(
         .flatten();
     let after = checkpoint.map_or(String::new(), |c| format!(" AND v > {c}"));
     let sql = format!(
-        "SELECT t.txn.version AS version FROM (SELECT from_json(value, 'txn STRUCT<appId: STRING, version: BIGINT>') AS t, \
+        "SELECT {value} AS value FROM (SELECT a.{name}.*, v FROM (SELECT from_json(value, '{name} STRUCT<{fields}>') AS a, \
          try_cast(regexp_extract(_metadata.file_name, '^([0-9]+)[.]json$', 1) AS BIGINT) AS v FROM text.{}) \
-         WHERE t.txn.appId = {app} AND v IS NOT NULL{after} ORDER BY v DESC LIMIT 1",
+         WHERE a.{name} IS NOT NULL AND v IS NOT NULL{after}) WHERE {when} ORDER BY v DESC LIMIT 1",
         ident(&format!("{log}/*.json")),
     );
-    let logged = s
-        .read(what, sql)
-        .await?
-        .ints("version")
-        .first()
-        .copied()
-        .flatten();
-    match (logged, checkpoint) {
-        (Some(v), _) => Ok(Some(v)),
-        (None, None) => Ok(None),
-        (None, Some(c)) => {
+    let logged = s.read(what, sql).await?;
+    match checkpoint {
+        Some(c) if logged.is_empty() => {
             let sql = format!(
-                "SELECT txn.version AS version FROM parquet.{} WHERE txn.appId = {app}",
-                ident(&format!("{log}/{c:020}.checkpoint*.parquet"))
+                "SELECT {value} AS value FROM (SELECT {name}.* FROM parquet.{} WHERE {name} IS NOT NULL) WHERE {when}",
+                ident(&format!("{log}/{c:020}.checkpoint*.parquet")),
             );
-            Ok(s.read(what, sql)
-                .await?
-                .ints("version")
-                .first()
-                .copied()
-                .flatten())
+            s.read(what, sql).await
         }
+        _ => Ok(logged),
     }
 }
 
